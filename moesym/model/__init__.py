@@ -1,0 +1,1 @@
+"""Layer and step models composed from cost terms."""

@@ -1,0 +1,62 @@
+"""Numbers for the symbols of a step model, from the model, hardware, deployment and workload."""
+
+from __future__ import annotations
+
+from ..specs.deployment import (DTYPE_BYTES, Deployment, Phase, Workload, activation_dispatch_bytes,
+                                weight_bytes_per_element)
+from ..specs.hardware import HardwareSpec
+from ..specs.model import ModelSpec
+from ..symbols import S
+
+__all__ = ["bindings", "weight_storage_format", "scale_up_domain"]
+
+
+def weight_storage_format(weights: str, hw: HardwareSpec) -> str:
+    """Format the weights occupy in HBM: an FP4 checkpoint on a GPU without FP4 tensor cores is
+    expanded to FP8 (seed 002 section 6: expert memory doubles on Hopper)."""
+    if weights == "fp4" and "fp4" not in hw.peaks_flops:
+        return "fp8"
+    return weights
+
+
+def scale_up_domain(hw: HardwareSpec, dep: Deployment) -> int:
+    """GPUs that reach each other over the scale-up fabric (NVL72 keeps 72 on NVLink)."""
+    return max(dep.gpus_per_node, hw.scale_up_domain_gpus) if hw.scale_up_domain_gpus > hw.gpus_per_node \
+        else dep.gpus_per_node
+
+
+def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) -> dict:
+    """``{symbol: number}`` for every symbol a step model of this configuration can contain."""
+    compute_fmt = hw.compute_format(dep.weights)
+    m = model
+    v = {
+        S.hidden: m.hidden_size, S.vocab: m.vocab_size, S.heads: m.num_heads,
+        S.kv_heads: m.num_kv_heads or m.num_heads, S.head_dim: m.head_dim or m.qk_head_dim,
+        S.q_lora: m.q_lora_rank, S.kv_lora: m.kv_lora_rank, S.qk_nope: m.qk_nope_head_dim,
+        S.qk_rope: m.qk_rope_head_dim, S.v_head: m.v_head_dim,
+        S.experts: max(m.num_experts, 1), S.topk: max(m.experts_per_token, 1),
+        S.moe_inter: m.moe_intermediate_size or m.dense_intermediate_size,
+        S.shared_inter: m.shared_intermediate_size, S.dense_inter: m.dense_intermediate_size,
+        S.n_groups: m.expert_groups, S.topk_groups: m.groups_per_token,
+        S.n_moe_layers: m.moe_layers if m.is_moe else 0, S.n_dense_layers: m.dense_layers,
+        S.gpus: dep.gpus, S.gpus_per_node: scale_up_domain(hw, dep), S.tp: dep.tp, S.ep: dep.ep,
+        S.micro_batches: dep.micro_batches, S.redundant: dep.redundant_experts,
+        S.w_bytes: weight_bytes_per_element(weight_storage_format(dep.weights, hw)),
+        S.kv_bytes: DTYPE_BYTES[dep.kv], S.act_bytes: DTYPE_BYTES["bf16"],
+        S.dispatch_bytes: activation_dispatch_bytes("fp8" if compute_fmt != "bf16" else "bf16"),
+        S.combine_bytes: DTYPE_BYTES["bf16"],
+        S.flops_gemm: hw.peak_flops(compute_fmt), S.flops_attn: hw.peak_flops("bf16"),
+        S.hbm_bw: hw.hbm_bw_Bps, S.hbm_capacity: hw.hbm_capacity_bytes,
+        S.bw_up: hw.scale_up_Bps, S.bw_out: hw.scale_out_Bps, S.sms: hw.sms,
+        S.eff_gemm: hw.efficiency.gemm, S.eff_grouped: hw.efficiency.grouped_gemm,
+        S.eff_attn: hw.efficiency.attention, S.eff_mem: hw.efficiency.memory,
+        S.eff_up: hw.efficiency.scale_up, S.eff_out: hw.efficiency.scale_out,
+        S.lat_up: hw.latency.scale_up_s, S.lat_out: hw.latency.scale_out_s,
+        S.t_kernel: hw.latency.kernel_s, S.t_layer: hw.latency.layer_s, S.t_step: hw.latency.step_s,
+        S.zipf_s: dep.routing.s,
+    }
+    if wl.phase is Phase.DECODE:
+        v.update({S.batch: wl.batch, S.context: wl.context})
+    else:
+        v.update({S.tokens: wl.tokens, S.context: wl.context, S.chunk: wl.chunk})
+    return v

@@ -1,0 +1,211 @@
+"""Layer and step models: cost terms composed into the time of one prefill or decode step.
+
+>>> from moesym import load_model, load_hardware, Deployment, Workload, build_step
+>>> step = build_step(load_model("qwen3-30b-a3b"), load_hardware("h20"), Deployment(),
+...                   Workload("decode", batch=64, context=4096))
+>>> sorted(str(s) for s in step.expr.free_symbols)[:4]
+['B', 'E', 'F_a', 'F_g']
+>>> 0 < step.predict()["step_time_s"] < 1
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+import numpy as np
+import sympy as sp
+
+from ..compile import evaluate
+from ..specs.deployment import Deployment, Phase, Workload
+from ..specs.hardware import HardwareSpec
+from ..specs.model import ModelSpec
+from ..symbols import S
+from ..terms import attention as att
+from ..terms import comm, elementwise as ew, ffn
+from ..terms.cost import Cost
+from ..terms.dims import Dims, symbolic_dims
+from ..timing import RooflineTiming, TermTime
+from . import overlap
+from .bindings import bindings
+from .routing_hooks import imbalance_expr, touched_local_experts_expr
+
+__all__ = ["StepModel", "build_step", "BREAKDOWN_KEYS"]
+
+# contract keys of per_layer_s (issue 2 / CONTRACT.md), in display order
+BREAKDOWN_KEYS = ("attention_proj", "attention_core", "moe_routed", "moe_weight_load", "shared_expert",
+                  "dispatch", "combine", "tp_comm", "other")
+
+
+def _sum_times(name: str, times: list[TermTime]) -> TermTime:
+    if not times:
+        z = sp.Integer(0)
+        return TermTime(name, z, z, z, z)
+    out = times[0]
+    for t in times[1:]:
+        out = out + t
+    return out
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """A composed step model: expressions plus the numbers that bind them.
+
+    ``terms``: per-micro-batch TermTime of each breakdown key of one MoE (or dense-FFN) layer.
+    ``per_layer_s``: busy time of each key over one layer for the whole per-GPU batch (no overlap).
+    ``layer_s``: one MoE layer with overlap; ``dense_layer_s`` one dense layer; ``expr`` the step.
+    """
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    deployment: Deployment
+    workload: Workload
+    terms: Mapping[str, TermTime]
+    per_layer_s: Mapping[str, sp.Expr]
+    layer_s: sp.Expr
+    layer_compute_s: sp.Expr
+    dense_layer_s: sp.Expr
+    once_s: sp.Expr
+    expr: sp.Expr
+    values: Mapping[sp.Symbol, float] = field(repr=False)
+
+    @property
+    def free_symbols(self) -> set[sp.Symbol]:
+        return set(self.expr.free_symbols)
+
+    def evaluate(self, expr: sp.Expr | None = None, **grid) -> np.ndarray:
+        """Evaluate ``expr`` (default: step time) with any symbols overridden by arrays.
+
+        Keys are symbol attribute names (``batch=np.arange(1, 257)``) or symbols' printed names.
+        """
+        from ..symbols import by_name
+
+        g = {by_name(k): v for k, v in grid.items()}
+        return evaluate(self.expr if expr is None else expr, self.values, g)
+
+    def values_with(self, **overrides) -> dict:
+        from ..symbols import by_name
+
+        v = dict(self.values)
+        for k, x in overrides.items():
+            v[by_name(k)] = x
+        return v
+
+    def predict(self) -> dict:
+        """Numbers for the configured point: the contract's ``predict`` keys and more."""
+        from .report import predict_report
+
+        return predict_report(self)
+
+
+def _moe_layer_terms(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, timing) -> dict:
+    """Per-micro-batch costs of one MoE layer, grouped by breakdown key."""
+    mla = model.is_mla
+    fp8 = dep.weights != "bf16"
+    t = _tokens(wl) / D.micro_batches  # tokens of one micro-batch on one attention DP rank
+    t_moe = ffn.moe_tokens_per_gpu(D, t)
+    costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
+    costs["attention_proj"] = att.attention_projections(D, t, mla)
+    costs["attention_core"] = [_attention_core(model, wl, D, t)]
+    lam = imbalance_expr(model, dep, D, t)
+    rows = t_moe * D.topk * lam * D.expert_tp
+    costs["moe_routed"] = ffn.routed_expert_compute(D, t, imbalance=lam, layout=dep.layout)
+    touched = touched_local_experts_expr(model, dep, D, t)
+    costs["moe_weight_load"] = [ffn.routed_expert_weight_load(D, touched)]
+    if model.shared_intermediate_size:
+        costs["shared_expert"] = ffn.shared_expert(D, t) + [
+            ew.swiglu_activation("shared_act", t, D.shared_inter / D.tp, D.act_bytes)]
+    bw_up, bw_out = S.bw_up * S.eff_up, S.bw_out * S.eff_out
+    if model.is_moe:
+        costs["dispatch"] = [comm.dispatch(D, t, bw_up, bw_out, S.lat_up, S.lat_out, D.gpus_per_node)]
+        costs["combine"] = [comm.combine(D, t, bw_up, bw_out, S.lat_up, S.lat_out, D.gpus_per_node)]
+    costs["tp_comm"] = [comm.tp_allreduce(D, t, bw_up, S.lat_up).scaled(2)]
+    costs["other"] = [ew.norm_residual(D, t).scaled(2), ew.attention_elementwise(D, t, mla, fp8),
+                      ffn.router(D, t), ew.moe_elementwise(D, t_moe, rows),
+                      ew.swiglu_activation("experts_act", rows, D.moe_inter / D.expert_tp, D.act_bytes)]
+    return {k: _sum_times(k, [timing.time(c) for c in v]) for k, v in costs.items()}
+
+
+def _dense_layer_terms(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, timing) -> dict:
+    mla = model.is_mla
+    fp8 = dep.weights != "bf16"
+    t = _tokens(wl) / D.micro_batches
+    costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
+    costs["attention_proj"] = att.attention_projections(D, t, mla)
+    costs["attention_core"] = [_attention_core(model, wl, D, t)]
+    # a dense FFN stands in for the MoE: its GEMMs are moe_routed, its weight read moe_weight_load
+    g_up, g_down = ffn.dense_ffn(D, t)
+    w_up = g_up.shape.n * g_up.shape.k * D.w_bytes
+    w_down = g_down.shape.n * g_down.shape.k * D.w_bytes
+    from dataclasses import replace
+
+    costs["moe_routed"] = [replace(g_up, hbm_bytes=g_up.hbm_bytes - w_up),
+                           replace(g_down, hbm_bytes=g_down.hbm_bytes - w_down)]
+    costs["moe_weight_load"] = [Cost("ffn_weight_load", g_up.kind, hbm_bytes=w_up + w_down)]
+    costs["tp_comm"] = [comm.tp_allreduce(D, t, S.bw_up * S.eff_up, S.lat_up).scaled(2)]
+    costs["other"] = [ew.norm_residual(D, t).scaled(2), ew.attention_elementwise(D, t, mla, fp8),
+                      ew.swiglu_activation("ffn_act", t, D.dense_inter / D.tp, D.act_bytes)]
+    return {k: _sum_times(k, [timing.time(c) for c in v]) for k, v in costs.items()}
+
+
+def _tokens(wl: Workload) -> sp.Expr:
+    return S.batch if wl.phase is Phase.DECODE else S.tokens
+
+
+def _attention_core(model: ModelSpec, wl: Workload, D: Dims, t) -> Cost:
+    def core(ctx):
+        if wl.phase is Phase.DECODE:
+            return att.attention_core_decode(D, t, ctx, model.is_mla)
+        return att.attention_core_prefill(D, t, ctx, sp.Min(S.chunk, ctx), model.is_mla)
+
+    full = core(S.context)
+    if not model.sliding_layers:
+        return full
+    f = sp.Rational(model.sliding_layers, model.num_layers)
+    win = core(sp.Min(S.context, model.sliding_window))
+    return full.scaled(1 - f) + win.scaled(f)
+
+
+def _layer_time(terms: Mapping[str, TermTime], dep: Deployment, wl: Workload, n) -> tuple:
+    """Overlapped time of one layer and its compute-only time (both for the whole batch)."""
+    expert = sp.Max(terms["moe_routed"].total_s, terms["moe_weight_load"].total_s)
+    compute = (terms["attention_proj"].total_s + terms["attention_core"].total_s + expert
+               + terms["shared_expert"].total_s + terms["tp_comm"].total_s + terms["other"].total_s
+               + S.t_layer / n)
+    d, c = terms["dispatch"].total_s, terms["combine"].total_s
+    layer = overlap.layer_time(compute, d, c, n, dep, wl)
+    return layer, n * compute
+
+
+def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment, workload: Workload,
+               timing=None) -> StepModel:
+    """Compose the step model of ``model`` on ``hardware`` under ``deployment`` for ``workload``."""
+    deployment.check_model(model)
+    timing = timing or RooflineTiming()
+    D = symbolic_dims()
+    n = D.micro_batches
+    moe_terms = _moe_layer_terms(model, deployment, workload, D, timing) if model.is_moe else None
+    dense_terms = _dense_layer_terms(model, deployment, workload, D, timing)
+    main = moe_terms if moe_terms is not None else dense_terms
+    per_layer = {k: n * v.total_s for k, v in main.items()}
+    layer, layer_compute = _layer_time(main, deployment, workload, n)
+    dense_layer, _ = _layer_time(dense_terms, deployment, workload, n)
+    if workload.phase is Phase.DECODE:
+        tokens, logits_tokens = S.batch, S.batch
+    else:
+        tokens, logits_tokens = S.tokens, S.tokens / S.context
+    once = (timing.time(ffn.lm_head(D, logits_tokens)).total_s
+            + timing.time(ffn.embedding(D, tokens)).total_s + S.t_step)
+    if model.is_moe:
+        body = S.n_moe_layers * layer + S.n_dense_layers * dense_layer
+    else:
+        body = S.n_dense_layers * dense_layer
+    expr = body + once
+    vals = bindings(model, hardware, deployment, workload)
+    used = expr.free_symbols
+    vals = {s: v for s, v in vals.items() if s in used}
+    return StepModel(model, hardware, deployment, workload, MappingProxyType(main),
+                     MappingProxyType(per_layer), layer, layer_compute, dense_layer, once, expr,
+                     MappingProxyType(vals))

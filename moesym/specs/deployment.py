@@ -1,0 +1,211 @@
+"""Deployment (how the model is laid out on GPUs) and workload (what one step processes).
+
+>>> from moesym.specs.deployment import Deployment, Workload, Phase
+>>> dep = Deployment(gpus=128, ep=128, weights="fp8", micro_batches=2)
+>>> dep.dp, dep.expert_tp
+(128, 1)
+>>> Workload(Phase.DECODE, batch=128, context=4989).tokens_per_rank
+128
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+from ..errors import SpecError
+
+__all__ = ["Phase", "A2AMode", "Routing", "Deployment", "Workload", "DTYPE_BYTES",
+           "weight_bytes_per_element", "activation_dispatch_bytes"]
+
+
+class Phase(str, Enum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+class A2AMode(str, Enum):
+    """How routed tokens reach their experts."""
+
+    AUTO = "auto"  # deepep-normal for prefill, deepep-ll for decode (EP > 1)
+    ALLGATHER = "allgather"  # all-gather tokens, reduce-scatter outputs (no all-to-all)
+    DEEPEP_NORMAL = "deepep-normal"  # node-deduplicated: once per node over RDMA, then NVLink
+    DEEPEP_LL = "deepep-ll"  # low latency: one message per selected expert, no SMs held
+
+
+DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
+
+# Scale-factor overhead in bytes per element of each storage format.
+#  fp8: DeepSeek-style 128x128 weight blocks with one fp32 scale -> 4 / 16384
+#  fp4: MXFP4 (per-32 E8M0 scale, 1 byte) -> 1 / 32
+_WEIGHT_SCALE_BYTES = {"bf16": 0.0, "fp8": 4.0 / (128 * 128), "fp4": 1.0 / 32}
+
+
+def weight_bytes_per_element(fmt: str) -> float:
+    """Bytes per weight element in storage format ``fmt``, scale factors included.
+
+    >>> weight_bytes_per_element("fp8")
+    1.000244140625
+    >>> weight_bytes_per_element("fp4")
+    0.53125
+    """
+    return DTYPE_BYTES[fmt] + _WEIGHT_SCALE_BYTES[fmt]
+
+
+def activation_dispatch_bytes(fmt: str) -> float:
+    """Bytes per dispatched activation element: fp8 with one fp32 scale per 128 (DeepEP), or bf16.
+
+    >>> activation_dispatch_bytes("fp8")
+    1.03125
+    """
+    return DTYPE_BYTES[fmt] + (4.0 / 128 if fmt == "fp8" else 0.0)
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Routing distribution: 'uniform', 'balanced' or 'zipf' with exponent ``s``."""
+
+    kind: str = "uniform"
+    s: float = 0.0
+
+    @staticmethod
+    def parse(text: str) -> "Routing":
+        t = text.strip().lower()
+        if t in ("uniform", "balanced"):
+            return Routing(t)
+        if t.startswith("zipf:"):
+            try:
+                s = float(t.split(":", 1)[1])
+            except ValueError:
+                raise SpecError(f"--routing {text!r}: zipf needs a number, e.g. zipf:1.0") from None
+            if not (s >= 0 and math.isfinite(s)):
+                raise SpecError(f"--routing {text!r}: the Zipf exponent must be >= 0")
+            return Routing("zipf", s)
+        raise SpecError(f"--routing {text!r}: use uniform, balanced or zipf:S")
+
+    def __str__(self) -> str:
+        return f"zipf:{self.s:g}" if self.kind == "zipf" else self.kind
+
+
+def _pos_int(name: str, v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise SpecError(f"{name} must be a positive integer, got {v!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One serving instance: ``gpus`` GPUs, attention TP x DP, MoE EP x expert-TP.
+
+    Attention runs tensor-parallel over ``tp`` GPUs and data-parallel over ``gpus / tp`` groups.
+    Routed experts are sharded over ``ep`` ranks; when ``ep < gpus`` each expert is further split
+    ``gpus / ep`` ways by tensor parallelism (SGLang's moe_tp_size = tp_size / ep_size).
+    """
+
+    gpus: int = 1
+    gpus_per_node: int = 8
+    tp: int = 1
+    ep: int | None = None
+    micro_batches: int = 1
+    weights: str = "bf16"
+    kv: str = "bf16"
+    a2a: A2AMode = A2AMode.AUTO
+    routing: Routing = field(default_factory=Routing)
+    redundant_experts: int = 0
+    layout: str = "contiguous"  # grouped-GEMM activation layout: 'contiguous' or 'batched'
+
+    def __post_init__(self) -> None:
+        _pos_int("--gpus", self.gpus)
+        _pos_int("--gpus-per-node", self.gpus_per_node)
+        _pos_int("--tp", self.tp)
+        _pos_int("--micro-batches", self.micro_batches)
+        if self.ep is None:
+            object.__setattr__(self, "ep", self.gpus)
+        _pos_int("--ep", self.ep)
+        if self.gpus % self.tp:
+            raise SpecError(f"--tp {self.tp} does not divide --gpus {self.gpus}")
+        if self.gpus % self.ep:
+            raise SpecError(f"--ep {self.ep} does not divide --gpus {self.gpus}")
+        if self.weights not in DTYPE_BYTES:
+            raise SpecError(f"--weights {self.weights!r}: use bf16, fp8 or fp4")
+        if self.kv not in ("bf16", "fp8"):
+            raise SpecError(f"--kv {self.kv!r}: use bf16 or fp8")
+        if not isinstance(self.a2a, A2AMode):
+            try:
+                object.__setattr__(self, "a2a", A2AMode(self.a2a))
+            except ValueError:
+                raise SpecError(f"--a2a {self.a2a!r}: use auto, allgather, deepep-normal or "
+                                f"deepep-ll") from None
+        if isinstance(self.routing, str):
+            object.__setattr__(self, "routing", Routing.parse(self.routing))
+        if isinstance(self.redundant_experts, bool) or not isinstance(self.redundant_experts, int) \
+                or self.redundant_experts < 0:
+            raise SpecError(f"--redundant-experts must be a non-negative integer, "
+                            f"got {self.redundant_experts!r}")
+        if self.layout not in ("contiguous", "batched"):
+            raise SpecError(f"--layout {self.layout!r}: use contiguous or batched")
+
+    @property
+    def dp(self) -> int:
+        """Attention data-parallel degree."""
+        return self.gpus // self.tp
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel split of each routed expert (gpus / ep)."""
+        return self.gpus // self.ep
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.gpus // self.gpus_per_node)
+
+    def with_(self, **changes) -> "Deployment":
+        return replace(self, **changes)
+
+    def check_model(self, model) -> None:
+        """Raise if this deployment cannot shard ``model``."""
+        if model.num_heads % self.tp:
+            raise SpecError(f"--tp {self.tp} does not divide the {model.num_heads} attention heads "
+                            f"of {model.name}; choose a divisor")
+        if model.is_moe:
+            if (model.num_experts + self.redundant_experts) % self.ep:
+                raise SpecError(f"--ep {self.ep} does not divide the {model.num_experts} experts "
+                                f"(+{self.redundant_experts} redundant) of {model.name}; choose a divisor")
+            if model.moe_intermediate_size % self.expert_tp:
+                raise SpecError(f"gpus / ep = {self.expert_tp} does not divide the expert "
+                                f"intermediate size {model.moe_intermediate_size} of {model.name}")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one step processes on one attention data-parallel rank."""
+
+    phase: Phase
+    batch: int = 1  # decode: concurrent requests
+    tokens: int = 0  # prefill: tokens per step (0 -> context, one prompt)
+    context: int = 1024  # prefill: prompt length; decode: mean KV length
+    chunk: int = 0  # prefill chunk (0 -> min(tokens, context))
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.phase, Phase):
+            try:
+                object.__setattr__(self, "phase", Phase(self.phase))
+            except ValueError:
+                raise SpecError(f"--phase {self.phase!r}: use prefill or decode") from None
+        _pos_int("--context", self.context)
+        if self.phase is Phase.DECODE:
+            _pos_int("--batch", self.batch)
+        else:
+            if self.tokens == 0:
+                object.__setattr__(self, "tokens", self.context)
+            _pos_int("--tokens", self.tokens)
+            if self.chunk == 0:
+                object.__setattr__(self, "chunk", min(self.tokens, self.context))
+            _pos_int("--chunk", self.chunk)
+            if self.chunk > self.context:
+                raise SpecError(f"--chunk {self.chunk} exceeds --context {self.context}")
+
+    @property
+    def tokens_per_rank(self) -> int:
+        return self.batch if self.phase is Phase.DECODE else self.tokens

@@ -1,0 +1,191 @@
+"""GPU hardware specifications, read from unit-suffixed TOML files and converted to SI once.
+
+Peaks are datasheet numbers; what real kernels achieve lives in separate, named efficiency
+fields. Built-in files are in the project's ``hardware/`` folder.
+
+>>> from moesym.specs.hardware import load_hardware
+>>> h = load_hardware("h800")
+>>> h.hbm_bw_Bps, h.peak_flops("fp8"), h.scale_up_Bps
+(3350000000000.0, 1979000000000000.0, 200000000000.0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+from .._resources import data_dir
+from .._toml import load_toml
+from ..errors import SpecError
+
+__all__ = ["HardwareSpec", "Efficiency", "Latency", "load_hardware", "builtin_hardware"]
+
+_TOP_KEYS = {"name", "description", "source", "vendor", "sms", "gpus_per_node", "hbm_capacity_GB",
+             "hbm_bandwidth_TBps", "peak_TFLOPs", "interconnect", "efficiency", "latency_us", "kernel",
+             "compute_formats"}
+_INTERCONNECT_KEYS = {"scale_up_GBps", "scale_out_GBps", "scale_up_domain_gpus", "host_link_GBps"}
+_EFF_KEYS = {"gemm", "grouped_gemm", "attention", "memory", "scale_up", "scale_out"}
+_LAT_KEYS = {"kernel", "layer", "step", "scale_up", "scale_out"}
+_DTYPES = {"bf16", "fp8", "fp4"}
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Achieved fractions of peak, per kernel class (dimensionless, 0 < x <= 1)."""
+
+    gemm: float
+    grouped_gemm: float
+    attention: float
+    memory: float
+    scale_up: float
+    scale_out: float
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Fixed latencies in seconds."""
+
+    kernel_s: float
+    layer_s: float
+    step_s: float
+    scale_up_s: float
+    scale_out_s: float
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    name: str
+    description: str
+    source: str
+    sms: int
+    gpus_per_node: int
+    hbm_capacity_bytes: float
+    hbm_bw_Bps: float
+    peaks_flops: Mapping[str, float]
+    scale_up_Bps: float
+    scale_out_Bps: float
+    scale_up_domain_gpus: int
+    host_link_Bps: float
+    efficiency: Efficiency
+    latency: Latency
+    compute_formats: Mapping[str, str] = field(default_factory=dict)
+    kernel: Mapping[str, object] = field(default_factory=dict)
+    path: str = ""
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype``; raises if the GPU has no such tensor-core format."""
+        if dtype not in self.peaks_flops:
+            raise SpecError(f"hardware {self.name}: no {dtype} tensor-core peak; "
+                            f"it supports {', '.join(sorted(self.peaks_flops))}")
+        return self.peaks_flops[dtype]
+
+    def compute_format(self, weight_dtype: str) -> str:
+        """Format the GEMMs run in for weights stored as ``weight_dtype`` (seed 002 section 6).
+
+        An FP4 checkpoint on Hopper has no FP4 tensor cores: it runs as FP8.
+        """
+        if weight_dtype in self.compute_formats:
+            return self.compute_formats[weight_dtype]
+        if weight_dtype in self.peaks_flops:
+            return weight_dtype
+        if weight_dtype == "fp4" and "fp8" in self.peaks_flops:
+            return "fp8"
+        return "bf16"
+
+
+def _req(d: Mapping, key: str, where: str):
+    if key not in d:
+        raise SpecError(f"{where}: missing key '{key}'")
+    return d[key]
+
+
+def _check_keys(d: Mapping, allowed: set[str], where: str) -> None:
+    unknown = set(d) - allowed
+    if unknown:
+        raise SpecError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; "
+                        f"allowed: {', '.join(sorted(allowed))}")
+
+
+def _positive(x, where: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not x > 0:
+        raise SpecError(f"{where}: must be a positive number, got {x!r}")
+    return float(x)
+
+
+def _fraction(x, where: str) -> float:
+    v = _positive(x, where)
+    if v > 1:
+        raise SpecError(f"{where}: efficiency must be in (0, 1], got {x!r}")
+    return v
+
+
+def _parse(raw: dict, where: str) -> HardwareSpec:
+    _check_keys(raw, _TOP_KEYS, where)
+    peaks_raw = _req(raw, "peak_TFLOPs", where)
+    _check_keys(peaks_raw, _DTYPES, f"{where} [peak_TFLOPs]")
+    peaks = {k: _positive(v, f"{where} peak_TFLOPs.{k}") * 1e12 for k, v in peaks_raw.items()}
+    if "bf16" not in peaks:
+        raise SpecError(f"{where}: missing key 'peak_TFLOPs.bf16'")
+    ic = _req(raw, "interconnect", where)
+    _check_keys(ic, _INTERCONNECT_KEYS, f"{where} [interconnect]")
+    eff = _req(raw, "efficiency", where)
+    _check_keys(eff, _EFF_KEYS, f"{where} [efficiency]")
+    lat = _req(raw, "latency_us", where)
+    _check_keys(lat, _LAT_KEYS, f"{where} [latency_us]")
+    for k in _EFF_KEYS:
+        _req(eff, k, f"{where} [efficiency]")
+    for k in _LAT_KEYS:
+        _req(lat, k, f"{where} [latency_us]")
+
+    def nonneg(x, w):
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or x < 0:
+            raise SpecError(f"{w}: must be a non-negative number, got {x!r}")
+        return float(x)
+
+    formats = dict(raw.get("compute_formats", {}))
+    for k, v in formats.items():
+        if k not in _DTYPES or v not in peaks:
+            raise SpecError(f"{where} [compute_formats]: {k} = {v!r} must map a weight dtype to a "
+                            f"supported peak ({', '.join(sorted(peaks))})")
+    return HardwareSpec(
+        name=str(_req(raw, "name", where)),
+        description=str(raw.get("description", "")),
+        source=str(_req(raw, "source", where)),
+        sms=int(_positive(_req(raw, "sms", where), f"{where} sms")),
+        gpus_per_node=int(_positive(_req(raw, "gpus_per_node", where), f"{where} gpus_per_node")),
+        hbm_capacity_bytes=_positive(_req(raw, "hbm_capacity_GB", where), f"{where} hbm_capacity_GB") * 1e9,
+        hbm_bw_Bps=_positive(_req(raw, "hbm_bandwidth_TBps", where), f"{where} hbm_bandwidth_TBps") * 1e12,
+        peaks_flops=MappingProxyType(peaks),
+        scale_up_Bps=_positive(_req(ic, "scale_up_GBps", where), f"{where} scale_up_GBps") * 1e9,
+        scale_out_Bps=_positive(_req(ic, "scale_out_GBps", where), f"{where} scale_out_GBps") * 1e9,
+        scale_up_domain_gpus=int(_positive(_req(ic, "scale_up_domain_gpus", where),
+                                           f"{where} scale_up_domain_gpus")),
+        host_link_Bps=_positive(ic.get("host_link_GBps", 64), f"{where} host_link_GBps") * 1e9,
+        efficiency=Efficiency(**{k: _fraction(eff[k], f"{where} efficiency.{k}") for k in _EFF_KEYS}),
+        latency=Latency(**{f"{k}_s": nonneg(lat[k], f"{where} latency_us.{k}") * 1e-6 for k in _LAT_KEYS}),
+        compute_formats=MappingProxyType(formats),
+        kernel=MappingProxyType(dict(raw.get("kernel", {}))),
+        path=where,
+    )
+
+
+def builtin_hardware() -> list[str]:
+    """Names of the built-in GPUs."""
+    return sorted(p.stem for p in data_dir("hardware").glob("*.toml"))
+
+
+def load_hardware(name_or_path: str | Path) -> HardwareSpec:
+    """Load a built-in GPU by name (``'h100'``) or a hardware TOML file by path."""
+    text = str(name_or_path)
+    p = Path(text)
+    if text.endswith(".toml") or p.is_file():
+        if not p.is_file():
+            raise SpecError(f"hardware file {text} not found")
+        return _parse(load_toml(p), str(p))
+    path = data_dir("hardware") / f"{text.lower()}.toml"
+    if not path.is_file():
+        raise SpecError(f"unknown hardware {text!r}; built-in: {', '.join(builtin_hardware())} "
+                        f"(or give a path to a hardware .toml file)")
+    return _parse(load_toml(path), path.name)

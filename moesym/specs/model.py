@@ -1,0 +1,400 @@
+"""Model specifications: the project's own spec files and HuggingFace ``config.json`` parsing.
+
+A :class:`ModelSpec` holds the shapes every cost term needs. Built-in models live in
+``moesym/catalog/*.toml``, each naming its source. Any HuggingFace ``config.json`` can be given as a
+path; the field spellings of DeepSeek-V3, Qwen2/3-MoE, Mixtral, gpt-oss and Llama-4 are understood.
+
+>>> from moesym.specs.model import load_model
+>>> m = load_model("deepseek-v3")
+>>> m.num_experts, m.experts_per_token, m.moe_layers, m.dense_layers
+(256, 8, 58, 3)
+>>> round(m.total_params() / 1e9, 1), round(m.active_params() / 1e9, 1)
+(671.0, 37.5)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+from .._toml import load_toml
+from ..errors import SpecError
+
+__all__ = ["ModelSpec", "load_model", "builtin_models", "from_hf_config"]
+
+_DTYPES = ("bf16", "fp8", "fp4")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Shapes of a decoder-only transformer with optional MoE layers (all sizes in elements)."""
+
+    name: str
+    source: str
+    hidden_size: int
+    vocab_size: int
+    num_layers: int
+    num_heads: int
+    attention: str = "gqa"  # 'gqa' (MHA is GQA with kv = heads) or 'mla'
+    num_kv_heads: int = 0
+    head_dim: int = 0
+    # MLA (DeepSeek); q_lora_rank 0 means a direct query projection
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # FFN / MoE
+    dense_intermediate_size: int = 0
+    dense_layers: int = 0  # layers with a dense FFN (all layers for a dense model)
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    shared_intermediate_size: int = 0  # all shared experts together
+    expert_groups: int = 1
+    groups_per_token: int = 1
+    # other
+    mtp_layers: int = 0
+    tie_embeddings: bool = False
+    weight_dtype: str = "bf16"  # checkpoint precision of the GEMM weights
+    sliding_window: int = 0  # tokens; 0 = none
+    sliding_layers: int = 0  # layers that use the sliding window
+    published_total_params: float = 0.0
+    published_active_params: float = 0.0
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    # ---- derived shapes
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def moe_layers(self) -> int:
+        return self.num_layers - self.dense_layers
+
+    @property
+    def is_mla(self) -> bool:
+        return self.attention == "mla"
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
+
+    def kv_elements_per_token_layer(self) -> int:
+        """KV-cache elements one token adds to one full-attention layer (before TP sharding)."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.num_kv_heads * self.head_dim
+
+    # ---- parameter counts (elements), used for checks against published totals
+    def attention_params(self) -> int:
+        d, h = self.hidden_size, self.num_heads
+        if self.is_mla:
+            q = (d * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * h * self.qk_head_dim
+                 if self.q_lora_rank else d * h * self.qk_head_dim)
+            kv = (d * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+                  + self.kv_lora_rank * h * (self.qk_nope_head_dim + self.v_head_dim))
+            return q + kv + h * self.v_head_dim * d
+        hd = self.head_dim
+        return d * h * hd + 2 * d * self.num_kv_heads * hd + h * hd * d
+
+    def expert_params(self) -> int:
+        """One routed expert (gate, up, down)."""
+        return 3 * self.hidden_size * self.moe_intermediate_size
+
+    def moe_layer_params(self, active: bool = False) -> int:
+        n = self.experts_per_token if active else self.num_experts
+        router = self.num_experts * self.hidden_size
+        return n * self.expert_params() + 3 * self.hidden_size * self.shared_intermediate_size + router
+
+    def dense_ffn_params(self) -> int:
+        return 3 * self.hidden_size * self.dense_intermediate_size
+
+    def embedding_params(self) -> int:
+        e = self.vocab_size * self.hidden_size
+        return e if self.tie_embeddings else 2 * e
+
+    def total_params(self, include_mtp: bool = False) -> float:
+        """All weights of the main model (norm vectors included); MTP modules only on request."""
+        norms = self.num_layers * 2 * self.hidden_size + self.hidden_size
+        per_layer = (self.num_layers * self.attention_params()
+                     + self.dense_layers * self.dense_ffn_params()
+                     + self.moe_layers * self.moe_layer_params())
+        total = per_layer + self.embedding_params() + norms
+        if include_mtp:
+            total += self.mtp_layers * (self.attention_params() + self.moe_layer_params()
+                                        + 2 * self.hidden_size * self.hidden_size)
+        return float(total)
+
+    def active_params(self) -> float:
+        """Weights a token touches: all but the unselected routed experts (embeddings included)."""
+        inactive = self.moe_layers * (self.num_experts - self.experts_per_token) * self.expert_params()
+        return self.total_params() - inactive
+
+    def with_(self, **changes: Any) -> "ModelSpec":
+        return replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _validate(m: ModelSpec) -> None:
+    where = f"model {m.name}"
+
+    def pos(field: str) -> None:
+        v = getattr(m, field)
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise SpecError(f"{where}: '{field}' must be a positive integer, got {v!r}")
+
+    for f in ("hidden_size", "vocab_size", "num_layers", "num_heads"):
+        pos(f)
+    for f in fields(m):
+        v = getattr(m, f.name)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
+            raise SpecError(f"{where}: '{f.name}' must not be negative, got {v!r}")
+    if m.attention not in ("gqa", "mla"):
+        raise SpecError(f"{where}: 'attention' must be 'gqa' or 'mla', got {m.attention!r}")
+    if m.attention == "gqa":
+        pos("num_kv_heads")
+        pos("head_dim")
+        if m.num_heads % m.num_kv_heads:
+            raise SpecError(f"{where}: num_heads ({m.num_heads}) is not a multiple of "
+                            f"num_kv_heads ({m.num_kv_heads})")
+    else:
+        for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            pos(f)
+    if not 0 <= m.dense_layers <= m.num_layers:
+        raise SpecError(f"{where}: dense_layers ({m.dense_layers}) must be within 0..num_layers "
+                        f"({m.num_layers})")
+    if m.num_experts:
+        pos("experts_per_token")
+        pos("moe_intermediate_size")
+        if m.experts_per_token > m.num_experts:
+            raise SpecError(f"{where}: experts_per_token ({m.experts_per_token}) exceeds "
+                            f"num_experts ({m.num_experts})")
+        if m.num_experts % m.expert_groups:
+            raise SpecError(f"{where}: num_experts ({m.num_experts}) is not a multiple of "
+                            f"expert_groups ({m.expert_groups})")
+        if m.groups_per_token > m.expert_groups:
+            raise SpecError(f"{where}: groups_per_token ({m.groups_per_token}) exceeds "
+                            f"expert_groups ({m.expert_groups})")
+        if m.groups_per_token * (m.num_experts // m.expert_groups) < m.experts_per_token:
+            raise SpecError(f"{where}: groups_per_token x experts per group is smaller than "
+                            f"experts_per_token")
+    else:
+        if m.dense_layers != m.num_layers:
+            raise SpecError(f"{where}: a dense model (num_experts = 0) needs dense_layers = num_layers")
+    if m.dense_layers:
+        pos("dense_intermediate_size")
+    if m.weight_dtype not in _DTYPES:
+        raise SpecError(f"{where}: weight_dtype must be one of {', '.join(_DTYPES)}, got {m.weight_dtype!r}")
+    if m.sliding_layers > m.num_layers:
+        raise SpecError(f"{where}: sliding_layers exceeds num_layers")
+    if m.sliding_layers and not m.sliding_window:
+        raise SpecError(f"{where}: sliding_layers given without sliding_window")
+
+
+# ---------------------------------------------------------------------------------------------
+# Built-in catalog
+def _catalog() -> Path:
+    return Path(str(resources.files("moesym"))) / "catalog"
+
+
+def builtin_models() -> list[str]:
+    return sorted(p.stem for p in _catalog().glob("*.toml"))
+
+
+_FIELD_NAMES = {f.name for f in fields(ModelSpec)}
+
+
+def _from_own_toml(raw: Mapping[str, Any], where: str) -> ModelSpec:
+    unknown = set(raw) - _FIELD_NAMES
+    if unknown:
+        raise SpecError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    for f in ("name", "source", "hidden_size", "vocab_size", "num_layers", "num_heads"):
+        if f not in raw:
+            raise SpecError(f"{where}: missing key '{f}'")
+    return ModelSpec(**raw)
+
+
+def load_model(name_or_path: str | Path) -> ModelSpec:
+    """A built-in model by name, a project spec ``.toml``, or a HuggingFace ``config.json`` path."""
+    text = str(name_or_path)
+    p = Path(text)
+    if p.suffix in (".json", ".toml") or p.is_file() or p.is_dir():
+        if p.is_dir():
+            p = p / "config.json"
+        if not p.is_file():
+            raise SpecError(f"model file {p} not found")
+        if p.suffix == ".toml":
+            return _from_own_toml(load_toml(p), str(p))
+        try:
+            raw = json.loads(p.read_text())
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"{p}: malformed JSON ({exc.msg} at line {exc.lineno})") from None
+        if not isinstance(raw, dict):
+            raise SpecError(f"{p}: a config.json must hold a JSON object")
+        return from_hf_config(raw, name=p.parent.name or p.stem, source=str(p))
+    path = _catalog() / f"{text.lower()}.toml"
+    if not path.is_file():
+        raise SpecError(f"unknown model {text!r}; built-in: {', '.join(builtin_models())} "
+                        f"(or give a path to a HuggingFace config.json)")
+    return _from_own_toml(load_toml(path), path.name)
+
+
+# ---------------------------------------------------------------------------------------------
+# HuggingFace config.json
+class _Cfg:
+    """Field access that names the config and field on a missing or ill-typed value."""
+
+    def __init__(self, raw: Mapping[str, Any], where: str):
+        self.raw, self.where = raw, where
+
+    def has(self, *keys: str) -> bool:
+        return any(k in self.raw and self.raw[k] is not None for k in keys)
+
+    def get(self, *keys: str, default: Any = None) -> Any:
+        for k in keys:
+            if k in self.raw and self.raw[k] is not None:
+                return self.raw[k]
+        return default
+
+    def int(self, *keys: str, default: Any = ...) -> int:
+        v = self.get(*keys)
+        if v is None:
+            if default is ...:
+                raise SpecError(f"{self.where}: missing field '{keys[0]}'"
+                                + (f" (or {', '.join(keys[1:])})" if len(keys) > 1 else ""))
+            return default
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v:
+            raise SpecError(f"{self.where}: field '{keys[0]}' must be an integer, got {v!r}")
+        return int(v)
+
+
+def _hf_weight_dtype(q: Any, where: str) -> str:
+    if not q:
+        return "bf16"
+    if not isinstance(q, dict):
+        raise SpecError(f"{where}: field 'quantization_config' must be an object")
+    method = str(q.get("quant_method", "")).lower()
+    algo = str(q.get("quant_algo", "")).lower()
+    fmt = str(q.get("fmt", q.get("format", ""))).lower()
+    if "fp4" in method or "fp4" in algo or "mxfp4" in fmt or "nvfp4" in fmt:
+        return "fp4"
+    if method in ("fp8", "fbgemm_fp8") or "fp8" in algo or fmt in ("e4m3", "float-quantized"):
+        return "fp8"
+    if method == "compressed-tensors":
+        groups = q.get("config_groups", {}) or {}
+        for g in groups.values():
+            w = (g or {}).get("weights", {}) or {}
+            if w.get("type") == "float" and w.get("num_bits") == 8:
+                return "fp8"
+            if w.get("num_bits") == 4 and w.get("type") == "float":
+                return "fp4"
+    raise SpecError(f"{where}: quantization_config with quant_method {method!r} is not supported; "
+                    f"use an fp8 or fp4 checkpoint or remove quantization_config")
+
+
+def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str = "config.json") -> ModelSpec:
+    """Parse a HuggingFace ``config.json`` (as a dict) into a :class:`ModelSpec`."""
+    where = source
+    top = raw
+    if isinstance(raw.get("text_config"), dict):  # Llama-4, Qwen3.5 and other multimodal wrappers
+        raw = {**raw["text_config"], **{k: v for k, v in raw.items()
+                                         if k == "quantization_config"}}
+    c = _Cfg(raw, where)
+    for f in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
+        if not c.has(f):
+            raise SpecError(f"{where}: missing field '{f}'")
+    d = c.int("hidden_size")
+    n_layers = c.int("num_hidden_layers")
+    heads = c.int("num_attention_heads")
+    is_mla = c.has("kv_lora_rank")
+    kw: dict[str, Any] = dict(name=name, source=source, hidden_size=d, vocab_size=c.int("vocab_size"),
+                              num_layers=n_layers, num_heads=heads)
+    if is_mla:
+        kw.update(attention="mla", q_lora_rank=c.int("q_lora_rank", default=0),
+                  kv_lora_rank=c.int("kv_lora_rank"), qk_nope_head_dim=c.int("qk_nope_head_dim"),
+                  qk_rope_head_dim=c.int("qk_rope_head_dim"), v_head_dim=c.int("v_head_dim"),
+                  num_kv_heads=c.int("num_key_value_heads", default=heads),
+                  head_dim=c.int("qk_nope_head_dim") + c.int("qk_rope_head_dim"))
+    else:
+        kv = c.int("num_key_value_heads", default=heads)
+        hd = c.int("head_dim", default=0) or (d // heads)
+        if not c.has("head_dim") and d % heads:
+            raise SpecError(f"{where}: hidden_size ({d}) is not a multiple of num_attention_heads "
+                            f"({heads}) and no 'head_dim' is given")
+        kw.update(attention="gqa", num_kv_heads=kv, head_dim=hd)
+
+    n_exp = c.int("n_routed_experts", "num_routed_experts", "num_experts", "num_local_experts", default=0)
+    kw["dense_intermediate_size"] = c.int("intermediate_size_mlp", "intermediate_size", "ffn_dim", default=0)
+    if n_exp:
+        topk = c.int("num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k")
+        moe_inter = c.int("moe_intermediate_size", default=0)
+        if not moe_inter:
+            if c.has("intermediate_size"):  # Mixtral, gpt-oss, Llama-4: experts use intermediate_size
+                moe_inter = c.int("intermediate_size")
+            else:
+                raise SpecError(f"{where}: missing field 'moe_intermediate_size' (or intermediate_size)")
+        n_shared = c.int("n_shared_experts", "num_shared_experts", default=0)
+        shared = n_shared * moe_inter
+        if c.has("shared_expert_intermediate_size"):
+            shared = c.int("shared_expert_intermediate_size")
+        model_type = str(top.get("model_type", raw.get("model_type", "")))
+        if "llama4" in model_type and not c.has("n_shared_experts", "num_shared_experts"):
+            shared = c.int("intermediate_size")  # Llama-4 has one shared expert per MoE layer
+        dense_idx = _dense_layer_indices(c, n_layers, where)
+        kw.update(num_experts=n_exp, experts_per_token=topk, moe_intermediate_size=moe_inter,
+                  shared_intermediate_size=shared, dense_layers=len(dense_idx),
+                  expert_groups=c.int("n_group", default=1) or 1,
+                  groups_per_token=c.int("topk_group", default=1) or 1)
+        if kw["dense_layers"] and not kw["dense_intermediate_size"]:
+            raise SpecError(f"{where}: dense layers present but 'intermediate_size' is missing")
+        if "llama4" in model_type and c.has("intermediate_size_mlp"):
+            kw["dense_intermediate_size"] = c.int("intermediate_size_mlp")
+    else:
+        if not kw["dense_intermediate_size"]:
+            raise SpecError(f"{where}: missing field 'intermediate_size'")
+        kw["dense_layers"] = n_layers
+    kw["mtp_layers"] = c.int("num_nextn_predict_layers", "mtp_num_hidden_layers", default=0)
+    kw["tie_embeddings"] = bool(top.get("tie_word_embeddings", raw.get("tie_word_embeddings", False)))
+    kw["weight_dtype"] = _hf_weight_dtype(raw.get("quantization_config"), where)
+    sw = c.int("sliding_window", default=0)
+    layer_types = raw.get("layer_types")
+    if sw and isinstance(layer_types, list) and any(t == "sliding_attention" for t in layer_types):
+        kw.update(sliding_window=sw, sliding_layers=sum(t == "sliding_attention" for t in layer_types))
+    elif sw and raw.get("use_sliding_window"):
+        kw.update(sliding_window=sw, sliding_layers=n_layers)
+    return ModelSpec(**kw)
+
+
+def _dense_layer_indices(c: _Cfg, n_layers: int, where: str) -> list[int]:
+    """Indices of layers with a dense FFN in an MoE config, by each family's rule."""
+    if c.has("first_k_dense_replace", "moe_layer_freq"):  # DeepSeek
+        k = c.int("first_k_dense_replace", default=0)
+        freq = c.int("moe_layer_freq", default=1)
+        if freq <= 0:
+            raise SpecError(f"{where}: field 'moe_layer_freq' must be positive")
+        return [i for i in range(n_layers) if not (i >= k and (i - k) % freq == 0)]
+    if c.has("decoder_sparse_step", "mlp_only_layers"):  # Qwen2/3-MoE
+        step = c.int("decoder_sparse_step", default=1)
+        only = c.get("mlp_only_layers", default=[]) or []
+        if not isinstance(only, list) or any(not isinstance(i, int) or not 0 <= i < n_layers for i in only):
+            raise SpecError(f"{where}: field 'mlp_only_layers' must list layer indices in 0..{n_layers - 1}")
+        if step <= 0:
+            raise SpecError(f"{where}: field 'decoder_sparse_step' must be positive")
+        return [i for i in range(n_layers) if i in only or (i + 1) % step != 0]
+    if c.has("interleave_moe_layer_step"):  # Llama-4
+        step = c.int("interleave_moe_layer_step")
+        if step <= 0:
+            raise SpecError(f"{where}: field 'interleave_moe_layer_step' must be positive")
+        return [i for i in range(n_layers) if (i + 1) % step != 0]
+    if c.has("moe_layers"):
+        moe = c.get("moe_layers")
+        return [i for i in range(n_layers) if i not in moe]
+    return []

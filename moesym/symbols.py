@@ -1,0 +1,171 @@
+"""Every SymPy symbol moesym uses, declared once with its assumptions, unit and meaning.
+
+Nothing else in the package creates symbols: cost terms receive these (or plain numbers) as
+arguments. Values are bound through ``{symbol: value}`` maps that :func:`check_bindings` checks
+against an expression's free symbols.
+
+>>> from moesym.symbols import S, describe
+>>> S.hidden
+d
+>>> describe(S.hidden)
+'d [elements]: model hidden size'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Iterable, Mapping
+
+import sympy as sp
+
+__all__ = ["S", "SymbolInfo", "INFO", "describe", "by_name", "check_bindings", "BindingError"]
+
+
+@dataclass(frozen=True)
+class SymbolInfo:
+    name: str
+    latex: str
+    unit: str
+    meaning: str
+    kind: str  # 'workload', 'deployment', 'model', 'precision', 'hardware', 'calibration', 'routing'
+
+
+# (attribute, printed name, unit, meaning, kind, assumptions)
+_TABLE: tuple[tuple[str, str, str, str, str, dict], ...] = (
+    # --- workload
+    ("batch", "B", "requests", "decode requests per attention data-parallel rank (all micro-batches)", "workload", {"positive": True}),
+    ("tokens", "T", "tokens", "prefill tokens per attention data-parallel rank per step (all micro-batches)", "workload", {"positive": True}),
+    ("context", "L", "tokens", "prompt length (prefill) or mean KV length per request (decode)", "workload", {"positive": True}),
+    ("chunk", "C", "tokens", "prefill chunk length of one prompt (chunked prefill; C = L when unchunked)", "workload", {"positive": True}),
+    # --- deployment
+    ("gpus", "N_gpu", "GPUs", "GPUs in one serving instance", "deployment", {"positive": True}),
+    ("gpus_per_node", "N_node", "GPUs", "GPUs per node (scale-up domain)", "deployment", {"positive": True}),
+    ("tp", "t_p", "GPUs", "attention tensor-parallel degree", "deployment", {"positive": True}),
+    ("ep", "e_p", "GPUs", "expert-parallel degree", "deployment", {"positive": True}),
+    ("micro_batches", "n_mb", "1", "micro-batches pipelined through a layer", "deployment", {"positive": True}),
+    ("redundant", "R_e", "experts", "redundant expert replicas added for load balancing (EPLB)", "deployment", {"nonnegative": True}),
+    # --- model shape
+    ("hidden", "d", "elements", "model hidden size", "model", {"positive": True}),
+    ("vocab", "V", "tokens", "vocabulary size", "model", {"positive": True}),
+    ("n_moe_layers", "N_moe", "layers", "number of MoE layers", "model", {"nonnegative": True}),
+    ("n_dense_layers", "N_dense", "layers", "number of layers with a dense FFN", "model", {"nonnegative": True}),
+    ("heads", "n_h", "heads", "attention query heads", "model", {"positive": True}),
+    ("kv_heads", "n_kv", "heads", "attention key/value heads (GQA)", "model", {"positive": True}),
+    ("head_dim", "d_h", "elements", "attention head size (q, k, v)", "model", {"positive": True}),
+    ("q_lora", "r_q", "elements", "MLA query low-rank size (q_lora_rank)", "model", {"positive": True}),
+    ("kv_lora", "r_kv", "elements", "MLA key/value latent size (kv_lora_rank)", "model", {"positive": True}),
+    ("qk_nope", "d_nope", "elements", "MLA per-head q/k size without rotary part", "model", {"positive": True}),
+    ("qk_rope", "d_rope", "elements", "MLA per-head rotary q/k size (shared rotary key)", "model", {"positive": True}),
+    ("v_head", "d_v", "elements", "MLA per-head value size", "model", {"positive": True}),
+    ("experts", "E", "experts", "routed experts", "model", {"positive": True}),
+    ("topk", "k", "experts", "routed experts selected per token", "model", {"positive": True}),
+    ("moe_inter", "d_e", "elements", "routed expert intermediate size", "model", {"positive": True}),
+    ("shared_inter", "d_s", "elements", "total shared-expert intermediate size (all shared experts)", "model", {"positive": True}),
+    ("dense_inter", "d_ff", "elements", "dense FFN intermediate size", "model", {"positive": True}),
+    ("n_groups", "G", "groups", "expert groups for group-limited routing (n_group)", "model", {"positive": True}),
+    ("topk_groups", "k_G", "groups", "groups a token may route into (topk_group)", "model", {"positive": True}),
+    # --- precision (bytes per element, scale-factor overhead included)
+    ("w_bytes", "b_w", "bytes", "bytes per weight element of GEMM weights (scales included)", "precision", {"positive": True}),
+    ("kv_bytes", "b_kv", "bytes", "bytes per KV-cache element", "precision", {"positive": True}),
+    ("act_bytes", "b_a", "bytes", "bytes per activation element (bf16 = 2)", "precision", {"positive": True}),
+    ("dispatch_bytes", "b_disp", "bytes", "bytes per dispatched activation element (fp8 + scales)", "precision", {"positive": True}),
+    ("combine_bytes", "b_comb", "bytes", "bytes per combined activation element (bf16 = 2)", "precision", {"positive": True}),
+    # --- hardware peaks
+    ("flops_gemm", "F_g", "FLOP/s", "dense tensor-core peak for the GEMM compute dtype", "hardware", {"positive": True}),
+    ("flops_attn", "F_a", "FLOP/s", "dense tensor-core peak for attention (bf16)", "hardware", {"positive": True}),
+    ("hbm_bw", "W", "bytes/s", "HBM bandwidth peak", "hardware", {"positive": True}),
+    ("hbm_capacity", "M_hbm", "bytes", "HBM capacity per GPU", "hardware", {"positive": True}),
+    ("bw_up", "W_up", "bytes/s", "scale-up (NVLink) bandwidth per GPU per direction", "hardware", {"positive": True}),
+    ("bw_out", "W_out", "bytes/s", "scale-out (RDMA) bandwidth per GPU per direction", "hardware", {"positive": True}),
+    ("sms", "N_SM", "SMs", "streaming multiprocessors per GPU", "hardware", {"positive": True}),
+    # --- efficiencies and fixed latencies (calibration)
+    ("eff_gemm", "eta_g", "1", "achieved fraction of peak FLOP/s in dense GEMMs", "calibration", {"positive": True}),
+    ("eff_grouped", "eta_gg", "1", "achieved fraction of peak FLOP/s in grouped (expert) GEMMs", "calibration", {"positive": True}),
+    ("eff_attn", "eta_a", "1", "achieved fraction of peak FLOP/s in attention kernels", "calibration", {"positive": True}),
+    ("eff_mem", "eta_m", "1", "achieved fraction of HBM bandwidth", "calibration", {"positive": True}),
+    ("eff_up", "eta_up", "1", "achieved fraction of scale-up bandwidth", "calibration", {"positive": True}),
+    ("eff_out", "eta_out", "1", "achieved fraction of scale-out bandwidth", "calibration", {"positive": True}),
+    ("lat_up", "tau_up", "s", "fixed latency of one scale-up transfer", "calibration", {"nonnegative": True}),
+    ("lat_out", "tau_out", "s", "fixed latency of one scale-out transfer", "calibration", {"nonnegative": True}),
+    ("t_kernel", "tau_k", "s", "fixed time per kernel launch (launch + tail)", "calibration", {"nonnegative": True}),
+    ("t_layer", "tau_l", "s", "fixed overhead per layer beyond its kernels", "calibration", {"nonnegative": True}),
+    ("t_step", "tau_s", "s", "fixed overhead per step (scheduler, sampling, host)", "calibration", {"nonnegative": True}),
+    ("comm_sm_share", "phi_sm", "1", "share of SMs held by communication kernels while they run", "calibration", {"nonnegative": True}),
+    # --- routing statistics
+    ("zipf_s", "s_z", "1", "Zipf exponent of expert popularity", "routing", {"nonnegative": True}),
+    ("tile_m", "m_tile", "rows", "grouped-GEMM M tile (rows each expert is padded to)", "calibration", {"positive": True}),
+    ("imbalance", "lambda_ep", "1", "busiest EP rank's load over the mean load", "routing", {"positive": True}),
+)
+
+_syms: dict[str, sp.Symbol] = {}
+_info: dict[sp.Symbol, SymbolInfo] = {}
+for _attr, _name, _unit, _meaning, _kind, _assume in _TABLE:
+    _s = sp.Symbol(_name, real=True, **_assume)
+    _syms[_attr] = _s
+    _info[_s] = SymbolInfo(_attr, _name, _unit, _meaning, _kind)
+
+
+class _Namespace:
+    """Read-only attribute access to the declared symbols (``S.hidden``)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, item: str) -> sp.Symbol:
+        try:
+            return _syms[item]
+        except KeyError:
+            raise AttributeError(f"moesym declares no symbol {item!r}") from None
+
+    def __iter__(self):
+        return iter(_syms.values())
+
+    def __dir__(self):
+        return sorted(_syms)
+
+
+S = _Namespace()
+INFO: Mapping[sp.Symbol, SymbolInfo] = MappingProxyType(_info)
+
+
+def by_name(name: str) -> sp.Symbol:
+    """The symbol declared under attribute ``name`` (``'batch'``) or printed name (``'B'``)."""
+    if name in _syms:
+        return _syms[name]
+    for s, info in _info.items():
+        if info.latex == name:
+            return s
+    raise KeyError(f"unknown symbol {name!r}; known: {', '.join(sorted(_syms))}")
+
+
+def describe(sym: sp.Symbol) -> str:
+    info = _info[sym]
+    return f"{sym} [{info.unit}]: {info.meaning}"
+
+
+class BindingError(ValueError):
+    """A value map does not match an expression's free symbols."""
+
+
+def check_bindings(expr: sp.Expr | Iterable[sp.Expr], values: Mapping[sp.Symbol, object],
+                   free: Iterable[sp.Symbol] = ()) -> None:
+    """Raise :class:`BindingError` if ``values`` plus ``free`` differ from the free symbols.
+
+    >>> from moesym.symbols import S, check_bindings
+    >>> check_bindings(S.hidden * S.batch, {S.hidden: 7168}, free=[S.batch])
+    >>> check_bindings(S.hidden, {S.hidden: 1, S.batch: 2})
+    Traceback (most recent call last):
+    ...
+    moesym.symbols.BindingError: stray binding(s) not in the expression: B
+    """
+    exprs = [expr] if isinstance(expr, sp.Basic) else list(expr)
+    needed: set[sp.Symbol] = set()
+    for e in exprs:
+        needed |= sp.sympify(e).free_symbols
+    given = set(values) | set(free)
+    missing = needed - given
+    stray = given - needed
+    if missing:
+        raise BindingError("missing binding(s): " + ", ".join(sorted(map(str, missing))))
+    if stray:
+        raise BindingError("stray binding(s) not in the expression: " + ", ".join(sorted(map(str, stray))))

@@ -1,0 +1,1 @@
+"""Cost terms: pure functions returning SymPy expressions (never numbers-only NumPy code)."""

@@ -1,0 +1,118 @@
+"""Attention: projections (GQA/MHA and MLA) and the attention core (decode and causal prefill).
+
+All costs are per GPU for ``tokens`` tokens of one attention data-parallel rank; heads are split
+over the ``tp`` ranks of the tensor-parallel group.
+
+>>> from moesym.terms.attention import gemm
+>>> from moesym.symbols import S
+>>> g = gemm("o_proj", S.batch, S.hidden, S.hidden, w_bytes=1, act_bytes=2)
+>>> g.flops
+2*B*d**2
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from .cost import Cost, GemmShape, KernelClass, sym
+from .dims import Dims
+
+__all__ = ["gemm", "attention_projections", "attention_core_decode", "attention_core_prefill",
+           "kv_bytes_per_token_layer"]
+
+
+def gemm(name: str, m, n, k, w_bytes, act_bytes, kind: KernelClass = KernelClass.GEMM,
+         groups=1, layout: str = "dense") -> Cost:
+    """One GEMM of ``groups`` problems, each (m x k) @ (k x n), weights read once per group.
+
+    FLOPs = 2 m n k groups; HBM bytes = groups (n k w_bytes + m (k + n) act_bytes).
+
+    >>> gemm("up", 4, 8, 16, w_bytes=2, act_bytes=2).hbm_bytes
+    448
+    """
+    m, n, k, g = sym(m), sym(n), sym(k), sym(groups)
+    return Cost(name, kind, flops=2 * m * n * k * g,
+                hbm_bytes=g * (n * k * sym(w_bytes) + m * (k + n) * sym(act_bytes)),
+                launches=1, shape=GemmShape(m, n, k, g, layout))
+
+
+def attention_projections(D: Dims, tokens, mla: bool) -> list[Cost]:
+    """Q/K/V/O projection GEMMs for ``tokens`` tokens on one GPU.
+
+    GQA: q = d x (h d_h), k and v = d x (h_kv d_h) each, o = (h d_h) x d, with h = n_h / tp and
+    h_kv = max(n_kv / tp, 1). MLA (DeepSeek): q_a = d x r_q and kv_a = d x (r_kv + d_rope) are
+    replicated over TP; q_b = r_q x h (d_nope + d_rope), kv_b = r_kv x h (d_nope + d_v),
+    o = h d_v x d. Absorbing kv_b into q and o in decode (as FlashMLA kernels do) moves the same
+    weights and FLOPs per token (h d_nope r_kv + h r_kv d_v = r_kv h (d_nope + d_v)), so one set
+    of GEMMs serves both phases; the difference lives in the attention core.
+    """
+    t = sym(tokens)
+    d, wb, ab = D.hidden, D.w_bytes, D.act_bytes
+    h = D.local_heads
+    if mla:
+        out = []
+        if D.q_lora != 0:
+            out.append(gemm("q_a_proj", t, D.q_lora, d, wb, ab))
+            out.append(gemm("q_b_proj", t, h * (D.qk_nope + D.qk_rope), D.q_lora, wb, ab))
+        else:
+            out.append(gemm("q_proj", t, h * (D.qk_nope + D.qk_rope), d, wb, ab))
+        out.append(gemm("kv_a_proj", t, D.kv_lora + D.qk_rope, d, wb, ab))
+        out.append(gemm("kv_b_proj", t, h * (D.qk_nope + D.v_head), D.kv_lora, wb, ab))
+        out.append(gemm("o_proj", t, d, h * D.v_head, wb, ab))
+        return out
+    hd = D.head_dim
+    return [gemm("qkv_proj", t, (h + 2 * D.local_kv_heads) * hd, d, wb, ab),
+            gemm("o_proj", t, d, h * hd, wb, ab)]
+
+
+def kv_bytes_per_token_layer(D: Dims, mla: bool) -> sp.Expr:
+    """KV-cache bytes one token adds to one layer on one GPU.
+
+    MLA: (r_kv + d_rope) b_kv (the latent is not sharded by TP); GQA: 2 h_kv d_h b_kv.
+    """
+    if mla:
+        return (D.kv_lora + D.qk_rope) * D.kv_bytes
+    return 2 * D.local_kv_heads * D.head_dim * D.kv_bytes
+
+
+def attention_core_decode(D: Dims, batch, context, mla: bool) -> Cost:
+    """Decode attention for ``batch`` requests with mean KV length ``context`` (one layer).
+
+    Bound by the KV read: bytes = B L kv_bytes_per_token_layer + q/o activations.
+    MLA (absorbed, latent attention over r_kv + d_rope): FLOPs = 2 B h L (2 r_kv + d_rope).
+    GQA: FLOPs = 4 B h L d_h.
+    """
+    b, L = sym(batch), sym(context)
+    h = D.local_heads
+    if mla:
+        flops = 2 * b * h * L * (2 * D.kv_lora + D.qk_rope)
+        act = b * h * (2 * D.kv_lora + D.qk_rope) * D.act_bytes
+    else:
+        flops = 4 * b * h * L * D.head_dim
+        act = 2 * b * h * D.head_dim * D.act_bytes
+    return Cost("attention_core", KernelClass.ATTENTION, flops=flops,
+                hbm_bytes=b * L * kv_bytes_per_token_layer(D, mla) + act, launches=1)
+
+
+def attention_core_prefill(D: Dims, tokens, context, chunk, mla: bool) -> Cost:
+    """Causal prefill attention for ``tokens`` tokens of prompts of length ``context`` (one layer).
+
+    Per token the causal mean over a prompt gives FLOPs = h (d_qk + d_v) L (QK^T and PV, 2 FLOPs
+    per multiply-add, half the L x L square), whatever the chunk size. Bytes: Q, K, V, O streamed
+    once, plus, with chunks of C < L, each chunk re-reads the cached prefix: on average (L - C) / 2
+    tokens of KV per chunk, i.e. T (L - C) / (2 C) KV entries. MLA prefill is not absorbed:
+    d_qk = d_nope + d_rope, d_v per head.
+    """
+    t, L, c = sym(tokens), sym(context), sym(chunk)
+    h = D.local_heads
+    if mla:
+        dqk, dv = D.qk_nope + D.qk_rope, D.v_head
+        kv_heads = h
+    else:
+        dqk, dv = D.head_dim, D.head_dim
+        kv_heads = D.local_kv_heads
+    flops = t * h * (dqk + dv) * L
+    stream = t * (h + kv_heads) * (dqk + dv) * D.act_bytes
+    prefix = t * (L - c) / (2 * c) * kv_bytes_per_token_layer(D, mla)
+    return Cost("attention_core", KernelClass.ATTENTION, flops=flops, hbm_bytes=stream + prefix,
+                launches=1)

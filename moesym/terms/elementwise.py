@@ -1,0 +1,72 @@
+"""Memory-bound elementwise work that real profiles show is large next to small-batch GEMMs.
+
+Norms with fused residual adds, rotary embedding, KV-cache writes, activation quantization casts,
+SwiGLU activation, and the permute / unpermute (gather and weighted scatter) around the routed
+experts. Each is HBM bytes read + written at an achieved fraction of HBM bandwidth, plus one
+kernel launch.
+
+>>> from moesym.terms.elementwise import norm_residual
+>>> from moesym.terms.dims import symbolic_dims
+>>> from moesym.symbols import S
+>>> norm_residual(symbolic_dims(), S.batch).hbm_bytes
+4*B*b_a*d
+"""
+
+from __future__ import annotations
+
+from .attention import kv_bytes_per_token_layer
+from .cost import Cost, KernelClass, sym
+from .dims import Dims
+
+__all__ = ["norm_residual", "attention_elementwise", "moe_elementwise", "swiglu_activation"]
+
+_EW = KernelClass.ELEMENTWISE
+
+
+def norm_residual(D: Dims, tokens) -> Cost:
+    """RMSNorm with the residual add fused: read x and residual, write both: 4 t d b_a bytes."""
+    return Cost("norm_residual", _EW, hbm_bytes=4 * sym(tokens) * D.hidden * D.act_bytes, launches=1)
+
+
+def attention_elementwise(D: Dims, tokens, mla: bool, fp8_gemm: bool) -> Cost:
+    """Rotary embedding, KV-cache write, MLA latent norms and fp8 input casts of one layer.
+
+    rotary: read + write of the rotary parts of q and k; KV write: one token's KV per layer;
+    MLA adds RMSNorms of the q and kv latents; fp8 casts read b_a and write 1 byte per element of
+    each GEMM input (d, and r_q, h d_v for MLA or h d_h for GQA).
+    """
+    t = sym(tokens)
+    h, ab = D.local_heads, D.act_bytes
+    if mla:
+        rope = 2 * (h + 1) * D.qk_rope * ab
+        norms = 2 * 2 * (D.q_lora + D.kv_lora) * ab
+        cast_in = D.hidden + D.q_lora + D.kv_lora + h * D.v_head
+        launches = 5
+    else:
+        rope = 2 * (h + D.local_kv_heads) * D.head_dim * ab
+        norms = 0
+        cast_in = D.hidden + h * D.head_dim
+        launches = 3
+    cast = (ab + 1) * cast_in if fp8_gemm else 0
+    kv_write = kv_bytes_per_token_layer(D, mla)
+    return Cost("attention_elementwise", _EW, hbm_bytes=t * (rope + norms + cast + kv_write),
+                launches=launches + (1 if fp8_gemm else 0))
+
+
+def swiglu_activation(name: str, rows, width, act_bytes) -> Cost:
+    """SiLU(gate) * up: read 2 x width, write width, per row."""
+    return Cost(name, _EW, hbm_bytes=3 * sym(rows) * sym(width) * sym(act_bytes), launches=1)
+
+
+def moe_elementwise(D: Dims, moe_tokens, rows) -> Cost:
+    """Top-k selection, permute into expert order, and weighted unpermute-reduce.
+
+    permute: read and write each routed copy (rows x d x b_disp); unpermute: read rows x d x b_a,
+    write moe_tokens x d x b_a; top-k: read the router logits (tokens x E x 4 bytes).
+    """
+    t, r = sym(moe_tokens), sym(rows)
+    d = D.hidden
+    permute = 2 * r * d * D.dispatch_bytes
+    unpermute = r * d * D.act_bytes + t * d * D.act_bytes
+    topk = t * D.experts * 4
+    return Cost("moe_elementwise", _EW, hbm_bytes=permute + unpermute + topk, launches=3)

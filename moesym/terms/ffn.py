@@ -1,0 +1,92 @@
+"""FFN terms: dense SwiGLU FFN, routed experts, shared experts, router, LM head, embedding.
+
+Routed experts follow seed 000 section 4: FLOPs = 6 x tokens x d x d_e x k (gate, up and down,
+2 FLOPs per multiply-add), with the weight-load floor max(compute, load) applied by the layer
+model, which keeps the two apart so both show in the breakdown.
+
+>>> from moesym.terms.ffn import routed_expert_compute
+>>> from moesym.terms.dims import symbolic_dims
+>>> from moesym.symbols import S
+>>> D = symbolic_dims()
+>>> sum(c.flops for c in routed_expert_compute(D, S.batch, imbalance=1))
+6*B*d*d_e*k/t_p
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from .attention import gemm
+from .cost import Cost, KernelClass, sym
+from .dims import Dims
+
+__all__ = ["dense_ffn", "routed_expert_compute", "routed_expert_weight_load", "shared_expert",
+           "router", "lm_head", "embedding", "moe_tokens_per_gpu"]
+
+
+def dense_ffn(D: Dims, tokens) -> list[Cost]:
+    """Dense SwiGLU FFN, intermediate split over TP: gate+up (N = 2 d_ff / tp) and down GEMMs."""
+    t = sym(tokens)
+    inter = D.dense_inter / D.tp
+    return [gemm("ffn_gate_up", t, 2 * inter, D.hidden, D.w_bytes, D.act_bytes),
+            gemm("ffn_down", t, D.hidden, inter, D.w_bytes, D.act_bytes)]
+
+
+def moe_tokens_per_gpu(D: Dims, tokens) -> sp.Expr:
+    """Tokens each GPU sends into the MoE layer: its DP rank's tokens split over the TP group."""
+    return sym(tokens) / D.tp
+
+
+def routed_expert_compute(D: Dims, tokens, imbalance=1, padded_rows=None,
+                          layout: str = "contiguous") -> list[Cost]:
+    """Grouped GEMMs of the routed experts on the busiest GPU (weights excluded: see load term).
+
+    Rows per GPU = (tokens / tp) x k x imbalance (expert-TP ranks see gpus/ep times the rows at
+    1/(gpus/ep) of the width, so FLOPs per GPU do not depend on the EP x expert-TP split).
+    FLOPs = 6 x rows x d x d_e / expert_tp ... summed over gate+up (4) and down (2).
+    ``padded_rows`` replaces the rows when tile padding or a batched layout computes more rows.
+    """
+    rows_real = moe_tokens_per_gpu(D, tokens) * D.topk * sym(imbalance) * D.expert_tp
+    rows = rows_real if padded_rows is None else sym(padded_rows)
+    inter = D.moe_inter / D.expert_tp
+    g = D.local_experts
+    m = rows / g
+    up = gemm("experts_gate_up", m, 2 * inter, D.hidden, 0, D.act_bytes, KernelClass.GROUPED_GEMM,
+              groups=g, layout=layout)
+    down = gemm("experts_down", m, D.hidden, inter, 0, D.act_bytes, KernelClass.GROUPED_GEMM,
+                groups=g, layout=layout)
+    return [up, down]
+
+
+def routed_expert_weight_load(D: Dims, touched_experts) -> Cost:
+    """HBM read of the routed-expert weights a GPU must load: touched local experts x 3 d d_e / etp.
+
+    With lazy expert loading ``touched_experts`` is the expected number of local experts that
+    receive at least one token; without it, all local experts.
+    """
+    per_expert = 3 * D.hidden * D.moe_inter / D.expert_tp * D.w_bytes
+    return Cost("moe_weight_load", KernelClass.GROUPED_GEMM, hbm_bytes=sym(touched_experts) * per_expert)
+
+
+def shared_expert(D: Dims, tokens) -> list[Cost]:
+    """Shared experts: a dense SwiGLU FFN of width d_s split over TP, never over EP."""
+    t = sym(tokens)
+    inter = D.shared_inter / D.tp
+    return [gemm("shared_gate_up", t, 2 * inter, D.hidden, D.w_bytes, D.act_bytes),
+            gemm("shared_down", t, D.hidden, inter, D.w_bytes, D.act_bytes)]
+
+
+def router(D: Dims, tokens) -> Cost:
+    """Router logits: a (tokens x d) @ (d x E) GEMM with bf16 weights, plus the top-k selection."""
+    return gemm("router", sym(tokens), D.experts, D.hidden, D.act_bytes, D.act_bytes)
+
+
+def lm_head(D: Dims, tokens_out) -> Cost:
+    """LM head over the vocabulary (split over TP), bf16 weights, for tokens that emit logits."""
+    return gemm("lm_head", sym(tokens_out), D.vocab / D.tp, D.hidden, D.act_bytes, D.act_bytes)
+
+
+def embedding(D: Dims, tokens) -> Cost:
+    """Embedding gather: read and write one d-vector per token."""
+    return Cost("embedding", KernelClass.ELEMENTWISE, hbm_bytes=2 * sym(tokens) * D.hidden * D.act_bytes,
+                launches=1)

@@ -1,0 +1,82 @@
+"""Turn a :class:`~moesym.terms.cost.Cost` into time: the roofline with named efficiencies.
+
+time = max(FLOPs / (peak x eta_class), HBM bytes / (W x eta_m)) + network bytes / bandwidth
+       + launches x tau_k + fixed latency
+
+Each kernel class has its own efficiency symbol (eta_g, eta_gg, eta_a; eta_m for memory).
+
+>>> from moesym.timing import RooflineTiming
+>>> from moesym.terms.attention import gemm
+>>> from moesym.symbols import S
+>>> tt = RooflineTiming().time(gemm("g", S.batch, S.hidden, S.hidden, S.w_bytes, S.act_bytes))
+>>> tt.compute_s
+2*B*d**2/(F_g*eta_g)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from .symbols import S
+from .terms.cost import Cost, KernelClass
+
+__all__ = ["TermTime", "RooflineTiming"]
+
+
+@dataclass(frozen=True)
+class TermTime:
+    """Time of one term split by what bounds it (all SymPy expressions in seconds)."""
+
+    name: str
+    compute_s: sp.Expr
+    memory_s: sp.Expr
+    comm_s: sp.Expr
+    overhead_s: sp.Expr
+
+    @property
+    def total_s(self) -> sp.Expr:
+        return sp.Max(self.compute_s, self.memory_s) + self.comm_s + self.overhead_s
+
+    def __add__(self, other: "TermTime") -> "TermTime":
+        """Two kernels run one after the other (each keeps its own roofline max)."""
+        return _Sum(self.name, (self, other))
+
+
+class _Sum(TermTime):
+    def __init__(self, name, parts):
+        flat = []
+        for p in parts:
+            flat.extend(p.parts if isinstance(p, _Sum) else [p])
+        object.__setattr__(self, "parts", tuple(flat))
+        object.__setattr__(self, "name", name)
+        for f in ("compute_s", "memory_s", "comm_s", "overhead_s"):
+            object.__setattr__(self, f, sp.Add(*(getattr(p, f) for p in flat)))
+
+    @property
+    def total_s(self) -> sp.Expr:
+        return sp.Add(*(p.total_s for p in self.parts))
+
+
+@dataclass(frozen=True)
+class RooflineTiming:
+    """Roofline timing with per-class efficiency symbols (the default time model)."""
+
+    def peak(self, kind: KernelClass) -> sp.Expr:
+        return {
+            KernelClass.GEMM: S.flops_gemm * S.eff_gemm,
+            KernelClass.GROUPED_GEMM: S.flops_gemm * S.eff_grouped,
+            KernelClass.ATTENTION: S.flops_attn * S.eff_attn,
+        }.get(kind, S.flops_gemm * S.eff_gemm)
+
+    def time(self, c: Cost) -> TermTime:
+        compute = c.flops / self.peak(c.kind) if c.flops != 0 else sp.Integer(0)
+        memory = c.hbm_bytes / (S.hbm_bw * S.eff_mem) if c.hbm_bytes != 0 else sp.Integer(0)
+        if c.kind is KernelClass.COMM:
+            comm = (c.net_bytes / c.net_bw if c.net_bytes != 0 else sp.Integer(0)) + c.fixed_s
+            overhead = c.launches * S.t_kernel
+        else:
+            comm = sp.Integer(0)
+            overhead = c.launches * S.t_kernel + c.fixed_s
+        return TermTime(c.name, compute, memory, comm, overhead)
