@@ -1,0 +1,133 @@
+"""Flags shared by the subcommands (CONTRACT.md 'Shared meanings') and their parsing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from ..errors import MoesymError
+from ..specs.deployment import A2AMode, Deployment, Phase, Routing, Workload
+from ..specs.hardware import HardwareSpec, load_hardware
+from ..specs.model import ModelSpec, load_model
+
+__all__ = ["add_model_hw", "add_deployment", "add_workload", "add_json", "deployment_from",
+           "workload_from", "model_hw_from", "emit_json", "positive_int", "positive_float",
+           "fmt_s", "add_bench_data"]
+
+
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return v
+
+
+def positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return v
+
+
+def add_model_hw(p: argparse.ArgumentParser, model: bool = True) -> None:
+    if model:
+        p.add_argument("model", help="built-in model name or path to a HuggingFace config.json")
+    p.add_argument("--hardware", required=True, help="built-in GPU name or path to a hardware .toml")
+
+
+def add_bench_data(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bench-data", default=None, metavar="DIR",
+                   help="folder of kernel tables (InferSim CSV layout) to calibrate kernel times")
+
+
+def add_deployment(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("deployment")
+    g.add_argument("--gpus", type=positive_int, default=1)
+    g.add_argument("--gpus-per-node", type=positive_int, default=8)
+    g.add_argument("--tp", type=positive_int, default=1)
+    g.add_argument("--ep", type=positive_int, default=None, help="default: --gpus")
+    g.add_argument("--micro-batches", type=positive_int, default=1)
+    g.add_argument("--weights", choices=("bf16", "fp8", "fp4"), default="bf16")
+    g.add_argument("--kv", choices=("bf16", "fp8"), default="bf16")
+    g.add_argument("--a2a", choices=[m.value for m in A2AMode], default="auto")
+    g.add_argument("--routing", default="uniform", help="uniform, balanced or zipf:S")
+    g.add_argument("--redundant-experts", type=nonneg_int, default=0)
+    g.add_argument("--layout", choices=("contiguous", "batched"), default="contiguous",
+                   help="grouped-GEMM activation layout of the routed experts")
+
+
+def add_workload(p: argparse.ArgumentParser, phase: bool = True, required_phase: bool = True) -> None:
+    g = p.add_argument_group("workload")
+    if phase:
+        g.add_argument("--phase", choices=("prefill", "decode"), required=required_phase,
+                       default=None if required_phase else "decode")
+    g.add_argument("--batch", type=positive_int, default=1,
+                   help="decode requests per attention data-parallel rank")
+    g.add_argument("--tokens", type=positive_int, default=None,
+                   help="prefill tokens per attention data-parallel rank per step")
+    g.add_argument("--context", type=positive_int, default=4096,
+                   help="prompt length (prefill) or mean KV length (decode)")
+    g.add_argument("--chunk", type=positive_int, default=None, help="prefill chunk length")
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def model_hw_from(args) -> tuple[ModelSpec, HardwareSpec]:
+    return load_model(args.model), load_hardware(args.hardware)
+
+
+def deployment_from(args) -> Deployment:
+    return Deployment(gpus=args.gpus, gpus_per_node=args.gpus_per_node, tp=args.tp, ep=args.ep,
+                      micro_batches=args.micro_batches, weights=args.weights, kv=args.kv,
+                      a2a=A2AMode(args.a2a), routing=Routing.parse(args.routing),
+                      redundant_experts=args.redundant_experts, layout=args.layout)
+
+
+def workload_from(args, phase: str | None = None) -> Workload:
+    ph = Phase(phase or args.phase)
+    if ph is Phase.PREFILL:
+        return Workload(ph, tokens=args.tokens or args.context, context=args.context,
+                        chunk=getattr(args, "chunk", None) or 0)
+    return Workload(ph, batch=args.batch, context=args.context)
+
+
+def emit_json(obj) -> None:
+    def default(o):
+        if hasattr(o, "item"):
+            return o.item()
+        raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+    try:
+        text = json.dumps(obj, default=default, allow_nan=False)
+    except ValueError as exc:
+        raise MoesymError(f"result is not finite: {exc}") from None
+    sys.stdout.write(text + "\n")
+
+
+def fmt_s(x: float) -> str:
+    """Seconds in a readable unit (edge conversion only)."""
+    if x >= 1:
+        return f"{x:.3f} s"
+    if x >= 1e-3:
+        return f"{x * 1e3:.3f} ms"
+    return f"{x * 1e6:.1f} us"

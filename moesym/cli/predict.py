@@ -1,0 +1,43 @@
+"""``moesym predict``: step time, throughput and per-term breakdown of one configuration."""
+
+from __future__ import annotations
+
+from ..model.step import BREAKDOWN_KEYS, build_step
+from .common import (add_deployment, add_json, add_model_hw, add_workload, deployment_from, emit_json,
+                     fmt_s, model_hw_from, workload_from)
+
+__all__ = ["register"]
+
+
+def register(sub) -> None:
+    p = sub.add_parser("predict", help="time one prefill or decode step")
+    add_model_hw(p)
+    add_workload(p)
+    add_deployment(p)
+    add_json(p)
+    p.add_argument("--show-expr", action="store_true", help="print each term's SymPy expression")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    model, hw = model_hw_from(args)
+    step = build_step(model, hw, deployment_from(args), workload_from(args))
+    r = step.predict()
+    if args.json:
+        emit_json(r)
+        return 0
+    wl, dep = step.workload, step.deployment
+    print(f"{model.name} on {dep.gpus} x {hw.name}  {wl.phase.value}  tp={dep.tp} ep={dep.ep} "
+          f"micro-batches={dep.micro_batches} weights={dep.weights}")
+    print(f"  step time        {fmt_s(r['step_time_s'])}")
+    print(f"  tokens/GPU/s     {r['tokens_per_gpu_s']:.1f}")
+    key = "tpot_s" if "tpot_s" in r else "ttft_s"
+    print(f"  {key:<16} {fmt_s(r[key])}")
+    print(f"  bound            {r['bound']}")
+    print("  per layer (busy time, whole per-GPU batch, before overlap):")
+    for k in BREAKDOWN_KEYS:
+        print(f"    {k:<16} {fmt_s(r['per_layer_s'][k]):>12}")
+        if args.show_expr:
+            print(f"      = {step.per_layer_s[k]}")
+    print(f"    {'layer (overlap)':<16} {fmt_s(r['layer_s']):>12}")
+    return 0
