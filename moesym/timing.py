@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from .symbols import S
-from .terms.cost import Cost, KernelClass
+from .terms.cost import Cost, KernelClass, smax
 
 __all__ = ["TermTime", "RooflineTiming"]
 
@@ -37,7 +37,7 @@ class TermTime:
 
     @property
     def total_s(self) -> sp.Expr:
-        return sp.Max(self.compute_s, self.memory_s) + self.comm_s + self.overhead_s
+        return smax(self.compute_s, self.memory_s) + self.comm_s + self.overhead_s
 
     def __add__(self, other: "TermTime") -> "TermTime":
         """Two kernels run one after the other (each keeps its own roofline max)."""

@@ -11,7 +11,7 @@ True
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -25,7 +25,7 @@ from ..specs.model import ModelSpec
 from ..symbols import S
 from ..terms import attention as att
 from ..terms import comm, elementwise as ew, ffn
-from ..terms.cost import Cost
+from ..terms.cost import Cost, KernelClass, smax
 from ..terms.dims import Dims, symbolic_dims
 from ..timing import RooflineTiming, TermTime
 from . import overlap
@@ -123,8 +123,12 @@ def _moe_layer_terms(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t
         costs["combine"] = [comm.combine(D, t, bw_up, bw_out, S.lat_up, S.lat_out, D.gpus_per_node)]
     costs["tp_comm"] = [comm.tp_allreduce(D, t, bw_up, S.lat_up).scaled(2)]
     costs["other"] = [ew.norm_residual(D, t).scaled(2), ew.attention_elementwise(D, t, mla, fp8),
-                      ffn.router(D, t), ew.moe_elementwise(D, t_moe, rows),
                       ew.swiglu_activation("experts_act", rows, D.moe_inter / D.expert_tp, D.act_bytes)]
+    if model.num_experts > 1:  # a single expert needs no routing: it is a dense FFN
+        costs["other"] += [ffn.router(D, t), ew.moe_elementwise(D, t_moe, rows)]
+    else:
+        costs["moe_routed"] = [replace(c, kind=KernelClass.GEMM) for c in costs["moe_routed"]]
+        costs["moe_weight_load"] = [replace(c, kind=KernelClass.GEMM) for c in costs["moe_weight_load"]]
     return {k: _sum_times(k, [timing.time(c) for c in v]) for k, v in costs.items()}
 
 
@@ -139,8 +143,6 @@ def _dense_layer_terms(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     g_up, g_down = ffn.dense_ffn(D, t)
     w_up = g_up.shape.n * g_up.shape.k * D.w_bytes
     w_down = g_down.shape.n * g_down.shape.k * D.w_bytes
-    from dataclasses import replace
-
     costs["moe_routed"] = [replace(g_up, hbm_bytes=g_up.hbm_bytes - w_up),
                            replace(g_down, hbm_bytes=g_down.hbm_bytes - w_down)]
     costs["moe_weight_load"] = [Cost("ffn_weight_load", g_up.kind, hbm_bytes=w_up + w_down)]
@@ -170,7 +172,7 @@ def _attention_core(model: ModelSpec, wl: Workload, D: Dims, t) -> Cost:
 
 def _layer_time(terms: Mapping[str, TermTime], dep: Deployment, wl: Workload, n) -> tuple:
     """Overlapped time of one layer and its compute-only time (both for the whole batch)."""
-    expert = sp.Max(terms["moe_routed"].total_s, terms["moe_weight_load"].total_s)
+    expert = smax(terms["moe_routed"].total_s, terms["moe_weight_load"].total_s)
     compute = (terms["attention_proj"].total_s + terms["attention_core"].total_s + expert
                + terms["shared_expert"].total_s + terms["tp_comm"].total_s + terms["other"].total_s
                + S.t_layer / n)

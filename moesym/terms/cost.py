@@ -15,7 +15,7 @@ from typing import Iterable
 
 import sympy as sp
 
-__all__ = ["KernelClass", "GemmShape", "Cost", "sym", "total"]
+__all__ = ["KernelClass", "GemmShape", "Cost", "sym", "total", "smax", "smin"]
 
 
 class KernelClass(str, Enum):
@@ -27,6 +27,31 @@ class KernelClass(str, Enum):
     ELEMENTWISE = "elementwise"
     COMM = "comm"
     OVERHEAD = "overhead"
+
+
+def smax(*args) -> sp.Expr:
+    """Max without SymPy's pairwise simplification (slow on large terms); zeros dropped.
+
+    >>> from moesym.symbols import S
+    >>> smax(S.batch, 0)
+    B
+    """
+    xs = [sym(a) for a in args]
+    nz = [a for a in xs if not (a.is_number and a == 0)]
+    if not nz:
+        return sp.Integer(0)
+    if len(nz) == 1 and len(nz) == len(xs):
+        return nz[0]
+    if len(nz) == 1 and nz[0].is_nonnegative:
+        return nz[0]
+    return sp.Max(*(nz if len(nz) < len(xs) and all(a.is_nonnegative for a in nz) else xs),
+                  evaluate=False)
+
+
+def smin(*args) -> sp.Expr:
+    """Min without SymPy's pairwise simplification."""
+    xs = [sym(a) for a in args]
+    return xs[0] if len(xs) == 1 else sp.Min(*xs, evaluate=False)
 
 
 def sym(x) -> sp.Expr:

@@ -1,0 +1,236 @@
+"""Model and hardware specs: published parameter counts, KV sizes, HF parsing and bad input."""
+
+import json
+
+import pytest
+
+from moesym import load_hardware, load_model
+from moesym.errors import SpecError
+from moesym.specs.deployment import Deployment
+from moesym.specs.model import from_hf_config
+
+# Published totals (source in each catalog file): (total, activated, total tol, active tol)
+PUBLISHED = {
+    # DeepSeek-V3 technical report: 671B total, 37B activated (main model, without MTP)
+    "deepseek-v3": (671e9, 37e9),
+    # Qwen3 model cards
+    "qwen3-30b-a3b": (30.5e9, 3.3e9),
+    "qwen3-235b-a22b": (235e9, 22e9),
+    # Mixtral of Experts, arXiv:2401.04088
+    "mixtral-8x7b": (46.7e9, 12.9e9),
+    "qwen3-8b": (8.2e9, 8.2e9),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_parameter_counts_match_published(name):
+    total, active = PUBLISHED[name]
+    m = load_model(name)
+    assert m.total_params() == pytest.approx(total, rel=0.01)
+    assert m.active_params() == pytest.approx(active, rel=0.03)
+
+
+def test_deepseek_v3_counts_by_hand():
+    # Routed experts alone: 58 MoE layers x 256 experts x 3 x 7168 x 2048
+    m = load_model("deepseek-v3")
+    assert m.moe_layers * m.num_experts * m.expert_params() == 58 * 256 * 3 * 7168 * 2048
+    # MLA attention per layer: q_a, q_b, kv_a, kv_b, o (+ two latent norms)
+    attn = (7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 + 512 * 128 * 256
+            + 128 * 128 * 7168)
+    assert m.attention_params() == attn
+
+
+def test_kv_bytes_per_token():
+    ds = load_model("deepseek-v3")
+    assert ds.num_layers * ds.kv_elements_per_token_layer() * 2 == 61 * 576 * 2
+    q = load_model("qwen3-30b-a3b")
+    assert q.num_layers * q.kv_elements_per_token_layer() * 2 == 48 * 2 * 4 * 128 * 2
+
+
+HF_DEEPSEEK = {
+    "hidden_size": 7168, "num_hidden_layers": 61, "num_attention_heads": 128, "vocab_size": 129280,
+    "num_key_value_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "v_head_dim": 128, "intermediate_size": 18432,
+    "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
+    "num_experts_per_tok": 8, "first_k_dense_replace": 3, "moe_layer_freq": 1, "n_group": 8,
+    "topk_group": 4, "num_nextn_predict_layers": 1,
+    "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]},
+}
+
+
+def test_hf_deepseek_fields_and_spellings():
+    m = from_hf_config(HF_DEEPSEEK)
+    assert (m.attention, m.num_experts, m.dense_layers, m.moe_layers) == ("mla", 256, 3, 58)
+    assert (m.expert_groups, m.groups_per_token, m.mtp_layers, m.weight_dtype) == (8, 4, 1, "fp8")
+    assert m.shared_intermediate_size == 2048
+    alt = dict(HF_DEEPSEEK)
+    alt["num_routed_experts"] = alt.pop("n_routed_experts")
+    alt["num_shared_experts"] = alt.pop("n_shared_experts")
+    assert from_hf_config(alt).total_params() == m.total_params()
+    # moe_layer_freq 2: of layers 3..60 every second one is MoE -> 29 MoE layers
+    assert from_hf_config({**HF_DEEPSEEK, "moe_layer_freq": 2}).moe_layers == 29
+
+
+def test_hf_qwen_moe_layer_rules():
+    base = {"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32,
+            "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
+            "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+            "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": []}
+    assert from_hf_config(base).moe_layers == 48
+    assert from_hf_config({**base, "mlp_only_layers": [0, 47]}).dense_layers == 2
+    assert from_hf_config({**base, "decoder_sparse_step": 2}).moe_layers == 24
+    # Qwen2-MoE style shared expert
+    q2 = from_hf_config({**base, "shared_expert_intermediate_size": 5632})
+    assert q2.shared_intermediate_size == 5632
+
+
+def test_hf_mixtral_and_nested_text_config():
+    mixtral = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+               "num_key_value_heads": 8, "vocab_size": 32000, "intermediate_size": 14336,
+               "num_local_experts": 8, "num_experts_per_tok": 2}
+    m = from_hf_config(mixtral)
+    assert (m.num_experts, m.moe_intermediate_size, m.head_dim) == (8, 14336, 128)
+    assert m.total_params() == pytest.approx(46.7e9, rel=0.01)
+    nested = {"model_type": "llama4", "text_config": {**mixtral, "num_local_experts": 16,
+                                                      "num_experts_per_tok": 1,
+                                                      "interleave_moe_layer_step": 2}}
+    n = from_hf_config(nested)
+    assert (n.num_experts, n.moe_layers, n.shared_intermediate_size) == (16, 16, 14336)
+
+
+def test_hf_fp4_quantization():
+    gptoss = {"hidden_size": 2880, "num_hidden_layers": 36, "num_attention_heads": 64,
+              "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 201088,
+              "intermediate_size": 2880, "num_local_experts": 128, "num_experts_per_tok": 4,
+              "sliding_window": 128,
+              "layer_types": ["sliding_attention", "full_attention"] * 18,
+              "quantization_config": {"quant_method": "mxfp4"}}
+    m = from_hf_config(gptoss)
+    assert (m.weight_dtype, m.sliding_layers, m.sliding_window) == ("fp4", 18, 128)
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"hidden_size": None}, "hidden_size"),
+    ({"num_experts_per_tok": None}, "num_experts_per_tok"),
+    ({"hidden_size": -5}, "hidden_size"),
+    ({"num_experts_per_tok": 300}, "experts_per_token"),
+    ({"n_group": 7}, "expert_groups"),
+    ({"quantization_config": {"quant_method": "gptq"}}, "quantization_config"),
+    ({"kv_lora_rank": "big"}, "kv_lora_rank"),
+])
+def test_hf_bad_fields_are_named(change, field):
+    cfg = {**HF_DEEPSEEK, **change}
+    cfg = {k: v for k, v in cfg.items() if v is not None}
+    with pytest.raises(SpecError, match=field):
+        from_hf_config(cfg)
+
+
+def test_bad_model_files(tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    with pytest.raises(SpecError, match="malformed JSON"):
+        load_model(bad)
+    gqa = tmp_path / "gqa.json"
+    gqa.write_text(json.dumps({"hidden_size": 4096, "num_hidden_layers": 2, "num_attention_heads": 32,
+                               "num_key_value_heads": 5, "vocab_size": 10, "intermediate_size": 8}))
+    with pytest.raises(SpecError, match="num_kv_heads"):
+        load_model(gqa)
+    with pytest.raises(SpecError, match="unknown model"):
+        load_model("no-such-model")
+
+
+def test_every_builtin_config_shape_parses():
+    from moesym import builtin_models
+
+    for name in builtin_models():
+        m = load_model(name)
+        assert m.source and m.total_params() > 0
+
+
+def test_hardware_files_load_and_units():
+    from moesym import builtin_hardware
+
+    names = builtin_hardware()
+    for required in ("h100", "h800", "h200", "h20", "b200"):
+        assert required in names
+    h = load_hardware("h100")
+    assert h.hbm_bw_Bps == 3.35e12  # datasheet 3.35 TB/s, SI: no 1024 factors
+    assert h.peak_flops("bf16") == 989e12 and h.peak_flops("fp8") == 1979e12
+    assert h.scale_up_Bps == 450e9 and h.scale_out_Bps == 50e9
+    assert load_hardware("h800").scale_up_Bps == 200e9
+    assert load_hardware("gb200").scale_up_domain_gpus == 72
+    assert h.compute_format("fp4") == "fp8" and load_hardware("b200").compute_format("fp4") == "fp4"
+    for name in names:
+        e = load_hardware(name).efficiency
+        assert 0 < e.gemm <= 1 and 0 < e.memory <= 1
+
+
+GOOD_TOML = """name = "x"
+source = "test"
+sms = 132
+gpus_per_node = 8
+hbm_capacity_GB = 80
+hbm_bandwidth_TBps = 3.35
+[peak_TFLOPs]
+bf16 = 989
+[interconnect]
+scale_up_GBps = 450
+scale_out_GBps = 50
+scale_up_domain_gpus = 8
+[efficiency]
+gemm = 0.7
+grouped_gemm = 0.6
+attention = 0.5
+memory = 0.8
+scale_up = 0.8
+scale_out = 0.8
+[latency_us]
+kernel = 5
+layer = 0
+step = 100
+scale_up = 3
+scale_out = 10
+"""
+
+
+def test_good_hardware_file_loads(tmp_path):
+    p = tmp_path / "gpu.toml"
+    p.write_text(GOOD_TOML)
+    h = load_hardware(p)
+    assert h.hbm_bw_Bps == 3.35e12 and h.latency.step_s == pytest.approx(100e-6)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("sms = 132\n", "missing key"),
+    (GOOD_TOML.replace("hbm_bandwidth_TBps = 3.35", "hbm_bandwidth_TBps = -1"), "hbm_bandwidth_TBps"),
+    (GOOD_TOML.replace("gemm = 0.7", "gemm = 1.5"), "efficiency.gemm"),
+    (GOOD_TOML.replace("[latency_us]", "[latency_us]\nfoo = 1"), "unknown key"),
+    ("this is not toml =", "malformed TOML"),
+    ('name = "x"\nbogus_key = 1\n', "unknown key"),
+])
+def test_bad_hardware_files(tmp_path, text, match):
+    p = tmp_path / "gpu.toml"
+    p.write_text(text)
+    with pytest.raises(SpecError, match=match):
+        load_hardware(p)
+    with pytest.raises(SpecError, match="unknown hardware"):
+        load_hardware("tpu-v9")
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(gpus=8, tp=3), "--tp 3 does not divide"),
+    (dict(gpus=8, ep=3), "--ep 3 does not divide"),
+    (dict(gpus=0), "--gpus"),
+    (dict(micro_batches=-1), "--micro-batches"),
+    (dict(weights="int4"), "--weights"),
+])
+def test_bad_deployments(kw, match):
+    with pytest.raises(SpecError, match=match):
+        Deployment(**kw)
+
+
+def test_deployment_must_shard_the_model():
+    with pytest.raises(SpecError, match="heads"):
+        Deployment(gpus=48, tp=48).check_model(load_model("qwen3-8b"))
+    with pytest.raises(SpecError, match="experts"):
+        Deployment(gpus=24, ep=24).check_model(load_model("deepseek-v3"))
