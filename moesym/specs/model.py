@@ -9,7 +9,7 @@ path; the field spellings of DeepSeek-V3, Qwen2/3-MoE, Mixtral, gpt-oss and Llam
 >>> m.num_experts, m.experts_per_token, m.moe_layers, m.dense_layers
 (256, 8, 58, 3)
 >>> round(m.total_params() / 1e9, 1), round(m.active_params() / 1e9, 1)
-(671.0, 37.5)
+(671.0, 37.6)
 """
 
 from __future__ import annotations
