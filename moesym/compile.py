@@ -22,7 +22,7 @@ import sympy as sp
 
 from .symbols import INFO
 
-__all__ = ["compile_expr", "evaluate", "numpy_modules"]
+__all__ = ["compile_expr", "evaluate", "bind_and_compile", "numpy_modules"]
 
 
 def numpy_modules() -> list:
@@ -55,6 +55,31 @@ def compile_expr(expr: sp.Expr, args: Sequence[sp.Symbol], cse: bool = True) -> 
     return _compile_cached(sp.sympify(expr), args, cse)
 
 
+@lru_cache(maxsize=256)
+def _bound_cached(expr: sp.Expr, fixed: tuple, args: tuple, cse: bool) -> Callable:
+    bound = expr.xreplace({s: sp.Float(v) for s, v in fixed})
+    return compile_expr(bound, tuple(a for a in args if a in bound.free_symbols), cse=cse), \
+        tuple(a for a in args if a in bound.free_symbols)
+
+
+def bind_and_compile(expr: sp.Expr, values: Mapping[sp.Symbol, float], grid_symbols,
+                     cse: bool = True) -> tuple[Callable, tuple]:
+    """Substitute ``values`` for every symbol not in ``grid_symbols``, then compile once (cached).
+
+    Returns the function and the grid symbols it takes, in order. NumPy broadcasting then keeps
+    every subexpression on the axes it depends on (a term of EP alone stays one value per EP).
+    """
+    expr = sp.sympify(expr)
+    grid_symbols = tuple(grid_symbols)
+    free = expr.free_symbols
+    missing = free - set(values) - set(grid_symbols)
+    if missing:
+        raise ValueError("missing value(s) for: " + ", ".join(sorted(map(str, missing))))
+    fixed = tuple(sorted(((s, float(v)) for s, v in values.items()
+                          if s in free and s not in grid_symbols), key=lambda kv: str(kv[0])))
+    return _bound_cached(expr, fixed, grid_symbols, cse)
+
+
 def evaluate(expr: sp.Expr, values: Mapping[sp.Symbol, float], grid: Mapping[sp.Symbol, object],
              cse: bool = True) -> np.ndarray:
     """Evaluate ``expr`` with ``values`` bound and ``grid`` arrays broadcast against each other.
@@ -62,18 +87,8 @@ def evaluate(expr: sp.Expr, values: Mapping[sp.Symbol, float], grid: Mapping[sp.
     Every free symbol must be given exactly once (in ``values`` or ``grid``); bindings for symbols
     the expression does not use are ignored here (the step model checks its own bindings).
     """
-    expr = sp.sympify(expr)
-    free = expr.free_symbols
-    missing = free - set(values) - set(grid)
-    if missing:
-        raise ValueError("missing value(s) for: " + ", ".join(sorted(map(str, missing))))
-    fixed = {s: sp.Float(v) if not isinstance(v, sp.Basic) else v
-             for s, v in values.items() if s in free and s not in grid}
-    bound = expr.xreplace(fixed)
-    args = tuple(s for s in grid if s in bound.free_symbols)
-    fn = compile_expr(bound, args, cse=cse)
-    arrays = [np.asarray(grid[a], dtype=float) for a in args]
-    out = fn(*arrays)
+    fn, args = bind_and_compile(expr, values, tuple(grid), cse=cse)
+    out = fn(*(np.asarray(grid[a], dtype=float) for a in args))
     shape = np.broadcast_shapes(*(np.shape(g) for g in grid.values())) if grid else ()
     return np.broadcast_to(np.asarray(out, dtype=float), shape).copy()
 
