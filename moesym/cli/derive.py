@@ -1,0 +1,95 @@
+"""``moesym derive``: closed forms printed as LaTeX and SymPy, with their value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import derive as dv
+from ..errors import MoesymError
+from .common import (add_deployment, add_json, add_model_hw, add_workload, deployment_from, emit_json,
+                     model_hw_from, positive_float)
+
+__all__ = ["register"]
+
+
+def register(sub) -> None:
+    p = sub.add_parser("derive", help="closed forms: crossover batch, optimal EP, ...")
+    s = p.add_subparsers(dest="what", parser_class=type(p))
+
+    c = s.add_parser("crossover", help="decode batch per GPU where routed experts turn compute-bound")
+    add_model_hw(c)
+    add_deployment(c)
+    add_json(c)
+    c.add_argument("--no-lazy", action="store_true", help="every local expert is read each step")
+    c.set_defaults(func=_crossover)
+
+    a = s.add_parser("attention", help="batch where attention's KV read overtakes the MoE layer")
+    add_model_hw(a)
+    add_workload(a, phase=False)
+    add_deployment(a)
+    add_json(a)
+    a.set_defaults(func=_attention)
+
+    t = s.add_parser("tpot", help="largest decode batch that meets a TPOT target")
+    add_model_hw(t)
+    add_workload(t, phase=False)
+    add_deployment(t)
+    add_json(t)
+    t.add_argument("--tpot-ms", type=positive_float, required=True)
+    t.set_defaults(func=_tpot)
+
+    g = s.add_parser("pages", help="regenerate the derivations/ markdown pages")
+    g.add_argument("--out", default="derivations", help="folder to write (default: derivations)")
+    g.set_defaults(func=_pages)
+    _register_optional(s)
+
+
+def _register_optional(s) -> None:
+    """Subcommands whose closed forms live in other modules (communication, EP choice)."""
+    try:
+        from . import derive_extra
+    except ImportError:
+        return
+    derive_extra.register(s)
+
+
+def show(cf, as_json: bool) -> int:
+    if as_json:
+        emit_json(cf.as_dict())
+        return 0
+    print(cf.title)
+    print(f"  sympy : {cf.expr}")
+    print(f"  latex : {cf.latex}")
+    if str(cf.condition) != "True":
+        print(f"  valid : {cf.condition}")
+    print(f"  value : {cf.value:.6g}")
+    if cf.assumptions:
+        print(f"  note  : {cf.assumptions}")
+    return 0
+
+
+def _crossover(args) -> int:
+    m, h = model_hw_from(args)
+    return show(dv.crossover(m, h, deployment_from(args), lazy=not args.no_lazy), args.json)
+
+
+def _attention(args) -> int:
+    m, h = model_hw_from(args)
+    return show(dv.attention_overtakes_moe(m, h, deployment_from(args), args.context), args.json)
+
+
+def _tpot(args) -> int:
+    m, h = model_hw_from(args)
+    return show(dv.max_batch_for_tpot(m, h, deployment_from(args), args.context, args.tpot_ms / 1e3),
+                args.json)
+
+
+def _pages(args) -> int:
+    from ..pages import write_all
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise MoesymError(f"--out {out} is not a folder")
+    for p in write_all(out):
+        print(p)
+    return 0

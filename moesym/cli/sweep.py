@@ -1,0 +1,58 @@
+"""``moesym sweep``: evaluate the compiled step model over a grid into CSV or Parquet."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..specs.model import load_model
+from ..sweep import parse_list, sweep_chunks, write_sweep
+from .common import add_deployment, deployment_from
+
+__all__ = ["register"]
+
+def register(sub) -> None:
+    p = sub.add_parser("sweep", help="grid of step times (CSV or Parquet)")
+    p.add_argument("model")
+    p.add_argument("--hardware", required=True, help="GPU name, or a comma list of them")
+    p.add_argument("--phase", choices=("prefill", "decode"), required=True)
+    for name in ("batch", "tokens", "context"):
+        p.add_argument(f"--{name}", dest=f"{name}_list", default=None, metavar="LIST")
+    add_deployment(p)
+    # list-valued deployment axes replace the single-valued shared flags
+    for action in p._actions:
+        if action.dest in ("gpus", "ep", "tp", "micro_batches"):
+            action.type = str
+            action.default = None
+            action.metavar = "LIST"
+    p.add_argument("--weights-list", default=None, help="comma list of weight precisions")
+    p.add_argument("--chunk-points", type=int, default=2_000_000, help="rows per streamed chunk")
+    p.add_argument("--out", required=True, help="output .csv or .parquet")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    model = load_model(args.model)
+    axes = {}
+    for name in ("batch", "tokens", "context"):
+        text = getattr(args, f"{name}_list")
+        if text is not None:
+            axes[name] = parse_list(text, f"--{name}")
+    for name in ("gpus", "ep", "tp", "micro_batches"):
+        text = getattr(args, name)
+        if text is not None:
+            axes[name] = parse_list(text, "--" + name.replace("_", "-"))
+    args.gpus = axes["gpus"][0] if "gpus" in axes else 1
+    args.tp = 1
+    args.micro_batches = 1
+    args.ep = None
+    base = deployment_from(args)
+    weights = args.weights_list.split(",") if args.weights_list else [base.weights]
+    def frames():
+        for hw in args.hardware.split(","):
+            for w in weights:
+                yield from sweep_chunks(model, hw.strip(), args.phase, axes,
+                                        replace(base, weights=w.strip()), args.chunk_points)
+
+    total = write_sweep(args.out, frames())
+    print(f"wrote {total} rows to {args.out}")
+    return 0

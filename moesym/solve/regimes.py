@@ -1,0 +1,169 @@
+"""Regime-enumeration solver for expressions with Max, Min, Piecewise and ceilings.
+
+SymPy's ``solve`` cannot handle Max, Min and ceiling. We relax ceilings, rewrite each Max/Min/
+Piecewise that involves the unknown into its branches (each with the condition under which it is
+the active one, earlier branches taking ties), solve every smooth branch, keep each root with its
+branch condition, and verify roots by substitution.
+
+>>> import sympy as sp
+>>> x, a, b = sp.symbols("x a b", positive=True)
+>>> roots = solve_regimes(sp.Max(2 * x, a) - b, x)
+>>> [(r.value, r.condition) for r in roots]
+[(b/2, b > a)]
+>>> numeric_roots(sp.Max(2 * x, 3) - 5, x, {})
+[2.5]
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+import sympy as sp
+from scipy.optimize import brentq
+
+from .rewrite import RELAX_CEILING, apply_rules
+
+__all__ = ["Root", "branches", "solve_regimes", "numeric_roots", "solve_at_root"]
+
+
+@dataclass(frozen=True)
+class Root:
+    """A root ``value`` of the equation, valid where ``condition`` holds."""
+
+    value: sp.Expr
+    condition: sp.Basic
+    regime: tuple[str, ...] = ()
+
+
+def _nonsmooth(expr: sp.Basic, var: sp.Symbol) -> list[sp.Basic]:
+    found = [a for a in sp.preorder_traversal(expr)
+             if isinstance(a, (sp.Max, sp.Min, sp.Piecewise)) and a.has(var)]
+    return found
+
+
+def _choices(node: sp.Basic) -> list[tuple[sp.Basic, sp.Basic, str]]:
+    """(replacement, condition, label) for each branch of a Max, Min or Piecewise node."""
+    out = []
+    if isinstance(node, sp.Piecewise):
+        earlier = sp.true
+        for i, (e, c) in enumerate(node.args):
+            out.append((e, sp.And(c, earlier), f"piece{i}"))
+            earlier = sp.And(earlier, sp.Not(c))
+        return out
+    args = list(node.args)
+    is_max = isinstance(node, sp.Max)
+    for i, a in enumerate(args):
+        conds = []
+        for j, b in enumerate(args):
+            if j == i:
+                continue
+            if is_max:
+                conds.append(a > b if j < i else a >= b)
+            else:
+                conds.append(a < b if j < i else a <= b)
+        out.append((a, sp.And(*conds), f"{'max' if is_max else 'min'}{i}"))
+    return out
+
+
+def branches(expr: sp.Basic, var: sp.Symbol, limit: int = 4096):
+    """Yield (smooth expression, condition, labels) for every regime of ``expr`` in ``var``."""
+    stack = [(sp.sympify(expr), sp.true, ())]
+    count = 0
+    while stack:
+        e, cond, labels = stack.pop()
+        nodes = _nonsmooth(e, var)
+        if not nodes:
+            count += 1
+            if count > limit:
+                raise ValueError(f"more than {limit} regimes; use solve_at_root instead")
+            yield e, cond, labels
+            continue
+        node = nodes[-1]  # innermost first (preorder lists outer nodes first)
+        for rep, c, lab in reversed(_choices(node)):
+            stack.append((e.xreplace({node: rep}), sp.And(cond, c), labels + (lab,)))
+
+
+def solve_regimes(equation: sp.Expr, var: sp.Symbol, limit: int = 4096) -> list[Root]:
+    """All roots of ``equation = 0`` in ``var``, each with the condition of its regime."""
+    eq = apply_rules(equation, [RELAX_CEILING])
+    roots: list[Root] = []
+    for smooth, cond, labels in branches(eq, var, limit):
+        try:
+            sols = sp.solve(smooth, var, dict=False)
+        except NotImplementedError:
+            continue
+        for s in sols:
+            if s.is_real is False:
+                continue
+            roots.append(Root(s, cond.xreplace({var: s}) if cond is not sp.true else cond, labels))
+    return roots
+
+
+def _holds(cond: sp.Basic, values: Mapping) -> bool:
+    c = cond.xreplace({k: sp.Float(v) for k, v in values.items()})
+    if c in (sp.true, True):
+        return True
+    if c in (sp.false, False):
+        return False
+    try:
+        return bool(c.simplify())
+    except TypeError:
+        return False
+
+
+def numeric_roots(equation: sp.Expr, var: sp.Symbol, values: Mapping, tol: float = 1e-9) -> list[float]:
+    """Numeric values of the regime roots whose conditions hold, verified by substitution."""
+    eq = apply_rules(equation, [RELAX_CEILING])
+    out = []
+    for r in solve_regimes(equation, var):
+        try:
+            v = complex(r.value.xreplace({k: sp.Float(x) for k, x in values.items()}).evalf())
+        except (TypeError, ValueError):
+            continue
+        if abs(v.imag) > 1e-9 * max(1.0, abs(v.real)):
+            continue
+        v = v.real
+        vals = dict(values)
+        vals[var] = v
+        if not _holds(r.condition, vals):
+            continue
+        resid = float(eq.xreplace({k: sp.Float(x) for k, x in vals.items()}).evalf())
+        if abs(resid) <= tol * max(1.0, abs(v)):
+            if not any(np.isclose(v, w, rtol=1e-9) for w in out):
+                out.append(v)
+    return sorted(out)
+
+
+def solve_at_root(equation: sp.Expr, var: sp.Symbol, values: Mapping, lo: float, hi: float):
+    """Closed form in the regime that holds at the numeric root in [lo, hi].
+
+    For expressions with too many Max/Min nodes to enumerate: find the root numerically (brentq
+    on the relaxed, compiled expression), pick at each non-smooth node the branch active there,
+    solve that smooth branch symbolically and return (Root, numeric root).
+    """
+    eq = apply_rules(equation, [RELAX_CEILING])
+    num = {k: sp.Float(v) for k, v in values.items() if k != var}
+    f = sp.lambdify(var, eq.xreplace(num), modules=["scipy", "numpy"])
+    x0 = brentq(lambda x: float(f(x)), lo, hi, xtol=1e-12, rtol=1e-14)
+    at = dict(num)
+    at[var] = sp.Float(x0)
+    e, conds, labels = eq, [], []
+    while True:
+        nodes = _nonsmooth(e, var)
+        if not nodes:
+            break
+        node = nodes[-1]
+        for rep, c, lab in _choices(node):
+            if _holds(c, {k: float(v) for k, v in at.items()}):
+                e = e.xreplace({node: rep})
+                conds.append(c)
+                labels.append(lab)
+                break
+        else:  # pragma: no cover - one branch always holds
+            raise RuntimeError("no active branch at the numeric root")
+    sols = [s for s in sp.solve(e, var) if s.is_real is not False]
+    best = min(sols, key=lambda s: abs(complex(s.xreplace(num).evalf()) - x0))
+    return Root(best, sp.And(*conds).xreplace({var: best}), tuple(labels)), x0
