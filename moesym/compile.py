@@ -36,7 +36,13 @@ def numpy_modules() -> list:
 
 @lru_cache(maxsize=512)
 def _compile_cached(expr: sp.Expr, args: tuple[sp.Symbol, ...], cse: bool) -> Callable:
-    fn = sp.lambdify(args, expr, modules=numpy_modules(), cse=cse)
+    raw = sp.lambdify(args, expr, modules=numpy_modules(), cse=cse)
+
+    def fn(*a):
+        # Piecewise branches are all evaluated by numpy.select; the unused ones may divide by 0
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return raw(*a)
+
     lines = ["Compiled moesym expression. Arguments, in order:"]
     for a in args:
         info = INFO.get(a)

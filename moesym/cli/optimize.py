@@ -1,0 +1,61 @@
+"""``moesym optimize``: best deployment and Pareto front under latency and memory limits."""
+
+from __future__ import annotations
+
+from ..optimize import disaggregate, optimize
+from .common import (add_deployment, add_json, add_model_hw, deployment_from, emit_json, fmt_s,
+                     model_hw_from, positive_float, positive_int)
+
+__all__ = ["register"]
+
+
+def register(sub) -> None:
+    p = sub.add_parser("optimize", help="best TP/EP/micro-batch/batch under TPOT/TTFT and memory")
+    add_model_hw(p)
+    p.add_argument("--phase", choices=("prefill", "decode"), required=True)
+    p.add_argument("--context", type=positive_int, required=True)
+    p.add_argument("--tpot-ms", type=positive_float, default=None)
+    p.add_argument("--ttft-ms", type=positive_float, default=None)
+    p.add_argument("--max-size", type=positive_int, default=1 << 15,
+                   help="largest batch (decode) or tokens (prefill) per DP rank to consider")
+    p.add_argument("--disaggregate", default=None, metavar="IN:OUT",
+                   help="also size prefill/decode pools for prompts of IN and outputs of OUT tokens")
+    add_deployment(p)
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    model, hw = model_hw_from(args)
+    base = deployment_from(args)
+    r = optimize(model, hw, args.gpus, args.phase, args.context,
+                 tpot_s=args.tpot_ms / 1e3 if args.tpot_ms else None,
+                 ttft_s=args.ttft_ms / 1e3 if args.ttft_ms else None, base=base,
+                 max_size=args.max_size)
+    out = {"best": r.best, "pareto": r.pareto}
+    if args.disaggregate:
+        from ..errors import MoesymError
+
+        try:
+            i, o = (int(x) for x in args.disaggregate.split(":"))
+        except ValueError:
+            raise MoesymError(f"--disaggregate {args.disaggregate!r}: use IN:OUT token counts") from None
+        out["disaggregation"] = disaggregate(model, hw, args.gpus, args.gpus, i, o,
+                                             ttft_s=args.ttft_ms / 1e3 if args.ttft_ms else None,
+                                             tpot_s=args.tpot_ms / 1e3 if args.tpot_ms else None,
+                                             base=base)
+    if args.json:
+        emit_json(out)
+        return 0
+    b = r.best
+    size = "batch" if "batch" in b else "tokens"
+    print(f"best: tp={b['tp']} ep={b['ep']} micro-batches={b['micro_batches']} a2a={b['a2a']} "
+          f"{size}={b[size]}  {b['tokens_per_gpu_s']:.1f} tokens/GPU/s  step {fmt_s(b['step_time_s'])}")
+    print("pareto front (tokens/GPU/s vs tokens/user/s):")
+    for p in r.pareto:
+        print(f"  tp={p['tp']:<3} ep={p['ep']:<4} mb={p['micro_batches']} {size}={p[size]:<6} "
+              f"{p['tokens_per_gpu_s']:10.1f} {p['tokens_per_user_s']:10.2f}")
+    if "disaggregation" in out:
+        d = out["disaggregation"]
+        print(f"prefill:decode GPU ratio {d['prefill_to_decode_gpu_ratio']:.3f}")
+    return 0
