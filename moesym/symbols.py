@@ -96,6 +96,31 @@ _TABLE: tuple[tuple[str, str, str, str, str, dict], ...] = (
     ("zipf_s", "s_z", "1", "Zipf exponent of expert popularity", "routing", {"nonnegative": True}),
     ("tile_m", "m_tile", "rows", "grouped-GEMM M tile (rows each expert is padded to)", "calibration", {"positive": True}),
     ("imbalance", "lambda_ep", "1", "busiest EP rank's load over the mean load", "routing", {"positive": True}),
+    # --- memory model (moesym.memory)
+    ("w_bytes_expert", "b_we", "bytes", "bytes per routed-expert weight element as stored in HBM (scales included)", "precision", {"positive": True}),
+    ("w_bytes_hp", "b_hp", "bytes", "bytes per element of high-precision weights (embeddings, LM head, router, norms)", "precision", {"positive": True}),
+    ("n_sliding_layers", "N_sw", "layers", "layers with sliding-window attention", "model", {"nonnegative": True}),
+    ("window", "L_sw", "tokens", "sliding-window length", "model", {"positive": True}),
+    ("n_mtp_layers", "N_mtp", "layers", "multi-token-prediction (MTP) modules served as draft layers", "model", {"nonnegative": True}),
+    ("hc_mult", "n_hc", "1", "hyper-connection multiplier of the residual stream (1 = plain residual)", "model", {"positive": True}),
+    ("block_size", "P_blk", "tokens", "paged KV-cache block size", "deployment", {"positive": True}),
+    ("max_dispatch_tokens", "N_ll", "tokens", "DeepEP low-latency num_max_dispatch_tokens_per_rank", "deployment", {"positive": True}),
+    ("max_rank_tokens", "T_cap", "tokens", "most tokens one rank submits to one dispatch (chunked-prefill cap)", "deployment", {"positive": True}),
+    ("prefill_tokens", "T_pf", "tokens", "tokens per rank in the largest prefill chunk held beside decode", "workload", {"nonnegative": True}),
+    ("nccl_bytes", "M_nccl", "bytes", "NCCL buffers per communicator", "calibration", {"nonnegative": True}),
+    ("deepep_normal_bytes", "M_dpn", "bytes", "DeepEP normal-mode buffer per rank", "calibration", {"nonnegative": True}),
+    ("reserve_frac", "phi_rsv", "1", "share of HBM held back for CUDA graphs and allocator slack", "calibration", {"nonnegative": True}),
+    ("reserve_bytes", "M_rsv", "bytes", "fixed runtime reserve (CUDA context, library workspaces)", "calibration", {"nonnegative": True}),
+    # --- routing statistics (moesym.routing)
+    ("expert_index", "i_x", "1", "popularity rank of a routed expert (1 = hottest); summation index", "routing", {"positive": True, "integer": True}),
+    ("zipf_rate", "Lambda_z", "1", "successive-sampling rate solving sum_i (1 - exp(-Lambda_z p_i)) = k", "routing", {"positive": True}),
+    ("cache_experts", "C_x", "experts", "routed experts per MoE layer resident in GPU memory (expert cache)", "deployment", {"positive": True}),
+    ("bw_host", "W_host", "bytes/s", "host-to-GPU link bandwidth for streaming cold experts", "hardware", {"positive": True}),
+    ("expert_buffer_tokens", "T_buf", "tokens", "rows per local expert in a batched activation buffer", "deployment", {"positive": True}),
+    ("t_gemm_base", "tau_gb", "s", "grouped-GEMM time when every expert fits in one M tile", "calibration", {"nonnegative": True}),
+    ("t_gemm_tile", "tau_gt", "s", "grouped-GEMM time added per extra M tile of one expert", "calibration", {"nonnegative": True}),
+    # --- communication / overlap (moesym.terms.comm, moesym.model.overlap)
+    ("comm_sms", "N_SM_comm", "SMs", "SMs a communication kernel holds while it overlaps compute (DeepEP normal: 20-24)", "calibration", {"nonnegative": True}),
 )
 
 _syms: dict[str, sp.Symbol] = {}

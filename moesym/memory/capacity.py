@@ -1,0 +1,430 @@
+"""Per-GPU memory budget, capacity (max batch, max context) and the ``moesym memory`` report.
+
+Every quantity is a SymPy expression of the declared symbols (:func:`memory_expressions`);
+:func:`memory_bindings` gives their numbers and :class:`MemoryModel` evaluates and solves them.
+
+used(B, L) = weights + B kv_per_request(L) + activations + workspaces + comm buffers + reserve,
+free = M_hbm - used. ``max_batch`` solves used(B) = M_hbm for B (the expression is linear in B
+piecewise: every max/min is tried branch by branch with ``sympy.solve`` and the branch whose
+root satisfies the full expression is kept); ``max_context`` solves used(L) = M_hbm for L.
+
+Scopes (seed 002 section 8): B is requests per attention data-parallel rank (``--batch``); a
+rank of t_p GPUs holds them, so per GPU it is B / t_p and for the instance B x N_gpu / t_p.
+Weights summed over GPUs are the model's bytes times each component's replication factor
+(:func:`moesym.memory.weights.replication_factors`); activations are never summed.
+
+>>> from moesym.memory.capacity import memory_report
+>>> from moesym.specs import deployment as d
+>>> from moesym.specs.model import load_model
+>>> from moesym.specs.hardware import load_hardware
+>>> r = memory_report(load_model("qwen3-30b-a3b"), load_hardware("h100"), d.Deployment(),
+...                   d.Workload("decode", batch=8, context=4096))
+>>> r["kv_bytes_per_token"], r["fits"]
+(98304.0, True)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+
+import sympy as sp
+
+from ..compile import evaluate
+from ..errors import SpecError
+from ..model.bindings import bindings
+from ..specs.deployment import A2AMode, Deployment, Phase, Workload
+from ..specs.hardware import HardwareSpec
+from ..specs.model import ModelSpec
+from ..symbols import S
+from ..terms.dims import symbolic_dims
+from .formats import weight_bytes_per_param, weight_formats
+from .kv import (
+    kv_bytes_per_request,
+    kv_bytes_per_token,
+    kv_bytes_per_token_layer,
+    speculative_kv_bytes_per_request,
+)
+from .runtime import (
+    decode_activation_bytes,
+    deepep_low_latency_bytes,
+    dispatch_buffer_bytes,
+    dispatch_tokens,
+    expert_rows,
+    ffn_intermediate,
+    grouped_gemm_workspace_bytes,
+    mtp_activation_bytes,
+    nccl_buffer_bytes,
+    prefill_activation_bytes,
+    runtime_reserve_bytes,
+)
+from .weights import weights_breakdown
+
+__all__ = [
+    "CONTRACT_KEYS",
+    "MemoryModel",
+    "MemoryOptions",
+    "a2a_mode",
+    "fits",
+    "max_batch",
+    "max_context",
+    "memory_bindings",
+    "memory_expressions",
+    "memory_model",
+    "memory_report",
+    "solve_max",
+]
+
+CONTRACT_KEYS = ("weights_bytes", "kv_bytes_per_token", "activation_bytes", "workspace_bytes",
+                 "comm_buffer_bytes", "free_bytes", "max_batch", "fits")
+
+_NCCL_BUFFSIZE_BYTES = 4_194_304  # NCCL_BUFFSIZE default (4 MiB, stated in bytes)
+
+
+@dataclass(frozen=True)
+class MemoryOptions:
+    """Serving-engine defaults the memory model assumes (every one documented, all overridable).
+
+    block_size: paged KV block in tokens (vLLM's default 16). kv_fragmentation: charge half a
+    block per request per layer. hc_mult: hyper-connection multiplier (1: plain residual).
+    prefill_tokens: a co-located engine's largest prefill chunk held beside decode (0: a
+    disaggregated decode instance). max_dispatch_tokens: DeepEP low-latency
+    num_max_dispatch_tokens_per_rank (SGLang's default 128; grown to the decode batch when that
+    is larger). max_rank_tokens: most tokens per rank per dispatch (the chunked-prefill cap,
+    SGLang's 8192). load_factor: busiest-rank load over the mean in workspace sizing.
+    nccl_bytes_per_communicator: 2 directions x 16 channels x NCCL_BUFFSIZE (4,194,304 bytes).
+    deepep_normal_bytes: DeepEP normal-mode buffer (about 1e9 bytes as SGLang sizes it).
+    reserve_fraction / reserve_fixed_bytes: CUDA graphs and allocator slack as a share of HBM,
+    and the CUDA context with library workspaces. mtp_layers: MTP draft modules served (0: off);
+    mtp_shares_block: seed 002's reading that the MTP block reuses the last main layer (False:
+    the checkpoint's own block, 14B parameters for DeepSeek-V3). fp4_scale_group: 32 (MXFP4) or
+    16 (NVFP4). residual_bytes: residual-stream element size (fp32, seed 002).
+    """
+
+    block_size: int = 16
+    kv_fragmentation: bool = True
+    hc_mult: float = 1.0
+    prefill_tokens: int = 0
+    max_dispatch_tokens: int = 128
+    max_rank_tokens: int = 8192
+    load_factor: float = 1.0
+    nccl_bytes_per_communicator: float = 2 * 16 * _NCCL_BUFFSIZE_BYTES
+    deepep_normal_bytes: float = 1e9
+    reserve_fraction: float = 0.04
+    reserve_fixed_bytes: float = 1e9
+    mtp_layers: int = 0
+    mtp_shares_block: bool = False
+    fp4_scale_group: int = 32
+    residual_bytes: float = 4.0
+
+    def __post_init__(self) -> None:
+        for name in ("block_size", "max_dispatch_tokens", "max_rank_tokens"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise SpecError(f"memory option {name} must be a positive integer, got {v!r}")
+        for name in ("prefill_tokens", "mtp_layers"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise SpecError(f"memory option {name} must be a non-negative integer, got {v!r}")
+        for name in ("hc_mult", "load_factor", "residual_bytes"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
+                raise SpecError(f"memory option {name} must be a positive number, got {v!r}")
+        for name in ("nccl_bytes_per_communicator", "deepep_normal_bytes", "reserve_fixed_bytes"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
+                raise SpecError(f"memory option {name} must be a non-negative number, got {v!r}")
+        if not 0 <= self.reserve_fraction < 1:
+            raise SpecError(f"memory option reserve_fraction must be in [0, 1), "
+                            f"got {self.reserve_fraction!r}")
+        if self.fp4_scale_group not in (16, 32):
+            raise SpecError(f"memory option fp4_scale_group must be 16 or 32, "
+                            f"got {self.fp4_scale_group!r}")
+
+
+def a2a_mode(model: ModelSpec, dep: Deployment, phase: Phase) -> A2AMode | None:
+    """The all-to-all whose buffers are allocated: none for a dense model or EP = 1; ``auto`` is
+    DeepEP normal for prefill and DeepEP low latency for decode."""
+    if not model.is_moe or dep.ep == 1:
+        return None
+    if dep.a2a is A2AMode.AUTO:
+        return A2AMode.DEEPEP_NORMAL if phase is Phase.PREFILL else A2AMode.DEEPEP_LL
+    return dep.a2a
+
+
+def memory_expressions(model: ModelSpec, dep: Deployment, phase: Phase,
+                       options: MemoryOptions | None = None) -> dict[str, object]:
+    """Symbolic per-GPU memory of ``model`` under ``dep`` in ``phase``.
+
+    Keys: ``weights`` (dict by component), ``kv_per_token``, ``kv_per_request``, ``kv``,
+    ``activation`` (dict), ``workspace`` (dict), ``comm`` (dict), ``reserve``. Only Python
+    structure (MLA or GQA, q LoRA, tied embeddings, layer kinds, layout, all-to-all mode) is taken
+    from the specs; every size is a symbol.
+    """
+    opts = options or MemoryOptions()
+    phase = Phase(phase)
+    D = symbolic_dims()
+    mla = model.is_mla
+    q_lora = model.q_lora_rank > 0
+    n_layers = S.n_moe_layers + S.n_dense_layers
+    n_sw = S.n_sliding_layers if model.sliding_layers else 0
+    weights = weights_breakdown(D, mla=mla, q_lora=q_lora, tie_embeddings=model.tie_embeddings,
+                                mtp_shares_block=opts.mtp_shares_block)
+    per_token = (kv_bytes_per_token(D, mla, n_layers, n_sw)
+                 + S.n_mtp_layers * kv_bytes_per_token_layer(D, mla))
+    per_request = (kv_bytes_per_request(D, mla, S.context, n_layers, n_sw, S.window, S.block_size,
+                                        fragmentation=opts.kv_fragmentation)
+                   + speculative_kv_bytes_per_request(D, mla, S.n_mtp_layers, S.context, n_layers))
+    ffn_i = ffn_intermediate(D, is_moe=model.is_moe, has_dense=model.dense_layers > 0)
+    act_kw = {"mla": mla, "ffn_inter": ffn_i, "hc_mult": S.hc_mult,
+              "residual_bytes": sp.Float(opts.residual_bytes)}
+    if phase is Phase.DECODE:
+        step_tokens = S.batch
+        activation = {"layers": sp.Max(decode_activation_bytes(D, S.batch, **act_kw),
+                                       prefill_activation_bytes(D, S.prefill_tokens, **act_kw))}
+    else:
+        step_tokens = S.tokens
+        activation = {"layers": prefill_activation_bytes(D, S.tokens, **act_kw)}
+    activation["mtp"] = mtp_activation_bytes(D, S.batch, S.n_mtp_layers)
+
+    mode = a2a_mode(model, dep, phase)
+    workspace: dict[str, sp.Expr] = {}
+    comm: dict[str, sp.Expr] = {"nccl": nccl_buffer_bytes(D, S.nccl_bytes), "deepep": sp.Integer(0)}
+    if model.is_moe:
+        t = dispatch_tokens(step_tokens, S.micro_batches, S.max_rank_tokens)
+        rows = expert_rows(D, t, layout=dep.layout, imbalance=S.imbalance,
+                           max_dispatch_tokens=S.max_dispatch_tokens)
+        workspace["dispatch_buffer"] = dispatch_buffer_bytes(D, rows)
+        workspace["grouped_gemm"] = grouped_gemm_workspace_bytes(D, rows)
+        if mode is A2AMode.ALLGATHER:
+            workspace["allgather"] = t * D.gpus / D.tp * D.hidden * D.act_bytes
+        if mode is A2AMode.DEEPEP_NORMAL:
+            comm["deepep"] = S.deepep_normal_bytes
+        elif mode is A2AMode.DEEPEP_LL:
+            comm["deepep"] = deepep_low_latency_bytes(D, sp.Max(S.max_dispatch_tokens, t))
+    return {"weights": weights, "kv_per_token": per_token, "kv_per_request": per_request,
+            "kv": S.batch * per_request, "activation": activation, "workspace": workspace,
+            "comm": comm, "reserve": runtime_reserve_bytes()}
+
+
+def memory_bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
+                    options: MemoryOptions | None = None) -> dict:
+    """Numbers for every symbol of :func:`memory_expressions` (extends
+    :func:`moesym.model.bindings.bindings`; ``b_w`` becomes the storage format of the non-expert
+    GEMM weights, ``b_we`` that of the routed experts after the FP4 capability matrix)."""
+    opts = options or MemoryOptions()
+    v = bindings(model, hw, dep, wl)
+    fmts = weight_formats(dep.weights, hw, model.is_moe)
+    v[S.w_bytes] = weight_bytes_per_param(fmts.gemm, opts.fp4_scale_group)
+    v[S.w_bytes_expert] = weight_bytes_per_param(fmts.routed, opts.fp4_scale_group)
+    v[S.w_bytes_hp] = weight_bytes_per_param(fmts.high_precision)
+    v.update({
+        S.n_sliding_layers: model.sliding_layers, S.window: model.sliding_window or 1,
+        S.n_mtp_layers: opts.mtp_layers, S.hc_mult: opts.hc_mult, S.block_size: opts.block_size,
+        S.max_dispatch_tokens: opts.max_dispatch_tokens, S.max_rank_tokens: opts.max_rank_tokens,
+        S.prefill_tokens: opts.prefill_tokens, S.imbalance: opts.load_factor,
+        S.nccl_bytes: opts.nccl_bytes_per_communicator,
+        S.deepep_normal_bytes: opts.deepep_normal_bytes,
+        S.reserve_frac: opts.reserve_fraction, S.reserve_bytes: opts.reserve_fixed_bytes,
+    })
+    if wl.phase is Phase.PREFILL:
+        v[S.batch] = max(1, -(-wl.tokens // wl.context))  # prompts in the step
+    return v
+
+
+def _branches(expr: sp.Expr, x: sp.Symbol):
+    """``expr`` with every Max/Min that depends on ``x`` replaced by each of its arguments."""
+    atoms = [a for a in expr.atoms(sp.Max, sp.Min) if a.has(x)]
+    if not atoms:
+        yield expr
+        return
+    a = atoms[0]
+    for arg in a.args:
+        yield from _branches(expr.xreplace({a: arg}), x)
+
+
+def solve_max(expr: sp.Expr, x: sp.Symbol, budget: float) -> float:
+    """Largest x > 0 with ``expr``(x) <= ``budget`` for an ``expr`` nondecreasing in x and free
+    only in x: 0 if even x -> 0 exceeds it, ``inf`` if it is never reached.
+
+    >>> from moesym.symbols import S
+    >>> solve_max(3 * S.batch + sp.Max(10, 2 * S.batch), S.batch, 100)
+    20.0
+    """
+    f = sp.sympify(expr)
+    extra = f.free_symbols - {x}
+    if extra:
+        raise ValueError("unbound symbol(s): " + ", ".join(sorted(map(str, extra))))
+
+    def at(value: float) -> float:
+        return float(f.xreplace({x: sp.Float(value)}))
+
+    if x not in f.free_symbols:
+        return math.inf if float(f) <= budget else 0.0
+    roots = []
+    for piece in _branches(f, x):
+        for r in sp.solve(sp.Eq(piece, budget), x):
+            if r.is_real and r > 0:
+                rv = float(r)
+                if abs(at(rv) - budget) <= 1e-9 * max(1.0, abs(budget)):
+                    roots.append(rv)
+    if roots:
+        return max(roots)
+    return 0.0 if at(1e-12) > budget else math.inf
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """Expressions and numbers of one configuration; evaluates and solves them."""
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    deployment: Deployment
+    workload: Workload
+    options: MemoryOptions
+    expressions: Mapping[str, object] = field(repr=False)
+    values: Mapping[sp.Symbol, float] = field(repr=False)
+
+    def number(self, expr, **override) -> float:
+        vals = dict(self.values)
+        vals.update({getattr(S, k): v for k, v in override.items()})
+        return float(evaluate(sp.sympify(expr), vals, {}))
+
+    def used_expr(self, include_kv: bool = True) -> sp.Expr:
+        e = self.expressions
+        total = (sum(e["weights"].values()) + sum(e["activation"].values())
+                 + sum(e["workspace"].values(), sp.Integer(0)) + sum(e["comm"].values())
+                 + e["reserve"])
+        return total + e["kv"] if include_kv else total
+
+    def _bound_except(self, expr: sp.Expr, x: sp.Symbol) -> sp.Expr:
+        fixed = {s: sp.Float(v) for s, v in self.values.items() if s != x}
+        return sp.sympify(expr).xreplace(fixed)
+
+    def max_requests(self, context: int | None = None) -> float:
+        """Largest B (requests per attention data-parallel rank, fractional) that fits at
+        ``context`` (default: the workload's)."""
+        expr = self.used_expr()
+        if context is not None:
+            expr = expr.xreplace({S.context: sp.Integer(context)})
+        return solve_max(self._bound_except(expr, S.batch), S.batch, self.values[S.hbm_capacity])
+
+    def max_context(self, batch: int | None = None) -> float:
+        """Largest mean context L (tokens) that fits with ``batch`` requests per rank."""
+        expr = self.used_expr()
+        if batch is not None:
+            expr = expr.xreplace({S.batch: sp.Integer(batch)})
+        return solve_max(self._bound_except(expr, S.context), S.context,
+                         self.values[S.hbm_capacity])
+
+    def report(self) -> dict:
+        e, dep, wl = self.expressions, self.deployment, self.workload
+        n = self.number
+        weights = {k: n(v) for k, v in e["weights"].items()}
+        act = {k: n(v) for k, v in e["activation"].items()}
+        ws = {k: n(v) for k, v in e["workspace"].items()}
+        comm = {k: n(v) for k, v in e["comm"].items()}
+        hbm = self.values[S.hbm_capacity]
+        reserve = n(e["reserve"])
+        kv = n(e["kv"])
+        non_kv = sum(weights.values()) + sum(act.values()) + sum(ws.values()) + sum(comm.values()) \
+            + reserve
+        free = hbm - non_kv - kv
+        b_rank = self.max_requests()
+        b_rank_int = math.floor(b_rank + 1e-9) if math.isfinite(b_rank) else None
+        per_gpu = b_rank_int // dep.tp if b_rank_int is not None else None
+        l_max = self.max_context()
+        kv_tok = n(e["kv_per_token"])
+        pool = hbm - non_kv
+        fmts = weight_formats(dep.weights, self.hardware, self.model.is_moe)
+        mode = a2a_mode(self.model, dep, wl.phase)
+        return {
+            "weights_bytes": sum(weights.values()),
+            "kv_bytes_per_token": kv_tok,
+            "activation_bytes": sum(act.values()),
+            "workspace_bytes": sum(ws.values()),
+            "comm_buffer_bytes": sum(comm.values()),
+            "free_bytes": free,
+            "max_batch": per_gpu,
+            "fits": bool(free >= 0),
+            "hbm_bytes": hbm,
+            "reserve_bytes": reserve,
+            "requests": int(self.values[S.batch]),
+            "context": wl.context,
+            "kv_bytes": kv,
+            "kv_bytes_per_request": n(e["kv_per_request"]),
+            "kv_pool_bytes": pool,
+            "max_batch_per_dp_rank": b_rank_int,
+            "max_context": math.floor(l_max + 1e-9) if math.isfinite(l_max) else None,
+            "weights_breakdown": weights,
+            "activation_breakdown": act,
+            "workspace_breakdown": ws,
+            "comm_breakdown": comm,
+            "formats": {"routed_experts": fmts.routed, "gemm": fmts.gemm,
+                        "high_precision": fmts.high_precision},
+            "a2a": mode.value if mode else "none",
+            "cluster": {
+                "gpus": dep.gpus, "dp": dep.dp,
+                "weights_bytes": sum(weights.values()) * dep.gpus,
+                "kv_capacity_tokens": (max(pool, 0.0) / kv_tok * dep.dp) if kv_tok > 0 else None,
+                "max_batch": b_rank_int * dep.dp if b_rank_int is not None else None,
+            },
+            "assumptions": asdict(self.options),
+        }
+
+
+def memory_model(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
+                 workload: Workload | None = None, options: MemoryOptions | None = None) -> MemoryModel:
+    """Build the :class:`MemoryModel` (checks that ``deployment`` can shard ``model``)."""
+    opts = options or MemoryOptions()
+    wl = workload or Workload(Phase.DECODE)
+    deployment.check_model(model)
+    exprs = memory_expressions(model, deployment, wl.phase, opts)
+    vals = memory_bindings(model, hardware, deployment, wl, opts)
+    return MemoryModel(model, hardware, deployment, wl, opts, exprs, vals)
+
+
+def memory_report(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
+                  workload: Workload | None = None, options: MemoryOptions | None = None) -> dict:
+    """The ``moesym memory`` numbers (``CONTRACT_KEYS`` plus breakdowns); bytes per GPU unless
+    under ``cluster``. ``max_batch`` is decode requests per GPU at the workload's context
+    (requests per attention data-parallel rank / t_p), 0 if nothing fits."""
+    return memory_model(model, hardware, deployment, workload, options).report()
+
+
+def fits(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
+         workload: Workload | None = None, options: MemoryOptions | None = None) -> bool:
+    """True when the workload's requests, at its context, fit in GPU memory."""
+    mm = memory_model(model, hardware, deployment, workload, options)
+    return mm.number(mm.used_expr()) <= mm.values[S.hbm_capacity]
+
+
+def max_batch(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
+              workload: Workload | None = None, options: MemoryOptions | None = None,
+              scope: str = "gpu") -> int:
+    """Largest decode batch that fits at the workload's context: per ``'gpu'`` (B / t_p),
+    per attention data-parallel ``'rank'`` (B, the unit of ``--batch``) or ``'cluster'``
+    (B x N_gpu / t_p, seed 002 section 8). 0 if nothing fits."""
+    mm = memory_model(model, hardware, deployment, workload, options)
+    b = mm.max_requests()
+    if not math.isfinite(b):
+        raise SpecError("memory does not limit the batch (no KV grows with requests)")
+    b_rank = math.floor(b + 1e-9)
+    if scope == "rank":
+        return b_rank
+    if scope == "gpu":
+        return b_rank // deployment.tp
+    if scope == "cluster":
+        return b_rank * deployment.dp
+    raise ValueError(f"scope {scope!r}: use gpu, rank or cluster")
+
+
+def max_context(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
+                workload: Workload | None = None, options: MemoryOptions | None = None) -> int:
+    """Largest mean context (tokens) at which the workload's requests per rank fit; 0 if none."""
+    mm = memory_model(model, hardware, deployment, workload, options)
+    L = mm.max_context()
+    if not math.isfinite(L):
+        raise SpecError("memory does not limit the context (no KV grows with context)")
+    return math.floor(L + 1e-9)
