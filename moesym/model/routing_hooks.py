@@ -1,9 +1,15 @@
-"""Routing statistics wired into the MoE layer: load imbalance and lazy expert loading."""
+"""Routing statistics wired into the MoE layer: load imbalance and lazy expert loading.
+
+The busiest EP rank sets the pace of an EP step, so routed-expert compute uses its load
+(mean x imbalance); the weight-load floor charges only the local experts that receive at least
+one token (lazy expert loading, seed 004).
+"""
 
 from __future__ import annotations
 
 import sympy as sp
 
+from .. import routing as rt
 from ..terms.dims import Dims
 
 __all__ = ["imbalance_expr", "touched_local_experts_expr", "group_tokens"]
@@ -14,9 +20,43 @@ def group_tokens(D: Dims, tokens_mb) -> sp.Expr:
     return tokens_mb / D.tp * D.gpus
 
 
-def imbalance_expr(model, deployment, D: Dims, tokens_mb) -> sp.Expr:
-    """Busiest EP rank's load over the mean (1 for balanced routing)."""
-    return sp.Integer(1)
+def _numeric_group_tokens(model, deployment, workload) -> float:
+    t = workload.batch if workload.phase.value == "decode" else workload.tokens
+    return t / deployment.micro_batches / deployment.tp * deployment.gpus
+
+
+def imbalance_expr(model, deployment, D: Dims, tokens_mb, workload=None) -> sp.Expr:
+    """Busiest EP rank's load over the mean.
+
+    balanced: 1. uniform: the closed form of :func:`moesym.routing.max_rank_load_ratio` in
+    E, k, ep and the tokens routed across the group (group-limited when the model has expert
+    groups). zipf:S and redundant experts (EPLB): the numeric approximations of
+    :mod:`moesym.routing` at the workload's token count (a constant in sweeps over batch).
+    """
+    kind = deployment.routing.kind
+    if kind == "balanced" or not model.is_moe or model.num_experts == 1:
+        return sp.Integer(1)
+    if kind == "zipf" or deployment.redundant_experts:
+        T = _numeric_group_tokens(model, deployment, workload)
+        s = deployment.routing.s if kind == "zipf" else 0.0
+        if deployment.redundant_experts:
+            return sp.Float(rt.eplb_imbalance(model.num_experts, model.experts_per_token,
+                                              deployment.ep, deployment.redundant_experts, s, T))
+        return sp.Float(rt.zipf_max_rank_load_ratio(model.num_experts, model.experts_per_token,
+                                                    deployment.ep, T, s))
+    T = group_tokens(D, tokens_mb)
+    E, k, ep = D.experts, D.topk, D.ep
+    mean = T * k / ep
+    var = mean * (E - k) / (E - 1)  # uniform, dependence-adjusted (see routing.max_rank_load_ratio)
+    n, G, kG = deployment.ep, model.expert_groups, model.groups_per_token
+    if G > 1 and kG < G and n > 1 and (n % G == 0 or G % n == 0):
+        # group-limited routing changes the per-token variance by a factor computed at the
+        # deployment's EP (numbers): a constant when EP is swept
+        E0, k0 = model.num_experts, model.experts_per_token
+        grouped = rt.rank_load_variance_per_token(E0, k0, n, G, kG)
+        uniform = rt.rank_load_variance_per_token(E0, k0, n)
+        var = var * sp.nsimplify(grouped / uniform)
+    return sp.Piecewise((1, sp.Eq(ep, 1)), (rt.max_load_ratio(mean, var, ep), True))
 
 
 def touched_local_experts_expr(model, deployment, D: Dims, tokens_mb) -> sp.Expr:

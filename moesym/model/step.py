@@ -109,7 +109,7 @@ def _moe_layer_terms(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t
     costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
     costs["attention_proj"] = att.attention_projections(D, t, mla)
     costs["attention_core"] = [_attention_core(model, wl, D, t)]
-    lam = imbalance_expr(model, dep, D, t)
+    lam = imbalance_expr(model, dep, D, t, wl)
     rows = t_moe * D.topk * lam * D.expert_tp
     costs["moe_routed"] = ffn.routed_expert_compute(D, t, imbalance=lam, layout=dep.layout)
     touched = touched_local_experts_expr(model, dep, D, t)
@@ -119,9 +119,17 @@ def _moe_layer_terms(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t
             ew.swiglu_activation("shared_act", t, D.shared_inter / D.tp, D.act_bytes)]
     bw_up, bw_out = S.bw_up * S.eff_up, S.bw_out * S.eff_out
     if model.is_moe:
-        costs["dispatch"] = [comm.dispatch(D, t, bw_up, bw_out, S.lat_up, S.lat_out, D.gpus_per_node)]
-        costs["combine"] = [comm.combine(D, t, bw_up, bw_out, S.lat_up, S.lat_out, D.gpus_per_node)]
-    costs["tp_comm"] = [comm.tp_allreduce(D, t, bw_up, S.lat_up).scaled(2)]
+        a2a = overlap.resolve_a2a(dep.a2a, wl.phase)
+        groups = (D.n_groups, D.topk_groups) if model.expert_groups > 1 else None
+        t_gpu = ffn.moe_tokens_per_gpu(D, t)
+        costs["dispatch"] = [comm.dispatch(D, t_gpu, bw_up, bw_out, S.lat_up, S.lat_out,
+                                           D.gpus_per_node, a2a, groups)]
+        costs["combine"] = [comm.combine(D, t_gpu, bw_up, bw_out, S.lat_up, S.lat_out,
+                                         D.gpus_per_node, a2a, groups)]
+    # attention output all-reduce + seed 004's all-gather before / reduce-scatter after the MoE
+    tp_bw = comm.group_bandwidth(D.tp, D.gpus_per_node, bw_up, bw_out)
+    tp_lat = comm.group_latency(D.tp, D.gpus_per_node, S.lat_up, S.lat_out)
+    costs["tp_comm"] = [comm.tp_allreduce(D, t, tp_bw, tp_lat)] + comm.tp_moe_boundary(D, t, tp_bw, tp_lat)
     costs["other"] = [ew.norm_residual(D, t).scaled(2), ew.attention_elementwise(D, t, mla, fp8),
                       ew.swiglu_activation("experts_act", rows, D.moe_inter / D.expert_tp, D.act_bytes)]
     if model.num_experts > 1:  # a single expert needs no routing: it is a dense FFN
@@ -173,11 +181,12 @@ def _attention_core(model: ModelSpec, wl: Workload, D: Dims, t) -> Cost:
 def _layer_time(terms: Mapping[str, TermTime], dep: Deployment, wl: Workload, n) -> tuple:
     """Overlapped time of one layer and its compute-only time (both for the whole batch)."""
     expert = smax(terms["moe_routed"].total_s, terms["moe_weight_load"].total_s)
+    shared = terms["shared_expert"].total_s
     compute = (terms["attention_proj"].total_s + terms["attention_core"].total_s + expert
-               + terms["shared_expert"].total_s + terms["tp_comm"].total_s + terms["other"].total_s
+               + shared + terms["tp_comm"].total_s + terms["other"].total_s
                + S.t_layer / n)
     d, c = terms["dispatch"].total_s, terms["combine"].total_s
-    layer = overlap.layer_time(compute, d, c, n, dep, wl)
+    layer = overlap.layer_time(compute, d, c, n, dep, wl, shared_mb=shared)
     return layer, n * compute
 
 

@@ -1,0 +1,151 @@
+"""``moesym kernel {gemm,grouped-gemm,attention}``: time of one kernel (CONTRACT.md command 4).
+
+The analytical kernel model answers unless ``--bench-data DIR`` holds a measured table that
+covers the shape (interpolated in log M between measured rows); ``source`` says which.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from ..errors import MoesymError
+from ..kernels.analytical import (
+    attention_decode_time,
+    attention_prefill_time,
+    gemm_bytes,
+    gemm_time,
+)
+from ..kernels.calib import kernel_calib
+from ..kernels.tables import KernelTables
+from ..specs.hardware import load_hardware
+from .common import add_bench_data, add_json, emit_json, fmt_s, positive_int
+
+__all__ = ["register"]
+
+_BYTES = {"bf16": 2, "fp8": 1}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("kernel", help="time of one GEMM, grouped GEMM or attention kernel")
+    ks = p.add_subparsers(dest="kernel", required=True)
+
+    def common(q):
+        q.add_argument("--hardware", required=True, help="built-in GPU name or hardware .toml")
+        q.add_argument("--dtype", choices=tuple(_BYTES), default="bf16")
+        add_bench_data(q)
+        add_json(q)
+
+    g = ks.add_parser("gemm", help="dense GEMM (M x K) @ (K x N)")
+    for f in ("--m", "--n", "--k"):
+        g.add_argument(f, type=positive_int, required=True)
+    common(g)
+    g.set_defaults(func=_run_gemm, layout="dense", groups=1)
+
+    gg = ks.add_parser("grouped-gemm", help="grouped GEMM of --groups experts")
+    gg.add_argument("--groups", type=positive_int, required=True)
+    gg.add_argument("--m-per-group", type=positive_int, required=True, dest="m")
+    gg.add_argument("--n", type=positive_int, required=True)
+    gg.add_argument("--k", type=positive_int, required=True)
+    gg.add_argument("--layout", choices=("contiguous", "masked"), default="contiguous")
+    common(gg)
+    gg.set_defaults(func=_run_gemm)
+
+    a = ks.add_parser("attention", help="attention decode or prefill (MHA/GQA, or MLA)")
+    a.add_argument("--phase", choices=("decode", "prefill"), required=True)
+    a.add_argument("--batch", type=positive_int, default=1, help="sequences")
+    a.add_argument("--context", type=positive_int, required=True,
+                   help="KV length (decode) or sequence length (prefill)")
+    a.add_argument("--heads", type=positive_int, required=True)
+    a.add_argument("--kv-heads", type=positive_int, default=None, help="default: --heads")
+    a.add_argument("--head-dim", type=positive_int, default=128)
+    a.add_argument("--mla", default=None, metavar="KV_LORA,ROPE",
+                   help="MLA decode on the latent (e.g. 512,64): one shared K=V latent head")
+    a.add_argument("--kv", choices=tuple(_BYTES), default="bf16", help="KV-cache dtype")
+    common(a)
+    a.set_defaults(func=_run_attention)
+
+
+def _hw(args):
+    hw = load_hardware(args.hardware)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the CLI reports the source instead
+        calib = kernel_calib(hw)
+    if args.dtype not in hw.peaks_flops:
+        raise MoesymError(f"--dtype: {hw.name} has no {args.dtype} tensor cores "
+                          f"(it has {', '.join(sorted(hw.peaks_flops))})")
+    return hw, calib
+
+
+def _tables(args, hw):
+    return KernelTables.load(args.bench_data, hw.name) if args.bench_data else None
+
+
+def _run_gemm(args) -> int:
+    hw, calib = _hw(args)
+    b = _BYTES[args.dtype]
+    m, n, k, g = args.m, args.n, args.k, args.groups
+    flops = 2.0 * m * n * k * g
+    nbytes = float(gemm_bytes(m, n, k, g, op_bytes=b, out_bytes=2))
+    time_s, source = None, "analytical"
+    tables = _tables(args, hw)
+    if tables is not None and args.dtype == "fp8":  # the InferSim tables are FP8 DeepGEMM
+        time_s = tables.gemm_latency_s(m, n, k, g, args.layout)
+        source = "table" if time_s is not None else source
+    if time_s is None:
+        t = gemm_time(m, n, k, sms=hw.sms, peak_flops=hw.peak_flops(args.dtype),
+                      hbm_bw_Bps=hw.hbm_bw_Bps, calib=calib, op_bytes=b, out_bytes=2,
+                      groups=g, layout=args.layout)
+        time_s = float(t.total_s)
+    return _emit(args, {"time_s": time_s, "flops": flops, "bytes": nbytes,
+                        "tflops": flops / time_s / 1e12, "source": source})
+
+
+def _run_attention(args) -> int:
+    hw, calib = _hw(args)
+    kvh = args.kv_heads or args.heads
+    if args.heads % kvh:
+        raise MoesymError(f"--kv-heads: {kvh} does not divide --heads {args.heads}")
+    shared = False
+    qk = v = args.head_dim
+    if args.mla:
+        try:
+            lora, rope = (int(x) for x in args.mla.split(","))
+            if lora <= 0 or rope <= 0:
+                raise ValueError
+        except ValueError:
+            raise MoesymError(f"--mla: expected KV_LORA,ROPE positive integers, got {args.mla!r}") from None
+        if args.phase != "decode":
+            raise MoesymError("--mla: only the decode (latent) form is modelled; "
+                              "give prefill as --heads/--head-dim")
+        qk, v, kvh, shared = lora + rope, lora, 1, True
+    kw = {"sms": hw.sms, "peak_flops": hw.peak_flops("bf16"), "hbm_bw_Bps": hw.hbm_bw_Bps, "calib": calib}
+    B, L, h = args.batch, args.context, args.heads
+    if args.phase == "decode":
+        t = attention_decode_time(B, L, h, kvh, qk, v, kv_bytes=_BYTES[args.kv], shared_kv=shared, **kw)
+        flops = 2.0 * B * h * L * (qk + v)
+        nbytes = float(B * L * kvh * (qk if shared else qk + v) * _BYTES[args.kv]
+                       + B * h * (qk + v) * 2)
+        family, key = ("mla", f"{h}-{v}-{qk - v}") if shared else ("mha", f"{h}-{kvh}-{qk}")
+    else:
+        t = attention_prefill_time(B, L, h, kvh, qk, v, **kw)
+        flops = 2.0 * B * h * L * (L + 1) / 2 * (qk + v)
+        nbytes = float(B * L * (h + kvh) * (qk + v) * 2)
+        family, key = "mha", f"{h}-{kvh}-{qk}"
+    time_s, source = None, "analytical"
+    tables = _tables(args, hw)
+    if tables is not None and (B == 1 or args.phase == "decode"):
+        time_s = tables.attention_latency_s(family, args.phase, key, batch=B, length=L)
+        source = "table" if time_s is not None else source
+    if time_s is None:
+        time_s = float(t.total_s)
+    return _emit(args, {"time_s": time_s, "flops": flops, "bytes": nbytes,
+                        "tflops": flops / time_s / 1e12, "source": source})
+
+
+def _emit(args, r: dict) -> int:
+    if args.json:
+        emit_json(r)
+        return 0
+    print(f"{args.kernel} on {args.hardware}: {fmt_s(r['time_s'])}  {r['tflops']:.1f} TFLOP/s  "
+          f"{r['bytes'] / 1e6:.2f} MB  ({r['source']})")
+    return 0

@@ -1,0 +1,225 @@
+"""Analytical kernel-time models: GEMM, grouped GEMM, attention decode / prefill, elementwise.
+
+Every function accepts plain numbers, NumPy arrays or SymPy expressions for its shape arguments
+and returns the same kind: the exact integer steps are kept (``sympy.ceiling`` / ``numpy.ceil``),
+so a symbolic shape such as ``M = B k / (n_mb t_p)`` gives a SymPy expression that lambdifies to
+the same numbers the NumPy path computes.
+
+GEMM (``groups`` problems of M x N x K, output tiles ``tile_m x tile_n``; ``P`` the GPU peak
+FLOP/s of the compute dtype, ``N_SM`` SMs, ``W`` HBM bandwidth)::
+
+    m_tiles = groups * ceiling(M / tile_m)                  (each group padded to the M tile)
+    n_alloc = max(1, floor(N_SM / m_tiles))                 (N tiles per M tile that fit on SMs)
+    tile_n  = clip(tile_n_min * ceiling(N / n_alloc / tile_n_min), tile_n_min, tile_n_max)
+    tiles   = m_tiles * ceiling(N / tile_n);  waves = ceiling(tiles / N_SM)
+    compute = waves * (2 tile_m tile_n K / (eta_layout P / N_SM) + tau_tile)
+    memory  = max(bytes / (eta_hbm W), waves * tile_bytes / W_SM)
+    time    = max(compute, memory) + tau_launch
+
+with ``tile_bytes = (tile_m + tile_n) K b_op + tile_m tile_n b_out`` (what one SM streams for one
+tile) and ``W_SM`` the bandwidth one SM can draw, so a wave of few busy SMs cannot reach the HBM
+peak. Narrowing the tile when M is small mirrors DeepGEMM's block-N choice that keeps SMs busy.
+The contiguous layout concatenates each expert's rows padded to the M tile; the masked layout
+(decode with CUDA graphs) runs every expert's block at the given (maximum) rows. Both are the
+grouped form above with their own achieved tensor fraction ``eta_layout``.
+
+Time never falls when M, N or K grows, and never beats the roofline
+``max(2 M N K groups / P, bytes / W)`` (all fractions are <= 1 and padding only adds work).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import sympy as sp
+
+from .calib import DEFAULTS, KernelCalib
+
+__all__ = [
+    "KernelTime",
+    "attention_decode_time",
+    "attention_prefill_time",
+    "attention_time_from_cost",
+    "elementwise_time",
+    "gemm_bytes",
+    "gemm_tiles",
+    "gemm_time",
+]
+
+
+def _is_sym(*xs) -> bool:
+    return any(isinstance(x, sp.Basic) for x in xs)
+
+
+def _ceil(x):
+    return sp.ceiling(x) if _is_sym(x) else np.ceil(x)
+
+
+def _floor(x):
+    return sp.floor(x) if _is_sym(x) else np.floor(x)
+
+
+def _max(a, b):
+    return sp.Max(a, b) if _is_sym(a, b) else np.maximum(a, b)
+
+
+def _min(a, b):
+    return sp.Min(a, b) if _is_sym(a, b) else np.minimum(a, b)
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """One kernel's time split into tensor-core time, memory time and fixed latency (seconds)."""
+
+    compute_s: object
+    memory_s: object
+    launch_s: object
+
+    @property
+    def total_s(self):
+        """max(compute, memory) + launch latency."""
+        return _max(self.compute_s, self.memory_s) + self.launch_s
+
+
+def gemm_tiles(m, n, groups, sms, calib: KernelCalib = DEFAULTS):
+    """``(tiles, waves, tile_n)`` of a (grouped) GEMM (see the module docstring).
+
+    >>> [float(x) for x in gemm_tiles(4096, 4096, 1, 132)]  # 64 M tiles x 2 -> 256-wide tiles
+    [1024.0, 8.0, 256.0]
+    >>> [float(x) for x in gemm_tiles(16, 1536, 1, 132)]  # one M tile: 16-column tiles fill SMs
+    [96.0, 1.0, 16.0]
+    """
+    tm, tmin, tmax = calib.tile_m_rows, calib.tile_n_min_cols, calib.tile_n_max_cols
+    m_tiles = groups * _ceil(m / tm)
+    n_alloc = _max(1, _floor(sms / m_tiles))
+    tile_n = _min(_max(tmin * _ceil(n / n_alloc / tmin), tmin), tmax)
+    tiles = m_tiles * _ceil(n / tile_n)
+    waves = _ceil(tiles / sms)
+    return tiles, waves, tile_n
+
+
+def gemm_bytes(m, n, k, groups=1, op_bytes=1, out_bytes=2):
+    """HBM bytes of a (grouped) GEMM: groups (M K + N K) b_op + groups M N b_out.
+
+    >>> gemm_bytes(2, 3, 4, op_bytes=1, out_bytes=2)
+    32
+    """
+    return groups * ((m * k + n * k) * op_bytes + m * n * out_bytes)
+
+
+def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFAULTS,
+              op_bytes=1, out_bytes=2, groups=1, layout: str = "dense",
+              hbm_bytes=None) -> KernelTime:
+    """Time of ``groups`` GEMMs of M x N x K in one kernel (module docstring formulas).
+
+    ``op_bytes`` is bytes per operand element (FP8 = 1, BF16 = 2), ``out_bytes`` per output
+    element; ``hbm_bytes`` overrides the total traffic (a caller that accounts weights elsewhere).
+
+    >>> t = gemm_time(4096, 4096, 4096, sms=132, peak_flops=1979e12, hbm_bw_Bps=3.35e12)
+    >>> # per-SM streaming: 8 waves x ((64+256) 4096 + 64 256 2) B / 104 GB/s = 103.3 us, + 6.7 us
+    >>> round(float(t.total_s) * 1e6, 1), bool(t.compute_s > t.memory_s)
+    (110.0, False)
+    >>> from moesym.symbols import S
+    >>> ts = gemm_time(S.batch, 7168, 2048, sms=132, peak_flops=1979e12, hbm_bw_Bps=3.35e12)
+    >>> ts.compute_s.has(sp.ceiling), float(ts.total_s.subs(S.batch, 4096))  # doctest: +ELLIPSIS
+    (True, ...)
+    """
+    _tiles, waves, tile_n = gemm_tiles(m, n, groups, sms, calib)
+    tm = calib.tile_m_rows
+    per_sm_flops = peak_flops / sms * calib.tensor_frac(layout)
+    compute = waves * (2 * tm * tile_n * k / per_sm_flops + calib.tile_overhead_s)
+    tile_bytes = (tm + tile_n) * k * op_bytes + tm * tile_n * out_bytes
+    total_bytes = gemm_bytes(m, n, k, groups, op_bytes, out_bytes) if hbm_bytes is None else hbm_bytes
+    memory = _max(total_bytes / (hbm_bw_Bps * calib.gemm_hbm_frac),
+                  waves * tile_bytes / calib.sm_bandwidth_Bps)
+    return KernelTime(compute, memory, calib.launch_s)
+
+
+def attention_decode_time(batch, kv_len, heads, kv_heads, qk_dim, v_dim, *, sms, peak_flops,
+                          hbm_bw_Bps, calib: KernelCalib = DEFAULTS, kv_bytes=2, act_bytes=2,
+                          shared_kv: bool = False) -> KernelTime:
+    """Decode attention (one query token per request), split-KV over the SMs.
+
+    KV bytes = batch kv_len kv_heads (d_qk + d_v) b_kv (``shared_kv``: MLA's latent serves as
+    both K and V, so only d_qk per token). Each (request, KV head, KV split of ``s`` tokens)
+    is a work unit; query heads sharing a KV head are padded to the query tile ``t_q``::
+
+        units   = batch kv_heads ceiling(heads / kv_heads / t_q) ceiling(kv_len / s)
+        waves   = ceiling(units / N_SM)
+        compute = waves 2 t_q min(kv_len, s) (d_qk + d_v) / (eta_a P / N_SM)
+        memory  = max(bytes / (eta_hbm,a W), waves min(kv_len, s) kv_bytes_per_token / W_SM)
+        time    = max(compute, memory) + tau_attn
+
+    >>> t = attention_decode_time(64, 4096, 32, 8, 128, 128, sms=132, peak_flops=989e12,
+    ...                           hbm_bw_Bps=3.35e12)
+    >>> round(float(t.memory_s) * 1e6, 1)  # (64*4096*8*256*2 + 64*32*256*2) B / (0.95 * 3.35e12)
+    337.7
+    """
+    tq, split = calib.attention_q_tile_rows, calib.attention_kv_split_tokens
+    per_token = kv_heads * (qk_dim if shared_kv else qk_dim + v_dim) * kv_bytes
+    kv_total = batch * kv_len * per_token
+    qo_bytes = batch * heads * (qk_dim + v_dim) * act_bytes
+    q_tiles = _ceil(heads / kv_heads / tq)
+    units = batch * kv_heads * q_tiles * _ceil(kv_len / split)
+    waves = _ceil(units / sms)
+    chunk = _min(kv_len, split)
+    compute = waves * 2 * tq * chunk * (qk_dim + v_dim) / (peak_flops / sms * calib.attention_tensor_frac)
+    unit_bytes = chunk * per_token / kv_heads
+    memory = _max((kv_total + qo_bytes) / (hbm_bw_Bps * calib.attention_hbm_frac),
+                  waves * unit_bytes / calib.sm_bandwidth_Bps)
+    return KernelTime(compute, memory, calib.attention_launch_s)
+
+
+def attention_prefill_time(batch, seq_len, heads, kv_heads, qk_dim, v_dim, *, sms, peak_flops,
+                           hbm_bw_Bps, calib: KernelCalib = DEFAULTS, act_bytes=2,
+                           causal: bool = True) -> KernelTime:
+    """Prefill attention, FlashAttention-style: one work unit per (sequence, head, query tile).
+
+    With ``n_q = ceiling(L / t_q)`` query tiles, a causal unit ``i`` reads ``i t_q`` keys, so the
+    mean unit does ``2 t_q (t_q (n_q + 1) / 2) (d_qk + d_v)`` FLOPs (non-causal: ``2 t_q L (.)``)::
+
+        waves   = ceiling(batch heads n_q / N_SM)
+        compute = waves mean_unit_flops / (eta_a P / N_SM)
+        memory  = batch L (heads + kv_heads) (d_qk + d_v) b_a / (eta_hbm,a W)
+
+    >>> t = attention_prefill_time(1, 4096, 32, 8, 128, 128, sms=132, peak_flops=989e12,
+    ...                            hbm_bw_Bps=3.35e12)
+    >>> round(float(t.compute_s) * 1e6, 1)  # 16 waves * 2*64*2080*256 / (0.56*989e12/132)
+    259.9
+    """
+    tq = calib.attention_q_tile_rows
+    n_q = _ceil(seq_len / tq)
+    keys = tq * (n_q + 1) / 2 if causal else seq_len
+    unit_flops = 2 * tq * keys * (qk_dim + v_dim)
+    waves = _ceil(batch * heads * n_q / sms)
+    compute = waves * unit_flops / (peak_flops / sms * calib.attention_tensor_frac)
+    total_bytes = batch * seq_len * (heads + kv_heads) * (qk_dim + v_dim) * act_bytes
+    memory = total_bytes / (hbm_bw_Bps * calib.attention_hbm_frac)
+    return KernelTime(compute, memory, calib.attention_launch_s)
+
+
+def attention_time_from_cost(flops, hbm_bytes, *, peak_flops, hbm_bw_Bps,
+                             calib: KernelCalib = DEFAULTS, launches=1) -> KernelTime:
+    """Attention when only FLOPs and bytes are known: achieved-fraction roofline.
+
+    compute = F / (eta_a P), memory = bytes / (eta_hbm,a W), launch = launches tau_attn.
+
+    >>> round(attention_time_from_cost(5.6e9, 0, peak_flops=1e15, hbm_bw_Bps=1e12).compute_s, 12)
+    1e-05
+    """
+    return KernelTime(flops / (peak_flops * calib.attention_tensor_frac),
+                      hbm_bytes / (hbm_bw_Bps * calib.attention_hbm_frac),
+                      launches * calib.attention_launch_s)
+
+
+def elementwise_time(hbm_bytes, *, hbm_bw_Bps, calib: KernelCalib = DEFAULTS, launches=1,
+                     flops=0, peak_flops=None) -> KernelTime:
+    """Elementwise / memory-bound kernel: bytes / (eta_ew W) + launches tau_ew.
+
+    >>> elementwise_time(8e9, hbm_bw_Bps=1e12).memory_s
+    0.01
+    """
+    compute = 0 if not peak_flops else flops / peak_flops
+    return KernelTime(compute, hbm_bytes / (hbm_bw_Bps * calib.elementwise_hbm_frac),
+                      launches * calib.elementwise_launch_s)

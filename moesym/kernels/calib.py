@@ -1,0 +1,187 @@
+"""Per-GPU kernel calibration: the ``[kernel]`` table of a hardware file, as a frozen dataclass.
+
+Keys are unit-suffixed (``_rows``, ``_cols``, ``_tokens``, ``_frac``, ``_us``, ``_GBps``) and
+converted to SI on parsing. An unknown key is an error that names the file and the key; a
+hardware file without a ``[kernel]`` table gets the documented defaults below with a warning.
+
+Defaults (fitted to DeepGEMM FP8 timings on H800 by ``moesym.kernels.fit``; see
+``hardware/h800.toml`` for the fit record):
+
+==================================  =======  ===============================================
+key                                 default  meaning
+==================================  =======  ===============================================
+tile_m_rows                         64       GEMM output tile rows (M tile; groups pad to it)
+tile_n_max_cols                     256      widest GEMM output tile (columns)
+tile_n_min_cols                     16       narrowest tile; tiles narrow to fill the SMs
+gemm_tensor_frac                    0.76     per-SM tensor-core rate achieved, dense GEMM
+grouped_contiguous_tensor_frac      0.66     same, grouped GEMM, contiguous layout
+grouped_masked_tensor_frac          0.56     same, grouped GEMM, masked layout
+tile_overhead_us                    0.58     fixed time per tile (prologue and epilogue)
+sm_bandwidth_GBps                   104      HBM bandwidth one busy SM can draw
+gemm_hbm_frac                       0.79     achieved fraction of HBM bandwidth, all SMs busy
+launch_us                           6.7      fixed launch latency per GEMM kernel
+attention_tensor_frac               0.56     per-SM tensor-core rate achieved in attention
+attention_hbm_frac                  0.95     achieved fraction of HBM bandwidth, attention
+attention_q_tile_rows               64       attention query tile (decode pads heads to it)
+attention_kv_split_tokens           512      KV tokens per split-KV work unit (decode)
+attention_launch_us                 23.5     fixed latency per attention kernel
+elementwise_hbm_frac                0.80     achieved fraction of HBM bandwidth, elementwise
+elementwise_launch_us               3.0      fixed latency per elementwise kernel
+==================================  =======  ===============================================
+
+>>> from moesym.kernels.calib import parse_kernel_calib
+>>> c = parse_kernel_calib({"tile_m_rows": 64, "launch_us": 4.0}, "x.toml")
+>>> c.tile_m_rows, c.launch_s
+(64, 4e-06)
+>>> parse_kernel_calib({"tile_rows": 64}, "x.toml")
+Traceback (most recent call last):
+...
+moesym.errors.SpecError: x.toml [kernel]: unknown key 'tile_rows'; allowed: ...
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..errors import SpecError
+
+__all__ = ["DEFAULTS", "KernelCalib", "calib_to_toml", "kernel_calib", "parse_kernel_calib"]
+
+# TOML key -> (field name, SI factor, kind, default in TOML units)
+_KEYS: dict[str, tuple[str, float, str, float]] = {
+    "tile_m_rows": ("tile_m_rows", 1, "int", 64),
+    "tile_n_max_cols": ("tile_n_max_cols", 1, "int", 256),
+    "tile_n_min_cols": ("tile_n_min_cols", 1, "int", 16),
+    "gemm_tensor_frac": ("gemm_tensor_frac", 1, "frac", 0.76),
+    "grouped_contiguous_tensor_frac": ("grouped_contiguous_tensor_frac", 1, "frac", 0.66),
+    "grouped_masked_tensor_frac": ("grouped_masked_tensor_frac", 1, "frac", 0.56),
+    "tile_overhead_us": ("tile_overhead_s", 1e-6, "nonneg", 0.58),
+    "sm_bandwidth_GBps": ("sm_bandwidth_Bps", 1e9, "pos", 104.0),
+    "gemm_hbm_frac": ("gemm_hbm_frac", 1, "frac", 0.79),
+    "launch_us": ("launch_s", 1e-6, "nonneg", 6.7),
+    "attention_tensor_frac": ("attention_tensor_frac", 1, "frac", 0.56),
+    "attention_hbm_frac": ("attention_hbm_frac", 1, "frac", 0.95),
+    "attention_q_tile_rows": ("attention_q_tile_rows", 1, "int", 64),
+    "attention_kv_split_tokens": ("attention_kv_split_tokens", 1, "int", 512),
+    "attention_launch_us": ("attention_launch_s", 1e-6, "nonneg", 23.5),
+    "elementwise_hbm_frac": ("elementwise_hbm_frac", 1, "frac", 0.80),
+    "elementwise_launch_us": ("elementwise_launch_s", 1e-6, "nonneg", 3.0),
+}
+_INFO_KEYS = {"source"}  # free text, kept but not used
+
+
+@dataclass(frozen=True)
+class KernelCalib:
+    """Kernel-model calibration of one GPU, SI units (see the module docstring for meanings)."""
+
+    tile_m_rows: int = 64
+    tile_n_max_cols: int = 256
+    tile_n_min_cols: int = 16
+    gemm_tensor_frac: float = 0.76
+    grouped_contiguous_tensor_frac: float = 0.66
+    grouped_masked_tensor_frac: float = 0.56
+    tile_overhead_s: float = 0.58e-6
+    sm_bandwidth_Bps: float = 104e9
+    gemm_hbm_frac: float = 0.79
+    launch_s: float = 6.7e-6
+    attention_tensor_frac: float = 0.56
+    attention_hbm_frac: float = 0.95
+    attention_q_tile_rows: int = 64
+    attention_kv_split_tokens: int = 512
+    attention_launch_s: float = 23.5e-6
+    elementwise_hbm_frac: float = 0.80
+    elementwise_launch_s: float = 3.0e-6
+    source: str = "moesym defaults (H800 DeepGEMM fit)"
+
+    def tensor_frac(self, layout: str) -> float:
+        """Per-SM tensor-core fraction for a GEMM layout ('dense', 'contiguous', 'masked')."""
+        if layout in ("dense", "gemm"):
+            return self.gemm_tensor_frac
+        if layout == "contiguous":
+            return self.grouped_contiguous_tensor_frac
+        if layout in ("masked", "batched"):
+            return self.grouped_masked_tensor_frac
+        raise SpecError(f"unknown GEMM layout {layout!r}; use dense, contiguous or masked")
+
+    def to_toml_values(self) -> dict[str, float]:
+        """``{toml key: value in TOML units}`` (inverse of :func:`parse_kernel_calib`)."""
+        out = {}
+        for key, (fname, factor, kind, _) in _KEYS.items():
+            v = getattr(self, fname)
+            out[key] = int(v) if kind == "int" else float(v) / factor
+        return out
+
+
+DEFAULTS = KernelCalib()
+
+
+def parse_kernel_calib(table: Mapping[str, object], where: str) -> KernelCalib:
+    """Parse a ``[kernel]`` table (TOML units) into a :class:`KernelCalib`; missing keys default."""
+    vals: dict[str, object] = {}
+    for key, raw in table.items():
+        if key in _INFO_KEYS:
+            vals["source"] = str(raw)
+            continue
+        if key not in _KEYS:
+            raise SpecError(f"{where} [kernel]: unknown key '{key}'; allowed: "
+                            f"{', '.join(sorted(set(_KEYS) | _INFO_KEYS))}")
+        fname, factor, kind, _ = _KEYS[key]
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            raise SpecError(f"{where} [kernel] {key}: must be a number, got {raw!r}")
+        x = float(raw)
+        if kind == "int":
+            if x < 1 or x != int(x):
+                raise SpecError(f"{where} [kernel] {key}: must be a positive integer, got {raw!r}")
+            vals[fname] = int(x)
+        elif kind == "frac":
+            if not 0 < x <= 1:
+                raise SpecError(f"{where} [kernel] {key}: must be in (0, 1], got {raw!r}")
+            vals[fname] = x
+        elif kind == "pos":
+            if not x > 0:
+                raise SpecError(f"{where} [kernel] {key}: must be positive, got {raw!r}")
+            vals[fname] = x * factor
+        else:
+            if x < 0:
+                raise SpecError(f"{where} [kernel] {key}: must be non-negative, got {raw!r}")
+            vals[fname] = x * factor
+    c = KernelCalib(**vals)
+    if c.tile_n_min_cols > c.tile_n_max_cols:
+        raise SpecError(f"{where} [kernel] tile_n_min_cols: exceeds tile_n_max_cols")
+    return c
+
+
+def kernel_calib(hw) -> KernelCalib:
+    """The :class:`KernelCalib` of a :class:`~moesym.specs.hardware.HardwareSpec`.
+
+    Without a ``[kernel]`` table: the defaults (H800 fit), with a warning naming them.
+    """
+    table = dict(getattr(hw, "kernel", {}) or {})
+    if not table:
+        warnings.warn(f"hardware {hw.name}: no [kernel] table in {hw.path or 'its file'}; using the "
+                      f"default kernel calibration ({DEFAULTS.source})",
+                      stacklevel=2)
+        return DEFAULTS
+    return parse_kernel_calib(table, hw.path or hw.name)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, int):
+        return str(v)
+    return f"{v:.4g}" if abs(v) < 1e5 else f"{v:.6g}"
+
+
+def calib_to_toml(c: KernelCalib, comment_lines: list[str] | tuple[str, ...] = ()) -> str:
+    """TOML text of a ``[kernel]`` table for ``c``, with leading ``#`` comment lines.
+
+    >>> print(calib_to_toml(KernelCalib(), ["fit: none"]).splitlines()[1])
+    [kernel]
+    """
+    lines = [f"# {line}" for line in comment_lines]
+    lines.append("[kernel]")
+    for key, v in c.to_toml_values().items():
+        lines.append(f"{key} = {_fmt(v) if not isinstance(v, float) else _fmt(float(v))}")
+    lines.append(f'source = "{c.source}"')
+    return "\n".join(lines) + "\n"

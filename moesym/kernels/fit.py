@@ -1,0 +1,259 @@
+"""Fit the analytical kernel model's per-GPU calibration to measured kernel tables.
+
+Continuous fields (achieved fractions, per-SM bandwidth, latencies) are fitted with
+``scipy.optimize.least_squares`` on log(predicted / measured); the tile sizes are discrete and
+chosen by the lowest cost over a small grid. Rows are split by shape family: within each
+(N, K, groups, layout) family sorted by M, every third row (the 2nd, 5th, ...) is held out.
+
+InferSim's masked (decode) grouped-GEMM rows come from DeepGEMM's test generator, which draws
+each expert's rows as ``int(m * U(0.7, 1.3))``: at ``m = 1`` about half the experts get no rows
+and are skipped. :func:`infersim_masked_active` gives that expected fraction of busy experts;
+the fit applies it to masked rows only (a model user passes the rows an expert really has).
+
+>>> round(float(infersim_masked_active(1.0)), 9), float(infersim_masked_active(4.0))
+(0.5, 1.0)
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from .analytical import attention_decode_time, attention_prefill_time, gemm_time
+from .calib import DEFAULTS, KernelCalib, calib_to_toml
+from .tables import KernelTables
+
+__all__ = [
+    "FitResult",
+    "attention_rows",
+    "error_stats",
+    "fit_attention",
+    "fit_gemm",
+    "infersim_masked_active",
+    "predict_rows",
+    "split_rows",
+    "write_kernel_table",
+]
+
+_GEMM_PARAMS = ("gemm_tensor_frac", "grouped_contiguous_tensor_frac", "grouped_masked_tensor_frac",
+                "sm_bandwidth_Bps", "gemm_hbm_frac", "launch_s", "tile_overhead_s")
+# scale of each parameter inside the optimiser (keeps variables O(1))
+_SCALE = {"sm_bandwidth_Bps": 1e9, "launch_s": 1e-6, "tile_overhead_s": 1e-6,
+          "attention_launch_s": 1e-6}
+_BOUNDS = {"sm_bandwidth_Bps": (1.0, 2000.0), "launch_s": (0.0, 100.0),
+           "tile_overhead_s": (0.0, 100.0), "attention_launch_s": (0.0, 200.0)}
+
+
+def infersim_masked_active(m):
+    """Expected busy fraction of experts when rows are int(m U(0.7, 1.3)): clip((1.3 - 1/m)/0.6)."""
+    return np.clip((1.3 - 1.0 / np.asarray(m, dtype=float)) / 0.6, 0.0, 1.0)
+
+
+def split_rows(rows: pd.DataFrame, x: str = "m") -> np.ndarray:
+    """Boolean mask of held-out rows: every third row (by ``x``) of each shape family."""
+    keys = [c for c in ("n", "k", "groups", "layout", "family", "shape", "batch", "phase")
+            if c in rows.columns]
+    rank = rows.groupby(keys, sort=False)[x].rank(method="first").to_numpy()
+    return (rank % 3) == 2
+
+
+def error_stats(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float]:
+    """(median, worst) of |pred / meas - 1|."""
+    e = np.abs(np.asarray(pred) / np.asarray(meas) - 1)
+    return (float(np.median(e)), float(np.max(e))) if e.size else (float("nan"), float("nan"))
+
+
+def predict_rows(rows: pd.DataFrame, calib: KernelCalib, *, sms, peak_flops, hbm_bw_Bps,
+                 op_bytes=1, infersim_masked: bool = True) -> np.ndarray:
+    """Model latency (s) of every GEMM row (``m, n, k, groups, layout``)."""
+    out = np.empty(len(rows))
+    for layout in rows.layout.unique():
+        sel = (rows.layout == layout).to_numpy()
+        r = rows[sel]
+        g = r.groups.to_numpy(float)
+        if layout == "masked" and infersim_masked:
+            g = g * infersim_masked_active(r.m.to_numpy(float))
+        t = gemm_time(r.m.to_numpy(float), r.n.to_numpy(float), r.k.to_numpy(float), sms=sms,
+                      peak_flops=peak_flops, hbm_bw_Bps=hbm_bw_Bps, calib=calib,
+                      op_bytes=op_bytes, groups=g, layout=layout)
+        out[sel] = t.total_s
+    return out
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """A fitted calibration with its errors (|pred/meas - 1|) on train and held-out rows."""
+
+    calib: KernelCalib
+    train_median: float
+    train_worst: float
+    test_median: float
+    test_worst: float
+    per_group: pd.DataFrame  # error statistics per table / split
+
+    def summary(self) -> str:
+        return (f"train median {self.train_median:.1%} worst {self.train_worst:.1%}; "
+                f"held-out median {self.test_median:.1%} worst {self.test_worst:.1%}")
+
+
+def _pack(calib: KernelCalib, names) -> np.ndarray:
+    return np.array([getattr(calib, n) / _SCALE.get(n, 1.0) for n in names])
+
+
+def _unpack(calib: KernelCalib, names, x) -> KernelCalib:
+    return replace(calib, **{n: float(v) * _SCALE.get(n, 1.0) for n, v in zip(names, x)})
+
+
+def _bounds(names):
+    lo = [_BOUNDS.get(n, (0.02, 1.0))[0] for n in names]
+    hi = [_BOUNDS.get(n, (0.02, 1.0))[1] for n in names]
+    return lo, hi
+
+
+def _group_stats(rows, pred, test, label_col) -> pd.DataFrame:
+    recs = []
+    for lab in rows[label_col].unique():
+        sel = (rows[label_col] == lab).to_numpy()
+        for split, mask in (("train", ~test), ("held-out", test)):
+            s = sel & mask
+            if s.any():
+                med, worst = error_stats(pred[s], rows.latency_s.to_numpy()[s])
+                recs.append({"table": lab, "split": split, "rows": int(s.sum()),
+                             "median": med, "worst": worst})
+    return pd.DataFrame(recs)
+
+
+def fit_gemm(rows: pd.DataFrame, *, sms, peak_flops, hbm_bw_Bps, base: KernelCalib = DEFAULTS,
+             op_bytes=1, tile_m=(64, 128), tile_n_max=(128, 256),
+             infersim_masked: bool = True, holdout: np.ndarray | None = None) -> FitResult:
+    """Fit the GEMM fields of ``base`` to ``rows`` (``m, n, k, groups, layout, latency_s``).
+
+    Layouts absent from ``rows`` keep their ``base`` tensor fraction.
+    """
+    test = split_rows(rows) if holdout is None else holdout
+    train = rows[~test]
+    names = [n for n in _GEMM_PARAMS
+             if not (n.startswith("grouped_contiguous") and "contiguous" not in set(rows.layout))
+             and not (n.startswith("grouped_masked") and "masked" not in set(rows.layout))
+             and not (n == "gemm_tensor_frac" and "dense" not in set(rows.layout))]
+    meas = train.latency_s.to_numpy()
+    best = None
+    for tm in tile_m:
+        for tn in tile_n_max:
+            c0 = replace(base, tile_m_rows=int(tm), tile_n_max_cols=int(max(tn, base.tile_n_min_cols)))
+
+            def resid(x, c0=c0):
+                p = predict_rows(train, _unpack(c0, names, x), sms=sms, peak_flops=peak_flops,
+                                 hbm_bw_Bps=hbm_bw_Bps, op_bytes=op_bytes,
+                                 infersim_masked=infersim_masked)
+                return np.log(p / meas)
+
+            lo, hi = _bounds(names)
+            x0 = np.clip(_pack(c0, names), np.array(lo) + 1e-9, np.array(hi) - 1e-9)
+            r = least_squares(resid, x0, bounds=(lo, hi), x_scale="jac")
+            if best is None or r.cost < best[0]:
+                best = (r.cost, _unpack(c0, names, r.x))
+    calib = best[1]
+    pred = predict_rows(rows, calib, sms=sms, peak_flops=peak_flops, hbm_bw_Bps=hbm_bw_Bps,
+                        op_bytes=op_bytes, infersim_masked=infersim_masked)
+    tr = error_stats(pred[~test], rows.latency_s.to_numpy()[~test])
+    te = error_stats(pred[test], rows.latency_s.to_numpy()[test])
+    return FitResult(calib, *tr, *te, _group_stats(rows, pred, test, "layout"))
+
+
+def _attn_shape(family: str, phase: str, key: str) -> dict:
+    a, b, c = (int(v) for v in key.split("-")[:3])
+    if family == "mha":
+        return {"heads": a, "kv_heads": b, "qk_dim": c, "v_dim": c, "shared_kv": False}
+    if phase == "decode":  # MLA decode on the latent: heads-kv_lora-rope
+        return {"heads": a, "kv_heads": 1, "qk_dim": b + c, "v_dim": b, "shared_kv": True}
+    return {"heads": a, "kv_heads": a, "qk_dim": b + c, "v_dim": b, "shared_kv": False}  # heads-nope-rope
+
+
+def attention_rows(tables: KernelTables) -> pd.DataFrame:
+    """All attention rows of ``tables`` as one frame with their shapes (bf16 activations)."""
+    recs = []
+    for (family, phase, key), df in tables.attention.items():
+        if len(key.split("-")) != 3:
+            continue
+        shp = _attn_shape(family, phase, key)
+        for r in df.itertuples():
+            kvb = 1 if phase == "decode" and "fp8" in str(getattr(r, "kv_dtype", "")) else 2
+            recs.append(dict(family=family, phase=phase, shape=key, **shp, kv_bytes=kvb,
+                             batch=float(getattr(r, "batch_size", 1)),
+                             m=float(r.kv_len if phase == "decode" else r.seq_len),
+                             latency_s=float(r.latency_us) * 1e-6))
+    return pd.DataFrame(recs)
+
+
+def _predict_attention(rows: pd.DataFrame, calib, sms, peak_flops, hbm_bw_Bps) -> np.ndarray:
+    out = np.empty(len(rows))
+    for i, r in enumerate(rows.itertuples()):
+        kw = {"sms": sms, "peak_flops": peak_flops, "hbm_bw_Bps": hbm_bw_Bps, "calib": calib}
+        if r.phase == "decode":
+            t = attention_decode_time(r.batch, r.m, r.heads, r.kv_heads, r.qk_dim, r.v_dim,
+                                      kv_bytes=r.kv_bytes, shared_kv=r.shared_kv, **kw)
+        else:
+            t = attention_prefill_time(r.batch, r.m, r.heads, r.kv_heads, r.qk_dim, r.v_dim, **kw)
+        out[i] = float(t.total_s)
+    return out
+
+
+def fit_attention(rows: pd.DataFrame, *, sms, peak_flops, hbm_bw_Bps,
+                  base: KernelCalib = DEFAULTS) -> FitResult:
+    """Fit attention_tensor_frac, attention_hbm_frac and attention_launch_s (robust soft-L1 loss:
+    single odd files should not pull the fit)."""
+    test = split_rows(rows)
+    train = rows[~test]
+    names = ["attention_tensor_frac", "attention_hbm_frac", "attention_launch_s"]
+    meas = train.latency_s.to_numpy()
+
+    def resid(x):
+        return np.log(_predict_attention(train, _unpack(base, names, x), sms, peak_flops,
+                                         hbm_bw_Bps) / meas)
+
+    lo, hi = _bounds(names)
+    x0 = np.clip(_pack(base, names), np.array(lo) + 1e-9, np.array(hi) - 1e-9)
+    r = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.2)
+    calib = _unpack(base, names, r.x)
+    pred = _predict_attention(rows, calib, sms, peak_flops, hbm_bw_Bps)
+    rows = rows.assign(table=rows.family + "/" + rows.phase)
+    tr = error_stats(pred[~test], rows.latency_s.to_numpy()[~test])
+    te = error_stats(pred[test], rows.latency_s.to_numpy()[test])
+    return FitResult(calib, *tr, *te, _group_stats(rows, pred, test, "table"))
+
+
+_KERNEL_HEADER = re.compile(r"^\[kernel\]\s*(#.*)?$")
+_TABLE_HEADER = re.compile(r"^\s*\[")
+
+
+def write_kernel_table(path: Path | str, calib: KernelCalib, comment_lines=(),
+                       date: str | None = None) -> str:
+    """Replace (or append) the ``[kernel]`` table of the hardware TOML file at ``path``.
+
+    The rest of the file is kept byte for byte; comment lines directly above an existing
+    ``[kernel]`` header are replaced with the new ones. Returns the new text.
+    """
+    path = Path(path)
+    lines = path.read_text().splitlines()
+    start = next((i for i, ln in enumerate(lines) if _KERNEL_HEADER.match(ln.strip())), None)
+    if start is not None:
+        end = next((j for j in range(start + 1, len(lines)) if _TABLE_HEADER.match(lines[j])),
+                   len(lines))
+        while start > 0 and lines[start - 1].startswith("#"):
+            start -= 1
+        lines = lines[:start] + lines[end:]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    date = date or _dt.date.today().isoformat()
+    block = calib_to_toml(calib, [f"kernel model calibration, written {date} by moesym.kernels.fit",
+                                  *comment_lines])
+    text = "\n".join(lines) + "\n\n" + block
+    path.write_text(text)
+    return text

@@ -1,0 +1,89 @@
+"""``KernelTiming``: the analytical kernel model as a time model for the step model.
+
+Same interface as :class:`moesym.timing.RooflineTiming` (``.time(cost) -> TermTime``). Peaks,
+bandwidth and SM count stay the hardware symbols (``F_g``, ``F_a``, ``W``, ``N_SM``) so the
+step model's bindings (which pick the compute dtype's peak) apply unchanged; the per-GPU
+calibration (tiles, achieved fractions, latencies) enters as numbers from the hardware file's
+``[kernel]`` table.
+
+- GEMM / GROUPED_GEMM with a ``shape``: :func:`~moesym.kernels.analytical.gemm_time` per launch
+  (compute = tile waves, memory = max(cost bytes / (eta_hbm W), waves x tile bytes / W_SM)),
+  times ``cost.launches`` (a scaled cost repeats the kernel). Operand bytes per element are
+  ``b_w`` (the GEMM compute format), output bytes ``b_a``.
+- GEMM without a shape: compute = FLOPs / (eta_gemm F_g), memory = bytes / (eta_hbm W).
+- ATTENTION: compute = FLOPs / (eta_a F_a), memory = bytes / (eta_hbm,a W), + launches tau_attn.
+- ELEMENTWISE: bytes / (eta_ew W) + launches tau_ew.
+- COMM and OVERHEAD: exactly as RooflineTiming.
+
+Symbolic path: always analytical (shapes may hold symbols). Measured tables are used on the
+command-line path (``moesym kernel ... --bench-data DIR``), where shapes are numbers.
+
+>>> from moesym.kernels.timing import KernelTiming
+>>> from moesym.specs.hardware import load_hardware
+>>> from moesym.terms.attention import gemm
+>>> from moesym.symbols import S
+>>> kt = KernelTiming.from_hardware(load_hardware("h800"))
+>>> tt = kt.time(gemm("g", S.batch, 7168, 2048, S.w_bytes, S.act_bytes))
+>>> tt.compute_s.has(sp.ceiling)
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from ..symbols import S
+from ..terms.cost import Cost, KernelClass
+from ..timing import RooflineTiming, TermTime
+from .analytical import attention_time_from_cost, elementwise_time, gemm_time
+from .calib import DEFAULTS, KernelCalib, kernel_calib
+
+__all__ = ["KernelTiming"]
+
+_ZERO = sp.Integer(0)
+
+
+@dataclass(frozen=True)
+class KernelTiming:
+    """Kernel-model timing with one GPU's calibration (see the module docstring)."""
+
+    calib: KernelCalib = DEFAULTS
+
+    @classmethod
+    def from_hardware(cls, hw) -> KernelTiming:
+        """Calibration from ``hw``'s ``[kernel]`` table (defaults with a warning if absent)."""
+        return cls(kernel_calib(hw))
+
+    def time(self, c: Cost) -> TermTime:
+        if c.kind in (KernelClass.COMM, KernelClass.OVERHEAD):
+            return RooflineTiming().time(c)
+        k = self.calib
+        n = c.launches if c.launches != 0 else sp.Integer(1)  # repetitions of the kernel
+        lat = c.launches  # launch latencies actually paid
+        if c.kind in (KernelClass.GEMM, KernelClass.GROUPED_GEMM):
+            if c.shape is not None:
+                sh = c.shape
+                layout = sh.layout if sh.layout in ("contiguous", "masked", "batched") else "dense"
+                if c.kind is KernelClass.GROUPED_GEMM and layout == "dense":
+                    layout = "contiguous"
+                t = gemm_time(sh.m, sh.n, sh.k, sms=S.sms, peak_flops=S.flops_gemm,
+                              hbm_bw_Bps=S.hbm_bw, calib=k, op_bytes=S.w_bytes,
+                              out_bytes=S.act_bytes, groups=sh.groups, layout=layout,
+                              hbm_bytes=c.hbm_bytes / n)
+                return TermTime(c.name, n * t.compute_s, n * t.memory_s, _ZERO,
+                                lat * t.launch_s + c.fixed_s)
+            frac = k.gemm_tensor_frac if c.kind is KernelClass.GEMM else k.grouped_contiguous_tensor_frac
+            compute = c.flops / (S.flops_gemm * frac) if c.flops != 0 else _ZERO
+            memory = c.hbm_bytes / (S.hbm_bw * k.gemm_hbm_frac) if c.hbm_bytes != 0 else _ZERO
+            return TermTime(c.name, compute, memory, _ZERO, lat * k.launch_s + c.fixed_s)
+        if c.kind is KernelClass.ATTENTION:
+            t = attention_time_from_cost(c.flops, c.hbm_bytes, peak_flops=S.flops_attn,
+                                         hbm_bw_Bps=S.hbm_bw, calib=k, launches=lat)
+            return TermTime(c.name, sp.sympify(t.compute_s), sp.sympify(t.memory_s), _ZERO,
+                            t.launch_s + c.fixed_s)
+        t = elementwise_time(c.hbm_bytes, hbm_bw_Bps=S.hbm_bw, calib=k, launches=lat,
+                             flops=c.flops, peak_flops=S.flops_gemm)
+        return TermTime(c.name, sp.sympify(t.compute_s), sp.sympify(t.memory_s), _ZERO,
+                        t.launch_s + c.fixed_s)

@@ -1,0 +1,255 @@
+"""Kernel models: monotonicity, roofline bound, tables, fitting, KernelTiming, CLI, benchmark."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import sympy as sp
+
+from moesym.cli import main
+from moesym.errors import SpecError
+from moesym.kernels.analytical import (
+    attention_decode_time,
+    attention_prefill_time,
+    elementwise_time,
+    gemm_bytes,
+    gemm_tiles,
+    gemm_time,
+)
+from moesym.kernels.calib import DEFAULTS, KernelCalib, kernel_calib, parse_kernel_calib
+from moesym.kernels.fit import fit_gemm, predict_rows, write_kernel_table
+from moesym.kernels.tables import KernelTables, interp_log, read_attention_table, read_gemm_table
+from moesym.kernels.timing import KernelTiming
+from moesym.specs.hardware import load_hardware
+from moesym.symbols import S
+from moesym.terms.attention import gemm
+from moesym.terms.cost import Cost, KernelClass
+
+H800 = {"sms": 132, "peak_flops": 1979e12, "hbm_bw_Bps": 3.35e12}
+H20 = {"sms": 78, "peak_flops": 296e12, "hbm_bw_Bps": 4.0e12}
+CALIBS = [DEFAULTS, KernelCalib(tile_m_rows=128, tile_n_max_cols=128, tile_overhead_s=0.0,
+                                sm_bandwidth_Bps=30e9, launch_s=2e-6)]
+GRID = np.unique(np.round(np.geomspace(1, 40000, 60)))
+
+
+@pytest.mark.parametrize("calib", CALIBS)
+@pytest.mark.parametrize("hw", [H800, H20])
+@pytest.mark.parametrize("layout,groups", [("dense", 1), ("contiguous", 32), ("masked", 8)])
+def test_time_never_falls_when_m_n_or_k_grows(calib, hw, layout, groups):
+    for axis in range(3):
+        for a in (16, 576, 2048, 7168):
+            for b in (64, 1536, 24576):
+                args = [None, None, None]
+                args[axis] = GRID
+                others = [i for i in range(3) if i != axis]
+                args[others[0]], args[others[1]] = a, b
+                t = gemm_time(*args, calib=calib, groups=groups, layout=layout, **hw).total_s
+                assert np.all(np.diff(t) >= -1e-15), (axis, a, b)
+
+
+@pytest.mark.parametrize("calib", CALIBS)
+def test_time_never_beats_the_roofline(calib):
+    m, n, k = np.meshgrid(GRID, [16, 100, 576, 4096, 30000], [64, 512, 7168], indexing="ij")
+    for g in (1, 3, 64):
+        for ob in (1, 2):
+            t = gemm_time(m, n, k, calib=calib, groups=g, op_bytes=ob, **H800).total_s
+            roof = np.maximum(2 * m * n * k * g / H800["peak_flops"],
+                              g * ((m * k + n * k) * ob + 2 * m * n) / H800["hbm_bw_Bps"])
+            assert np.all(t >= roof)
+    b, L = np.meshgrid([1, 8, 64], [128, 1024, 16384], indexing="ij")
+    dec = attention_decode_time(b, L, 32, 8, 128, 128, **H800).total_s
+    assert np.all(dec >= b * L * 8 * 256 * 2 / H800["hbm_bw_Bps"])
+    assert np.all(dec >= 2 * b * 32 * L * 256 / 989e12)
+    pre = attention_prefill_time(b, L, 32, 8, 128, 128, **{**H800, "peak_flops": 989e12}).total_s
+    assert np.all(pre >= 2 * b * 32 * L * (L + 1) / 2 * 256 / 989e12)
+
+
+def test_golden_tiles_and_times_by_hand():
+    c = KernelCalib(tile_m_rows=128, tile_n_max_cols=128, tile_n_min_cols=16, gemm_tensor_frac=0.5,
+                    tile_overhead_s=0.0, sm_bandwidth_Bps=1e15, gemm_hbm_frac=1.0, launch_s=1e-6)
+    # 4096^2 output: 32 M tiles, floor(132/32) = 4 N tiles each -> 1024-wide, clipped to 128:
+    # 32 x 32 = 1024 tiles in ceil(1024/132) = 8 waves.
+    tiles, waves, tn = gemm_tiles(4096, 4096, 1, 132, c)
+    assert (float(tiles), float(waves), float(tn)) == (1024, 8, 128)
+    # compute = 8 waves x 2*128*128*4096 / (0.5 * 1979e12 / 132)
+    want = 8 * 2 * 128 * 128 * 4096 / (0.5 * 1979e12 / 132)
+    t = gemm_time(4096, 4096, 4096, calib=c, **H800)
+    assert float(t.compute_s) == pytest.approx(want)
+    assert float(t.total_s) == pytest.approx(want + 1e-6)
+    # M = 16: one M tile of 128 rows; 132 N tiles allowed -> 16-wide tiles; N = 1536 -> 96 tiles
+    tiles, waves, tn = gemm_tiles(16, 1536, 1, 132, c)
+    assert (float(tiles), float(waves), float(tn)) == (96, 1, 16)
+    assert gemm_bytes(2, 3, 4, op_bytes=1, out_bytes=2) == 2 * 4 + 3 * 4 + 2 * 2 * 3
+    assert elementwise_time(8e9, hbm_bw_Bps=1e12, calib=c).memory_s == pytest.approx(8e9 / 0.8e12)
+
+
+def test_symbolic_shape_matches_numeric():
+    m = S.batch * S.topk / S.tp
+    ts = gemm_time(m, 4096, 7168, groups=8, layout="contiguous", **H800)
+    assert ts.total_s.has(sp.ceiling)
+    f = sp.lambdify([S.batch, S.topk, S.tp], ts.total_s, "numpy")
+    for b in (1, 7, 64, 1000):
+        num = gemm_time(b * 8 / 2, 4096, 7168, groups=8, layout="contiguous", **H800).total_s
+        assert float(f(b, 8, 2)) == pytest.approx(float(num))
+
+
+def test_interpolation_in_log_m_is_monotone_between_rows_and_none_outside():
+    xs = np.array([16.0, 64.0, 256.0])
+    ys = np.array([10e-6, 30e-6, 20e-6])
+    # log-midpoint of 16 and 64 is 32: halfway in latency
+    assert interp_log(xs, ys, 32.0) == pytest.approx(20e-6)
+    assert interp_log(xs, ys, 64.0) == pytest.approx(30e-6)
+    assert interp_log(xs, ys, 8.0) is None and interp_log(xs, ys, 512.0) is None
+    grid = np.geomspace(16, 64, 50)
+    vals = [interp_log(xs, ys, x) for x in grid]
+    assert np.all(np.diff(vals) >= 0)
+    grid = np.geomspace(64, 256, 50)
+    vals = [interp_log(xs, ys, x) for x in grid]
+    assert np.all(np.diff(vals) <= 0)
+
+
+def _write_tables(root: Path) -> None:
+    (root / "gemm" / "gpu1").mkdir(parents=True)
+    rows = "m,k,n,latency_us,mfu\n16,512,256,10,0.1\n64,512,256,30,0.1\n"
+    (root / "gemm" / "gpu1" / "data.csv").write_text(rows + "16,512,256,10,0.1\n")  # repeated row
+    d = root / "mha" / "decode" / "gpu1"
+    d.mkdir(parents=True)
+    (d / "8-2-64.csv").write_text("bf16,bf16,1,1024,5.0,0.1\nbf16,bf16,1,4096,9.0,0.1\n")
+
+
+def test_loader_handles_headerless_file_and_repeated_rows(tmp_path):
+    _write_tables(tmp_path)
+    df = read_attention_table(tmp_path / "mha" / "decode" / "gpu1" / "8-2-64.csv", "decode")
+    assert list(df.columns[:4]) == ["dtype", "kv_dtype", "batch_size", "kv_len"]
+    assert len(df) == 2 and df.latency_us.tolist() == [5.0, 9.0]
+    assert len(read_gemm_table(tmp_path / "gemm" / "gpu1" / "data.csv")) == 2
+    t = KernelTables.load(tmp_path, "gpu1")
+    assert t.gemm_latency_s(32, 256, 512) == pytest.approx(20e-6)
+    assert t.gemm_latency_s(32, 256, 1024) is None  # shape not measured
+    assert t.attention_latency_s("mha", "decode", "8-2-64", batch=1, length=2048) == pytest.approx(7e-6)
+
+
+def test_fit_recovers_known_parameters_from_noisy_synthetic_data():
+    true = replace(DEFAULTS, gemm_tensor_frac=0.62, grouped_contiguous_tensor_frac=0.5,
+                   sm_bandwidth_Bps=300e9, gemm_hbm_frac=0.7, launch_s=5e-6, tile_overhead_s=0.4e-6)
+    recs = []
+    for n, k in ((1536, 7168), (4096, 2048), (576, 7168), (24576, 1536)):
+        for m in (16, 64, 256, 1024, 4096, 16384):
+            recs.append({"m": m, "n": n, "k": k, "groups": 1, "layout": "dense"})
+    for g, m in ((32, 8), (32, 64), (8, 512), (8, 2048), (64, 128)):
+        recs.append({"m": m, "n": 4096, "k": 7168, "groups": g, "layout": "contiguous"})
+        recs.append({"m": m, "n": 7168, "k": 2048, "groups": g, "layout": "contiguous"})
+    rows = pd.DataFrame(recs)
+    rng = np.random.default_rng(0)
+    t = predict_rows(rows, true, infersim_masked=False, op_bytes=1, **H800)
+    rows["latency_s"] = t * np.exp(rng.normal(0, 0.02, len(t)))
+    r = fit_gemm(rows, base=DEFAULTS, tile_m=(DEFAULTS.tile_m_rows,),
+                 tile_n_max=(DEFAULTS.tile_n_max_cols,), **H800)
+    c = r.calib
+    assert c.gemm_tensor_frac == pytest.approx(0.62, rel=0.05)
+    assert c.grouped_contiguous_tensor_frac == pytest.approx(0.5, rel=0.05)
+    assert c.gemm_hbm_frac == pytest.approx(0.7, rel=0.1)
+    assert c.launch_s == pytest.approx(5e-6, rel=0.25)
+    assert r.test_median < 0.03
+
+
+def test_calib_parsing_errors_and_default_warning(tmp_path):
+    with pytest.raises(SpecError, match=r"f\.toml \[kernel\]: unknown key 'tile_rows'"):
+        parse_kernel_calib({"tile_rows": 1}, "f.toml")
+    with pytest.raises(SpecError, match="gemm_tensor_frac"):
+        parse_kernel_calib({"gemm_tensor_frac": 1.5}, "f.toml")
+    c = parse_kernel_calib({"sm_bandwidth_GBps": 50, "launch_us": 2}, "f.toml")
+    assert c.sm_bandwidth_Bps == 50e9 and c.launch_s == pytest.approx(2e-6)
+    hw = replace(load_hardware("h800"), kernel={})
+    with pytest.warns(UserWarning, match="default kernel calibration"):
+        assert kernel_calib(hw) == DEFAULTS
+    assert kernel_calib(load_hardware("h20")).tile_m_rows >= 1  # shipped table parses
+
+
+def test_write_kernel_table_keeps_the_rest_of_the_file(tmp_path):
+    p = tmp_path / "g.toml"
+    head = 'name = "g"\n\n[latency_us]\nkernel = 5.0\n'
+    p.write_text(head + "\n# old fit\n[kernel]\nlaunch_us = 1\n\n[other]\nx = 1\n")
+    write_kernel_table(p, replace(DEFAULTS, launch_s=3e-6), ["residuals: none"], date="2000-01-01")
+    text = p.read_text()
+    assert text.startswith(head) and "[other]\nx = 1" in text and "# old fit" not in text
+    assert text.count("[kernel]") == 1 and "launch_us = 3" in text and "2000-01-01" in text
+
+
+def test_kernel_timing_symbolic_gemm_and_classes():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kt = KernelTiming(DEFAULTS)
+    c = gemm("g", S.batch * S.topk / S.tp, 4096, 7168, S.w_bytes, S.act_bytes,
+             KernelClass.GROUPED_GEMM, groups=8, layout="contiguous")
+    tt = kt.time(c)
+    vals = {S.topk: 8, S.tp: 1, S.sms: 132, S.flops_gemm: 1979e12, S.hbm_bw: 3.35e12,
+            S.w_bytes: 1, S.act_bytes: 2}
+    f = sp.lambdify([S.batch], tt.total_s.subs(vals), "numpy")
+    direct = gemm_time(64 * 8, 4096, 7168, groups=8, layout="contiguous", op_bytes=1,
+                       hbm_bytes=8 * (4096 * 7168 * 1 + 64 * 8 * (7168 + 4096) * 2), **H800)
+    assert float(f(64)) == pytest.approx(float(direct.total_s))
+    # elementwise: bytes / (0.8 W) + one launch, by hand
+    e = kt.time(Cost("e", KernelClass.ELEMENTWISE, hbm_bytes=8e9, launches=1))
+    assert float(e.total_s.subs(S.hbm_bw, 1e12)) == pytest.approx(8e9 / 0.8e12 + 3e-6)
+    comm = Cost("c", KernelClass.COMM, net_bytes=100, net_bw=10, launches=1)
+    assert kt.time(comm).comm_s == 10
+
+
+def test_cli_gemm_json_and_bad_inputs(capsys):
+    assert main(["kernel", "gemm", "--m", "4096", "--n", "4096", "--k", "4096", "--hardware", "h800",
+                 "--dtype", "fp8", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert {"time_s", "flops", "bytes", "tflops", "source"} <= set(r)
+    assert r["flops"] == 2 * 4096 ** 3 and r["source"] == "analytical"
+    assert r["tflops"] == pytest.approx(r["flops"] / r["time_s"] / 1e12)
+    assert main(["kernel", "grouped-gemm", "--groups", "8", "--m-per-group", "64", "--n", "4096",
+                 "--k", "7168", "--layout", "masked", "--hardware", "h20", "--dtype", "fp8",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["time_s"] > 0
+    for argv, flag in ((["kernel", "gemm", "--m", "0", "--n", "1", "--k", "1", "--hardware", "h800"],
+                        "--m"),
+                       (["kernel", "grouped-gemm", "--groups", "2", "--m-per-group", "4", "--n", "8",
+                         "--k", "8", "--layout", "zig", "--hardware", "h800"], "--layout"),
+                       (["kernel", "gemm", "--m", "1", "--n", "1", "--k", "1", "--hardware", "a100",
+                         "--dtype", "fp8"], "--dtype"),
+                       (["kernel", "gemm", "--m", "1", "--n", "1", "--k", "1", "--hardware", "h800",
+                         "--bench-data", "/nonexistent/dir"], "--bench-data")):
+        assert main(argv) != 0
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and flag in err
+
+
+def test_cli_uses_table_when_it_covers_the_shape(tmp_path, capsys):
+    (tmp_path / "gemm" / "h800").mkdir(parents=True)
+    (tmp_path / "gemm" / "h800" / "data.csv").write_text(
+        "m,k,n,latency_us,mfu\n16,512,256,10,0.1\n64,512,256,30,0.1\n")
+    base = ["kernel", "gemm", "--n", "256", "--k", "512", "--hardware", "h800", "--dtype", "fp8",
+            "--json", "--bench-data", str(tmp_path)]
+    assert main(base + ["--m", "32"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["source"] == "table" and r["time_s"] == pytest.approx(20e-6)
+    assert main(base + ["--m", "128"]) == 0
+    assert json.loads(capsys.readouterr().out)["source"] == "analytical"
+
+
+def test_benchmark_script_cpu_tiny_writes_tables_the_loader_reads(tmp_path):
+    pytest.importorskip("torch")
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "kernels" / "bench_kernels.py"
+    subprocess.run([sys.executable, str(script), "--device", "cpu", "--tiny", "--out", str(tmp_path),
+                    "--gpu", "cpu", "--repeats", "1"], check=True, timeout=120)
+    t = KernelTables.load(tmp_path, "cpu")
+    assert len(t.gemm) and len(t.grouped) and t.attention
+    row = t.gemm.iloc[0]
+    assert t.gemm_latency_s(row.m, row.n, row.k) == pytest.approx(row.latency_s)
+    assert set(t.grouped.layout) == {"masked", "contiguous"}
+    assert all(math.isfinite(x) and x > 0 for x in t.all_gemm_rows().latency_s)
