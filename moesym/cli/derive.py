@@ -21,6 +21,8 @@ def register(sub) -> None:
     add_deployment(c)
     add_json(c)
     c.add_argument("--no-lazy", action="store_true", help="every local expert is read each step")
+    c.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="roofline of each term against batch with the crossover marked")
     c.set_defaults(func=_crossover)
 
     a = s.add_parser("attention", help="batch where attention's KV read overtakes the MoE layer")
@@ -70,7 +72,16 @@ def show(cf, as_json: bool) -> int:
 
 def _crossover(args) -> int:
     m, h = model_hw_from(args)
-    return show(dv.crossover(m, h, deployment_from(args), lazy=not args.no_lazy), args.json)
+    dep = deployment_from(args)
+    cf = dv.crossover(m, h, dep, lazy=not args.no_lazy)
+    if args.plot:
+        from ..model.step import build_step
+        from ..plots import term_roofline
+        from ..specs.deployment import Phase, Workload
+
+        step = build_step(m, h, dep, Workload(Phase.DECODE, batch=1, context=4096))
+        term_roofline(step, args.plot, marks={"crossover": cf.value * dep.tp})
+    return show(cf, args.json)
 
 
 def _attention(args) -> int:

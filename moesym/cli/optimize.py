@@ -20,6 +20,7 @@ def register(sub) -> None:
                    help="largest batch (decode) or tokens (prefill) per DP rank to consider")
     p.add_argument("--disaggregate", default=None, metavar="IN:OUT",
                    help="also size prefill/decode pools for prompts of IN and outputs of OUT tokens")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="write the Pareto front")
     add_deployment(p)
     add_json(p)
     p.set_defaults(func=run)
@@ -33,6 +34,10 @@ def run(args) -> int:
                  ttft_s=args.ttft_ms / 1e3 if args.ttft_ms else None, base=base,
                  max_size=args.max_size)
     out = {"best": r.best, "pareto": r.pareto}
+    if args.plot:
+        from ..plots import pareto_plot
+
+        pareto_plot(r.table, r.pareto, args.plot)
     if args.disaggregate:
         from ..errors import MoesymError
 

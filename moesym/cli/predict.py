@@ -16,6 +16,7 @@ def register(sub) -> None:
     add_deployment(p)
     add_json(p)
     p.add_argument("--show-expr", action="store_true", help="print each term's SymPy expression")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="write a breakdown bar chart")
     p.set_defaults(func=run)
 
 
@@ -23,6 +24,10 @@ def run(args) -> int:
     model, hw = model_hw_from(args)
     step = build_step(model, hw, deployment_from(args), workload_from(args))
     r = step.predict()
+    if args.plot:
+        from ..plots import breakdown_bar
+
+        breakdown_bar(r, args.plot)
     if args.json:
         emit_json(r)
         return 0

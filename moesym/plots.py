@@ -1,0 +1,79 @@
+"""Plots (optional extra ``moesym[plot]``): roofline of each term against batch with the
+crossovers marked, the Pareto front, and a step-time breakdown bar chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .errors import MoesymError
+from .model.step import BREAKDOWN_KEYS
+
+__all__ = ["breakdown_bar", "term_roofline", "pareto_plot"]
+
+
+def _plt():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise MoesymError("plots need the optional extra: pip install 'moesym[plot]'") from None
+    return plt
+
+
+def breakdown_bar(report: dict, path: str | Path, title: str = "") -> Path:
+    """Bar chart of ``per_layer_s`` (microseconds per layer, before overlap)."""
+    plt = _plt()
+    keys = [k for k in BREAKDOWN_KEYS if k in report["per_layer_s"]]
+    vals = [report["per_layer_s"][k] * 1e6 for k in keys]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.barh(keys[::-1], vals[::-1], color="#4477aa")
+    ax.set_xlabel("busy time per layer (us, whole per-GPU batch, before overlap)")
+    ax.set_title(title or f"step {report['step_time_s'] * 1e3:.2f} ms, bound: {report['bound']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def term_roofline(step, path: str | Path, batches=None, marks: dict | None = None) -> Path:
+    """Each per-layer term against decode batch (log-log), with vertical lines at ``marks``."""
+    plt = _plt()
+    b = np.asarray(batches if batches is not None else np.unique(np.geomspace(1, 1024, 60).astype(int)),
+                   dtype=float)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for k in BREAKDOWN_KEYS:
+        y = step.evaluate(step.per_layer_s[k], batch=b)
+        if np.any(y > 0):
+            ax.loglog(b, y * 1e6, label=k)
+    ax.loglog(b, step.evaluate(step.layer_s, batch=b) * 1e6, "k--", label="layer (overlapped)")
+    for name, x in (marks or {}).items():
+        ax.axvline(x, color="grey", lw=0.8)
+        ax.text(x, ax.get_ylim()[1], f" {name}", rotation=90, va="top", fontsize=8)
+    ax.set_xlabel("decode batch per attention DP rank")
+    ax.set_ylabel("time per layer (us)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def pareto_plot(table, front, path: str | Path) -> Path:
+    """Throughput per GPU against speed per user, all candidates and the front."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 5))
+    ax.scatter(table["tokens_per_user_s"], table["tokens_per_gpu_s"], s=6, alpha=0.3, label="candidates")
+    f = sorted(front, key=lambda r: r["tokens_per_user_s"])
+    ax.plot([r["tokens_per_user_s"] for r in f], [r["tokens_per_gpu_s"] for r in f], "r.-",
+            label="Pareto front")
+    ax.set_xlabel("tokens per user per second")
+    ax.set_ylabel("tokens per GPU per second")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
