@@ -179,7 +179,7 @@ def distinct_destinations(E, k, n_dest) -> sp.Expr:
     >>> distinct_destinations(256, 8, 1)
     1
     >>> round(float(distinct_destinations(256, 8, 32)), 3)
-    7.154
+    7.267
     """
     E, k, n = _s(E), _s(k), _s(n_dest)
     return n * (1 - no_hit_probability(E, E / n, k))
@@ -254,7 +254,8 @@ def max_load_ratio(mean, var, n_bins) -> sp.Expr:
     ``var`` is the variance of one bin's load inflated by n/(n-1) (bins sharing a fixed total:
     for Gaussians, E[max] = mean + sd*sqrt(n/(n-1))*z_n exactly). Moment-matched binomial
     p' = 1 - var/mean, skew g = (1 - 2p')/sd.
-    mean < 8: MaxBinomialMean(mean, p', n)/mean (exact sum over iid moment-matched binomials);
+    mean < 8: max(MaxBinomialMean(mean, p', n), ceil(mean))/mean (exact sum over iid
+    moment-matched binomials, floored by the pigeonhole bound of bins sharing a fixed total);
     else 1 + (sd/mean)*(z_n + g*(z_n**2 - 1)/6), z_n = sqrt(2)*erfinv(2*(n-3/8)/(n+1/4) - 1).
     """
     mean, var, n = _s(mean), _s(var), _s(n_bins)
@@ -262,7 +263,9 @@ def max_load_ratio(mean, var, n_bins) -> sp.Expr:
     p = 1 - var / mean
     z = _blom_z(n)
     normal = 1 + sd / mean * z + (1 - 2 * p) / mean * (z ** 2 - 1) / 6
-    exact = MaxBinomialMean(mean, p, n) / mean
+    # the bins share a fixed total, which iid loads ignore: the busiest holds at least
+    # ceil(mean) (pigeonhole; one token with top-1 puts exactly 1 on the busiest of E experts)
+    exact = sp.Max(MaxBinomialMean(mean, p, n), sp.ceiling(mean), evaluate=False) / mean
     return sp.Piecewise((exact, mean < EXACT_REGIME_MAX_LOAD), (normal, True))
 
 

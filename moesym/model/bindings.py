@@ -54,6 +54,9 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
         S.lat_up: hw.latency.scale_up_s, S.lat_out: hw.latency.scale_out_s,
         S.t_kernel: hw.latency.kernel_s, S.t_layer: hw.latency.layer_s, S.t_step: hw.latency.step_s,
         S.zipf_s: dep.routing.s,
+        # SMs DeepEP normal-mode / NCCL kernels hold while overlapping compute: 20 in DeepSeek-V3
+        # (tech report section 3.2.2; DeepEP Buffer.num_sms default 20); SGLang often runs 24.
+        S.comm_sms: float(hw.kernel.get("comm_sms", 20)),
     }
     if wl.phase is Phase.DECODE:
         v.update({S.batch: wl.batch, S.context: wl.context})

@@ -1,10 +1,25 @@
-"""Compute / communication overlap of one MoE layer under n micro-batches.
+"""Compute / communication overlap of one MoE layer under n micro-batches, as SymPy expressions.
 
-Seed 000 section 5.3 gives, for two micro-batches with per-micro-batch compute c, dispatch d and
-combine b: d + max(c, d) + max(c, b) + b. Generalised to n >= 2 micro-batches on one compute and
-one communication stream (micro-batch i's compute overlaps the combine of i-1 and the dispatch of
-i+1): d + max(c, d) + (n - 2) max(c, b + d) + max(c, b) + b. With n = 1 nothing overlaps:
-c + d + b.
+Per micro-batch: compute c (everything on the compute stream, shared expert s included),
+dispatch d and combine b (the step model computes each at tokens / n, so weight reads and kernel
+launches are paid once per micro-batch: splitting a batch has a price).
+
+SM sharing. A communication kernel that holds N_SM_comm of the GPU's N_SM SMs slows compute that
+runs beside it; with phi = N_SM_comm / N_SM, compute work c overlapped with communication x
+takes one stage of
+
+    stage(c, x) = max(x, c + phi x)
+
+(during x the compute stream does (1 - phi) x of its work, the rest runs at full speed after).
+DeepEP low-latency kernels hold no SMs while in flight (phi = 0); normal mode and NCCL do.
+
+n = 1: c - s + stage(s, d) + b   (shared expert overlapped with the dispatch, seed 001's
+       prepare_no_receive; the routed experts need the dispatched tokens, the combine ends it)
+n >= 2 (seed 000 section 5.3, generalised; start-up and drain included):
+       d + stage(c, d) + (n - 2) stage(c, b + d) + stage(c, b) + b
+With phi = 0 and c >= b + d this is n c + d + b: communication hides behind compute except the
+first dispatch and the last combine (seed 000's "DeepEP free decode communication" is its
+steady state).
 
 >>> import sympy as sp
 >>> c, d, b = sp.symbols("c d b", positive=True)
@@ -17,25 +32,125 @@ from __future__ import annotations
 import sympy as sp
 
 from ..specs.deployment import A2AMode, Phase
+from ..symbols import S
+from ..terms.cost import smax, sym
 
-__all__ = ["pipelined", "layer_time", "resolve_a2a"]
+__all__ = [
+    "comm_hidden_batch",
+    "hidden_roots",
+    "layer_time",
+    "pipelined",
+    "resolve_a2a",
+    "sm_share",
+    "stage",
+]
 
 
-def pipelined(c, d, b, n) -> sp.Expr:
-    """Time of n micro-batches of (compute c, dispatch d, combine b) on two streams."""
-    c, d, b, n = (sp.sympify(x, strict=True) for x in (c, d, b, n))
-    many = d + sp.Max(c, d) + (n - 2) * sp.Max(c, b + d) + sp.Max(c, b) + b
+def stage(c, x, phi=0) -> sp.Expr:
+    """Compute work c beside communication x that holds a share phi of the SMs:
+    max(x, c + phi x).
+
+    >>> import sympy as sp
+    >>> c, x, p = sp.symbols("c x p", positive=True)
+    >>> stage(c, x, p)
+    Max(x, c + p*x)
+    """
+    c, x, phi = sym(c), sym(x), sym(phi)
+    if (c + phi * x).is_number and x.is_number:
+        return sp.Max(x, c + phi * x)
+    return smax(x, c + phi * x)
+
+
+def pipelined(c, d, b, n, phi=0, shared=0) -> sp.Expr:
+    """Time of n micro-batches of (compute c, dispatch d, combine b) on two streams.
+
+    n = 1: c - s + stage(s, d) + b; n >= 2: d + stage(c, d) + (n - 2) stage(c, b + d)
+    + stage(c, b) + b (see the module docstring); s = ``shared`` (part of c).
+
+    >>> import sympy as sp
+    >>> c, d, b, s = sp.symbols("c d b s", positive=True)
+    >>> pipelined(c, d, b, 1, shared=s)
+    b + c - s + Max(d, s)
+    """
+    c, d, b, n, phi, s = (sym(x) for x in (c, d, b, n, phi, shared))
+    one = c - s + stage(s, d, phi) + b if s != 0 else c + d + b
+    many = d + stage(c, d, phi) + (n - 2) * stage(c, b + d, phi) + stage(c, b, phi) + b
     if n.is_number:
-        return c + d + b if n == 1 else many
-    return sp.Piecewise((c + d + b, sp.Eq(n, 1)), (many, True))
+        return one if n == 1 else many
+    return sp.Piecewise((one, sp.Eq(n, 1)), (many, True))
 
 
 def resolve_a2a(mode: A2AMode, phase: Phase) -> A2AMode:
+    """auto -> deepep-ll for decode, deepep-normal for prefill; other modes unchanged."""
     if mode is A2AMode.AUTO:
         return A2AMode.DEEPEP_LL if phase is Phase.DECODE else A2AMode.DEEPEP_NORMAL
     return mode
 
 
-def layer_time(compute_mb, dispatch_mb, combine_mb, n, deployment, workload) -> sp.Expr:
-    """One layer's time for the whole batch from per-micro-batch compute and communication."""
-    return pipelined(compute_mb, dispatch_mb, combine_mb, n)
+def sm_share(mode: A2AMode) -> sp.Expr:
+    """Share of SMs communication holds while it overlaps compute: 0 for DeepEP low-latency
+    (RDMA/IBGDA from a few warps, released while in flight), N_SM_comm / N_SM otherwise.
+
+    >>> sm_share(A2AMode.DEEPEP_LL)
+    0
+    >>> sm_share(A2AMode.DEEPEP_NORMAL)
+    N_SM_comm/N_SM
+    """
+    if mode is A2AMode.DEEPEP_LL:
+        return sp.Integer(0)
+    return S.comm_sms / S.sms
+
+
+def layer_time(compute_mb, dispatch_mb, combine_mb, n, deployment, workload, shared_mb=0) -> sp.Expr:
+    """One layer's time for the whole per-GPU batch from per-micro-batch compute (shared expert
+    ``shared_mb`` included in ``compute_mb``), dispatch and combine, under the deployment's
+    all-to-all mode (auto: deepep-ll for decode, deepep-normal for prefill)."""
+    mode = resolve_a2a(deployment.a2a, workload.phase)
+    phi = sm_share(mode)
+    d, b = sym(dispatch_mb), sym(combine_mb)
+    if d == 0 and b == 0:  # nothing to overlap (EP = 1 or a dense layer)
+        return sym(n) * sym(compute_mb)
+    return pipelined(compute_mb, d, b, n, phi, shared_mb)
+
+
+def hidden_roots(compute_mb, comm_mb, var=S.batch, phi=0) -> list[tuple[sp.Expr, sp.Expr]]:
+    """Roots of the steady-state branch switch of stage(c, x) = max(x, c + phi x), i.e. of
+    c = (1 - phi) x, with c and x = d + b linear in ``var`` (the per-GPU batch). Each root comes
+    with the condition under which it is where communication STOPS being hidden (hidden below,
+    exposed above): the slope of c - (1 - phi) x is negative and the root positive.
+
+    >>> B = S.batch
+    >>> hidden_roots(100 + B, 10 + 3 * B)
+    [(45, True)]
+    """
+    f = sp.expand(sym(compute_mb) - (1 - sym(phi)) * sym(comm_mb))
+    slope = sp.diff(f, var)
+    if sp.diff(slope, var) != 0:
+        raise ValueError("compute and communication must be linear in the batch")
+    out = []
+    for r in sp.solve(sp.Eq(f, 0), var):
+        cond = sp.And(slope < 0, r > 0)
+        out.append((sp.simplify(r), cond))
+    return out
+
+
+def comm_hidden_batch(compute_mb, comm_mb, var=S.batch, phi=0) -> sp.Expr:
+    """Per-GPU batch at which communication stops being hidden behind compute under n >= 2
+    micro-batches: the root B* of c(B) = (1 - phi) (d(B) + b(B)) where c falls behind
+    (Piecewise: B* when the slope condition holds and B* > 0; 0 when communication is never
+    hidden; oo when it never stops being hidden as the batch grows).
+
+    c, d and b are per-micro-batch times written in the per-GPU batch B (all micro-batches), as
+    the step model writes them (tokens / n per micro-batch), so the n dependence is inside them.
+
+    >>> B, n = S.batch, S.micro_batches
+    >>> comm_hidden_batch(2e-4 + 1e-7 * B / n, 2e-5 + 1e-6 * B / n)
+    200.0*n_mb
+    """
+    f = sp.expand(sym(compute_mb) - (1 - sym(phi)) * sym(comm_mb))
+    slope = sp.diff(f, var)
+    roots = hidden_roots(compute_mb, comm_mb, var, phi)
+    if not roots:
+        return sp.Piecewise((sp.Integer(0), f.subs(var, 0) < 0), (sp.oo, True))
+    r, cond = roots[0]
+    return sp.Piecewise((r, cond), (sp.Integer(0), slope < 0), (sp.oo, True))

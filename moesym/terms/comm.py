@@ -1,8 +1,24 @@
-"""Communication terms: EP dispatch / combine and TP collectives.
+"""Communication terms: expert-parallel dispatch / combine and tensor-parallel collectives.
 
-First version: one volume per collective, split between the scale-up (NVLink) and scale-out
-(RDMA) tiers by the share of destinations outside the sender's scale-up domain; both tiers run in
-parallel, so time = max(intra / W_up_eff, inter / W_out_eff) + latency.
+Every function returns SymPy (``Cost`` records of kind COMM or plain expressions) and accepts
+symbols or numbers, so EP and GPU counts stay symbolic in sweeps.
+
+Tiers. An EP group of ``ep`` GPUs is laid over scale-up domains of ``G`` GPUs (``G`` is the
+``gpus_per_node`` symbol, bound to the NVLink domain: 8 on HGX, 72 on GB200 NVL72):
+
+    g     = min(ep, G)        GPUs of the EP group inside one scale-up domain
+    nodes = max(ep / G, 1)    scale-up domains the EP group spans
+
+Traffic inside a domain moves at the scale-up rate W_up x eta_up (NVLink), traffic between
+domains at W_out x eta_out (RDMA). Both tiers run at once, so a collective takes
+max(intra / W_up_eff, inter / W_out_eff) plus a fixed latency per tier it touches: small messages
+are latency-bound, large ones bandwidth-bound.
+
+Expected distinct destinations. With uniform top-k routing over E experts spread evenly over n
+destinations, a token's k experts land on n x (1 - C(E - E/n, k) / C(E, k)) distinct
+destinations, one of which is its own with probability 1 - C(E - E/n, k) / C(E, k); so
+(n - 1) x (1 - C(E - E/n, k) / C(E, k)) are remote. Group-limited routing (DeepSeek-V3:
+n_group = G_r groups, a token picks topk_group = k_G of them) is handled two-level.
 
 >>> from moesym.terms.comm import tp_allreduce
 >>> from moesym.terms.dims import symbolic_dims
@@ -13,43 +29,394 @@ parallel, so time = max(intra / W_up_eff, inter / W_out_eff) + latency.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import sympy as sp
 
-from .cost import Cost, KernelClass, sym
+from ..specs.deployment import A2AMode
+from .cost import Cost, KernelClass, smax, smin, sym
 from .dims import Dims
 
-__all__ = ["remote_share", "dispatch", "combine", "tp_allreduce"]
+__all__ = [
+    "A2AVolume",
+    "RingFabric",
+    "a2a_volume",
+    "combine",
+    "dispatch",
+    "distinct_nodes_per_token",
+    "distinct_ranks_per_token",
+    "ep_tiers",
+    "group_bandwidth",
+    "group_latency",
+    "miss_probability",
+    "remote_share",
+    "ring_dispatch_table",
+    "ring_dispatch_time",
+    "ring_farthest_hops",
+    "tp_allgather",
+    "tp_allreduce",
+    "tp_moe_boundary",
+    "tp_reduce_scatter",
+]
+
+
+def ep_tiers(ep, domain) -> tuple[sp.Expr, sp.Expr]:
+    """(g, nodes): EP GPUs per scale-up domain, g = min(ep, G), and domains spanned, ep / g.
+
+    >>> ep_tiers(32, 8)
+    (8, 4)
+    >>> ep_tiers(4, 8)
+    (4, 1)
+    """
+    e, G = sym(ep), sym(domain)
+    g = smin(e, G) if not (e.is_number and G.is_number) else sp.Min(e, G)
+    return g, e / g
 
 
 def remote_share(group, domain) -> sp.Expr:
-    """Share of a uniformly spread group of ``group`` GPUs outside one scale-up ``domain``."""
+    """Share of a uniformly spread group of ``group`` GPUs outside one scale-up ``domain``:
+    1 - min(G, group) / group.
+
+    >>> remote_share(32, 8)
+    3/4
+    """
     g = sym(group)
     return 1 - sp.Min(sym(domain), g) / g
 
 
-def _a2a(name: str, D: Dims, tokens, elem_bytes, bw_up, bw_out, lat_up, lat_out, domain) -> Cost:
-    t = sym(tokens) / D.tp
-    volume = t * D.topk * D.hidden * sym(elem_bytes) * (1 - 1 / D.ep)
-    rs = remote_share(D.gpus, domain)
-    time_s = sp.Max(volume * (1 - rs) / sym(bw_up), volume * rs / sym(bw_out))
-    fixed = sp.Piecewise((0, sp.Eq(D.ep, 1)), (sym(lat_up) + rs * sym(lat_out), True))
-    # express the time through an effective bandwidth so that Cost stays uniform
-    return Cost(name, KernelClass.COMM, net_bytes=volume, net_bw=sp.Piecewise(
-        (1, sp.Eq(volume, 0)), (volume / time_s, True)), fixed_s=fixed, launches=1)
+def miss_probability(n_items, per_dest, k) -> sp.Expr:
+    """Probability that k draws without replacement from n items miss one destination holding
+    ``per_dest`` of them: C(n - m, k) / C(n, k) (0 when n - m < k).
+
+    Written through log-gamma so that it compiles to NumPy without overflow for E = 256 (the
+    Max keeps the unused branch off the gamma poles when numbers are substituted).
+
+    >>> miss_probability(16, 4, 2)
+    11/20
+    """
+    n, m, kk = sym(n_items), sym(per_dest), sym(k)
+    if n.is_number and m.is_number and kk.is_number:
+        if (n - m) < kk:
+            return sp.Integer(0)
+        if (n - m).is_integer and kk.is_integer:
+            return sp.binomial(n - m, kk) / sp.binomial(n, kk)
+    lg = sp.loggamma
+    return sp.Piecewise((0, n - m < kk),
+                        (sp.exp(lg(n - m + 1) - lg(sp.Max(n - m - kk + 1, 1)) + lg(n - kk + 1) - lg(n + 1)),
+                         True))
 
 
-def dispatch(D: Dims, tokens, bw_up, bw_out, lat_up, lat_out, domain) -> Cost:
-    """EP dispatch of ``tokens`` tokens per DP rank: t/tp x k copies of d elements (fp8 + scales)."""
-    return _a2a("dispatch", D, tokens, D.dispatch_bytes, bw_up, bw_out, lat_up, lat_out, domain)
+def _distinct(E, k, n_dest, groups=None) -> sp.Expr:
+    """Expected distinct destinations (own included) a token's top-k experts land on.
+
+    Uniform: n (1 - C(E - E/n, k) / C(E, k)). Group-limited (G_r groups, k_G picked, each group
+    a contiguous block of E / G_r experts):
+      n <= G_r (whole groups per destination): n (1 - C(G_r - G_r/n, k_G) / C(G_r, k_G))
+      n >  G_r: the k_G chosen groups span k_G n / G_r destinations holding M = k_G E / G_r
+                experts: (k_G n / G_r) (1 - C(M - E/n, k) / C(M, k))
+    """
+    E, k, n = sym(E), sym(k), sym(n_dest)
+    uniform = n * (1 - miss_probability(E, E / n, k))
+    if groups is None:
+        return uniform
+    Gr, kG = (sym(x) for x in groups)
+    M = kG * E / Gr
+    few = n * (1 - miss_probability(Gr, Gr / n, kG))
+    many = kG * n / Gr * (1 - miss_probability(M, E / n, k))
+    if n.is_number and Gr.is_number:
+        return few if n <= Gr else many
+    return sp.Piecewise((few, n <= Gr), (many, True))
 
 
-def combine(D: Dims, tokens, bw_up, bw_out, lat_up, lat_out, domain) -> Cost:
-    """EP combine: the same copies coming back in bf16."""
-    return _a2a("combine", D, tokens, D.combine_bytes, bw_up, bw_out, lat_up, lat_out, domain)
+def distinct_ranks_per_token(D: Dims, groups=None) -> sp.Expr:
+    """Expected EP ranks (own included) a token's top-k experts live on:
+    ep x (1 - C(E - E/ep, k) / C(E, k)) for uniform routing.
+
+    >>> from moesym.terms.dims import symbolic_dims
+    >>> from dataclasses import replace
+    >>> D = replace(symbolic_dims(), experts=16, topk=2, ep=4)
+    >>> distinct_ranks_per_token(D)
+    9/5
+    """
+    return _distinct(D.experts, D.topk, D.ep, groups)
 
 
-def tp_allreduce(D: Dims, tokens, bw_up, lat_up) -> Cost:
-    """Ring all-reduce of a (tokens x d) activation over TP: 2 (tp - 1) / tp of it per GPU."""
-    vol = 2 * (D.tp - 1) / D.tp * sym(tokens) * D.hidden * D.act_bytes
-    return Cost("tp_comm", KernelClass.COMM, net_bytes=vol, net_bw=sym(bw_up),
-                fixed_s=2 * (D.tp - 1) * sym(lat_up), launches=sp.Min(D.tp - 1, 1))
+def distinct_nodes_per_token(D: Dims, domain, groups=None) -> sp.Expr:
+    """Expected scale-up domains (own included) a token's experts live on:
+    nodes x (1 - C(E - E/nodes, k) / C(E, k)), nodes = max(ep / G, 1); with group-limited routing
+    and groups mapped onto nodes this is at most topk_group.
+
+    >>> from moesym.terms.dims import symbolic_dims
+    >>> from dataclasses import replace
+    >>> D = replace(symbolic_dims(), experts=16, topk=2, ep=4)
+    >>> distinct_nodes_per_token(D, 2)
+    23/15
+    """
+    _, nodes = ep_tiers(D.ep, domain)
+    return _distinct(D.experts, D.topk, nodes, groups)
+
+
+@dataclass(frozen=True)
+class A2AVolume:
+    """Bytes one rank sends (= receives, by symmetry) in one all-to-all, split by tier.
+
+    ``serial``: the tiers run one after the other (hierarchical all-gather) instead of at once.
+    """
+
+    intra_bytes: sp.Expr
+    inter_bytes: sp.Expr
+    ranks_per_token: sp.Expr
+    nodes_per_token: sp.Expr
+    serial: bool = False
+
+
+def a2a_volume(D: Dims, tokens, elem_bytes, mode: A2AMode, domain, groups=None) -> A2AVolume:
+    """Per-rank bytes of one dispatch (or combine) of ``tokens`` tokens per GPU (T, d, b).
+
+    deepep-normal (node-deduplicated; NVLink forwarding inside the node):
+        inter = T d b x N_n (nodes - 1) / nodes      (one RDMA copy per remote node)
+        intra = T d b x N_r (g - 1) / g              (one NVLink copy per rank but the entry GPU)
+    deepep-ll (one message per selected expert, no deduplication):
+        inter = T d b x k (ep - g) / ep,  intra = T d b x k (g - 1) / ep
+    allgather (all-gather tokens, reduce-scatter outputs; hierarchical, tiers in series):
+        inter = T d b (nodes - 1),  intra = T d b nodes (g - 1)
+    N_r, N_n: expected distinct ranks / nodes per token. The k / ep share of a token's experts on
+    its own GPU never leaves it.
+
+    >>> from moesym.terms.dims import symbolic_dims
+    >>> from dataclasses import replace
+    >>> D = replace(symbolic_dims(), experts=16, topk=2, ep=4, hidden=1)
+    >>> v = a2a_volume(D, 1, 1, A2AMode.DEEPEP_LL, 2)
+    >>> v.intra_bytes, v.inter_bytes
+    (1/2, 1)
+    """
+    T, b = sym(tokens), sym(elem_bytes)
+    g, nodes = ep_tiers(D.ep, domain)
+    per_tok = T * D.hidden * b
+    n_r = distinct_ranks_per_token(D, groups)
+    n_n = _distinct(D.experts, D.topk, nodes, groups)
+    if mode is A2AMode.DEEPEP_NORMAL:
+        return A2AVolume(per_tok * n_r * (g - 1) / g, per_tok * n_n * (nodes - 1) / nodes, n_r, n_n)
+    if mode is A2AMode.DEEPEP_LL:
+        return A2AVolume(per_tok * D.topk * (g - 1) / D.ep, per_tok * D.topk * (D.ep - g) / D.ep,
+                         n_r, n_n)
+    if mode is A2AMode.ALLGATHER:
+        return A2AVolume(per_tok * nodes * (g - 1), per_tok * (nodes - 1), D.ep, nodes, serial=True)
+    raise ValueError(f"a2a mode {mode.value!r} must be resolved (deepep-normal, deepep-ll or "
+                     f"allgather) before costing")
+
+
+def _comm_cost(name: str, D: Dims, vol: A2AVolume, bw_up, bw_out, lat_up, lat_out, domain) -> Cost:
+    """time = max(intra / W_up, inter / W_out) (sum when serial) + tau_up + [ep > G] tau_out."""
+    bw_up, bw_out, lat_up, lat_out, G = (sym(x) for x in (bw_up, bw_out, lat_up, lat_out, domain))
+    total = vol.intra_bytes + vol.inter_bytes
+    t_up, t_out = vol.intra_bytes / bw_up, vol.inter_bytes / bw_out
+    busy = t_up + t_out if vol.serial else smax(t_up, t_out)
+    ep = D.ep
+    if vol.serial:  # ring steps of the hierarchical all-gather: (g - 1) + (nodes - 1) hops
+        g, nodes = ep_tiers(ep, G)
+        lat = (g - 1) * lat_up + (nodes - 1) * lat_out
+    else:
+        lat = lat_up + sp.Piecewise((lat_out, ep > G), (0, True))
+    if ep.is_number and ep <= 1:
+        return Cost(name, KernelClass.COMM)
+    if total == 0:
+        return Cost(name, KernelClass.COMM, fixed_s=lat, launches=1)
+    net_bw = sp.Piecewise((bw_up, ep <= 1), (total / busy, True))
+    return Cost(name, KernelClass.COMM, net_bytes=total, net_bw=net_bw,
+                fixed_s=sp.Piecewise((0, ep <= 1), (lat, True)),
+                launches=sp.Piecewise((0, ep <= 1), (1, True)))
+
+
+def dispatch(D: Dims, tokens, bw_up, bw_out, lat_up, lat_out, domain,
+             mode: A2AMode = A2AMode.DEEPEP_NORMAL, groups=None) -> Cost:
+    """EP dispatch of ``tokens`` tokens per GPU in FP8 with its scales (b = b_disp).
+
+    time = max(intra / W_up, inter / W_out) + tau_up + [ep > G] tau_out, volumes from
+    :func:`a2a_volume`; no traffic when ep = 1. ``bw_*`` are achievable rates (peak x eta).
+
+    >>> from moesym.terms.dims import symbolic_dims
+    >>> from dataclasses import replace
+    >>> D = replace(symbolic_dims(), experts=16, topk=2, ep=4, hidden=100, dispatch_bytes=1)
+    >>> c = dispatch(D, 10, 100.0, 10.0, 0, 0, 2, A2AMode.DEEPEP_LL)
+    >>> c.net_bytes, float(c.net_bytes / c.net_bw)
+    (1500, 100.0)
+    """
+    vol = a2a_volume(D, tokens, D.dispatch_bytes, mode, domain, groups)
+    return _comm_cost("dispatch", D, vol, bw_up, bw_out, lat_up, lat_out, domain)
+
+
+def combine(D: Dims, tokens, bw_up, bw_out, lat_up, lat_out, domain,
+            mode: A2AMode = A2AMode.DEEPEP_NORMAL, groups=None) -> Cost:
+    """EP combine: the expert outputs coming back in BF16 (b = b_comb), same paths as dispatch
+    (normal mode reduces inside the node before the one RDMA copy per node; low-latency mode
+    returns one message per expert; allgather mode is a reduce-scatter).
+
+    >>> from moesym.terms.dims import symbolic_dims
+    >>> from dataclasses import replace
+    >>> D = replace(symbolic_dims(), experts=16, topk=2, ep=1, hidden=100, combine_bytes=2)
+    >>> combine(D, 10, 1.0, 1.0, 1e-6, 1e-5, 8).net_bytes
+    0
+    """
+    vol = a2a_volume(D, tokens, D.combine_bytes, mode, domain, groups)
+    return _comm_cost("combine", D, vol, bw_up, bw_out, lat_up, lat_out, domain)
+
+
+# --- tensor-parallel collectives ---------------------------------------------------------------
+
+def group_bandwidth(p, domain, bw_up, bw_out) -> sp.Expr:
+    """Rate of a collective over p GPUs: W_up inside one scale-up domain (p <= G), else W_out.
+
+    >>> group_bandwidth(8, 8, 400, 50)
+    400
+    """
+    p, G = sym(p), sym(domain)
+    if p.is_number and G.is_number:
+        return sym(bw_up) if p <= G else sym(bw_out)
+    return sp.Piecewise((sym(bw_up), p <= G), (sym(bw_out), True))
+
+
+def group_latency(p, domain, lat_up, lat_out) -> sp.Expr:
+    """Fixed latency of one step of a collective over p GPUs (tau_up or tau_out, as above)."""
+    return group_bandwidth(p, domain, lat_up, lat_out)
+
+
+def tp_allreduce(D: Dims, tokens, bw, lat, algo: str = "ring", group=None) -> Cost:
+    """All-reduce of a (tokens x d) BF16 activation over p = tp GPUs (``group`` overrides p).
+
+    ring: bytes 2 (p - 1) / p x T d b_a, latency 2 (p - 1) tau
+    tree: bytes 2 (p - 1) / p x T d b_a (NCCL double binary tree), latency 2 log2(p) tau
+
+    >>> from moesym.terms.dims import symbolic_dims
+    >>> tp_allreduce(symbolic_dims(), 1, 1, 1e-6, "tree").fixed_s
+    2.0e-6*log(t_p)/log(2)
+    """
+    p = D.tp if group is None else sym(group)
+    vol = 2 * ((p - 1) / p) * sym(tokens) * D.hidden * D.act_bytes
+    if algo == "ring":
+        fixed = 2 * (p - 1) * sym(lat)
+    elif algo == "tree":
+        fixed = 2 * sp.log(p, 2) * sym(lat)
+    else:
+        raise ValueError(f"all-reduce algorithm {algo!r}: use ring or tree")
+    return Cost("tp_comm", KernelClass.COMM, net_bytes=vol, net_bw=sym(bw), fixed_s=fixed,
+                launches=sp.Min(p - 1, 1))
+
+
+def tp_allgather(D: Dims, tokens, bw, lat, group=None, elem_bytes=None) -> Cost:
+    """Ring all-gather of a (tokens x d) activation sharded p ways over p = tp GPUs:
+    bytes (p - 1) / p x T d b_a, latency (p - 1) tau.
+
+    >>> from moesym.terms.dims import symbolic_dims
+    >>> tp_allgather(symbolic_dims(), 1, 1, 0).net_bytes
+    b_a*d*(t_p - 1)/t_p
+    """
+    p = D.tp if group is None else sym(group)
+    b = D.act_bytes if elem_bytes is None else sym(elem_bytes)
+    return Cost("tp_comm", KernelClass.COMM, net_bytes=(p - 1) / p * sym(tokens) * D.hidden * b,
+                net_bw=sym(bw), fixed_s=(p - 1) * sym(lat), launches=sp.Min(p - 1, 1))
+
+
+def tp_reduce_scatter(D: Dims, tokens, bw, lat, group=None, elem_bytes=None) -> Cost:
+    """Ring reduce-scatter of a replicated (tokens x d) activation into p shards:
+    bytes (p - 1) / p x T d b_a, latency (p - 1) tau (the mirror image of the all-gather).
+
+    >>> from moesym.terms.dims import symbolic_dims
+    >>> tp_reduce_scatter(symbolic_dims(), 1, 1, 1).fixed_s
+    t_p - 1
+    """
+    return tp_allgather(D, tokens, bw, lat, group, elem_bytes)
+
+
+def tp_moe_boundary(D: Dims, tokens, bw, lat) -> list[Cost]:
+    """Seed 004 layout: TP-sharded activations [T, d / tp] are all-gathered to [T, d] before the
+    MoE and the MoE output is reduce-scattered back to [T, d / tp] after it:
+    2 x (tp - 1) / tp x T d b_a bytes and 2 (tp - 1) tau per layer.
+
+    >>> from moesym.terms.dims import symbolic_dims
+    >>> sum(c.net_bytes for c in tp_moe_boundary(symbolic_dims(), 1, 1, 0))
+    2*b_a*d*(t_p - 1)/t_p
+    """
+    return [tp_allgather(D, tokens, bw, lat), tp_reduce_scatter(D, tokens, bw, lat)]
+
+
+# --- ring / mesh fabrics (seed 004) --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RingFabric:
+    """A bidirectional ring of ``ring`` devices along the dispatch axis (seed 004, TT mesh).
+
+    A token is multicast hop by hop in both directions: the chain's latency is set by the
+    farthest selected device, each distinct device costs one write, each expert one more entry.
+    Defaults fitted to the best- and worst-case rows of seed 004's dispatch table (16-device
+    ring, microseconds): base 10.155, per hop 8.767, per device 4.878, per expert 3.068.
+    """
+
+    ring: int = 16
+    base_s: float = 10.155e-6
+    hop_s: float = 8.767e-6
+    device_s: float = 4.878e-6
+    expert_s: float = 3.068e-6
+
+
+def ring_farthest_hops(n_dest, ring: int) -> sp.Expr:
+    """Expected hop distance to the farthest of ``n_dest`` distinct devices picked uniformly
+    among the other ring - 1 devices of a bidirectional ring:
+    sum_{h=0}^{R/2-1} (1 - C(2h, n) / C(R - 1, n)) (2h devices lie within h hops).
+
+    >>> ring_farthest_hops(1, 16)
+    64/15
+    """
+    n = sym(n_dest)
+    R = int(ring)
+    half = R // 2
+    total = sp.Integer(0)
+    for h in range(half):
+        total += 1 - _choose_ratio(2 * h, R - 1, n)
+    return total
+
+
+def _choose_ratio(a, b, n) -> sp.Expr:
+    """C(a, n) / C(b, n) for integers a <= b (0 when a < n)."""
+    n = sym(n)
+    if n.is_number:
+        return sp.binomial(a, n) / sp.binomial(b, n) if a >= n else sp.Integer(0)
+    return miss_probability(b, b - a, n)
+
+
+def ring_dispatch_time(active_experts, case: str = "average", fabric: RingFabric = RingFabric(),
+                       experts_per_device=None) -> sp.Expr:
+    """Dispatch time of one token batch on a ring, vs the most experts E active in one column.
+
+    time = base + hop x H + device x D + expert x E, where
+      best:    all E experts on the nearest device: D = ceil(E / x), H = ceil(D / 2)
+      average: D = E distinct devices at random: H = ring_farthest_hops(E)
+      worst:   D = E devices with the chain running to the far side: H = R / 2
+    (x = experts per device, default E: one device holds them all.)
+
+    >>> round(float(ring_dispatch_time(1, "worst")) * 1e6, 3)
+    88.237
+    """
+    E = sym(active_experts)
+    f = fabric
+    if case == "best":
+        x = E if experts_per_device is None else sym(experts_per_device)
+        D = sp.ceiling(E / x)
+        H = sp.ceiling(D / 2)
+    elif case == "average":
+        D, H = E, ring_farthest_hops(E, f.ring)
+    elif case == "worst":
+        D, H = E, sp.Integer(f.ring // 2)
+    else:
+        raise ValueError(f"case {case!r}: use best, average or worst")
+    return f.base_s + f.hop_s * H + f.device_s * D + f.expert_s * E
+
+
+def ring_dispatch_table(fabric: RingFabric = RingFabric(), max_active: int = 8) -> dict:
+    """{case: [seconds for E = 1..max_active]} in the layout of seed 004's dispatch table.
+
+    >>> [round(x * 1e6, 1) for x in ring_dispatch_table(max_active=2)["best"]]
+    [26.9, 29.9]
+    """
+    return {case: [float(ring_dispatch_time(e, case, fabric)) for e in range(1, max_active + 1)]
+            for case in ("best", "average", "worst")}
