@@ -35,6 +35,7 @@ __all__ = [
 
 _SIGMAS = 10.0  # CDF window half-width in standard deviations; mass outside is < 1e-22
 _MAX_WIDTH = 4096  # widest exact summation window; wider (huge loads) uses the normal form
+_EXACT_MAX_MEAN = 64.0  # exact summation only below this mean load
 
 
 def binomial_cdf(j, trials, p):
@@ -111,7 +112,9 @@ def max_binomial_mean(mean, p, n):
     top = np.where(p > 0, mean / np.maximum(p, 1e-300), np.inf)  # the support ends at N
     hi = np.minimum(hi, np.ceil(top) + 1.0)
     width = np.maximum(hi - lo, 0.0)
-    exact = width <= _MAX_WIDTH
+    # exact sum where it is cheap and matters (small loads); the normal form elsewhere, where
+    # its error is O(1/sd) of the spread (callers use this function only below a mean of 8)
+    exact = (width <= _MAX_WIDTH) & (mean < _EXACT_MAX_MEAN)
     out = _normal_max(mean, sd, n)
     if exact.any():
         m, pp, nn, lo_e = mean[exact], p[exact], n[exact], lo[exact]

@@ -213,7 +213,7 @@ def test_fp4_on_hopper_doubles_expert_bytes():
 
 def test_batched_layout_workspace_exceeds_contiguous(v3, h800):
     wl = Workload("decode", batch=64, context=4096)
-    c = memory_report(v3, h800, Deployment(gpus=32, ep=32, weights="fp8"), wl)
+    c = memory_report(v3, h800, Deployment(gpus=32, ep=32, weights="fp8", layout="contiguous"), wl)
     b = memory_report(v3, h800, Deployment(gpus=32, ep=32, weights="fp8", layout="batched"), wl)
     # contiguous: 64 x 8 rows; batched: 8 local experts x 32 dispatchers x max(128, 64) rows
     assert c["workspace_breakdown"]["dispatch_buffer"] == pytest.approx(2 * 64 * 8 * 7168 * 1.03125)

@@ -10,12 +10,14 @@ import sympy as sp
 import moesym as ms
 from moesym.compile import compile_expr
 from moesym.symbols import S
+from moesym.timing import RooflineTiming
 
 
-def _step(model="deepseek-v3", hw="h800", phase="decode", **dep):
+def _step(model="deepseek-v3", hw="h800", phase="decode", timing=None, **dep):
     wl = (ms.Workload("decode", batch=64, context=4096) if phase == "decode"
           else ms.Workload("prefill", tokens=8192, context=4096))
-    return ms.build_step(ms.load_model(model), ms.load_hardware(hw), ms.Deployment(**dep), wl)
+    return ms.build_step(ms.load_model(model), ms.load_hardware(hw), ms.Deployment(**dep), wl,
+                         timing=timing)
 
 
 HW_SYMS = {S.flops_gemm, S.flops_attn, S.hbm_bw, S.eff_gemm, S.eff_attn, S.eff_mem,
@@ -24,18 +26,29 @@ GQA_SYMS = {S.hidden, S.vocab, S.heads, S.kv_heads, S.head_dim, S.tp, S.micro_ba
             S.w_bytes, S.kv_bytes, S.act_bytes, S.context, S.bw_up, S.eff_up, S.lat_up}
 
 
-def test_dense_decode_free_symbols_exact():
-    step = _step("qwen3-8b", "h100")
+def test_dense_decode_free_symbols_exact_roofline():
+    step = _step("qwen3-8b", "h100", timing=RooflineTiming())
     expected = HW_SYMS | GQA_SYMS | {S.batch, S.dense_inter, S.n_dense_layers}
     assert step.expr.free_symbols == expected
 
 
-def test_mla_moe_decode_free_symbols_contain_every_shape():
-    step = _step("deepseek-v3", "h800", gpus=16, ep=16, weights="fp8")
+def test_dense_decode_free_symbols_exact_kernel_model():
+    # the calibrated kernel model binds its fitted fractions and latencies as numbers: the
+    # efficiency symbols drop out, the SM count enters (tiles and waves); tau_k stays for the
+    # TP all-reduce launches (communication keeps the roofline timing)
+    step = _step("qwen3-8b", "h100")
+    hw = {S.flops_gemm, S.flops_attn, S.hbm_bw, S.sms, S.t_kernel, S.t_layer, S.t_step}
+    expected = hw | GQA_SYMS | {S.batch, S.dense_inter, S.n_dense_layers}
+    assert step.expr.free_symbols == expected
+
+
+@pytest.mark.parametrize("timing", [None, RooflineTiming()], ids=["kernel", "roofline"])
+def test_mla_moe_decode_free_symbols_contain_every_shape(timing):
+    step = _step("deepseek-v3", "h800", timing=timing, gpus=16, ep=16, weights="fp8")
     free = step.expr.free_symbols
     must = {S.batch, S.context, S.hidden, S.heads, S.q_lora, S.kv_lora, S.qk_nope, S.qk_rope,
             S.v_head, S.experts, S.topk, S.moe_inter, S.shared_inter, S.dense_inter, S.ep, S.gpus,
-            S.n_moe_layers, S.n_dense_layers, S.dispatch_bytes, S.combine_bytes, S.eff_grouped}
+            S.n_moe_layers, S.n_dense_layers, S.dispatch_bytes, S.combine_bytes}
     assert must <= free
     # no prefill symbols in a decode model, and no GQA head_dim in an MLA model
     assert not ({S.tokens, S.chunk, S.head_dim, S.kv_heads} & free)
@@ -125,7 +138,7 @@ def test_weight_load_floor_at_small_batch():
     # that is 8 experts (the expected count 256 (1 - (1 - 8/256)^1) = 8 exactly)
     m = ms.load_model("deepseek-v3")
     step = ms.build_step(m, ms.load_hardware("h200"), ms.Deployment(weights="fp8"),
-                         ms.Workload("decode", batch=1, context=1024))
+                         ms.Workload("decode", batch=1, context=1024), timing=RooflineTiming())
     r = step.predict()
     per_expert_bytes = 3 * 7168 * 2048 * (1 + 4 / 128**2)
     bw = step.values[S.hbm_bw] * step.values[S.eff_mem]

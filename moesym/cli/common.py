@@ -70,8 +70,9 @@ def add_deployment(p: argparse.ArgumentParser) -> None:
     g.add_argument("--a2a", choices=[m.value for m in A2AMode], default="auto")
     g.add_argument("--routing", default="uniform", help="uniform, balanced or zipf:S")
     g.add_argument("--redundant-experts", type=nonneg_int, default=0)
-    g.add_argument("--layout", choices=("contiguous", "batched"), default="contiguous",
-                   help="grouped-GEMM activation layout of the routed experts")
+    g.add_argument("--layout", choices=("auto", "contiguous", "masked", "batched"), default="auto",
+                   help="expert activation layout (auto: masked after DeepEP low-latency "
+                        "dispatch, contiguous otherwise)")
 
 
 def add_workload(p: argparse.ArgumentParser, phase: bool = True, required_phase: bool = True) -> None:

@@ -52,12 +52,21 @@ def _is_sym(*xs) -> bool:
     return any(isinstance(x, sp.Basic) for x in xs)
 
 
+# Counts (tiles, waves, splits) are ratios of integers; compiled NumPy may compute 132/132 as
+# 1.0000000000000002, so round to the nearest count first when within this relative tolerance.
+_COUNT_TOL = 1e-9
+
+
 def _ceil(x):
-    return sp.ceiling(x) if _is_sym(x) else np.ceil(x)
+    if _is_sym(x):
+        return sp.ceiling(x * (1 - _COUNT_TOL))
+    return np.ceil(np.asarray(x) * (1 - _COUNT_TOL))
 
 
 def _floor(x):
-    return sp.floor(x) if _is_sym(x) else np.floor(x)
+    if _is_sym(x):
+        return sp.floor(x * (1 + _COUNT_TOL))
+    return np.floor(np.asarray(x) * (1 + _COUNT_TOL))
 
 
 def _max(a, b):
@@ -146,6 +155,7 @@ def attention_decode_time(batch, kv_len, heads, kv_heads, qk_dim, v_dim, *, sms,
     is a work unit; query heads sharing a KV head are padded to the query tile ``t_q``::
 
         units   = batch kv_heads ceiling(heads / kv_heads / t_q) ceiling(kv_len / s)
+        (t_q: 64 rows for MLA's shared latent, 16 rows per KV head for GQA)
         waves   = ceiling(units / N_SM)
         compute = waves 2 t_q min(kv_len, s) (d_qk + d_v) / (eta_a P / N_SM)
         memory  = max(bytes / (eta_hbm,a W), waves min(kv_len, s) kv_bytes_per_token / W_SM)
@@ -156,7 +166,10 @@ def attention_decode_time(batch, kv_len, heads, kv_heads, qk_dim, v_dim, *, sms,
     >>> round(float(t.memory_s) * 1e6, 1)  # (64*4096*8*256*2 + 64*32*256*2) B / (0.95 * 3.35e12)
     337.7
     """
-    tq, split = calib.attention_q_tile_rows, calib.attention_kv_split_tokens
+    # MLA kernels (FlashMLA) tile the query heads of the shared latent by 64 rows; GQA decode
+    # kernels pad the few query heads of one KV head to the MMA granularity (16 rows)
+    tq = calib.attention_q_tile_rows if shared_kv else calib.attention_decode_q_tile_rows
+    split = calib.attention_kv_split_tokens
     per_token = kv_heads * (qk_dim if shared_kv else qk_dim + v_dim) * kv_bytes
     kv_total = batch * kv_len * per_token
     qo_bytes = batch * heads * (qk_dim + v_dim) * act_bytes
@@ -185,15 +198,15 @@ def attention_prefill_time(batch, seq_len, heads, kv_heads, qk_dim, v_dim, *, sm
 
     >>> t = attention_prefill_time(1, 4096, 32, 8, 128, 128, sms=132, peak_flops=989e12,
     ...                            hbm_bw_Bps=3.35e12)
-    >>> round(float(t.compute_s) * 1e6, 1)  # 16 waves * 2*64*2080*256 / (0.56*989e12/132)
-    259.9
+    >>> round(float(t.compute_s) * 1e6, 1)  # 16 waves * 2*64*2080*256 / (0.6*989e12/132)
+    242.6
     """
     tq = calib.attention_q_tile_rows
     n_q = _ceil(seq_len / tq)
     keys = tq * (n_q + 1) / 2 if causal else seq_len
     unit_flops = 2 * tq * keys * (qk_dim + v_dim)
     waves = _ceil(batch * heads * n_q / sms)
-    compute = waves * unit_flops / (peak_flops / sms * calib.attention_tensor_frac)
+    compute = waves * unit_flops / (peak_flops / sms * calib.attention_prefill_tensor_frac)
     total_bytes = batch * seq_len * (heads + kv_heads) * (qk_dim + v_dim) * act_bytes
     memory = total_bytes / (hbm_bw_Bps * calib.attention_hbm_frac)
     return KernelTime(compute, memory, calib.attention_launch_s)

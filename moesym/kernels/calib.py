@@ -22,7 +22,10 @@ gemm_hbm_frac                       0.79     achieved fraction of HBM bandwidth,
 launch_us                           6.7      fixed launch latency per GEMM kernel
 attention_tensor_frac               0.56     per-SM tensor-core rate achieved in attention
 attention_hbm_frac                  0.95     achieved fraction of HBM bandwidth, attention
-attention_q_tile_rows               64       attention query tile (decode pads heads to it)
+attention_q_tile_rows               64       attention query tile rows in prefill
+attention_decode_q_tile_rows        16       decode query tile: the query heads sharing a KV head
+                                             are padded to it (MMA m16 granularity)
+attention_prefill_tensor_frac       0.6      per-SM tensor-core rate achieved in prefill attention
 attention_kv_split_tokens           512      KV tokens per split-KV work unit (decode)
 attention_launch_us                 23.5     fixed latency per attention kernel
 elementwise_hbm_frac                0.80     achieved fraction of HBM bandwidth, elementwise
@@ -64,6 +67,8 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
     "attention_tensor_frac": ("attention_tensor_frac", 1, "frac", 0.56),
     "attention_hbm_frac": ("attention_hbm_frac", 1, "frac", 0.95),
     "attention_q_tile_rows": ("attention_q_tile_rows", 1, "int", 64),
+    "attention_decode_q_tile_rows": ("attention_decode_q_tile_rows", 1, "int", 16),
+    "attention_prefill_tensor_frac": ("attention_prefill_tensor_frac", 1, "frac", 0.6),
     "attention_kv_split_tokens": ("attention_kv_split_tokens", 1, "int", 512),
     "attention_launch_us": ("attention_launch_s", 1e-6, "nonneg", 23.5),
     "elementwise_hbm_frac": ("elementwise_hbm_frac", 1, "frac", 0.80),
@@ -89,6 +94,8 @@ class KernelCalib:
     attention_tensor_frac: float = 0.56
     attention_hbm_frac: float = 0.95
     attention_q_tile_rows: int = 64
+    attention_decode_q_tile_rows: int = 16
+    attention_prefill_tensor_frac: float = 0.6
     attention_kv_split_tokens: int = 512
     attention_launch_s: float = 23.5e-6
     elementwise_hbm_frac: float = 0.80

@@ -212,6 +212,8 @@ def fit_attention(rows: pd.DataFrame, *, sms, peak_flops, hbm_bw_Bps,
     test = split_rows(rows)
     train = rows[~test]
     names = ["attention_tensor_frac", "attention_hbm_frac", "attention_launch_s"]
+    if (rows.phase == "prefill").any():
+        names.append("attention_prefill_tensor_frac")
     meas = train.latency_s.to_numpy()
 
     def resid(x):

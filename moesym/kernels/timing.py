@@ -35,9 +35,10 @@ from dataclasses import dataclass
 import sympy as sp
 
 from ..symbols import S
-from ..terms.cost import Cost, KernelClass
+from ..terms.cost import AttentionShape, Cost, KernelClass, smax
 from ..timing import RooflineTiming, TermTime
-from .analytical import attention_time_from_cost, elementwise_time, gemm_time
+from .analytical import (attention_decode_time, attention_prefill_time, attention_time_from_cost,
+                         elementwise_time, gemm_time)
 from .calib import DEFAULTS, KernelCalib, kernel_calib
 
 __all__ = ["KernelTiming"]
@@ -78,6 +79,20 @@ class KernelTiming:
             compute = c.flops / (S.flops_gemm * frac) if c.flops != 0 else _ZERO
             memory = c.hbm_bytes / (S.hbm_bw * k.gemm_hbm_frac) if c.hbm_bytes != 0 else _ZERO
             return TermTime(c.name, compute, memory, _ZERO, lat * k.launch_s + c.fixed_s)
+        if c.kind is KernelClass.ATTENTION and isinstance(c.shape, AttentionShape):
+            a = c.shape
+            kw = dict(sms=S.sms, peak_flops=S.flops_attn, hbm_bw_Bps=S.hbm_bw, calib=k)
+            if a.phase == "decode":
+                t = attention_decode_time(a.batch, a.length, a.heads, a.kv_heads, a.qk_dim, a.v_dim,
+                                          kv_bytes=a.kv_bytes, shared_kv=a.shared_kv, **kw)
+                memory = t.memory_s
+            else:
+                t = attention_prefill_time(a.batch, a.length, a.heads, a.kv_heads, a.qk_dim,
+                                           a.v_dim, act_bytes=a.kv_bytes, **kw)
+                # chunked prefill re-reads the cached prefix: keep the cost's byte count
+                memory = smax(t.memory_s, c.hbm_bytes / (S.hbm_bw * k.attention_hbm_frac))
+            return TermTime(c.name, sp.sympify(t.compute_s), sp.sympify(memory), _ZERO,
+                            lat * t.launch_s + c.fixed_s)
         if c.kind is KernelClass.ATTENTION:
             t = attention_time_from_cost(c.flops, c.hbm_bytes, peak_flops=S.flops_attn,
                                          hbm_bw_Bps=S.hbm_bw, calib=k, launches=lat)

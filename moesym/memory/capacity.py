@@ -193,7 +193,9 @@ def memory_expressions(model: ModelSpec, dep: Deployment, phase: Phase,
     comm: dict[str, sp.Expr] = {"nccl": nccl_buffer_bytes(D, S.nccl_bytes), "deepep": sp.Integer(0)}
     if model.is_moe:
         t = dispatch_tokens(step_tokens, S.micro_batches, S.max_rank_tokens)
-        rows = expert_rows(D, t, layout=dep.layout, imbalance=S.imbalance,
+        # the masked layout allocates the batched buffer (it only computes fewer rows)
+        layout = "contiguous" if dep.resolved_layout(phase) == "contiguous" else "batched"
+        rows = expert_rows(D, t, layout=layout, imbalance=S.imbalance,
                            max_dispatch_tokens=S.max_dispatch_tokens)
         workspace["dispatch_buffer"] = dispatch_buffer_bytes(D, rows)
         workspace["grouped_gemm"] = grouped_gemm_workspace_bytes(D, rows)

@@ -37,6 +37,8 @@ from ..terms.cost import smax, sym
 
 __all__ = [
     "comm_hidden_batch",
+    "free_comm_layer",
+    "step_edges",
     "hidden_roots",
     "layer_time",
     "pipelined",
@@ -110,7 +112,43 @@ def layer_time(compute_mb, dispatch_mb, combine_mb, n, deployment, workload, sha
     d, b = sym(dispatch_mb), sym(combine_mb)
     if d == 0 and b == 0:  # nothing to overlap (EP = 1 or a dense layer)
         return sym(n) * sym(compute_mb)
+    if mode is A2AMode.DEEPEP_LL:
+        return free_comm_layer(compute_mb, d, b, n, shared_mb)
     return pipelined(compute_mb, d, b, n, phi, shared_mb)
+
+
+def free_comm_layer(c, d, b, n, shared=0) -> sp.Expr:
+    """DeepEP low-latency with n >= 2 micro-batches (seed 000 section 5.3, mode 2).
+
+    The low-latency kernels hold no SMs and their receive completes in the background, so one
+    micro-batch's dispatch and combine run under the other micro-batches' compute across layer
+    boundaries: the steady state of a layer is n max(c, d + b), and the pipeline's start-up and
+    drain (d + b of one micro-batch) are paid once per step (:func:`step_edges`), not per layer.
+    With n = 1 nothing hides the communication except the shared expert under the dispatch.
+
+    >>> import sympy as sp
+    >>> c, d, b = sp.symbols("c d b", positive=True)
+    >>> free_comm_layer(c, d, b, 2)
+    2*Max(c, b + d)
+    """
+    c, d, b, n, s = (sym(x) for x in (c, d, b, n, shared))
+    one = c - s + stage(s, d) + b if s != 0 else c + d + b
+    many = n * smax(c, d + b)
+    if n.is_number:
+        return one if n == 1 else many
+    return sp.Piecewise((one, sp.Eq(n, 1)), (many, True))
+
+
+def step_edges(dispatch_mb, combine_mb, n, deployment, workload) -> sp.Expr:
+    """Once-per-step start-up and drain of a pipeline that runs across layers (DeepEP
+    low-latency with n >= 2: one micro-batch's dispatch and combine); 0 otherwise."""
+    mode = resolve_a2a(deployment.a2a, workload.phase)
+    d, b, n = sym(dispatch_mb), sym(combine_mb), sym(n)
+    if mode is not A2AMode.DEEPEP_LL or (d == 0 and b == 0):
+        return sp.Integer(0)
+    if n.is_number:
+        return sp.Integer(0) if n == 1 else d + b
+    return sp.Piecewise((0, sp.Eq(n, 1)), (d + b, True))
 
 
 def hidden_roots(compute_mb, comm_mb, var=S.batch, phi=0) -> list[tuple[sp.Expr, sp.Expr]]:

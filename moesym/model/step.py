@@ -19,7 +19,7 @@ import numpy as np
 import sympy as sp
 
 from ..compile import evaluate
-from ..specs.deployment import Deployment, Phase, Workload
+from ..specs.deployment import A2AMode, Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
 from ..symbols import S
@@ -30,7 +30,7 @@ from ..terms.dims import Dims, symbolic_dims
 from ..timing import RooflineTiming, TermTime
 from . import overlap
 from .bindings import bindings
-from .routing_hooks import imbalance_expr, touched_local_experts_expr
+from .routing_hooks import group_tokens, imbalance_expr, touched_local_experts_expr
 
 __all__ = ["StepModel", "build_step", "BREAKDOWN_KEYS"]
 
@@ -111,7 +111,12 @@ def _moe_layer_terms(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t
     costs["attention_core"] = [_attention_core(model, wl, D, t)]
     lam = imbalance_expr(model, dep, D, t, wl)
     rows = t_moe * D.topk * lam * D.expert_tp
-    costs["moe_routed"] = ffn.routed_expert_compute(D, t, imbalance=lam, layout=dep.layout)
+    layout = dep.resolved_layout(wl.phase)
+    padded = None
+    if layout == "batched":  # the whole (local experts x max tokens) buffer is computed
+        padded = D.local_experts * group_tokens(D, t)
+    costs["moe_routed"] = ffn.routed_expert_compute(D, t, imbalance=lam, padded_rows=padded,
+                                                    layout=layout)
     touched = touched_local_experts_expr(model, dep, D, t)
     costs["moe_weight_load"] = [ffn.routed_expert_weight_load(D, touched)]
     if model.shared_intermediate_size:
@@ -133,9 +138,13 @@ def _moe_layer_terms(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t
     costs["other"] = [ew.norm_residual(D, t).scaled(2), ew.attention_elementwise(D, t, mla, fp8),
                       ew.swiglu_activation("experts_act", rows, D.moe_inter / D.expert_tp, D.act_bytes)]
     if model.num_experts > 1:  # a single expert needs no routing: it is a dense FFN
-        costs["other"] += [ffn.router(D, t), ew.moe_elementwise(D, t_moe, rows)]
+        # DeepEP low-latency dispatch writes tokens straight into the experts' buffers and its
+        # combine does the weighted reduce: no separate permute / unpermute kernels
+        fused = dep.ep > 1 and dep.resolved_a2a(wl.phase) is A2AMode.DEEPEP_LL
+        costs["other"] += [ffn.router(D, t), ew.moe_elementwise(D, t_moe, rows, fused=fused)]
     else:
-        costs["moe_routed"] = [replace(c, kind=KernelClass.GEMM) for c in costs["moe_routed"]]
+        costs["moe_routed"] = [replace(c, kind=KernelClass.GEMM, shape=replace(c.shape, layout="dense"))
+                               for c in costs["moe_routed"]]
         costs["moe_weight_load"] = [replace(c, kind=KernelClass.GEMM) for c in costs["moe_weight_load"]]
     return {k: _sum_times(k, [timing.time(c) for c in v]) for k, v in costs.items()}
 
@@ -192,9 +201,17 @@ def _layer_time(terms: Mapping[str, TermTime], dep: Deployment, wl: Workload, n)
 
 def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment, workload: Workload,
                timing=None) -> StepModel:
-    """Compose the step model of ``model`` on ``hardware`` under ``deployment`` for ``workload``."""
+    """Compose the step model of ``model`` on ``hardware`` under ``deployment`` for ``workload``.
+
+    ``timing`` turns each cost into time: by default the analytical kernel model calibrated for
+    this GPU (:class:`moesym.kernels.timing.KernelTiming`); pass
+    :class:`moesym.timing.RooflineTiming` for the plain roofline with named efficiency symbols.
+    """
     deployment.check_model(model)
-    timing = timing or RooflineTiming()
+    if timing is None:  # the calibrated analytical kernel model of this GPU
+        from ..kernels.timing import KernelTiming
+
+        timing = KernelTiming.from_hardware(hardware)
     D = symbolic_dims()
     n = D.micro_batches
     moe_terms = _moe_layer_terms(model, deployment, workload, D, timing) if model.is_moe else None
@@ -209,6 +226,9 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
         tokens, logits_tokens = S.tokens, S.tokens / S.context
     once = (timing.time(ffn.lm_head(D, logits_tokens)).total_s
             + timing.time(ffn.embedding(D, tokens)).total_s + S.t_step)
+    if model.is_moe:
+        once += overlap.step_edges(main["dispatch"].total_s, main["combine"].total_s, n,
+                                   deployment, workload)
     if model.is_moe:
         body = S.n_moe_layers * layer + S.n_dense_layers * dense_layer
     else:

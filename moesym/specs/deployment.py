@@ -113,7 +113,7 @@ class Deployment:
     a2a: A2AMode = A2AMode.AUTO
     routing: Routing = field(default_factory=Routing)
     redundant_experts: int = 0
-    layout: str = "contiguous"  # grouped-GEMM activation layout: 'contiguous' or 'batched'
+    layout: str = "auto"  # grouped-GEMM activation layout: auto, contiguous, masked, batched
 
     def __post_init__(self) -> None:
         _pos_int("--gpus", self.gpus)
@@ -143,8 +143,29 @@ class Deployment:
                 or self.redundant_experts < 0:
             raise SpecError(f"--redundant-experts must be a non-negative integer, "
                             f"got {self.redundant_experts!r}")
-        if self.layout not in ("contiguous", "batched"):
-            raise SpecError(f"--layout {self.layout!r}: use contiguous or batched")
+        if self.layout not in ("auto", "contiguous", "masked", "batched"):
+            raise SpecError(f"--layout {self.layout!r}: use auto, contiguous, masked or batched")
+
+    def resolved_a2a(self, phase: "Phase") -> A2AMode:
+        """auto -> deepep-ll for decode, deepep-normal for prefill; other modes unchanged."""
+        if self.a2a is A2AMode.AUTO:
+            return A2AMode.DEEPEP_LL if Phase(phase) is Phase.DECODE else A2AMode.DEEPEP_NORMAL
+        return self.a2a
+
+    def resolved_layout(self, phase: "Phase") -> str:
+        """Expert activation layout (seed 001). auto: DeepEP low-latency dispatch hands the
+        experts a batched (num_local_experts x max_tokens) buffer that DeepGEMM's masked grouped
+        GEMM computes up to each expert's count ('masked'); every other path is contiguous.
+
+        - contiguous: real rows, each expert padded to the M tile
+        - masked: batched buffer, rows computed up to each expert's count (tile-padded)
+        - batched: batched buffer computed in full (num_local_experts x max_tokens rows)
+        """
+        if self.layout != "auto":
+            return self.layout
+        if self.ep > 1 and self.resolved_a2a(phase) is A2AMode.DEEPEP_LL:
+            return "masked"
+        return "contiguous"
 
     @property
     def dp(self) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .cost import Cost, GemmShape, KernelClass, sym
+from .cost import AttentionShape, Cost, GemmShape, KernelClass, sym
 from .dims import Dims
 
 __all__ = ["gemm", "attention_projections", "attention_core_decode", "attention_core_prefill",
@@ -90,8 +90,14 @@ def attention_core_decode(D: Dims, batch, context, mla: bool) -> Cost:
     else:
         flops = 4 * b * h * L * D.head_dim
         act = 2 * b * h * D.head_dim * D.act_bytes
+    if mla:
+        shape = AttentionShape("decode", b, L, h, 1, D.kv_lora + D.qk_rope, D.kv_lora, D.kv_bytes,
+                               shared_kv=True)
+    else:
+        shape = AttentionShape("decode", b, L, h, D.local_kv_heads, D.head_dim, D.head_dim,
+                               D.kv_bytes)
     return Cost("attention_core", KernelClass.ATTENTION, flops=flops,
-                hbm_bytes=b * L * kv_bytes_per_token_layer(D, mla) + act, launches=1)
+                hbm_bytes=b * L * kv_bytes_per_token_layer(D, mla) + act, launches=1, shape=shape)
 
 
 def attention_core_prefill(D: Dims, tokens, context, chunk, mla: bool) -> Cost:
@@ -114,5 +120,6 @@ def attention_core_prefill(D: Dims, tokens, context, chunk, mla: bool) -> Cost:
     flops = t * h * (dqk + dv) * L
     stream = t * (h + kv_heads) * (dqk + dv) * D.act_bytes
     prefix = t * (L - c) / (2 * c) * kv_bytes_per_token_layer(D, mla)
+    shape = AttentionShape("prefill", t / L, L, h, kv_heads, dqk, dv, D.act_bytes)
     return Cost("attention_core", KernelClass.ATTENTION, flops=flops, hbm_bytes=stream + prefix,
-                launches=1)
+                launches=1, shape=shape)

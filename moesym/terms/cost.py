@@ -15,7 +15,7 @@ from typing import Iterable
 
 import sympy as sp
 
-__all__ = ["KernelClass", "GemmShape", "Cost", "sym", "total", "smax", "smin"]
+__all__ = ["KernelClass", "GemmShape", "AttentionShape", "Cost", "sym", "total", "smax", "smin"]
 
 
 class KernelClass(str, Enum):
@@ -71,6 +71,23 @@ class GemmShape:
 
 
 @dataclass(frozen=True)
+class AttentionShape:
+    """Shape of one attention kernel call: ``batch`` sequences (decode: requests) of ``length``
+    keys (decode: KV length; prefill: prompt length), heads per GPU, KV heads per GPU, head sizes.
+    ``shared_kv``: MLA decode on the latent, where one cached vector serves as K and V."""
+
+    phase: str  # 'decode' or 'prefill'
+    batch: sp.Expr
+    length: sp.Expr
+    heads: sp.Expr
+    kv_heads: sp.Expr
+    qk_dim: sp.Expr
+    v_dim: sp.Expr
+    kv_bytes: sp.Expr = sp.Integer(2)
+    shared_kv: bool = False
+
+
+@dataclass(frozen=True)
 class Cost:
     """FLOPs, HBM bytes, network bytes and fixed latency of one kernel (or collective).
 
@@ -86,7 +103,7 @@ class Cost:
     net_bw: sp.Expr = sp.Integer(1)
     launches: sp.Expr = sp.Integer(0)
     fixed_s: sp.Expr = sp.Integer(0)
-    shape: GemmShape | None = field(default=None, compare=False)
+    shape: GemmShape | AttentionShape | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         for f in ("flops", "hbm_bytes", "net_bytes", "net_bw", "launches", "fixed_s"):

@@ -58,15 +58,19 @@ def swiglu_activation(name: str, rows, width, act_bytes) -> Cost:
     return Cost(name, _EW, hbm_bytes=3 * sym(rows) * sym(width) * sym(act_bytes), launches=1)
 
 
-def moe_elementwise(D: Dims, moe_tokens, rows) -> Cost:
+def moe_elementwise(D: Dims, moe_tokens, rows, fused: bool = False) -> Cost:
     """Top-k selection, permute into expert order, and weighted unpermute-reduce.
 
     permute: read and write each routed copy (rows x d x b_disp); unpermute: read rows x d x b_a,
     write moe_tokens x d x b_a; top-k: read the router logits (tokens x E x 4 bytes).
+    ``fused``: the dispatch and combine kernels do the permute and the reduce (DeepEP
+    low-latency), leaving only the top-k.
     """
     t, r = sym(moe_tokens), sym(rows)
     d = D.hidden
+    topk = t * D.experts * 4
+    if fused:
+        return Cost("moe_elementwise", _EW, hbm_bytes=topk, launches=1)
     permute = 2 * r * d * D.dispatch_bytes
     unpermute = r * d * D.act_bytes + t * d * D.act_bytes
-    topk = t * D.experts * 4
     return Cost("moe_elementwise", _EW, hbm_bytes=permute + unpermute + topk, launches=3)
