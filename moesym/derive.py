@@ -36,7 +36,7 @@ from .terms import ffn
 from .terms.dims import symbolic_dims
 
 __all__ = ["ClosedForm", "crossover", "routed_times", "attention_overtakes_moe", "max_batch_for_tpot",
-           "CLOSED_FORMS"]
+           "kink_ep", "optimal_ep", "comm_hidden", "numeric_check", "CLOSED_FORMS"]
 
 
 @dataclass(frozen=True)
@@ -168,10 +168,16 @@ def max_batch_for_tpot(model: ModelSpec, hw: HardwareSpec, dep: Deployment, cont
                        tpot_s: float, b_max: float = 1 << 16) -> ClosedForm:
     """Largest decode batch per attention-DP rank whose step time meets ``tpot_s``.
 
-    The step model is solved in the regime that holds at the numeric root (brentq on the
-    compiled model); the closed form is that regime's solution, valid under its condition.
+    The step model (roofline time model, whose regimes have clean closed forms; the calibrated
+    kernel model's tile and wave steps do not) is solved in the regime that holds at the numeric
+    root (brentq on the compiled model); the closed form is that regime's solution, valid under
+    its condition. ``moesym optimize`` answers the same question numerically with the default
+    kernel model.
     """
-    step = build_step(model, hw, dep, Workload(Phase.DECODE, batch=1, context=context))
+    from .timing import RooflineTiming
+
+    step = build_step(model, hw, dep, Workload(Phase.DECODE, batch=1, context=context),
+                      timing=RooflineTiming())
     vals = dict(step.values)
     t1 = step.evaluate(batch=1.0)
     if float(t1) > tpot_s:
@@ -185,7 +191,8 @@ def max_batch_for_tpot(model: ModelSpec, hw: HardwareSpec, dep: Deployment, cont
     value = _num(root.value, vals) if root.value.free_symbols - {S.batch} else float(root.value)
     return ClosedForm("max_batch_for_tpot", "Largest batch meeting a TPOT target", root.value,
                       {s: v for s, v in vals.items() if s != S.batch}, value, root.condition,
-                      "Step model of the deployment, ceilings relaxed, regime found at the root.",
+                      "Step model of the deployment with the roofline time model, ceilings "
+                      "relaxed, regime found at the root.",
                       eq, S.batch)
 
 
@@ -196,4 +203,115 @@ def numeric_check(cf: ClosedForm, lo: float, hi: float) -> float:
     return brentq(f, lo, hi, xtol=1e-12, rtol=1e-15)
 
 
-CLOSED_FORMS = ("crossover", "crossover_no_lazy", "attention_overtakes_moe", "max_batch_for_tpot")
+CLOSED_FORMS = ("crossover", "crossover_no_lazy", "attention_overtakes_moe", "max_batch_for_tpot",
+                "optimal_ep", "comm_hidden")
+
+
+def kink_ep() -> tuple[sp.Expr, sp.Expr]:
+    """(closed form, equation) of the EP where routed compute equals the weight load, when the
+    instance grows with EP (N_gpu = e_p) at a fixed decode batch B per attention DP rank.
+
+    compute = 6 (B / t_p) k d d_e / (F_g eta_gg) does not depend on EP; the weight read per GPU
+    (E + R) 3 d d_e b_w / (e_p W eta_m) falls as 1 / e_p. Below e_p* more EP shortens the MoE
+    layer; above it the layer is compute-bound and only communication and imbalance grow:
+    e_p* = (E + R) b_w F_g eta_gg t_p / (2 W eta_m k B).
+    """
+    comp, load = routed_times(lazy=False)
+    eq = (comp - load).xreplace({S.gpus: S.ep})
+    (root,) = sp.solve(sp.Eq(comp.xreplace({S.gpus: S.ep}), load.xreplace({S.gpus: S.ep})), S.ep)
+    return root, eq
+
+
+def optimal_ep(model: ModelSpec, hw: HardwareSpec, workload: Workload,
+               base: Deployment | None = None, max_ep: int | None = None,
+               memory_limit: bool = True) -> ClosedForm:
+    """Best EP degree for decode when the instance grows with EP (N_gpu = e_p).
+
+    The closed form is :func:`kink_ep`; ``value`` is the EP (a power of two dividing E, up to
+    ``max_ep``) with the highest tokens per GPU per second under the full step model, raised to
+    the smallest EP whose per-GPU memory fits when ``memory_limit`` is set.
+    """
+    if not model.is_moe:
+        raise MoesymError(f"{model.name} is dense: it has no expert parallelism to choose")
+    base = base or Deployment()
+    expr, eq = kink_ep()
+    vals = _values(model, hw, base.with_(gpus=1, ep=1), workload)
+    vals = {s: v for s, v in vals.items() if s in eq.free_symbols | expr.free_symbols}
+    cont = _num(expr, vals)
+    max_ep = max_ep or model.num_experts
+    eps = [e for e in (2 ** i for i in range(0, 12)) if e <= max_ep and model.num_experts % e == 0]
+    table = []
+    for e in eps:
+        dep = base.with_(gpus=e, ep=e)
+        try:
+            dep.check_model(model)
+        except MoesymError:
+            continue
+        r = build_step(model, hw, dep, workload).predict()
+        fits = True
+        if memory_limit:
+            from .memory import memory_model
+
+            mm = memory_model(model, hw, dep, workload)
+            fits = mm.number(mm.used_expr()) <= mm.values[S.hbm_capacity]
+        table.append((e, r["tokens_per_gpu_s"], fits))
+    ok = [t for t in table if t[2]]
+    if not ok:
+        raise MoesymError("no EP up to --max-ep fits in memory at this batch and context")
+    best = max(ok, key=lambda t: t[1])
+    cf = ClosedForm("optimal_ep", "EP degree where more EP stops shortening the MoE layer",
+                    expr, {**vals, S.ep: float(best[0])}, float(best[0]), sp.true,
+                    ("Decode, instance grows with EP (N_gpu = e_p), balanced routing, no lazy "
+                     f"loading for the closed form (continuous e_p* = {cont:.4g}); value = best "
+                     "power-of-two EP of the full step model"
+                     + (" among those that fit in memory" if memory_limit else "")),
+                    eq, S.ep)
+    return cf
+
+
+def comm_hidden(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int,
+                b_max: float = 1 << 16) -> ClosedForm:
+    """Decode batch per attention DP rank at which communication stops hiding behind compute
+    under n >= 2 micro-batches.
+
+    Per micro-batch compute c(B) and dispatch + combine x(B) come from the step model with the
+    roofline time model and balanced routing; communication holding a share phi of the SMs
+    hides while c >= (1 - phi) x (see :func:`moesym.model.overlap.stage`). The root of
+    c(B) = (1 - phi) x(B) is solved in the regime that holds there (each regime is linear in B,
+    so the closed form is the ratio of the regime's intercepts and slopes).
+    """
+    from .model.overlap import resolve_a2a, sm_share
+    from .terms.cost import smax
+    from .timing import RooflineTiming
+
+    if not model.is_moe or dep.ep == 1:
+        raise MoesymError("no expert-parallel communication to hide (dense model or --ep 1)")
+    if dep.micro_batches < 2:
+        dep = dep.with_(micro_batches=2)
+    dep = dep.with_(routing="balanced")
+    step = build_step(model, hw, dep, Workload(Phase.DECODE, batch=1, context=context),
+                      timing=RooflineTiming())
+    t = step.terms
+    compute = (t["attention_proj"].total_s + t["attention_core"].total_s
+               + smax(t["moe_routed"].total_s, t["moe_weight_load"].total_s)
+               + t["shared_expert"].total_s + t["tp_comm"].total_s + t["other"].total_s)
+    comm = t["dispatch"].total_s + t["combine"].total_s
+    phi = sm_share(resolve_a2a(dep.a2a, Phase.DECODE))
+    eq = (compute - (1 - phi) * comm).xreplace({S.micro_batches: sp.Integer(dep.micro_batches)})
+    vals = {k: v for k, v in step.values.items() if k in eq.free_symbols and k != S.batch}
+    f = lambda b: float(evaluate(eq, vals, {S.batch: b}))  # noqa: E731
+    lo, hi = float(dep.micro_batches), b_max
+    note = (f"{dep.micro_batches} micro-batches, balanced routing, roofline terms; the closed form "
+            "holds in the regime found at the root.")
+    if f(lo) < 0 and f(hi) < 0:
+        return ClosedForm("comm_hidden", "Batch where communication stops hiding behind compute",
+                          sp.oo, vals, float("inf"), sp.true,
+                          note + " Communication is never hidden up to the batch cap.", eq, S.batch)
+    if f(lo) >= 0 and f(hi) >= 0:
+        return ClosedForm("comm_hidden", "Batch where communication stops hiding behind compute",
+                          sp.Integer(0), vals, 0.0, sp.true,
+                          note + " Communication is hidden at every batch.", eq, S.batch)
+    root, x0 = solve_at_root(eq, S.batch, vals, lo, hi)
+    value = _num(root.value, vals) if root.value.free_symbols else float(root.value)
+    return ClosedForm("comm_hidden", "Batch where communication stops hiding behind compute",
+                      root.value, vals, value, root.condition, note, eq, S.batch)

@@ -51,10 +51,19 @@ def _cases():
     yield "crossover_no_lazy", dv.crossover(ds, h800, ep128, lazy=False), cfg, dv.crossover
     yield ("attention_overtakes_moe", dv.attention_overtakes_moe(ds, h800, ep128, 4096),
            cfg + ", context 4096", dv.attention_overtakes_moe)
-    q = load_model("qwen3-30b-a3b")
-    yield ("max_batch_for_tpot",
-           dv.max_batch_for_tpot(q, load_hardware("h20"), Deployment(gpus=4, ep=4), 4096, 0.05),
-           "Qwen3-30B-A3B on 4 x H20, EP4, BF16, context 4096, TPOT 50 ms", dv.max_batch_for_tpot)
+    from .specs.deployment import Phase, Workload
+
+    yield ("optimal_ep",
+           dv.optimal_ep(ds, h800, Workload(Phase.DECODE, batch=64, context=4096),
+                         Deployment(weights="fp8"), max_ep=256),
+           "DeepSeek-V3 on H800, FP8, 64 requests per GPU, context 4096 (value: best EP of the "
+           "full step model that fits in memory)", dv.optimal_ep)
+    yield ("comm_hidden",
+           dv.comm_hidden(ds, load_hardware("h100"),
+                          Deployment(gpus=32, ep=32, weights="fp8", micro_batches=2,
+                                     a2a="deepep-ll"), 4096),
+           "DeepSeek-V3 on 32 x H100, EP32, FP8, DeepEP low-latency, two micro-batches, "
+           "context 4096", dv.comm_hidden)
 
 
 def write_all(folder: Path) -> list[Path]:

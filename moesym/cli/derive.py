@@ -7,7 +7,7 @@ from pathlib import Path
 from .. import derive as dv
 from ..errors import MoesymError
 from .common import (add_deployment, add_json, add_model_hw, add_workload, deployment_from, emit_json,
-                     model_hw_from, positive_float)
+                     model_hw_from, positive_float, positive_int)
 
 __all__ = ["register"]
 
@@ -40,19 +40,26 @@ def register(sub) -> None:
     t.add_argument("--tpot-ms", type=positive_float, required=True)
     t.set_defaults(func=_tpot)
 
+    o = s.add_parser("optimal-ep", help="EP degree where more EP stops shortening the MoE layer")
+    add_model_hw(o)
+    add_workload(o, phase=False)
+    add_deployment(o)
+    add_json(o)
+    o.add_argument("--max-ep", type=positive_int, default=None)
+    o.add_argument("--no-memory-limit", action="store_true",
+                   help="ignore whether the deployment fits in GPU memory")
+    o.set_defaults(func=_optimal_ep)
+
+    h = s.add_parser("comm-hidden", help="batch where communication stops hiding behind compute")
+    add_model_hw(h)
+    add_workload(h, phase=False)
+    add_deployment(h)
+    add_json(h)
+    h.set_defaults(func=_comm_hidden)
+
     g = s.add_parser("pages", help="regenerate the derivations/ markdown pages")
     g.add_argument("--out", default="derivations", help="folder to write (default: derivations)")
     g.set_defaults(func=_pages)
-    _register_optional(s)
-
-
-def _register_optional(s) -> None:
-    """Subcommands whose closed forms live in other modules (communication, EP choice)."""
-    try:
-        from . import derive_extra
-    except ImportError:
-        return
-    derive_extra.register(s)
 
 
 def show(cf, as_json: bool) -> int:
@@ -93,6 +100,21 @@ def _tpot(args) -> int:
     m, h = model_hw_from(args)
     return show(dv.max_batch_for_tpot(m, h, deployment_from(args), args.context, args.tpot_ms / 1e3),
                 args.json)
+
+
+def _optimal_ep(args) -> int:
+    from ..specs.deployment import Phase, Workload
+
+    m, h = model_hw_from(args)
+    wl = Workload(Phase.DECODE, batch=args.batch, context=args.context)
+    cf = dv.optimal_ep(m, h, wl, deployment_from(args), max_ep=args.max_ep,
+                       memory_limit=not args.no_memory_limit)
+    return show(cf, args.json)
+
+
+def _comm_hidden(args) -> int:
+    m, h = model_hw_from(args)
+    return show(dv.comm_hidden(m, h, deployment_from(args), args.context), args.json)
 
 
 def _pages(args) -> int:

@@ -146,24 +146,34 @@ def solve_at_root(equation: sp.Expr, var: sp.Symbol, values: Mapping, lo: float,
     """
     eq = apply_rules(equation, [RELAX_CEILING])
     num = {k: sp.Float(v) for k, v in values.items() if k != var}
-    f = sp.lambdify(var, eq.xreplace(num), modules=["scipy", "numpy"])
+    from ..compile import numpy_modules
+
+    f = sp.lambdify(var, eq.xreplace(num), modules=numpy_modules())
     x0 = brentq(lambda x: float(f(x)), lo, hi, xtol=1e-12, rtol=1e-14)
-    at = dict(num)
-    at[var] = sp.Float(x0)
-    e, conds, labels = eq, [], []
-    while True:
-        nodes = _nonsmooth(e, var)
-        if not nodes:
-            break
-        node = nodes[-1]
+    at = {k: float(v) for k, v in num.items()}
+    at[var] = float(x0)
+    env = {k: sp.Float(v) for k, v in at.items()}
+    # pick, for every non-smooth node, the branch active at the root (numbers only), then
+    # substitute all choices at once (repeated for nodes nested inside chosen branches)
+    choice, conds, labels = {}, [], []
+    for node in _nonsmooth(eq, var):
         for rep, c, lab in _choices(node):
-            if _holds(c, {k: float(v) for k, v in at.items()}):
-                e = e.xreplace({node: rep})
+            cn = c.xreplace(env)
+            if cn in (sp.true, True) or (cn not in (sp.false, False) and bool(cn.simplify())):
+                choice[node] = rep
                 conds.append(c)
                 labels.append(lab)
                 break
         else:  # pragma: no cover - one branch always holds
             raise RuntimeError("no active branch at the numeric root")
+    e = eq
+    for _ in range(64):
+        new = e.xreplace(choice)
+        if new == e:
+            break
+        e = new
+    if _nonsmooth(e, var):  # pragma: no cover - nodes created by substitution
+        raise RuntimeError("regime substitution left non-smooth nodes")
     sols = [s for s in sp.solve(e, var) if s.is_real is not False]
     best = min(sols, key=lambda s: abs(complex(s.xreplace(num).evalf()) - x0))
     return Root(best, sp.And(*conds).xreplace({var: best}), tuple(labels)), x0
