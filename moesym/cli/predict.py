@@ -24,6 +24,12 @@ def run(args) -> int:
     model, hw = model_hw_from(args)
     step = build_step(model, hw, deployment_from(args), workload_from(args))
     r = step.predict()
+    from ..memory import memory_model
+    from ..symbols import S
+
+    mm = memory_model(step.model, step.hardware, step.deployment, step.workload)
+    r["memory_bytes"] = mm.number(mm.used_expr())
+    r["fits"] = bool(r["memory_bytes"] <= mm.values[S.hbm_capacity])
     if args.plot:
         from ..plots import breakdown_bar
 
@@ -39,6 +45,7 @@ def run(args) -> int:
     key = "tpot_s" if "tpot_s" in r else "ttft_s"
     print(f"  {key:<16} {fmt_s(r[key])}")
     print(f"  bound            {r['bound']}")
+    print(f"  memory per GPU   {r['memory_bytes'] / 1e9:.2f} GB  fits: {r['fits']}")
     print("  per layer (busy time, whole per-GPU batch, before overlap):")
     for k in BREAKDOWN_KEYS:
         print(f"    {k:<16} {fmt_s(r['per_layer_s'][k]):>12}")
