@@ -148,9 +148,7 @@ def a2a_mode(model: ModelSpec, dep: Deployment, phase: Phase) -> A2AMode | None:
     DeepEP normal for prefill and DeepEP low latency for decode."""
     if not model.is_moe or dep.ep == 1:
         return None
-    if dep.a2a is A2AMode.AUTO:
-        return A2AMode.DEEPEP_NORMAL if phase is Phase.PREFILL else A2AMode.DEEPEP_LL
-    return dep.a2a
+    return dep.resolved_a2a(phase)
 
 
 def memory_expressions(model: ModelSpec, dep: Deployment, phase: Phase,

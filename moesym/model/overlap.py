@@ -83,10 +83,11 @@ def pipelined(c, d, b, n, phi=0, shared=0) -> sp.Expr:
 
 
 def resolve_a2a(mode: A2AMode, phase: Phase) -> A2AMode:
-    """auto -> deepep-ll for decode, deepep-normal for prefill; other modes unchanged."""
-    if mode is A2AMode.AUTO:
-        return A2AMode.DEEPEP_LL if phase is Phase.DECODE else A2AMode.DEEPEP_NORMAL
-    return mode
+    """auto -> deepep-ll for decode, deepep-normal for prefill; other modes unchanged
+    (the rule lives in :meth:`moesym.specs.deployment.Deployment.resolved_a2a`)."""
+    from ..specs.deployment import Deployment
+
+    return Deployment(a2a=mode).resolved_a2a(phase)
 
 
 def sm_share(mode: A2AMode) -> sp.Expr:

@@ -27,7 +27,7 @@ from ..terms import attention as att
 from ..terms import comm, elementwise as ew, ffn
 from ..terms.cost import Cost, KernelClass, smax
 from ..terms.dims import Dims, symbolic_dims
-from ..timing import RooflineTiming, TermTime
+from ..timing import TermTime
 from . import overlap
 from .bindings import bindings
 from .routing_hooks import group_tokens, imbalance_expr, touched_local_experts_expr

@@ -16,7 +16,6 @@ branch condition, and verify roots by substitution.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Mapping
 
