@@ -1,10 +1,13 @@
 """Fit moesym's analytical kernel model to a kernel-table folder and print held-out errors.
 
     python benchmarks/kernel_fit_report.py DIR [--gpu h800 --gpu h20] [--write]
+        [--transfer-to h100,h200,...]
 
 DIR is in the InferSim layout (e.g. InferSim's ``bench_data``, or bench_data/ written by
 benchmarks/kernels/bench_kernels.py). ``--write`` stores the fitted ``[kernel]`` table in the
-project's hardware/<gpu>.toml (the rest of the file is kept).
+project's hardware/<gpu>.toml (the rest of the file is kept); ``--transfer-to`` also writes the
+(first) fitted GPU's table, marked NOT FITTED, into GPUs that have no measurements of their own
+(the fit is per SM: SM count, peaks and bandwidth still come from each GPU's own file).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu", action="append", default=None)
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--source", default=None, help="data source named in the TOML comment")
+    ap.add_argument("--transfer-to", default="",
+                    help="comma list of unmeasured GPUs that take the first fitted GPU's table")
     a = ap.parse_args(argv)
     gpus = a.gpu or sorted({p.name for p in (a.folder / "gemm").glob("*") if p.is_dir()})
     for gpu in gpus:
@@ -59,6 +64,18 @@ def main(argv=None) -> int:
                 lines.append(f"attention: {ares.summary()}")
             write_kernel_table(data_dir("hardware") / f"{gpu}.toml", calib, lines)
             print(f"wrote [kernel] to hardware/{gpu}.toml")
+            for other in filter(None, a.transfer_to.split(",")):
+                if gpu != gpus[0]:
+                    break
+                src_o = f"transferred from the {gpu} fit ({other} not measured)"
+                write_kernel_table(
+                    data_dir("hardware") / f"{other}.toml",
+                    type(calib)(**{**calib.__dict__, "source": src_o}),
+                    [f"NOT FITTED on {other}: transferred from hardware/{gpu}.toml's fit; the fit "
+                     f"is per SM (the SM count and peaks come from this file)",
+                     f"refit with: python benchmarks/kernel_fit_report.py BENCH_DIR --gpu {other} "
+                     f"--write"])
+                print(f"wrote transferred [kernel] to hardware/{other}.toml")
     return 0
 
 

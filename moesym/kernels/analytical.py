@@ -8,6 +8,7 @@ the same numbers the NumPy path computes.
 GEMM (``groups`` problems of M x N x K, output tiles ``tile_m x tile_n``; ``P`` the GPU peak
 FLOP/s of the compute dtype, ``N_SM`` SMs, ``W`` HBM bandwidth)::
 
+    tile_m  = min(tile_m_max, max(64, 64 ceiling(M / 64)))  (a 64-row block when M <= 64)
     m_tiles = groups * ceiling(M / tile_m)                  (each group padded to the M tile)
     n_alloc = max(1, floor(N_SM / m_tiles))                 (N tiles per M tile that fit on SMs)
     tile_n  = clip(tile_n_min * ceiling(N / n_alloc / tile_n_min), tile_n_min, tile_n_max)
@@ -91,6 +92,20 @@ class KernelTime:
         return _max(self.compute_s, self.memory_s) + self.launch_s
 
 
+_TILE_M_MIN = 64  # the smallest M block of Hopper FP8/BF16 GEMM kernels (one warpgroup pair)
+
+
+def tile_m_rows(m, calib: KernelCalib = DEFAULTS):
+    """The M block a GEMM kernel picks: the calibrated block, or 64 rows when M fits in 64.
+
+    >>> from dataclasses import replace
+    >>> c = replace(DEFAULTS, tile_m_rows=128)
+    >>> [float(tile_m_rows(m, c)) for m in (16, 64, 65, 4096)]
+    [64.0, 64.0, 128.0, 128.0]
+    """
+    return _min(calib.tile_m_rows, _max(_TILE_M_MIN, _TILE_M_MIN * _ceil(m / _TILE_M_MIN)))
+
+
 def gemm_tiles(m, n, groups, sms, calib: KernelCalib = DEFAULTS):
     """``(tiles, waves, tile_n)`` of a (grouped) GEMM (see the module docstring).
 
@@ -99,7 +114,7 @@ def gemm_tiles(m, n, groups, sms, calib: KernelCalib = DEFAULTS):
     >>> [float(x) for x in gemm_tiles(16, 1536, 1, 132)]  # one M tile: 16-column tiles fill SMs
     [96.0, 1.0, 16.0]
     """
-    tm, tmin, tmax = calib.tile_m_rows, calib.tile_n_min_cols, calib.tile_n_max_cols
+    tm, tmin, tmax = tile_m_rows(m, calib), calib.tile_n_min_cols, calib.tile_n_max_cols
     m_tiles = groups * _ceil(m / tm)
     n_alloc = _max(1, _floor(sms / m_tiles))
     tile_n = _min(_max(tmin * _ceil(n / n_alloc / tmin), tmin), tmax)
@@ -135,7 +150,7 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     (True, ...)
     """
     _tiles, waves, tile_n = gemm_tiles(m, n, groups, sms, calib)
-    tm = calib.tile_m_rows
+    tm = tile_m_rows(m, calib)
     per_sm_flops = peak_flops / sms * calib.tensor_frac(layout)
     compute = waves * (2 * tm * tile_n * k / per_sm_flops + calib.tile_overhead_s)
     tile_bytes = (tm + tile_n) * k * op_bytes + tm * tile_n * out_bytes

@@ -2,7 +2,11 @@
 
 Continuous fields (achieved fractions, per-SM bandwidth, latencies) are fitted with
 ``scipy.optimize.least_squares`` on log(predicted / measured); the tile sizes are discrete and
-chosen by the lowest cost over a small grid. Rows are split by shape family: within each
+chosen by the lowest cost over a small grid. The GEMM fit uses a Cauchy loss (scale 0.05 in log
+time): a few rows far off the model (tiny masked groups, odd wave counts) otherwise pull the shared
+parameters away from the large-M rows that dominate prefill time. On InferSim's tables this lowers
+the held-out median from 7.4% to 6.5% (H800) and 7.7% to 6.6% (H20), and the median error of dense
+GEMMs with M >= 4096 from +5.3% to 0.1% (H800) and -2.4% to -0.4% (H20). Rows are split by shape family: within each
 (N, K, groups, layout) family sorted by M, every third row (the 2nd, 5th, ...) is held out.
 
 InferSim's masked (decode) grouped-GEMM rows come from DeepGEMM's test generator, which draws
@@ -46,6 +50,7 @@ _GEMM_PARAMS = ("gemm_tensor_frac", "grouped_contiguous_tensor_frac", "grouped_m
 # scale of each parameter inside the optimiser (keeps variables O(1))
 _SCALE = {"sm_bandwidth_Bps": 1e9, "launch_s": 1e-6, "tile_overhead_s": 1e-6,
           "attention_launch_s": 1e-6}
+_GEMM_LOSS_SCALE = 0.05  # Cauchy loss scale of the GEMM fit, in log(predicted / measured)
 _BOUNDS = {"sm_bandwidth_Bps": (1.0, 2000.0), "launch_s": (0.0, 100.0),
            "tile_overhead_s": (0.0, 100.0), "attention_launch_s": (0.0, 200.0)}
 
@@ -156,7 +161,8 @@ def fit_gemm(rows: pd.DataFrame, *, sms, peak_flops, hbm_bw_Bps, base: KernelCal
 
             lo, hi = _bounds(names)
             x0 = np.clip(_pack(c0, names), np.array(lo) + 1e-9, np.array(hi) - 1e-9)
-            r = least_squares(resid, x0, bounds=(lo, hi), x_scale="jac")
+            r = least_squares(resid, x0, bounds=(lo, hi), x_scale="jac", loss="cauchy",
+                              f_scale=_GEMM_LOSS_SCALE)
             if best is None or r.cost < best[0]:
                 best = (r.cost, _unpack(c0, names, r.x))
     calib = best[1]

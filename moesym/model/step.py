@@ -142,10 +142,18 @@ def _moe_layer_terms(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t
         # combine does the weighted reduce: no separate permute / unpermute kernels
         fused = dep.ep > 1 and dep.resolved_a2a(wl.phase) is A2AMode.DEEPEP_LL
         costs["other"] += [ffn.router(D, t), ew.moe_elementwise(D, t_moe, rows, fused=fused)]
+        if fp8 and not fused:  # low-latency dispatch quantizes in-kernel, and the masked
+            # SwiGLU writes FP8 directly; otherwise both expert GEMM inputs are cast
+            costs["other"] += [ew.fp8_input_cast("experts_in_cast", t_moe, D.hidden, D.act_bytes),
+                               ew.fp8_input_cast("experts_down_cast", rows,
+                                                 D.moe_inter / D.expert_tp, D.act_bytes)]
     else:
         costs["moe_routed"] = [replace(c, kind=KernelClass.GEMM, shape=replace(c.shape, layout="dense"))
                                for c in costs["moe_routed"]]
         costs["moe_weight_load"] = [replace(c, kind=KernelClass.GEMM) for c in costs["moe_weight_load"]]
+    if fp8 and model.shared_intermediate_size:
+        costs["other"] += [ew.fp8_input_cast("shared_cast", t, D.hidden + D.shared_inter / D.tp,
+                                             D.act_bytes)]
     return {k: _sum_times(k, [timing.time(c) for c in v]) for k, v in costs.items()}
 
 
@@ -166,6 +174,9 @@ def _dense_layer_terms(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     costs["tp_comm"] = [comm.tp_allreduce(D, t, S.bw_up * S.eff_up, S.lat_up).scaled(2)]
     costs["other"] = [ew.norm_residual(D, t).scaled(2), ew.attention_elementwise(D, t, mla, fp8),
                       ew.swiglu_activation("ffn_act", t, D.dense_inter / D.tp, D.act_bytes)]
+    if fp8:  # block-FP8 linears quantize their inputs: gate_up's (hidden) and down's (inter)
+        costs["other"] += [ew.fp8_input_cast("ffn_cast", t, D.hidden + D.dense_inter / D.tp,
+                                             D.act_bytes)]
     return {k: _sum_times(k, [timing.time(c) for c in v]) for k, v in costs.items()}
 
 

@@ -14,11 +14,17 @@ kernel launch.
 
 from __future__ import annotations
 
+import sympy as sp
+
 from .attention import kv_bytes_per_token_layer
 from .cost import Cost, KernelClass, sym
 from .dims import Dims
 
-__all__ = ["norm_residual", "attention_elementwise", "moe_elementwise", "swiglu_activation"]
+__all__ = ["norm_residual", "attention_elementwise", "fp8_input_cast", "moe_elementwise",
+           "swiglu_activation"]
+
+# per-token-group FP8 quantization: one FP32 scale per 128 elements (DeepSeek-V3 block format)
+_SCALE_BYTES_PER_ELEMENT = sp.Rational(4, 128)
 
 _EW = KernelClass.ELEMENTWISE
 
@@ -56,6 +62,19 @@ def attention_elementwise(D: Dims, tokens, mla: bool, fp8_gemm: bool) -> Cost:
 def swiglu_activation(name: str, rows, width, act_bytes) -> Cost:
     """SiLU(gate) * up: read 2 x width, write width, per row."""
     return Cost(name, _EW, hbm_bytes=3 * sym(rows) * sym(width) * sym(act_bytes), launches=1)
+
+
+def fp8_input_cast(name: str, rows, width, act_bytes) -> Cost:
+    """Quantize a BF16 GEMM input to FP8 with per-128-element scales (SGLang's
+    per_token_group_quant before each block-FP8 linear): read b_a, write 1 byte + 4/128 bytes
+    of scale per element.
+
+    >>> fp8_input_cast("x", 2, 128, 2).hbm_bytes
+    776
+    """
+    return Cost(name, _EW, hbm_bytes=sym(rows) * sym(width) * (sym(act_bytes) + 1
+                                                                + _SCALE_BYTES_PER_ELEMENT),
+                launches=1)
 
 
 def moe_elementwise(D: Dims, moe_tokens, rows, fused: bool = False) -> Cost:
