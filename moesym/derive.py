@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+import numpy as np
 import sympy as sp
 from scipy.optimize import brentq
 
@@ -36,7 +37,8 @@ from .terms import ffn
 from .terms.dims import symbolic_dims
 
 __all__ = ["ClosedForm", "crossover", "routed_times", "attention_overtakes_moe", "max_batch_for_tpot",
-           "kink_ep", "optimal_ep", "comm_hidden", "numeric_check", "CLOSED_FORMS"]
+           "kink_ep", "optimal_ep", "comm_hidden", "ep_min_tpot", "gpus_for_throughput",
+           "numeric_check", "CLOSED_FORMS"]
 
 
 @dataclass(frozen=True)
@@ -204,7 +206,7 @@ def numeric_check(cf: ClosedForm, lo: float, hi: float) -> float:
 
 
 CLOSED_FORMS = ("crossover", "crossover_no_lazy", "attention_overtakes_moe", "max_batch_for_tpot",
-                "optimal_ep", "comm_hidden")
+                "optimal_ep", "comm_hidden", "ep_min_tpot", "gpus_for_throughput")
 
 
 def kink_ep() -> tuple[sp.Expr, sp.Expr]:
@@ -315,3 +317,115 @@ def comm_hidden(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: in
     value = _num(root.value, vals) if root.value.free_symbols else float(root.value)
     return ClosedForm("comm_hidden", "Batch where communication stops hiding behind compute",
                       root.value, vals, value, root.condition, note, eq, S.batch)
+
+
+def _instance_time(model: ModelSpec, hw: HardwareSpec, base: Deployment, context: int,
+                   per_rank_batch: sp.Expr) -> tuple[sp.Expr, dict]:
+    """Roofline decode step time of an instance that grows with EP (N_gpu = e_p), with the
+    per-attention-DP-rank batch given as an expression of e_p; lazy loading off (every local
+    expert is read each step: exact once every expert gets a token, conservative below).
+    Returns (relaxed expression in e_p and the workload symbols, numeric values)."""
+    from .solve import RELAX_CEILING, apply_rules
+    from .timing import RooflineTiming
+
+    if not model.is_moe:
+        raise MoesymError(f"{model.name} is dense: it has no expert parallelism to choose")
+    rep = base.with_(gpus=16, ep=16, routing="balanced")
+    step = build_step(model, hw, rep, Workload(Phase.DECODE, batch=1, context=context),
+                      timing=RooflineTiming())
+    expr = step.expr.xreplace({S.gpus: S.ep}).xreplace({S.batch: per_rank_batch})
+    lazy = [p for p in expr.atoms(sp.Pow) if p.base.has(S.topk) and p.base.has(S.experts)]
+    expr = apply_rules(expr.xreplace({p: 0 for p in lazy}), [RELAX_CEILING])
+    vals = {k: v for k, v in step.values.items() if k in expr.free_symbols and k != S.ep}
+    return expr, vals
+
+
+def ep_min_tpot(model: ModelSpec, hw: HardwareSpec, total_batch: int, context: int,
+                base: Deployment | None = None, max_ep: int | None = None) -> ClosedForm:
+    """EP degree that minimizes the decode step time (TPOT) of a fixed number of requests
+    B_tot spread over an instance that grows with EP (N_gpu = e_p, B = B_tot t_p / e_p per
+    attention DP rank).
+
+    Per-token work, routed compute and the routed-weight read per GPU fall as 1 / e_p; the
+    replicated attention weights stay; a ring all-gather's hop latency grows with e_p (one
+    tau_out per node beyond the first). In the regime that holds at the optimum the step time
+    is A / e_p + C e_p + const, so dT/de_p = 0 gives the square root e_p* = sqrt(A / C); with
+    DeepEP (no latency that grows with e_p) the step time falls all the way to the largest EP.
+    """
+    from scipy.optimize import minimize_scalar
+
+    from .solve import branch_at, solve_smooth
+
+    base = base or Deployment()
+    expr, vals = _instance_time(model, hw, base, context,
+                                S.total_batch * S.tp / S.ep)
+    vals[S.total_batch] = float(total_batch)
+    max_ep = float(max_ep or model.num_experts)
+    f = lambda e: float(evaluate(expr, vals, {S.ep: e}))  # noqa: E731
+    lo = float(base.gpus_per_node) + 1e-6  # ring latency grows only across nodes
+    if max_ep <= lo:
+        raise MoesymError(f"--max-ep {int(max_ep)} leaves no EP beyond one node to choose")
+    grid = np.geomspace(lo, max_ep, 64)
+    i = int(np.argmin([f(e) for e in grid]))
+    if i in (0, len(grid) - 1):
+        where = "smallest" if i == 0 else "largest"
+        raise MoesymError(f"step time is monotone in EP here (best at the {where} EP): no "
+                          f"interior optimum with --a2a {base.a2a.value}; try --a2a allgather")
+    r = minimize_scalar(f, bounds=(grid[i - 1], grid[i + 1]), method="bounded",
+                        options={"xatol": 1e-10})
+    e0 = float(r.x)
+    branch, cond, _labels = branch_at(expr, S.ep, {**vals, S.ep: e0})
+    root = solve_smooth(sp.diff(branch, S.ep), S.ep, vals, e0)
+    value = _num(root, vals)
+    return ClosedForm("ep_min_tpot", "EP degree that minimizes TPOT at a fixed total batch", root,
+                      vals, value, cond.xreplace({S.ep: root}),
+                      (f"Decode, roofline terms, balanced routing, every local expert read, "
+                       f"A2A {base.a2a.value}; N_gpu = e_p; the square root holds in the regime "
+                       f"found at the numeric optimum (e_p = {e0:.6g})."),
+                      expr, S.ep)
+
+
+def gpus_for_throughput(model: ModelSpec, hw: HardwareSpec, target_tokens_s: float,
+                        tpot_s: float, context: int, base: Deployment | None = None,
+                        max_gpus: int = 4096) -> ClosedForm:
+    """Smallest instance (N_gpu = e_p GPUs) whose decode throughput reaches X tokens/s while
+    every request gets a token each tau_tpot seconds.
+
+    The instance serves B_tot = X tau_tpot requests, B = X tau_tpot t_p / e_p per attention DP
+    rank; it meets the target when its step time T(B, e_p) <= tau_tpot. In the regime that holds
+    at the root, T = c_0 + c_1 / e_p (+ c_2 e_p for ring latencies): per-token work c_1 / e_p
+    scales with X tau_tpot, the routed-weight read (E + R) 3 d d_e b_w / (e_p W eta_m) adds to
+    c_1, and the replicated attention weights and fixed latencies form c_0, so
+    e_p* = c_1 / (tau_tpot - c_0) (a quadratic's root with ring latencies). No instance
+    reaches X when tau_tpot <= c_0.
+    """
+    base = base or Deployment()
+    expr, vals = _instance_time(model, hw, base, context,
+                                S.target_tokens_s * S.tpot_target * S.tp / S.ep)
+    vals[S.target_tokens_s] = float(target_tokens_s)
+    vals[S.tpot_target] = float(tpot_s)
+    eq = expr - S.tpot_target
+    f = lambda e: float(evaluate(eq, vals, {S.ep: e}))  # noqa: E731
+    grid = np.geomspace(1.0, float(max_gpus), 200)
+    ok = [e for e in grid if f(e) <= 0]
+    if not ok:
+        raise MoesymError(f"no instance up to {max_gpus} GPUs reaches {target_tokens_s:g} "
+                          f"tokens/s at TPOT {tpot_s * 1e3:g} ms: relax --tpot-ms")
+    hi = ok[0]
+    if hi == grid[0]:
+        cf_val = 1.0
+        return ClosedForm("gpus_for_throughput", "Smallest instance meeting a throughput target",
+                          sp.Integer(1), vals, cf_val, sp.true,
+                          "One GPU already meets the target.", eq, S.ep)
+    lo = grid[list(grid).index(hi) - 1]
+    root, x0 = solve_at_root(eq, S.ep, vals, lo, hi)
+    value = _num(root.value, vals)
+    valid = [e for e in (2 ** i for i in range(0, 13))
+             if e >= value - 1e-9 and model.num_experts % e == 0]
+    pick = f"; the smallest power-of-two EP dividing E at or above it is {valid[0]}" if valid else ""
+    return ClosedForm("gpus_for_throughput", "Smallest instance meeting a throughput target",
+                      root.value, vals, value, root.condition,
+                      ("Decode, roofline terms, balanced routing, every local expert read, "
+                       f"A2A {base.a2a.value}, N_gpu = e_p; continuous GPU count" + pick
+                       + ". Memory is not part of the closed form: check with moesym memory."),
+                      eq, S.ep)

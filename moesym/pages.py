@@ -64,6 +64,15 @@ def _cases():
                                      a2a="deepep-ll"), 4096),
            "DeepSeek-V3 on 32 x H100, EP32, FP8, DeepEP low-latency, two micro-batches, "
            "context 4096", dv.comm_hidden)
+    allgather = Deployment(weights="fp8", a2a="allgather")
+    yield ("ep_min_tpot", dv.ep_min_tpot(ds, h800, 4096, 4096, allgather),
+           "DeepSeek-V3 on H800, FP8, all-gather A2A, 4096 requests in flight, context 4096",
+           dv.ep_min_tpot)
+    yield ("gpus_for_throughput",
+           dv.gpus_for_throughput(ds, h800, 200_000, 0.05, 4096,
+                                  Deployment(weights="fp8", a2a="deepep-ll")),
+           "DeepSeek-V3 on H800, FP8, DeepEP low-latency, 200,000 tokens/s at TPOT 50 ms, "
+           "context 4096", dv.gpus_for_throughput)
 
 
 def write_all(folder: Path) -> list[Path]:

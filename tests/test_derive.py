@@ -94,3 +94,48 @@ def test_committed_pages_match_the_code(tmp_path):
         assert committed.read_text() == p.read_text(), (
             f"derivations/{p.name} differs from the code: run `moesym derive pages`")
     assert {p.name for p in written} == {p.name for p in root.glob("*.md")}
+
+
+def test_ep_min_tpot_is_the_square_root_of_the_regime_and_the_numeric_argmin():
+    import numpy as np
+    from scipy.optimize import minimize_scalar
+
+    from moesym.compile import evaluate
+
+    cf = dv.ep_min_tpot(ms.load_model("deepseek-v3"), ms.load_hardware("h800"), 4096, 4096,
+                        ms.Deployment(weights="fp8", a2a="allgather"))
+    f = lambda e: float(evaluate(cf.equation, cf.values, {S.ep: e}))  # noqa: E731
+    r = minimize_scalar(f, bounds=(cf.value / 2, cf.value * 2), method="bounded",
+                        options={"xatol": 1e-10})
+    assert cf.value == pytest.approx(r.x, rel=1e-6)
+    # independent of the solver: in the regime the step time is A/e + C e + K, so three
+    # evaluations near the optimum give A, C, K and the optimum sqrt(A / C)
+    es = np.array([0.9, 1.0, 1.1]) * cf.value
+    M = np.stack([1 / es, es, np.ones(3)], axis=1)
+    A, C, K = np.linalg.solve(M, [f(e) for e in es])
+    assert A > 0 and C > 0
+    assert cf.value == pytest.approx(np.sqrt(A / C), rel=1e-6)
+    assert any(p.exp == sp.Rational(1, 2) for p in cf.expr.atoms(sp.Pow))  # a square root
+
+
+def test_ep_min_tpot_without_growing_latency_has_no_interior_optimum():
+    from moesym.errors import MoesymError
+
+    with pytest.raises(MoesymError, match="monotone"):
+        dv.ep_min_tpot(ms.load_model("deepseek-v3"), ms.load_hardware("h800"), 4096, 4096,
+                       ms.Deployment(weights="fp8", a2a="deepep-ll"))
+
+
+def test_gpus_for_throughput_meets_the_target_exactly_at_the_root():
+    from moesym.compile import evaluate
+
+    X, tau = 200_000.0, 0.05
+    cf = dv.gpus_for_throughput(ms.load_model("deepseek-v3"), ms.load_hardware("h800"), X, tau,
+                                4096, ms.Deployment(weights="fp8", a2a="deepep-ll"))
+    assert cf.value == pytest.approx(dv.numeric_check(cf, 1.0, 4096.0), rel=1e-6)
+    # at the root the instance's step time is the TPOT limit: N / t_p ranks of
+    # B = X tau t_p / N requests each emit N B / (t_p tau) = X tokens per second
+    t = float(evaluate(cf.equation + S.tpot_target, cf.values, {S.ep: cf.value}))
+    assert t == pytest.approx(tau, rel=1e-9)
+    # and one GPU fewer misses it (step time above the limit)
+    assert float(evaluate(cf.equation, cf.values, {S.ep: cf.value - 1})) > 0

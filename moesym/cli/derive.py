@@ -57,6 +57,29 @@ def register(sub) -> None:
     add_json(h)
     h.set_defaults(func=_comm_hidden)
 
+    m = s.add_parser("ep-min-tpot",
+                     help="EP that minimizes TPOT for a fixed number of requests (square-root form)")
+    add_model_hw(m)
+    add_workload(m, phase=False)
+    add_deployment(m)
+    add_json(m)
+    m.add_argument("--total-batch", type=positive_int, required=True,
+                   help="decode requests in flight across the whole instance")
+    m.add_argument("--max-ep", type=positive_int, default=None)
+    m.set_defaults(func=_ep_min_tpot)
+
+    x = s.add_parser("gpus-for-throughput",
+                     help="smallest instance (GPUs = EP) reaching a decode throughput at a TPOT")
+    add_model_hw(x)
+    add_workload(x, phase=False)
+    add_deployment(x)
+    add_json(x)
+    x.add_argument("--tokens-per-s", type=positive_float, required=True,
+                   help="decode throughput target of the instance (tokens/s)")
+    x.add_argument("--tpot-ms", type=positive_float, required=True)
+    x.add_argument("--max-gpus", type=positive_int, default=4096)
+    x.set_defaults(func=_gpus_for_throughput)
+
     g = s.add_parser("pages", help="regenerate the derivations/ markdown pages")
     g.add_argument("--out", default="derivations", help="folder to write (default: derivations)")
     g.set_defaults(func=_pages)
@@ -115,6 +138,20 @@ def _optimal_ep(args) -> int:
 def _comm_hidden(args) -> int:
     m, h = model_hw_from(args)
     return show(dv.comm_hidden(m, h, deployment_from(args), args.context), args.json)
+
+
+def _ep_min_tpot(args) -> int:
+    m, h = model_hw_from(args)
+    cf = dv.ep_min_tpot(m, h, args.total_batch, args.context, deployment_from(args),
+                        max_ep=args.max_ep)
+    return show(cf, args.json)
+
+
+def _gpus_for_throughput(args) -> int:
+    m, h = model_hw_from(args)
+    cf = dv.gpus_for_throughput(m, h, args.tokens_per_s, args.tpot_ms / 1e3, args.context,
+                                deployment_from(args), max_gpus=args.max_gpus)
+    return show(cf, args.json)
 
 
 def _pages(args) -> int:

@@ -136,6 +136,61 @@ def numeric_roots(equation: sp.Expr, var: sp.Symbol, values: Mapping, tol: float
     return sorted(out)
 
 
+def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping) -> tuple[sp.Expr, sp.Basic, tuple]:
+    """The smooth branch of ``expr`` active at the point ``env`` (numbers for every symbol,
+    ``var`` included), with the condition under which it holds and the branch labels.
+
+    At each Max / Min / Piecewise node the first branch whose condition holds at ``env`` is
+    substituted (repeated for nodes nested inside chosen branches).
+    """
+    env = {k: sp.Float(v) for k, v in env.items()}
+    choice, conds, labels = {}, [], []
+    for node in _nonsmooth(expr, var):
+        for rep, c, lab in _choices(node):
+            cn = c.xreplace(env)
+            if cn in (sp.true, True) or (cn not in (sp.false, False) and bool(cn.simplify())):
+                choice[node] = rep
+                conds.append(c)
+                labels.append(lab)
+                break
+        else:  # pragma: no cover - one branch always holds
+            raise RuntimeError("no active branch at the given point")
+    e = expr
+    for _ in range(64):
+        new = e.xreplace(choice)
+        if new == e:
+            break
+        e = new
+    if _nonsmooth(e, var):  # pragma: no cover - nodes created by substitution
+        raise RuntimeError("regime substitution left non-smooth nodes")
+    return e, sp.And(*conds), tuple(labels)
+
+
+def solve_smooth(e: sp.Expr, var: sp.Symbol, num: Mapping, x0: float) -> sp.Expr:
+    """The root of the smooth expression ``e`` = 0 nearest to ``x0`` (numbers ``num`` pick it).
+
+    Rational in ``var`` with a numerator of degree <= 2: the root comes straight from the
+    polynomial's coefficients (fast on large expressions); otherwise ``sympy.solve``.
+    """
+    numer = sp.numer(sp.together(e))
+    try:
+        poly = sp.Poly(sp.expand(numer), var)
+    except sp.PolynomialError:
+        poly = None
+    if poly is not None and 1 <= poly.degree() <= 2:
+        c = poly.all_coeffs()
+        if poly.degree() == 1:
+            sols = [-c[1] / c[0]]
+        else:
+            a, b, cc = c
+            disc = sp.sqrt(b ** 2 - 4 * a * cc)
+            sols = [(-b + disc) / (2 * a), (-b - disc) / (2 * a)]
+    else:
+        sols = [s for s in sp.solve(e, var) if s.is_real is not False]
+    fnum = {k: sp.Float(v) for k, v in num.items()}
+    return min(sols, key=lambda s: abs(complex(s.xreplace(fnum).evalf()) - x0))
+
+
 def solve_at_root(equation: sp.Expr, var: sp.Symbol, values: Mapping, lo: float, hi: float):
     """Closed form in the regime that holds at the numeric root in [lo, hi].
 
@@ -149,30 +204,6 @@ def solve_at_root(equation: sp.Expr, var: sp.Symbol, values: Mapping, lo: float,
 
     f = sp.lambdify(var, eq.xreplace(num), modules=numpy_modules())
     x0 = brentq(lambda x: float(f(x)), lo, hi, xtol=1e-12, rtol=1e-14)
-    at = {k: float(v) for k, v in num.items()}
-    at[var] = float(x0)
-    env = {k: sp.Float(v) for k, v in at.items()}
-    # pick, for every non-smooth node, the branch active at the root (numbers only), then
-    # substitute all choices at once (repeated for nodes nested inside chosen branches)
-    choice, conds, labels = {}, [], []
-    for node in _nonsmooth(eq, var):
-        for rep, c, lab in _choices(node):
-            cn = c.xreplace(env)
-            if cn in (sp.true, True) or (cn not in (sp.false, False) and bool(cn.simplify())):
-                choice[node] = rep
-                conds.append(c)
-                labels.append(lab)
-                break
-        else:  # pragma: no cover - one branch always holds
-            raise RuntimeError("no active branch at the numeric root")
-    e = eq
-    for _ in range(64):
-        new = e.xreplace(choice)
-        if new == e:
-            break
-        e = new
-    if _nonsmooth(e, var):  # pragma: no cover - nodes created by substitution
-        raise RuntimeError("regime substitution left non-smooth nodes")
-    sols = [s for s in sp.solve(e, var) if s.is_real is not False]
-    best = min(sols, key=lambda s: abs(complex(s.xreplace(num).evalf()) - x0))
-    return Root(best, sp.And(*conds).xreplace({var: best}), tuple(labels)), x0
+    e, cond, labels = branch_at(eq, var, {**num, var: x0})
+    best = solve_smooth(e, var, num, x0)
+    return Root(best, cond.xreplace({var: best}), labels), x0
