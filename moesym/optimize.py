@@ -1,10 +1,18 @@
 """Deployment optimization: the best TP x EP x micro-batch x A2A choice and batch under limits.
 
-Discrete choices are enumerated by broadcasting the compiled step model over (choice x batch)
-arrays; for each choice the batch is refined with brentq on the binding constraint (TPOT or
-TTFT limit) and capped by the largest batch that fits in memory. The result is the best
-deployment by tokens per GPU per second and the Pareto front of throughput per GPU against
-speed per user.
+Every discrete choice (TP, EP, micro-batches, A2A mode) is searched exhaustively, and so is the
+size: the batch (decode requests) or tokens (prefill) per attention DP rank, over every multiple
+of the micro-batch count from one per micro-batch up to ``max_size`` (the step model times n
+equal micro-batches of size / n, exact when n divides the size). For each choice the compiled
+step and memory models are broadcast over that integer axis in one call: points that do not fit
+in memory or miss the latency limit (TPOT for decode; TTFT = step time x max(1, context /
+tokens) for prefill) are dropped and the best remaining size by tokens per GPU per second is
+kept. No monotonicity is assumed, so ceilings in the step model (tile padding, expert counts)
+cannot hide a better size. The step model is built per A2A mode and EP degree: both change its
+structure (DeepEP low-latency's masked expert layout and fused permute need EP > 1; group-limited
+routing scales the load variance at the deployment's EP), so each candidate is timed by the same
+model ``moesym predict`` builds for it. The result is the best deployment by tokens per GPU per
+second and the Pareto front of throughput per GPU against speed per user.
 
 >>> import moesym as ms
 >>> r = optimize(ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20"), gpus=4, phase="decode",
@@ -17,10 +25,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import brentq
 
 from .compile import bind_and_compile
 from .errors import MoesymError
@@ -31,6 +39,9 @@ from .specs.model import ModelSpec
 from .symbols import S
 
 __all__ = ["OptimizeResult", "optimize", "choices", "pareto_front", "disaggregate"]
+
+# sizes evaluated per broadcast call (bounds the memory of one call whatever max_size is)
+_BLOCK = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -44,17 +55,16 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def choices(model: ModelSpec, gpus: int, micro_batches=(1, 2)) -> list[tuple[int, int, int]]:
-    """Valid (tp, ep, micro_batches) for ``gpus`` GPUs."""
+def choices(model: ModelSpec, gpus: int, micro_batches=(1, 2),
+            redundant_experts: int = 0) -> list[tuple[int, int, int]]:
+    """Valid (tp, ep, micro_batches) for ``gpus`` GPUs (the checks of ``Deployment.check_model``)."""
     out = []
     for tp in _divisors(gpus):
         if model.num_heads % tp:
             continue
-        eps = [e for e in _divisors(gpus) if not model.is_moe or model.num_experts % e == 0] \
-            if model.is_moe else [gpus]
+        eps = [e for e in _divisors(gpus) if (model.num_experts + redundant_experts) % e == 0
+               and model.moe_intermediate_size % (gpus // e) == 0] if model.is_moe else [gpus]
         for ep in eps:
-            if model.is_moe and model.moe_intermediate_size % (gpus // ep):
-                continue
             for mb in micro_batches:
                 out.append((tp, ep, mb))
     return out
@@ -71,110 +81,123 @@ def pareto_front(df: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     return df.loc[keep].sort_values(x, ascending=False)
 
 
-def _memory_fn(model, hw, dep, wl):
-    """Compiled per-GPU memory use over (size, tp, ep, micro-batches), and the capacity."""
-    from .memory import memory_model
-
-    mm = memory_model(model, hw, dep, wl)
-    expr = mm.used_expr()
-    size_sym = S.batch if wl.phase is Phase.DECODE else S.tokens
-    syms = (size_sym, S.tp, S.ep, S.micro_batches, S.gpus)
-    fn, args = bind_and_compile(expr, mm.values, syms)
-    return fn, args, mm.values[S.hbm_capacity]
+@lru_cache(maxsize=4096)
+def _kernel_time(timing, cost, shape):
+    return timing.time(cost)
 
 
-def _memory_cap(mem, size_sym, tp, ep, mb, gpus, hi) -> float:
-    """Largest size in [0, hi] whose memory fits (memory grows with size), or -1 if none."""
-    fn, args, cap = mem
-    env = {S.tp: tp, S.ep: ep, S.micro_batches: mb, S.gpus: gpus}
+class _SharedTiming:
+    """The hardware's kernel timing (``build_step``'s default) with each kernel timed once per
+    process: the step models of a search (one per A2A mode and EP) and of later searches share
+    most kernels, and the SymPy work of timing a GEMM dominates building a model."""
 
-    def used(x):
-        env[size_sym] = x
-        return float(fn(*(float(env[a]) for a in args)))
+    def __init__(self, hw: HardwareSpec):
+        from .kernels.timing import KernelTiming
 
-    if used(1.0) > cap:
-        return -1.0
-    if used(hi) <= cap:
-        return hi
-    return brentq(lambda x: used(x) - cap, 1.0, hi, xtol=1e-6)
+        self._timing = KernelTiming.from_hardware(hw)
+
+    def time(self, cost):
+        return _kernel_time(self._timing, cost, cost.shape)  # Cost equality leaves out the shape
+
+
+def _call(compiled, env):
+    fn, args = compiled
+    return fn(*(env[a] for a in args))
+
+
+def _search(t_fn, mem_fn, capacity, ph, size_sym, context, limit, tp, ep, mb, gpus, max_size):
+    """Exhaustive search of one (tp, ep, mb): the size (a multiple of ``mb``) with the most
+    tokens per GPU per second that fits and meets ``limit``, or None; and a function giving
+    (step time, latency, feasible) at any sizes."""
+    fixed = {S.tp: float(tp), S.ep: float(ep), S.micro_batches: float(mb), S.gpus: float(gpus)}
+
+    def measure(sizes):
+        env = dict(fixed)
+        env[size_sym] = sizes
+        if ph is Phase.PREFILL:
+            env[S.chunk] = np.minimum(sizes, context)
+            env[S.batch] = np.maximum(1.0, np.ceil(sizes / context))  # prompts held in memory
+        fits = np.broadcast_to(_call(mem_fn, env), sizes.shape) <= capacity
+        t = np.full(sizes.shape, np.inf)
+        if fits.any():  # time only what fits (decode: memory binds long before max_size)
+            env = {k: (v[fits] if isinstance(v, np.ndarray) else v) for k, v in env.items()}
+            t[fits] = np.broadcast_to(_call(t_fn, env), (int(fits.sum()),))
+        lat = t if ph is Phase.DECODE else t * np.maximum(1.0, context / sizes)
+        ok = fits & np.isfinite(t) & ((lat <= limit) if limit is not None else True)
+        return t, lat, ok
+
+    best = None
+    for start in range(mb, max_size + 1, _BLOCK * mb):
+        sizes = np.arange(start, min(max_size, start + (_BLOCK - 1) * mb) + 1, mb, dtype=float)
+        t, lat, ok = measure(sizes)
+        if not ok.any():
+            continue
+        thr = np.where(ok, sizes / tp / np.where(ok, t, 1.0), -np.inf)
+        i = int(np.argmax(thr))
+        if best is None or thr[i] > best[3]:
+            best = (sizes[i], t[i], lat[i], thr[i])
+    return best, measure
 
 
 def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context: int,
              tpot_s: float | None = None, ttft_s: float | None = None,
              base: Deployment | None = None, micro_batches=(1, 2), max_size: int = 1 << 15,
              a2a_modes=None) -> OptimizeResult:
-    """Best deployment of ``model`` on ``gpus`` GPUs for ``phase`` at ``context``."""
+    """Best deployment of ``model`` on ``gpus`` GPUs for ``phase`` at ``context``.
+
+    ``max_size``: largest batch (decode) or tokens (prefill) per attention DP rank searched.
+    """
+    from .memory import memory_model
+
     ph = Phase(phase)
     base = base or Deployment()
     if a2a_modes is None:
         a2a_modes = ([A2AMode.DEEPEP_LL, A2AMode.DEEPEP_NORMAL] if ph is Phase.DECODE
                      else [A2AMode.DEEPEP_NORMAL]) if model.is_moe and gpus > 1 else [A2AMode.AUTO]
-    size_sym = S.batch if ph is Phase.DECODE else S.tokens
+    decode = ph is Phase.DECODE
+    size_sym, size_key = (S.batch, "batch") if decode else (S.tokens, "tokens")
+    lat_key, limit = ("tpot_s", tpot_s) if decode else ("ttft_s", ttft_s)
+    wl0 = (Workload(ph, batch=1, context=context) if decode
+           else Workload(ph, tokens=context, context=context))
+    cands = choices(model, gpus, micro_batches, base.redundant_experts)
+    # what a candidate sets: its size (prefill: with the chunk and the prompts held in memory)
+    grid = (size_sym, S.tp, S.ep, S.micro_batches, S.gpus) + (() if decode else (S.chunk, S.batch))
+    timing = _SharedTiming(hw)
     rows = []
+
+    def row(tp, ep, mb, mode, size, t, lat, front_only=False):
+        return {"tp": tp, "ep": ep, "micro_batches": mb, "a2a": mode.value, size_key: int(size),
+                "step_time_s": float(t), "tokens_per_gpu_s": float(size / tp / t),
+                lat_key: float(lat), "fits": True, "_front_only": front_only}
+
     for mode in a2a_modes:
-        wl0 = (Workload(ph, batch=1, context=context) if ph is Phase.DECODE
-               else Workload(ph, tokens=context, context=context))
-        rep = replace(base, gpus=gpus, ep=gpus, tp=1, micro_batches=1, a2a=mode)
-        step = build_step(model, hw, rep, wl0)
-        grid_syms = (size_sym, S.tp, S.ep, S.micro_batches) + ((S.chunk,) if ph is Phase.PREFILL else ())
-        fn, args = bind_and_compile(step.expr, step.values, grid_syms)
-
-        def t_of(size, tp, ep, mb):
-            env = {size_sym: size, S.tp: tp, S.ep: ep, S.micro_batches: mb,
-                   S.chunk: min(size, context)}
-            return float(fn(*(float(env[a]) for a in args)))
-
-        mem = _memory_fn(model, hw, rep, wl0)
-        for tp, ep, mb in choices(model, gpus, micro_batches):
-            cap = _memory_cap(mem, size_sym, tp, ep, mb, gpus, float(max_size))
-            hi = float(min(max_size, cap))
-            lo = float(mb)  # at least one request or token per micro-batch
-            if hi < lo:
-                continue
-
-            def latency(size):
-                t = t_of(size, tp, ep, mb)
-                return t if ph is Phase.DECODE else t * max(1.0, context / size)
-
-            limit = tpot_s if ph is Phase.DECODE else ttft_s
-            if ph is Phase.DECODE:
-                if limit is not None:
-                    if latency(lo) > limit:
-                        continue
-                    if latency(hi) > limit:
-                        hi = brentq(lambda b: latency(b) - limit, lo, hi, xtol=1e-6)
-            else:  # TTFT is not monotone in tokens when prompts are chunked: scan candidates
-                cands = sorted({float(x) for x in 2.0 ** np.arange(6, 17)} | {
-                    float(context * j) for j in (1, 2, 4, 8)})
-                cands = [c for c in cands if lo <= c <= hi
-                         and (limit is None or latency(c) <= limit)]
-                if not cands:
+        for ep in sorted({c[1] for c in cands}):
+            # the model predict builds for this EP and mode (TP, micro-batches, size are symbols)
+            rep = replace(base, gpus=gpus, ep=ep, tp=1, micro_batches=1, a2a=mode)
+            step = build_step(model, hw, rep, wl0, timing)
+            mm = memory_model(model, hw, rep, wl0)
+            t_fn = bind_and_compile(step.expr, step.values, grid)
+            mem_fn = bind_and_compile(mm.used_expr(), mm.values, grid)
+            capacity = mm.values[S.hbm_capacity]
+            for tp, _, mb in (c for c in cands if c[1] == ep):
+                best, measure = _search(t_fn, mem_fn, capacity, ph, size_sym, context, limit,
+                                        tp, ep, mb, gpus, max_size)
+                if best is None:
                     continue
-                hi = max(cands, key=lambda c: c / t_of(c, tp, ep, mb))
-            size = math.floor(hi / mb) * mb if hi >= mb else hi
-            t = t_of(size, tp, ep, mb)
-            rows.append({"tp": tp, "ep": ep, "micro_batches": mb, "a2a": mode.value,
-                         ("batch" if ph is Phase.DECODE else "tokens"): int(size),
-                         "step_time_s": t, "tokens_per_gpu_s": size / tp / t,
-                         ("tpot_s" if ph is Phase.DECODE else "ttft_s"): latency(size),
-                         "fits": size <= cap + 1e-9})
-            # points along the batch axis for the Pareto front
-            for s in 2 ** np.arange(0, int(math.log2(max(size, 1))) + 1):
-                if s >= mb and s < size:
-                    ts = t_of(float(s), tp, ep, mb)
-                    rows.append({"tp": tp, "ep": ep, "micro_batches": mb, "a2a": mode.value,
-                                 ("batch" if ph is Phase.DECODE else "tokens"): int(s),
-                                 "step_time_s": ts, "tokens_per_gpu_s": s / tp / ts,
-                                 ("tpot_s" if ph is Phase.DECODE else "ttft_s"): latency(float(s)),
-                                 "fits": True, "_front_only": True})
+                size, t, lat, _ = best
+                rows.append(row(tp, ep, mb, mode, size, t, lat))
+                # smaller feasible sizes (mb x powers of two) for the Pareto front
+                front = mb * 2.0 ** np.arange(0, max(0, int(math.log2(size / mb))) + 1)
+                front = front[front < size]
+                if len(front):
+                    ft, flat, fok = measure(front)
+                    rows += [row(tp, ep, mb, mode, s, a, b, True)
+                             for s, a, b in zip(front[fok], ft[fok], flat[fok])]
     if not rows:
         raise MoesymError("no deployment meets the latency limit and fits in memory; relax "
                           "--tpot-ms / --ttft-ms or add GPUs")
     df = pd.DataFrame(rows)
-    df["_front_only"] = df.get("_front_only", False)
-    df["_front_only"] = df["_front_only"].fillna(False).astype(bool)
-    lat = "tpot_s" if ph is Phase.DECODE else "ttft_s"
-    df["tokens_per_user_s"] = (1.0 / df[lat]) if ph is Phase.DECODE else df["tokens"] / df[lat]
+    df["tokens_per_user_s"] = (1.0 / df[lat_key]) if decode else df["tokens"] / df[lat_key]
     finals = df[~df["_front_only"]]
     best = finals.loc[finals["tokens_per_gpu_s"].idxmax()]
     front = pareto_front(df, "tokens_per_gpu_s", "tokens_per_user_s")

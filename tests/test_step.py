@@ -204,3 +204,12 @@ def test_moe_without_shared_expert_keeps_grouped_gemms(weights):
     kinds = {c.kind for c in seen if c.name.startswith(("experts_", "moe_weight"))
              and c.kind in (KernelClass.GEMM, KernelClass.GROUPED_GEMM)}
     assert kinds == {KernelClass.GROUPED_GEMM}
+
+
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "gpt-oss-120b", "llama-4-scout"])
+def test_moe_models_without_dense_layers_predict_with_expert_tp(model):
+    # no dense layers (and no dense FFN width): the dense-layer model must not enter the step,
+    # whatever the deployment (here EP 1 with the experts split over 4 GPUs)
+    r = ms.build_step(ms.load_model(model), ms.load_hardware("h100"), ms.Deployment(gpus=4, ep=1),
+                      ms.Workload("decode", batch=16, context=4096)).predict()
+    assert np.isfinite(r["step_time_s"]) and r["step_time_s"] > 0

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..errors import MoesymError
 from ..specs.model import load_model
-from ..sweep import parse_list, sweep_chunks, write_sweep
+from ..sweep import dask_client, parse_list, sweep_chunks, sweep_dask, write_sweep, write_sweep_dask
 from .common import add_deployment, deployment_from
 
 __all__ = ["register"]
@@ -27,10 +28,18 @@ def register(sub) -> None:
     p.add_argument("--weights-list", default=None, help="comma list of weight precisions")
     p.add_argument("--chunk-points", type=int, default=2_000_000, help="rows per streamed chunk")
     p.add_argument("--out", required=True, help="output .csv or .parquet")
+    p.add_argument("--backend", choices=("local", "dask"), default="local",
+                   help="local: stream chunks from this process; dask: one partition per chunk "
+                        "on a dask cluster (needs moesym[dask]; .parquet is then a directory)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="with --backend dask: scheduler to connect to (default: an in-process "
+                        "cluster using every core)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    if args.scheduler is not None and args.backend != "dask":
+        raise MoesymError("--scheduler needs --backend dask")
     model = load_model(args.model)
     axes = {}
     for name in ("batch", "tokens", "context"):
@@ -53,6 +62,18 @@ def run(args) -> int:
                 yield from sweep_chunks(model, hw.strip(), args.phase, axes,
                                         replace(base, weights=w.strip()), args.chunk_points)
 
-    total = write_sweep(args.out, frames())
+    if args.backend == "dask":
+        total = _write_dask(args, model, axes, base, weights)
+    else:
+        total = write_sweep(args.out, frames())
     print(f"wrote {total} rows to {args.out}")
     return 0
+
+
+def _write_dask(args, model, axes, base, weights) -> int:
+    """The same grid, one dask partition per chunk, in the same order as the local backend."""
+    with dask_client(args.scheduler) as client:
+        frames = [sweep_dask(model, hw.strip(), args.phase, axes, replace(base, weights=w.strip()),
+                             args.chunk_points, client=client)
+                  for hw in args.hardware.split(",") for w in weights]
+        return write_sweep_dask(args.out, frames)

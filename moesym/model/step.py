@@ -241,7 +241,9 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
         once += overlap.step_edges(main["dispatch"].total_s, main["combine"].total_s, n,
                                    deployment, workload)
     if model.is_moe:
-        body = S.n_moe_layers * layer + S.n_dense_layers * dense_layer
+        body = S.n_moe_layers * layer
+        if model.dense_layers:  # a model without dense layers may have no dense FFN width
+            body += S.n_dense_layers * dense_layer
     else:
         body = S.n_dense_layers * dense_layer
     expr = body + once

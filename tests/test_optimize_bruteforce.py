@@ -1,0 +1,209 @@
+"""Acceptance: ``moesym optimize`` returns a deployment no worse than a brute-force search over the
+same space built from ``moesym sweep``, and that deployment fits in memory and meets the latency
+limit when checked with ``moesym predict`` and ``moesym memory``.
+
+The space, on both sides: every valid (TP, EP, micro-batches) for the GPU count with
+micro-batches in (1, 2), every A2A mode optimize considers, and every size per attention DP rank
+(decode batch, prefill tokens) that is a multiple of the micro-batch count, from one per
+micro-batch up to ``max_size`` (the step model times n equal micro-batches of size / n).
+Feasible: fits in memory and latency <= limit, with TPOT = step time (decode) and TTFT = step
+time x max(1, context / tokens) (prefill, as ``moesym predict`` reports it). Best: the most
+tokens per GPU per second.
+
+The brute force is a plain grid: ``sweep_frame`` over every integer size, filtered and sorted
+with pandas; no golden numbers are stored. For speed the sweep's step models are built with
+``moesym.optimize._SharedTiming`` (the default kernel timing with each kernel timed once per
+process: the same numbers); ``moesym predict`` and ``moesym memory`` check the answer through the
+unpatched paths in separate processes.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import moesym.sweep
+from moesym import load_hardware, load_model
+from moesym.model.step import build_step
+from moesym.optimize import _SharedTiming, choices, optimize
+from moesym.specs.deployment import A2AMode, Deployment
+from moesym.sweep import sweep_frame
+
+MB = (1, 2)
+DECODE_MODES = ("deepep-ll", "deepep-normal")  # what optimize considers by default
+
+CASES = {
+    # TPOT binds for some choices, memory for others (asserted below)
+    "decode-qwen3-30b-h20-4gpu": dict(model="qwen3-30b-a3b", hw="h20", gpus=4, phase="decode",
+                                      context=4096, limit=0.035, max_size=1024,
+                                      modes=DECODE_MODES, default_modes=True),
+    "decode-qwen3-235b-h800-8gpu-ll": dict(model="qwen3-235b-a22b", hw="h800", gpus=8,
+                                           phase="decode", context=8192, limit=0.045,
+                                           max_size=768, modes=("deepep-ll",),
+                                           default_modes=False),
+    "prefill-qwen3-30b-h20-4gpu": dict(model="qwen3-30b-a3b", hw="h20", gpus=4, phase="prefill",
+                                       context=4096, limit=1.0, max_size=24576,
+                                       modes=("deepep-normal",), default_modes=True),
+}
+CLI_CASE = "prefill-qwen3-30b-h20-4gpu"  # the CLI's optimize defaults (A2A modes, micro-batches)
+
+
+def _size(case):
+    return "batch" if case["phase"] == "decode" else "tokens"
+
+
+def _divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@functools.cache
+def _optimize(name):
+    case = CASES[name]
+    model, hw = load_model(case["model"]), load_hardware(case["hw"])
+    lim = {"tpot_s" if case["phase"] == "decode" else "ttft_s": case["limit"]}
+    modes = None if case["default_modes"] else [A2AMode(m) for m in case["modes"]]
+    return optimize(model, hw, case["gpus"], case["phase"], case["context"], micro_batches=MB,
+                    max_size=case["max_size"], a2a_modes=modes, **lim)
+
+
+def _brute_force(case) -> pd.DataFrame:
+    """Every grid point of the space, from sweep_frame, with its latency and feasibility."""
+    model, hw = load_model(case["model"]), load_hardware(case["hw"])
+    size, g, ctx = _size(case), case["gpus"], case["context"]
+    frames = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(moesym.sweep, "build_step",
+                   lambda m, h, dep, wl: build_step(m, h, dep, wl, _SharedTiming(h)))
+        for mode in case["modes"]:
+            axes = {size: range(1, case["max_size"] + 1), "context": [ctx], "gpus": [g],
+                    "ep": _divisors(g), "tp": _divisors(g), "micro_batches": list(MB)}
+            df = sweep_frame(model, hw, case["phase"], axes, Deployment(a2a=A2AMode(mode)))
+            frames.append(df.assign(a2a=mode))
+    df = pd.concat(frames, ignore_index=True)
+    df = df[(df[size] >= df["micro_batches"]) & (df[size] % df["micro_batches"] == 0)]
+    stretch = 1.0 if case["phase"] == "decode" else np.maximum(1.0, ctx / df[size])
+    df = df.assign(latency_s=df["step_time_s"] * stretch)
+    return df.assign(feasible=df["fits"] & (df["latency_s"] <= case["limit"]))
+
+
+def _cli(*argv) -> subprocess.Popen:
+    """``python -m moesym.cli ARGV`` started in the background (collect with :func:`_json`)."""
+    return subprocess.Popen([sys.executable, "-m", "moesym.cli", *map(str, argv)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _json(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    return json.loads(out)
+
+
+def _stop(procs) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cli_optimize():
+    """``moesym optimize --json`` of one case, run beside the in-process work."""
+    case = CASES[CLI_CASE]
+    proc = _cli("optimize", case["model"], "--hardware", case["hw"], "--gpus", case["gpus"],
+                "--phase", case["phase"], "--context", case["context"],
+                "--ttft-ms", case["limit"] * 1e3, "--max-size", case["max_size"], "--json")
+    yield proc
+    _stop([proc])
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def solved(request):
+    case = CASES[request.param]
+    r = _optimize(request.param)
+    b, size = r.best, _size(case)
+    argv = [case["model"], "--hardware", case["hw"], "--phase", case["phase"], f"--{size}",
+            b[size], "--context", case["context"], "--gpus", case["gpus"], "--tp", b["tp"],
+            "--ep", b["ep"], "--micro-batches", b["micro_batches"], "--a2a", b["a2a"], "--json"]
+    checks = {"predict": _cli("predict", *argv), "memory": _cli("memory", *argv)}  # meanwhile:
+    yield case, r, _brute_force(case), checks
+    _stop(checks.values())
+
+
+def _key(case, row):
+    return (int(row["tp"]), int(row["ep"]), int(row["micro_batches"]), str(row["a2a"]),
+            int(row[_size(case)]))
+
+
+def test_same_space(solved):
+    case, r, bf, _ = solved
+    space = {(tp, ep, mb) for tp, ep, mb in choices(load_model(case["model"]), case["gpus"], MB)}
+    assert set(zip(bf["tp"], bf["ep"], bf["micro_batches"])) == space
+    assert set(r.table["a2a"]) <= set(case["modes"])
+
+
+def test_no_worse_than_brute_force(solved):
+    _, r, bf, _ = solved
+    feasible = bf[bf["feasible"]]
+    best = feasible.loc[feasible["tokens_per_gpu_s"].idxmax()]
+    assert r.best["tokens_per_gpu_s"] >= best["tokens_per_gpu_s"] * (1 - 1e-9), (
+        f"optimize {r.best} loses to brute force {best.to_dict()}")
+    # and per choice: each final row is the best of its (tp, ep, mb, a2a) in the grid
+    per_choice = feasible.groupby(["tp", "ep", "micro_batches", "a2a"])["tokens_per_gpu_s"].max()
+    finals = r.table.set_index(["tp", "ep", "micro_batches", "a2a"])
+    for k, v in per_choice.items():
+        assert finals.loc[[k], "tokens_per_gpu_s"].max() >= v * (1 - 1e-9), k
+
+
+def test_every_answer_is_a_brute_force_point(solved):
+    """Optimize's best and its best per choice are grid points, timed as the sweep times them."""
+    case, r, bf, _ = solved
+    at = bf.set_index(["tp", "ep", "micro_batches", "a2a", _size(case)])
+    assert at.loc[_key(case, r.best), "feasible"]
+    for _, row in r.table.iterrows():
+        point = at.loc[_key(case, row)]
+        assert point["feasible"], row.to_dict()
+        assert row["step_time_s"] == pytest.approx(point["step_time_s"], rel=1e-9)
+        assert row["tokens_per_gpu_s"] == pytest.approx(point["tokens_per_gpu_s"], rel=1e-9)
+
+
+def test_the_limits_bind(solved):
+    """The cases exercise the search: some choices stop at the latency limit before memory
+    runs out; decode choices run out of memory inside the size range."""
+    case, _, bf, _ = solved
+    size = _size(case)
+    by = bf.groupby(["tp", "ep", "micro_batches", "a2a"])
+    last_fit = by.apply(lambda d: d.loc[d["fits"], size].max())
+    last_ok = by.apply(lambda d: d.loc[d["feasible"], size].max())
+    assert (last_ok < last_fit).any()  # latency binds
+    if case["phase"] == "decode":
+        assert (last_fit < case["max_size"]).any()  # memory binds
+    else:  # prefill memory (the KV of ceil(tokens / context) prompts) never binds here
+        assert bf["fits"].all()
+
+
+def test_best_checks_out_with_predict_and_memory(solved):
+    case, r, _, checks = solved
+    b = r.best
+    p, m = _json(checks["predict"]), _json(checks["memory"])
+    lat = "tpot_s" if case["phase"] == "decode" else "ttft_s"
+    assert p[lat] <= case["limit"]
+    assert p["fits"] and m["fits"]
+    if case["phase"] == "decode":
+        assert m["max_batch_per_dp_rank"] >= b["batch"]
+    assert p["tokens_per_gpu_s"] == pytest.approx(b["tokens_per_gpu_s"], rel=1e-6)
+    assert p["step_time_s"] == pytest.approx(b["step_time_s"], rel=1e-6)
+
+
+def test_cli_optimize_matches_api(cli_optimize):
+    out = _json(cli_optimize)
+    api = _optimize(CLI_CASE).best
+    assert out["pareto"]
+    assert out["best"].keys() == api.keys()
+    for k, v in api.items():
+        assert out["best"][k] == (pytest.approx(v, rel=1e-12) if isinstance(v, float) else v), k
