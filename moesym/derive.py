@@ -298,7 +298,7 @@ def comm_hidden(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: in
                + smax(t["moe_routed"].total_s, t["moe_weight_load"].total_s)
                + t["shared_expert"].total_s + t["tp_comm"].total_s + t["other"].total_s)
     comm = t["dispatch"].total_s + t["combine"].total_s
-    phi = sm_share(resolve_a2a(dep.a2a, Phase.DECODE))
+    phi = sm_share(resolve_a2a(dep, Phase.DECODE))
     eq = (compute - (1 - phi) * comm).xreplace({S.micro_batches: sp.Integer(dep.micro_batches)})
     vals = {k: v for k, v in step.values.items() if k in eq.free_symbols and k != S.batch}
     f = lambda b: float(evaluate(eq, vals, {S.batch: b}))  # noqa: E731

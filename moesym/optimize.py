@@ -151,9 +151,10 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
 
     ph = Phase(phase)
     base = base or Deployment()
-    if a2a_modes is None:
+    if a2a_modes is None:  # DeepEP where EP spans every GPU, the all-gather everywhere
         a2a_modes = ([A2AMode.DEEPEP_LL, A2AMode.DEEPEP_NORMAL] if ph is Phase.DECODE
-                     else [A2AMode.DEEPEP_NORMAL]) if model.is_moe and gpus > 1 else [A2AMode.AUTO]
+                     else [A2AMode.DEEPEP_NORMAL]) + [A2AMode.ALLGATHER] \
+            if model.is_moe and gpus > 1 else [A2AMode.AUTO]
     decode = ph is Phase.DECODE
     size_sym, size_key = (S.batch, "batch") if decode else (S.tokens, "tokens")
     lat_key, limit = ("tpot_s", tpot_s) if decode else ("ttft_s", ttft_s)
@@ -172,6 +173,8 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
 
     for mode in a2a_modes:
         for ep in sorted({c[1] for c in cands}):
+            if mode in (A2AMode.DEEPEP_LL, A2AMode.DEEPEP_NORMAL) and ep != gpus:
+                continue  # DeepEP has no expert tensor parallelism
             # the model predict builds for this EP and mode (TP, micro-batches, size are symbols)
             rep = replace(base, gpus=gpus, ep=ep, tp=1, micro_batches=1, a2a=mode)
             step = build_step(model, hw, rep, wl0, timing)

@@ -41,7 +41,7 @@ import pandas as pd
 from .compile import bind_and_compile
 from .errors import MoesymError
 from .model.step import build_step
-from .specs.deployment import Deployment, Phase, Workload
+from .specs.deployment import A2AMode, Deployment, Phase, Workload
 from .specs.hardware import HardwareSpec, load_hardware
 from .specs.model import ModelSpec
 from .symbols import S
@@ -88,9 +88,12 @@ def parse_list(text: str, flag: str) -> list[int]:
                           f"start:stop:step with positive integers") from None
 
 
-def _valid_mask(model: ModelSpec, cols: Mapping[str, np.ndarray], redundant: int) -> np.ndarray:
+def _valid_mask(model: ModelSpec, cols: Mapping[str, np.ndarray], redundant: int,
+                a2a: A2AMode = A2AMode.AUTO) -> np.ndarray:
     g, ep, tp = cols["gpus"], cols["ep"], cols["tp"]
     ok = (g % ep == 0) & (g % tp == 0) & (model.num_heads % tp == 0)
+    if a2a in (A2AMode.DEEPEP_LL, A2AMode.DEEPEP_NORMAL) and model.is_moe:
+        ok &= ep == g  # DeepEP has no expert tensor parallelism
     if model.is_moe:
         ok &= ((model.num_experts + redundant) % ep == 0)
         ok &= (model.moe_intermediate_size % (g // np.maximum(ep, 1)) == 0)
@@ -190,7 +193,7 @@ def _plan(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
     values = ax[first]
     # validity depends on gpus, ep and tp only: test their combinations, not the whole grid
     mask_axes = {n: ax[n] for n in names if n in ("gpus", "ep", "tp")}
-    ok = _valid_mask(model, _columns(mask_axes), base.redundant_experts)
+    ok = _valid_mask(model, _columns(mask_axes), base.redundant_experts, base.a2a)
     ok = np.broadcast_to(ok.reshape(len(values) if first in mask_axes else 1, -1).any(axis=1),
                          (len(values),))
     step_first = max(1, chunk_points // max(1, math.prod(len(ax[n]) for n in rest)))
@@ -232,7 +235,7 @@ def _block_columns(grid: _Grid, block: Sequence) -> dict[str, np.ndarray]:
     cols = _columns({grid.first: block, **dict(grid.rest)})
     if grid.wl.phase is Phase.PREFILL:
         cols["chunk"] = np.minimum(cols["tokens"], cols["context"])
-    ok = _valid_mask(grid.model, cols, grid.base.redundant_experts)
+    ok = _valid_mask(grid.model, cols, grid.base.redundant_experts, grid.base.a2a)
     return {n: c[ok] for n, c in cols.items()}
 
 

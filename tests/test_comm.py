@@ -25,7 +25,7 @@ from moesym.terms.dims import symbolic_dims
 LL, NORMAL, AG = A2AMode.DEEPEP_LL, A2AMode.DEEPEP_NORMAL, A2AMode.ALLGATHER
 
 # The small case: 16 experts, top-2, EP 4 = 2 nodes of 2 GPUs; 4 experts per GPU, 8 per node.
-SMALL = replace(symbolic_dims(), experts=16, topk=2, ep=4, hidden=1)
+SMALL = replace(symbolic_dims(), experts=16, topk=2, ep=4, gpus=4, tp=1, hidden=1)
 DOMAIN = 2
 
 
@@ -101,7 +101,8 @@ def test_group_limited_routing_caps_nodes():
 
 
 def test_symbolic_in_ep_matches_numbers():
-    D = replace(symbolic_dims(), experts=256, topk=8, hidden=7168, dispatch_bytes=1.03125)
+    # EP over every GPU of the instance (N_gpu = e_p), attention data-parallel (t_p = 1)
+    D = replace(symbolic_dims(), experts=256, topk=8, hidden=7168, dispatch_bytes=1.03125, tp=1)
 
     def seconds(c):
         return c.net_bytes / c.net_bw + c.fixed_s if c.net_bytes != 0 else c.fixed_s
@@ -109,8 +110,10 @@ def test_symbolic_in_ep_matches_numbers():
     for mode in (NORMAL, LL, AG):
         t_sym = seconds(comm.dispatch(D, 128, 160e9, 40e9, 3e-6, 10e-6, 8, mode))
         for ep in (1, 4, 8, 32, 128):
-            t_num = seconds(comm.dispatch(replace(D, ep=ep), 128, 160e9, 40e9, 3e-6, 10e-6, 8, mode))
-            assert float(t_sym.subs(S.ep, ep)) == pytest.approx(float(t_num), rel=1e-9, abs=1e-15)
+            t_num = seconds(comm.dispatch(replace(D, ep=ep, gpus=ep), 128, 160e9, 40e9, 3e-6,
+                                          10e-6, 8, mode))
+            assert float(t_sym.subs({S.ep: ep, S.gpus: ep})) == pytest.approx(
+                float(t_num), rel=1e-9, abs=1e-15)
 
 
 def test_latency_bound_small_bandwidth_bound_large():
@@ -201,8 +204,20 @@ def test_ep1_has_no_all_to_all(qwen):
     r = step.predict()
     assert r["per_layer_s"]["dispatch"] == 0 and r["per_layer_s"]["combine"] == 0
     for mode in (NORMAL, LL, AG):
-        c = comm.dispatch(replace(SMALL, ep=1), 10, 1, 1, 1, 1, 8, mode)
+        c = comm.dispatch(replace(SMALL, ep=1, gpus=1), 10, 1, 1, 1, 1, 8, mode)
         assert c.net_bytes == 0 and c.fixed_s == 0
+
+
+def test_expert_tensor_parallel_gathers_every_dp_ranks_tokens(qwen):
+    # EP 1 over 4 data-parallel GPUs (experts split 4-way by TP): each GPU must see the other
+    # three ranks' T tokens: 3 T d b bytes over NVLink in one node, three ring hops of latency
+    c = comm.dispatch(replace(SMALL, ep=1), 10, 1, 1, 1, 1, 8, AG)
+    assert float(c.net_bytes.subs(S.dispatch_bytes, 1)) == 30 and float(c.fixed_s) == 3
+    # and DeepEP refuses the split: it has no expert tensor parallelism
+    from moesym.errors import SpecError
+
+    with pytest.raises(SpecError, match="--ep equal to --gpus"):
+        Deployment(gpus=4, ep=1, a2a="deepep-ll").check_model(qwen)
 
 
 def test_one_node_never_uses_scale_out(qwen):
@@ -213,7 +228,7 @@ def test_one_node_never_uses_scale_out(qwen):
         slow = build_step(qwen, replace(hw, scale_out_Bps=1e6), dep, wl).predict()["step_time_s"]
         fast = build_step(qwen, replace(hw, scale_out_Bps=1e13), dep, wl).predict()["step_time_s"]
         assert slow == fast
-    D = replace(symbolic_dims(), experts=128, topk=8, hidden=2048, ep=8)
+    D = replace(symbolic_dims(), experts=128, topk=8, hidden=2048, ep=8, gpus=8, tp=1)
     for mode in (NORMAL, LL, AG):
         assert comm.a2a_volume(D, 64, 1, mode, 8).inter_bytes == 0
 

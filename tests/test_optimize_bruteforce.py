@@ -36,7 +36,7 @@ from moesym.specs.deployment import A2AMode, Deployment
 from moesym.sweep import sweep_frame
 
 MB = (1, 2)
-DECODE_MODES = ("deepep-ll", "deepep-normal")  # what optimize considers by default
+DECODE_MODES = ("deepep-ll", "deepep-normal", "allgather")  # what optimize considers by default
 
 CASES = {
     # TPOT binds for some choices, memory for others (asserted below)
@@ -45,11 +45,11 @@ CASES = {
                                       modes=DECODE_MODES, default_modes=True),
     "decode-qwen3-235b-h800-8gpu-ll": dict(model="qwen3-235b-a22b", hw="h800", gpus=8,
                                            phase="decode", context=8192, limit=0.045,
-                                           max_size=768, modes=("deepep-ll",),
+                                           max_size=768, modes=("deepep-ll", "allgather"),
                                            default_modes=False),
     "prefill-qwen3-30b-h20-4gpu": dict(model="qwen3-30b-a3b", hw="h20", gpus=4, phase="prefill",
                                        context=4096, limit=1.0, max_size=24576,
-                                       modes=("deepep-normal",), default_modes=True),
+                                       modes=("deepep-normal", "allgather"), default_modes=True),
 }
 CLI_CASE = "prefill-qwen3-30b-h20-4gpu"  # the CLI's optimize defaults (A2A modes, micro-batches)
 

@@ -124,7 +124,7 @@ def _moe_layer_terms(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t
             ew.swiglu_activation("shared_act", t, D.shared_inter / D.tp, D.act_bytes)]
     bw_up, bw_out = S.bw_up * S.eff_up, S.bw_out * S.eff_out
     if model.is_moe:
-        a2a = overlap.resolve_a2a(dep.a2a, wl.phase)
+        a2a = overlap.resolve_a2a(dep, wl.phase)
         groups = (D.n_groups, D.topk_groups) if model.expert_groups > 1 else None
         t_gpu = ffn.moe_tokens_per_gpu(D, t)
         costs["dispatch"] = [comm.dispatch(D, t_gpu, bw_up, bw_out, S.lat_up, S.lat_out,

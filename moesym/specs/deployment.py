@@ -147,8 +147,12 @@ class Deployment:
             raise SpecError(f"--layout {self.layout!r}: use auto, contiguous, masked or batched")
 
     def resolved_a2a(self, phase: "Phase") -> A2AMode:
-        """auto -> deepep-ll for decode, deepep-normal for prefill; other modes unchanged."""
+        """auto -> deepep-ll for decode, deepep-normal for prefill when EP spans every GPU of the
+        instance; all-gather when the experts are also tensor-parallel (ep < gpus: DeepEP has no
+        expert tensor parallelism, so every GPU gathers the tokens). Other modes unchanged."""
         if self.a2a is A2AMode.AUTO:
+            if self.ep < self.gpus:
+                return A2AMode.ALLGATHER
             return A2AMode.DEEPEP_LL if Phase(phase) is Phase.DECODE else A2AMode.DEEPEP_NORMAL
         return self.a2a
 
@@ -193,6 +197,10 @@ class Deployment:
             if (model.num_experts + self.redundant_experts) % self.ep:
                 raise SpecError(f"--ep {self.ep} does not divide the {model.num_experts} experts "
                                 f"(+{self.redundant_experts} redundant) of {model.name}; choose a divisor")
+            if self.a2a in (A2AMode.DEEPEP_LL, A2AMode.DEEPEP_NORMAL) and self.ep != self.gpus:
+                raise SpecError(f"--a2a {self.a2a.value} needs --ep equal to --gpus ({self.gpus}): "
+                                f"DeepEP has no expert tensor parallelism; use --a2a allgather "
+                                f"or auto for --ep {self.ep}")
             if model.moe_intermediate_size % self.expert_tp:
                 raise SpecError(f"gpus / ep = {self.expert_tp} does not divide the expert "
                                 f"intermediate size {model.moe_intermediate_size} of {model.name}")

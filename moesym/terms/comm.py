@@ -168,6 +168,7 @@ class A2AVolume:
     ranks_per_token: sp.Expr
     nodes_per_token: sp.Expr
     serial: bool = False
+    group: object = None  # GPUs that exchange tokens (default: the EP group)
 
 
 def a2a_volume(D: Dims, tokens, elem_bytes, mode: A2AMode, domain, groups=None) -> A2AVolume:
@@ -179,7 +180,9 @@ def a2a_volume(D: Dims, tokens, elem_bytes, mode: A2AMode, domain, groups=None) 
     deepep-ll (one message per selected expert, no deduplication):
         inter = T d b x k (ep - g) / ep,  intra = T d b x k (g - 1) / ep
     allgather (all-gather tokens, reduce-scatter outputs; hierarchical, tiers in series):
-        inter = T d b (nodes - 1),  intra = T d b nodes (g - 1)
+        inter = T d b (nodes - 1),  intra = T d b nodes (g - 1), over the attention DP ranks
+        (N_gpu / t_p; a DP rank's TP group already shares its tokens): every DP rank needs
+        every token when the experts are also tensor-parallel (e_p < N_gpu)
     N_r, N_n: expected distinct ranks / nodes per token. The k / ep share of a token's experts on
     its own GPU never leaves it.
 
@@ -201,7 +204,10 @@ def a2a_volume(D: Dims, tokens, elem_bytes, mode: A2AMode, domain, groups=None) 
         return A2AVolume(per_tok * D.topk * (g - 1) / D.ep, per_tok * D.topk * (D.ep - g) / D.ep,
                          n_r, n_n)
     if mode is A2AMode.ALLGATHER:
-        return A2AVolume(per_tok * nodes * (g - 1), per_tok * (nodes - 1), D.ep, nodes, serial=True)
+        dp = D.gpus / D.tp
+        g, nodes = ep_tiers(dp, sp.Max(sym(domain) / D.tp, 1))
+        return A2AVolume(per_tok * nodes * (g - 1), per_tok * (nodes - 1), dp, nodes, serial=True,
+                         group=dp)
     raise ValueError(f"a2a mode {mode.value!r} must be resolved (deepep-normal, deepep-ll or "
                      f"allgather) before costing")
 
@@ -212,9 +218,9 @@ def _comm_cost(name: str, D: Dims, vol: A2AVolume, bw_up, bw_out, lat_up, lat_ou
     total = vol.intra_bytes + vol.inter_bytes
     t_up, t_out = vol.intra_bytes / bw_up, vol.inter_bytes / bw_out
     busy = t_up + t_out if vol.serial else smax(t_up, t_out)
-    ep = D.ep
+    ep = D.ep if vol.group is None else sym(vol.group)
     if vol.serial:  # ring steps of the hierarchical all-gather: (g - 1) + (nodes - 1) hops
-        g, nodes = ep_tiers(ep, G)
+        g, nodes = ep_tiers(ep, sp.Max(G / D.tp, 1))
         lat = (g - 1) * lat_up + (nodes - 1) * lat_out
     else:
         lat = lat_up + sp.Piecewise((lat_out, ep > G), (0, True))
