@@ -139,3 +139,16 @@ def test_gpus_for_throughput_meets_the_target_exactly_at_the_root():
     assert t == pytest.approx(tau, rel=1e-9)
     # and one GPU fewer misses it (step time above the limit)
     assert float(evaluate(cf.equation, cf.values, {S.ep: cf.value - 1})) > 0
+
+
+def test_max_batch_for_tpot_lambert_w_regime_equals_brentq():
+    # Qwen3-30B-A3B on one H20: at the root the routed experts are weight-load bound with lazy
+    # loading, a + b B + c q^(g B) = tau: the closed form goes through Lambert W
+    from moesym.compile import evaluate
+
+    cf = dv.max_batch_for_tpot(ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20"),
+                               ms.Deployment(), 4096, 0.05)
+    assert cf.expr.has(sp.LambertW)
+    assert cf.value == pytest.approx(dv.numeric_check(cf, 1.0, 4096.0), rel=1e-6)
+    assert float(evaluate(cf.equation, cf.values, {S.batch: cf.value})) == pytest.approx(
+        0.0, abs=1e-9)

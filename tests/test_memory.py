@@ -282,3 +282,21 @@ def test_cli_bad_input_one_line(argv, capsys):
     err = capsys.readouterr().err
     assert rc != 0
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_memory_option_flags_override_engine_defaults():
+    # raising the runtime reserve from 4% to 10% of H800's 80e9 bytes takes 4.8e9 bytes from the
+    # free memory and nothing else; a bad key is a one-line error
+    import json
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "moesym", "memory", "deepseek-v3", "--hardware", "h800",
+            "--gpus", "32", "--ep", "32", "--weights", "fp8", "--batch", "64", "--json"]
+    base = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+    more = json.loads(subprocess.run(argv + ["--memory-option", "reserve_fraction=0.10"],
+                                     capture_output=True, text=True, check=True).stdout)
+    assert base["free_bytes"] - more["free_bytes"] == pytest.approx(0.06 * 80e9, rel=1e-9)
+    bad = subprocess.run(argv + ["--memory-option", "nope=1"], capture_output=True, text=True)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "--memory-option" in bad.stderr

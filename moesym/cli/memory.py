@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from ..memory import CONTRACT_KEYS, memory_report
+import dataclasses
+
+from ..errors import MoesymError
+from ..memory import CONTRACT_KEYS, MemoryOptions, memory_report
 from .common import (
     add_deployment,
     add_json,
@@ -23,7 +26,40 @@ def register(sub) -> None:
     add_workload(p, required_phase=False)
     add_deployment(p)
     add_json(p)
+    names = ", ".join(f.name for f in dataclasses.fields(MemoryOptions))
+    p.add_argument("--memory-option", action="append", default=[], metavar="KEY=VALUE",
+                   help=f"override a serving-engine default (repeatable): {names}")
     p.set_defaults(func=run)
+
+
+def memory_options(items: list[str]) -> MemoryOptions:
+    """MemoryOptions from ``KEY=VALUE`` strings, each converted to its field's type.
+
+    >>> memory_options(["block_size=64", "kv_fragmentation=false"]).block_size
+    64
+    """
+    fields = {f.name: f for f in dataclasses.fields(MemoryOptions)}
+    values = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in fields:
+            raise MoesymError(f"--memory-option {item!r}: use KEY=VALUE with KEY one of "
+                              f"{', '.join(fields)}")
+        kind = type(getattr(MemoryOptions(), key))
+        try:
+            if kind is bool:
+                if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError
+                values[key] = text.lower() in ("true", "1", "yes")
+            else:
+                values[key] = kind(float(text)) if kind is int else kind(text)
+        except ValueError:
+            raise MoesymError(f"--memory-option {item!r}: {key} takes a {kind.__name__}") from None
+    try:
+        return MemoryOptions(**values)
+    except (TypeError, ValueError) as exc:
+        raise MoesymError(f"--memory-option: {exc}") from None
 
 
 def _gb(x: float) -> str:
@@ -33,7 +69,7 @@ def _gb(x: float) -> str:
 def run(args) -> int:
     model, hw = model_hw_from(args)
     dep, wl = deployment_from(args), workload_from(args)
-    r = memory_report(model, hw, dep, wl)
+    r = memory_report(model, hw, dep, wl, memory_options(args.memory_option))
     if args.json:
         out = {k: r[k] for k in CONTRACT_KEYS}
         out.update({k: v for k, v in r.items() if k not in out})

@@ -166,6 +166,44 @@ def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping) -> tuple[sp.Expr, sp.
     return e, sp.And(*conds), tuple(labels)
 
 
+def _linear_exponential_roots(e: sp.Expr, var: sp.Symbol) -> list[sp.Expr]:
+    """Roots of a + b x + c q^(kappa x + mu) = 0 (one exponential term, e.g. lazy expert
+    loading's 1 - (1 - k/E)^(B g)) through Lambert W, both real branches; [] for other forms.
+
+    With lam = kappa ln q and c' = c q^mu: x = -a/b - W(lam c'/b e^(-lam a / b)) / lam.
+
+    >>> x = sp.Symbol("x")
+    >>> r = _linear_exponential_roots(2 - x + 3 * sp.Rational(1, 2) ** x, x)
+    >>> root = brentq(lambda v: 2 - v + 3 * 0.5 ** v, 0, 10)  # the one real root
+    >>> any(abs(complex(v.evalf()) - root) < 1e-9 for v in r)
+    True
+    """
+    pows = {p for p in e.atoms(sp.Pow) if p.exp.has(var) and not p.base.has(var)}
+    if len(pows) != 1:
+        return []
+    (P,) = pows
+    kappa = sp.diff(P.exp, var)
+    if kappa.has(var) or kappa == 0:
+        return []
+    z = sp.Dummy("z")
+    ez = sp.expand(e.xreplace({P: z}))
+    if ez.has(P) or not ez.has(z):
+        return []
+    try:
+        poly = sp.Poly(ez, var, z)
+    except sp.PolynomialError:
+        return []
+    if poly.total_degree() > 1:
+        return []
+    b, c, a = poly.coeff_monomial(var), poly.coeff_monomial(z), poly.coeff_monomial(1)
+    if b == 0:
+        return []
+    lam = kappa * sp.log(P.base)
+    cp = c * P.base ** P.exp.subs(var, 0)
+    arg = lam * cp / b * sp.exp(-lam * a / b)
+    return [-a / b - sp.LambertW(arg, k) / lam for k in (0, -1)]
+
+
 def solve_smooth(e: sp.Expr, var: sp.Symbol, num: Mapping, x0: float) -> sp.Expr:
     """The root of the smooth expression ``e`` = 0 nearest to ``x0`` (numbers ``num`` pick it).
 
@@ -186,7 +224,8 @@ def solve_smooth(e: sp.Expr, var: sp.Symbol, num: Mapping, x0: float) -> sp.Expr
             disc = sp.sqrt(b ** 2 - 4 * a * cc)
             sols = [(-b + disc) / (2 * a), (-b - disc) / (2 * a)]
     else:
-        sols = [s for s in sp.solve(e, var) if s.is_real is not False]
+        sols = _linear_exponential_roots(e, var) or [s for s in sp.solve(e, var)
+                                                      if s.is_real is not False]
     fnum = {k: sp.Float(v) for k, v in num.items()}
     return min(sols, key=lambda s: abs(complex(s.xreplace(fnum).evalf()) - x0))
 
