@@ -53,7 +53,8 @@ __all__ = ["parse_list", "sweep_chunks", "sweep_frame", "write_sweep", "sweep_da
 AXES = {"batch": S.batch, "tokens": S.tokens, "context": S.context, "gpus": S.gpus, "ep": S.ep,
         "tp": S.tp, "micro_batches": S.micro_batches}
 
-_NO_POINT = "no valid grid point: check that --ep and --tp divide --gpus and the model"
+_NO_POINT = ("no valid grid point: check that --ep and --tp divide --gpus and the model (DeepEP "
+             "--a2a modes need --ep equal to --gpus)")
 _NO_DASK = "the dask backend needs the optional extra: pip install 'moesym[dask]'"
 
 
