@@ -407,18 +407,16 @@ def gpus_for_throughput(model: ModelSpec, hw: HardwareSpec, target_tokens_s: flo
     eq = expr - S.tpot_target
     f = lambda e: float(evaluate(eq, vals, {S.ep: e}))  # noqa: E731
     grid = np.geomspace(1.0, float(max_gpus), 200)
-    ok = [e for e in grid if f(e) <= 0]
-    if not ok:
+    ok = np.array([f(e) <= 0 for e in grid])
+    if not ok.any():
         raise MoesymError(f"no instance up to {max_gpus} GPUs reaches {target_tokens_s:g} "
                           f"tokens/s at TPOT {tpot_s * 1e3:g} ms: relax --tpot-ms")
-    hi = ok[0]
-    if hi == grid[0]:
-        cf_val = 1.0
+    i = int(np.argmax(ok))  # the first grid point that meets the target
+    if i == 0:
         return ClosedForm("gpus_for_throughput", "Smallest instance meeting a throughput target",
-                          sp.Integer(1), vals, cf_val, sp.true,
+                          sp.Integer(1), vals, 1.0, sp.true,
                           "One GPU already meets the target.", eq, S.ep)
-    lo = grid[list(grid).index(hi) - 1]
-    root, x0 = solve_at_root(eq, S.ep, vals, lo, hi)
+    root, _x0 = solve_at_root(eq, S.ep, vals, grid[i - 1], grid[i])
     value = _num(root.value, vals)
     valid = [e for e in (2 ** i for i in range(0, 13))
              if e >= value - 1e-9 and model.num_experts % e == 0]

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -79,25 +78,6 @@ def pareto_front(df: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
             keep.append(idx)
             best_y = v
     return df.loc[keep].sort_values(x, ascending=False)
-
-
-@lru_cache(maxsize=4096)
-def _kernel_time(timing, cost, shape):
-    return timing.time(cost)
-
-
-class _SharedTiming:
-    """The hardware's kernel timing (``build_step``'s default) with each kernel timed once per
-    process: the step models of a search (one per A2A mode and EP) and of later searches share
-    most kernels, and the SymPy work of timing a GEMM dominates building a model."""
-
-    def __init__(self, hw: HardwareSpec):
-        from .kernels.timing import KernelTiming
-
-        self._timing = KernelTiming.from_hardware(hw)
-
-    def time(self, cost):
-        return _kernel_time(self._timing, cost, cost.shape)  # Cost equality leaves out the shape
 
 
 def _call(compiled, env):
@@ -163,7 +143,6 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     cands = choices(model, gpus, micro_batches, base.redundant_experts)
     # what a candidate sets: its size (prefill: with the chunk and the prompts held in memory)
     grid = (size_sym, S.tp, S.ep, S.micro_batches, S.gpus) + (() if decode else (S.chunk, S.batch))
-    timing = _SharedTiming(hw)
     rows = []
 
     def row(tp, ep, mb, mode, size, t, lat, front_only=False):
@@ -173,11 +152,11 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
 
     for mode in a2a_modes:
         for ep in sorted({c[1] for c in cands}):
-            if mode in (A2AMode.DEEPEP_LL, A2AMode.DEEPEP_NORMAL) and ep != gpus:
+            if mode.is_deepep and ep != gpus:
                 continue  # DeepEP has no expert tensor parallelism
             # the model predict builds for this EP and mode (TP, micro-batches, size are symbols)
             rep = replace(base, gpus=gpus, ep=ep, tp=1, micro_batches=1, a2a=mode)
-            step = build_step(model, hw, rep, wl0, timing)
+            step = build_step(model, hw, rep, wl0)
             mm = memory_model(model, hw, rep, wl0)
             t_fn = bind_and_compile(step.expr, step.values, grid)
             mem_fn = bind_and_compile(mm.used_expr(), mm.values, grid)

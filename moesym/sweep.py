@@ -93,7 +93,7 @@ def _valid_mask(model: ModelSpec, cols: Mapping[str, np.ndarray], redundant: int
                 a2a: A2AMode = A2AMode.AUTO) -> np.ndarray:
     g, ep, tp = cols["gpus"], cols["ep"], cols["tp"]
     ok = (g % ep == 0) & (g % tp == 0) & (model.num_heads % tp == 0)
-    if a2a in (A2AMode.DEEPEP_LL, A2AMode.DEEPEP_NORMAL) and model.is_moe:
+    if a2a.is_deepep and model.is_moe:
         ok &= ep == g  # DeepEP has no expert tensor parallelism
     if model.is_moe:
         ok &= ((model.num_experts + redundant) % ep == 0)
@@ -398,9 +398,8 @@ def sweep_dask(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
     Partitions have the columns, dtypes, rows and order of the chunks (each with its own
     0-based index; divisions are unknown). Only the plan is made here: each task carries the
     first-axis values of its block and the pickled specs and other axes, and each worker process
-    builds and compiles the step model on its first task of this plan and reuses it for the
-    rest. ``client`` (a
-    ``dask.distributed.Client``), when given, is asked whether its workers run this version of
+    builds and compiles each (GPUs, EP) step model it needs once per plan and reuses it.
+    ``client`` (a ``dask.distributed.Client``), when given, is asked whether its workers run this version of
     moesym, so that a mismatched cluster fails here rather than at compute time; the frame is
     computed by whichever scheduler is current when it is computed, as for any dask collection.
     Needs the optional extra ``moesym[dask]``.

@@ -11,10 +11,8 @@ time x max(1, context / tokens) (prefill, as ``moesym predict`` reports it). Bes
 tokens per GPU per second.
 
 The brute force is a plain grid: ``sweep_frame`` over every integer size, filtered and sorted
-with pandas; no golden numbers are stored. For speed the sweep's step models are built with
-``moesym.optimize._SharedTiming`` (the default kernel timing with each kernel timed once per
-process: the same numbers); ``moesym predict`` and ``moesym memory`` check the answer through the
-unpatched paths in separate processes.
+with pandas; no golden numbers are stored. ``moesym predict`` and ``moesym memory`` check the
+answer in separate processes.
 """
 
 from __future__ import annotations
@@ -28,10 +26,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import moesym.sweep
 from moesym import load_hardware, load_model
-from moesym.model.step import build_step
-from moesym.optimize import _SharedTiming, choices, optimize
+from moesym.optimize import choices, optimize
 from moesym.specs.deployment import A2AMode, Deployment
 from moesym.sweep import sweep_frame
 
@@ -77,14 +73,11 @@ def _brute_force(case) -> pd.DataFrame:
     model, hw = load_model(case["model"]), load_hardware(case["hw"])
     size, g, ctx = _size(case), case["gpus"], case["context"]
     frames = []
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(moesym.sweep, "build_step",
-                   lambda m, h, dep, wl: build_step(m, h, dep, wl, _SharedTiming(h)))
-        for mode in case["modes"]:
-            axes = {size: range(1, case["max_size"] + 1), "context": [ctx], "gpus": [g],
-                    "ep": _divisors(g), "tp": _divisors(g), "micro_batches": list(MB)}
-            df = sweep_frame(model, hw, case["phase"], axes, Deployment(a2a=A2AMode(mode)))
-            frames.append(df.assign(a2a=mode))
+    for mode in case["modes"]:
+        axes = {size: range(1, case["max_size"] + 1), "context": [ctx], "gpus": [g],
+                "ep": _divisors(g), "tp": _divisors(g), "micro_batches": list(MB)}
+        df = sweep_frame(model, hw, case["phase"], axes, Deployment(a2a=A2AMode(mode)))
+        frames.append(df.assign(a2a=mode))
     df = pd.concat(frames, ignore_index=True)
     df = df[(df[size] >= df["micro_batches"]) & (df[size] % df["micro_batches"] == 0)]
     stretch = 1.0 if case["phase"] == "decode" else np.maximum(1.0, ctx / df[size])

@@ -12,73 +12,57 @@ from .common import (add_deployment, add_json, add_model_hw, add_workload, deplo
 __all__ = ["register"]
 
 
+def _closed_form(s, name: str, help: str, func, workload: bool = True):
+    """A ``derive`` subcommand taking a model, hardware, deployment (and workload) flags."""
+    p = s.add_parser(name, help=help)
+    add_model_hw(p)
+    if workload:
+        add_workload(p, phase=False)
+    add_deployment(p)
+    add_json(p)
+    p.set_defaults(func=func)
+    return p
+
+
 def register(sub) -> None:
     p = sub.add_parser("derive", help="closed forms: crossover batch, optimal EP, ...")
     s = p.add_subparsers(dest="what", parser_class=type(p))
 
-    c = s.add_parser("crossover", help="decode batch per GPU where routed experts turn compute-bound")
-    add_model_hw(c)
-    add_deployment(c)
-    add_json(c)
+    c = _closed_form(s, "crossover", "decode batch per GPU where routed experts turn compute-bound",
+                     _crossover, workload=False)
     c.add_argument("--no-lazy", action="store_true", help="every local expert is read each step")
     c.add_argument("--plot", default=None, metavar="FILE.png",
                    help="roofline of each term against batch with the crossover marked")
-    c.set_defaults(func=_crossover)
 
-    a = s.add_parser("attention", help="batch where attention's KV read overtakes the MoE layer")
-    add_model_hw(a)
-    add_workload(a, phase=False)
-    add_deployment(a)
-    add_json(a)
-    a.set_defaults(func=_attention)
+    _closed_form(s, "attention", "batch where attention's KV read overtakes the MoE layer",
+                 _attention)
 
-    t = s.add_parser("tpot", help="largest decode batch that meets a TPOT target")
-    add_model_hw(t)
-    add_workload(t, phase=False)
-    add_deployment(t)
-    add_json(t)
+    t = _closed_form(s, "tpot", "largest decode batch that meets a TPOT target", _tpot)
     t.add_argument("--tpot-ms", type=positive_float, required=True)
-    t.set_defaults(func=_tpot)
 
-    o = s.add_parser("optimal-ep", help="EP degree where more EP stops shortening the MoE layer")
-    add_model_hw(o)
-    add_workload(o, phase=False)
-    add_deployment(o)
-    add_json(o)
+    o = _closed_form(s, "optimal-ep", "EP degree where more EP stops shortening the MoE layer",
+                     _optimal_ep)
     o.add_argument("--max-ep", type=positive_int, default=None)
     o.add_argument("--no-memory-limit", action="store_true",
                    help="ignore whether the deployment fits in GPU memory")
-    o.set_defaults(func=_optimal_ep)
 
-    h = s.add_parser("comm-hidden", help="batch where communication stops hiding behind compute")
-    add_model_hw(h)
-    add_workload(h, phase=False)
-    add_deployment(h)
-    add_json(h)
-    h.set_defaults(func=_comm_hidden)
+    _closed_form(s, "comm-hidden", "batch where communication stops hiding behind compute",
+                 _comm_hidden)
 
-    m = s.add_parser("ep-min-tpot",
-                     help="EP that minimizes TPOT for a fixed number of requests (square-root form)")
-    add_model_hw(m)
-    add_workload(m, phase=False)
-    add_deployment(m)
-    add_json(m)
+    m = _closed_form(s, "ep-min-tpot",
+                     "EP that minimizes TPOT for a fixed number of requests (square-root form)",
+                     _ep_min_tpot)
     m.add_argument("--total-batch", type=positive_int, required=True,
                    help="decode requests in flight across the whole instance")
     m.add_argument("--max-ep", type=positive_int, default=None)
-    m.set_defaults(func=_ep_min_tpot)
 
-    x = s.add_parser("gpus-for-throughput",
-                     help="smallest instance (GPUs = EP) reaching a decode throughput at a TPOT")
-    add_model_hw(x)
-    add_workload(x, phase=False)
-    add_deployment(x)
-    add_json(x)
+    x = _closed_form(s, "gpus-for-throughput",
+                     "smallest instance (GPUs = EP) reaching a decode throughput at a TPOT",
+                     _gpus_for_throughput)
     x.add_argument("--tokens-per-s", type=positive_float, required=True,
                    help="decode throughput target of the instance (tokens/s)")
     x.add_argument("--tpot-ms", type=positive_float, required=True)
     x.add_argument("--max-gpus", type=positive_int, default=4096)
-    x.set_defaults(func=_gpus_for_throughput)
 
     g = s.add_parser("pages", help="regenerate the derivations/ markdown pages")
     g.add_argument("--out", default="derivations", help="folder to write (default: derivations)")

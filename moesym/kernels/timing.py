@@ -31,6 +31,7 @@ True
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import sympy as sp
 
@@ -58,6 +59,11 @@ class KernelTiming:
         return cls(kernel_calib(hw))
 
     def time(self, c: Cost) -> TermTime:
+        """Each kernel is timed once per process (cached): step models of a search share most
+        kernels, and building the SymPy time of a GEMM dominates building a model."""
+        return _cached_time(self, c, c.shape)  # Cost equality leaves out the shape
+
+    def _time(self, c: Cost) -> TermTime:
         if c.kind in (KernelClass.COMM, KernelClass.OVERHEAD):
             return RooflineTiming().time(c)
         k = self.calib
@@ -102,3 +108,8 @@ class KernelTiming:
                              flops=c.flops, peak_flops=S.flops_gemm)
         return TermTime(c.name, sp.sympify(t.compute_s), sp.sympify(t.memory_s), _ZERO,
                         t.launch_s + c.fixed_s)
+
+
+@lru_cache(maxsize=8192)
+def _cached_time(timing: KernelTiming, c: Cost, shape) -> TermTime:
+    return timing._time(c)

@@ -237,12 +237,11 @@ def solve_at_root(equation: sp.Expr, var: sp.Symbol, values: Mapping, lo: float,
     on the relaxed, compiled expression), pick at each non-smooth node the branch active there,
     solve that smooth branch symbolically and return (Root, numeric root).
     """
+    from ..compile import evaluate
+
     eq = apply_rules(equation, [RELAX_CEILING])
     num = {k: sp.Float(v) for k, v in values.items() if k != var}
-    from ..compile import numpy_modules
-
-    f = sp.lambdify(var, eq.xreplace(num), modules=numpy_modules())
-    x0 = brentq(lambda x: float(f(x)), lo, hi, xtol=1e-12, rtol=1e-14)
+    x0 = brentq(lambda x: float(evaluate(eq, num, {var: x})), lo, hi, xtol=1e-12, rtol=1e-14)
     e, cond, labels = branch_at(eq, var, {**num, var: x0})
     best = solve_smooth(e, var, num, x0)
     return Root(best, cond.xreplace({var: best}), labels), x0

@@ -33,6 +33,11 @@ class A2AMode(str, Enum):
     DEEPEP_NORMAL = "deepep-normal"  # node-deduplicated: once per node over RDMA, then NVLink
     DEEPEP_LL = "deepep-ll"  # low latency: one message per selected expert, no SMs held
 
+    @property
+    def is_deepep(self) -> bool:
+        """A DeepEP mode: EP must span every GPU (DeepEP has no expert tensor parallelism)."""
+        return self in (A2AMode.DEEPEP_NORMAL, A2AMode.DEEPEP_LL)
+
 
 DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
 
@@ -197,7 +202,7 @@ class Deployment:
             if (model.num_experts + self.redundant_experts) % self.ep:
                 raise SpecError(f"--ep {self.ep} does not divide the {model.num_experts} experts "
                                 f"(+{self.redundant_experts} redundant) of {model.name}; choose a divisor")
-            if self.a2a in (A2AMode.DEEPEP_LL, A2AMode.DEEPEP_NORMAL) and self.ep != self.gpus:
+            if self.a2a.is_deepep and self.ep != self.gpus:
                 raise SpecError(f"--a2a {self.a2a.value} needs --ep equal to --gpus ({self.gpus}): "
                                 f"DeepEP has no expert tensor parallelism; use --a2a allgather "
                                 f"or auto for --ep {self.ep}")

@@ -169,6 +169,7 @@ class A2AVolume:
     nodes_per_token: sp.Expr
     serial: bool = False
     group: object = None  # GPUs that exchange tokens (default: the EP group)
+    tiers: tuple | None = None  # (GPUs per domain, domains) of a serial collective's ring
 
 
 def a2a_volume(D: Dims, tokens, elem_bytes, mode: A2AMode, domain, groups=None) -> A2AVolume:
@@ -207,7 +208,7 @@ def a2a_volume(D: Dims, tokens, elem_bytes, mode: A2AMode, domain, groups=None) 
         dp = D.gpus / D.tp
         g, nodes = ep_tiers(dp, sp.Max(sym(domain) / D.tp, 1))
         return A2AVolume(per_tok * nodes * (g - 1), per_tok * (nodes - 1), dp, nodes, serial=True,
-                         group=dp)
+                         group=dp, tiers=(g, nodes))
     raise ValueError(f"a2a mode {mode.value!r} must be resolved (deepep-normal, deepep-ll or "
                      f"allgather) before costing")
 
@@ -220,7 +221,7 @@ def _comm_cost(name: str, D: Dims, vol: A2AVolume, bw_up, bw_out, lat_up, lat_ou
     busy = t_up + t_out if vol.serial else smax(t_up, t_out)
     ep = D.ep if vol.group is None else sym(vol.group)
     if vol.serial:  # ring steps of the hierarchical all-gather: (g - 1) + (nodes - 1) hops
-        g, nodes = ep_tiers(ep, sp.Max(G / D.tp, 1))
+        g, nodes = vol.tiers
         lat = (g - 1) * lat_up + (nodes - 1) * lat_out
     else:
         lat = lat_up + sp.Piecewise((lat_out, ep > G), (0, True))
