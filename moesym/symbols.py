@@ -89,6 +89,7 @@ _TABLE: tuple[tuple[str, str, str, str, str, dict], ...] = (
     ("eff_mem", "eta_m", "1", "achieved fraction of HBM bandwidth", "calibration", {"positive": True}),
     ("eff_up", "eta_up", "1", "achieved fraction of scale-up bandwidth", "calibration", {"positive": True}),
     ("eff_out", "eta_out", "1", "achieved fraction of scale-out bandwidth", "calibration", {"positive": True}),
+    ("eff_serve", "eta_sv", "1", "fraction of the modeled step speed a serving engine sustains end to end (fitted per GPU on end-to-end measurements; 1 = kernels as timed in isolation)", "calibration", {"positive": True}),
     ("lat_up", "tau_up", "s", "fixed latency of one scale-up transfer", "calibration", {"nonnegative": True}),
     ("lat_out", "tau_out", "s", "fixed latency of one scale-out transfer", "calibration", {"nonnegative": True}),
     ("t_kernel", "tau_k", "s", "fixed time per kernel launch (launch + tail)", "calibration", {"nonnegative": True}),

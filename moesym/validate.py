@@ -1,8 +1,24 @@
 """Validation against published end-to-end measurements (``moesym validate``).
 
 Each case is a published measurement with its exact setup, written here as data with its
-source. Nothing in moesym is fitted on these cases: efficiencies and kernel parameters come
-from kernel-level tables, overheads are documented defaults.
+source. Efficiencies and kernel parameters come from kernel-level tables and overheads are
+documented defaults; none of them is fitted on these cases.
+
+One number is fitted end to end: the serving efficiency ``eta_sv`` of a GPU (hardware file
+``[efficiency] serving``), the fraction of the modeled step speed that a serving engine sustains.
+Kernel tables time each kernel alone; a served step also pays inter-kernel gaps, host scheduling
+and sustained (not boost) clocks, which no kernel table shows. For one GPU with cases ``j``::
+
+    eta_sv = min(1, exp(mean_j log(measured_j / modeled_j)))     (modeled at eta_sv = 1)
+
+the least-squares fit in log throughput, capped at 1 (an engine does not beat its own kernels).
+Every case is reported with the factor fitted on the *other* cases of its GPU (leave-one-out),
+never on itself; a GPU with a single case gets 1. Uncalibrated numbers are reported beside.
+
+>>> round(fit_serving([100.0, 90.0], [110.0, 100.0]), 4)  # exp(mean(log(100/110), log(0.9)))
+0.9045
+>>> fit_serving([120.0], [100.0]), fit_serving([], [])  # capped at 1; no data: 1
+(1.0, 1.0)
 
 >>> [c.name for c in CASES][:2]
 ['deepseek-v3-prefill-h800-ep32', 'deepseek-v3-decode-h800-ep128']
@@ -10,14 +26,18 @@ from kernel-level tables, overheads are documented defaults.
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from .errors import SpecError
 from .model.step import build_step
 from .specs.deployment import A2AMode, Deployment, Phase, Workload
 from .specs.hardware import load_hardware
 from .specs.model import load_model
 
-__all__ = ["Case", "CASES", "run_case", "validate"]
+__all__ = ["Case", "CASES", "fit_serving", "load_cases", "run_case", "serving_fits", "validate"]
 
 _INFERSIM = ("InferSim README (alibaba/InferSim), table of actual throughput measured on "
              "SGLang deployments")
@@ -71,22 +91,122 @@ CASES: tuple[Case, ...] = (
 )
 
 
+_THROUGHPUT = {"tokens_per_gpu_s"}
+_TIMES = {"step_time_s", "tpot_s", "ttft_s"}
+
+
+def _speed_ratio(metric: str, measured: float, modeled: float) -> float:
+    """measured / modeled speed: throughput as is, times inverted."""
+    return measured / modeled if metric in _THROUGHPUT else modeled / measured
+
+
+def fit_serving(measured, modeled, metrics=None) -> float:
+    """Serving efficiency fitted on cases (module docstring): 1 when there are none."""
+    metrics = metrics or ["tokens_per_gpu_s"] * len(measured)
+    logs = [math.log(_speed_ratio(m, a, b)) for m, a, b in zip(metrics, measured, modeled)]
+    if not logs:
+        return 1.0
+    return min(1.0, math.exp(sum(logs) / len(logs)))
+
+
 def run_case(case: Case, timing=None) -> dict:
-    step = build_step(load_model(case.model), load_hardware(case.hardware), case.deployment,
-                      case.workload, timing=timing)
+    """One case modeled at eta_sv = 1 (``modeled``) plus the hardware file's own eta_sv."""
+    hw = load_hardware(case.hardware)
+    step = build_step(load_model(case.model), hw, case.deployment, case.workload, timing=timing)
     r = step.predict()
-    pred = r[case.metric]
-    return {"name": case.name, "metric": case.metric, "measured": case.measured, "predicted": pred,
-            "error": (pred - case.measured) / case.measured, "source": case.source,
-            "setup": case.setup, "infersim_error": case.infersim_error, "bound": r["bound"],
-            "step_time_s": r["step_time_s"]}
+    shipped = r["serving_frac"]
+    # undo the file's eta_sv: throughput scales with it, times with its inverse
+    modeled = r[case.metric] * (1 / shipped if case.metric in _THROUGHPUT else shipped)
+    return {"name": case.name, "metric": case.metric, "measured": case.measured,
+            "hardware": hw.name, "modeled": modeled, "shipped_serving_frac": shipped,
+            "source": case.source, "setup": case.setup, "infersim_error": case.infersim_error,
+            "bound": r["bound"], "step_time_s": r["step_time_s"] * shipped}
 
 
-def validate(timing_factory=None) -> list[dict]:
-    """Run every case; ``timing_factory(hardware)`` picks the time model (default: the step
-    model's default)."""
-    out = []
-    for c in CASES:
-        timing = timing_factory(load_hardware(c.hardware)) if timing_factory else None
-        out.append(run_case(c, timing))
+def _apply(r: dict, frac: float, fitted_on: list[str]) -> dict:
+    m, meas, raw = r["metric"], r["measured"], r["modeled"]
+    pred = raw * frac if m in _THROUGHPUT else raw / frac
+    out = {k: v for k, v in r.items() if k != "modeled"}
+    out.update(predicted=pred, error=(pred - meas) / meas, predicted_uncalibrated=raw,
+               error_uncalibrated=(raw - meas) / meas, serving_frac=frac,
+               serving_fitted_on=fitted_on, step_time_s=r["step_time_s"] / frac)
     return out
+
+
+def validate(timing_factory=None, cases=CASES) -> list[dict]:
+    """Run every case; ``timing_factory(hardware)`` picks the time model (default: the step
+    model's default). Each case's ``predicted`` uses eta_sv fitted on the other cases of its GPU
+    (leave-one-out); ``predicted_uncalibrated`` is the model at eta_sv = 1."""
+    raw = []
+    for c in cases:
+        timing = timing_factory(load_hardware(c.hardware)) if timing_factory else None
+        raw.append(run_case(c, timing))
+    out = []
+    for i, r in enumerate(raw):
+        others = [o for j, o in enumerate(raw) if j != i and o["hardware"] == r["hardware"]]
+        frac = fit_serving([o["measured"] for o in others], [o["modeled"] for o in others],
+                           [o["metric"] for o in others])
+        out.append(_apply(r, frac, [o["name"] for o in others]))
+    return out
+
+
+def serving_fits(results: list[dict]) -> dict[str, dict]:
+    """eta_sv per GPU fitted on all of its cases (what a hardware file should ship), from
+    :func:`validate` results."""
+    by_hw: dict[str, list[dict]] = {}
+    for r in results:
+        by_hw.setdefault(r["hardware"], []).append(r)
+    return {hw: {"serving_frac": fit_serving([r["measured"] for r in rs],
+                                             [r["predicted_uncalibrated"] for r in rs],
+                                             [r["metric"] for r in rs]),
+                 "cases": [r["name"] for r in rs],
+                 "shipped": rs[0]["shipped_serving_frac"]}
+            for hw, rs in by_hw.items()}
+
+
+_CASE_KEYS = {"name", "model", "hardware", "deployment", "workload", "measured", "metric", "source",
+              "setup"}
+
+
+def load_cases(path) -> tuple[Case, ...]:
+    """Cases from a JSON file: a list of objects with ``name, model, hardware, deployment`` (the
+    Deployment fields, e.g. ``{"gpus": 4, "ep": 4}``), ``workload`` (``{"phase": "decode",
+    "batch": 100, "context": 5120}``), ``measured`` and optionally ``metric``
+    (tokens_per_gpu_s, step_time_s, tpot_s or ttft_s), ``source`` and ``setup``."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise SpecError(f"--cases {p}: no such file; pass a JSON list of cases") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"--cases {p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, list) or not data:
+        raise SpecError(f"--cases {p}: expected a non-empty JSON list of case objects")
+    out = []
+    for i, d in enumerate(data):
+        where = f"--cases {p} case {i}"
+        if not isinstance(d, dict):
+            raise SpecError(f"{where}: expected an object with name, model, hardware, ...")
+        unknown = set(d) - _CASE_KEYS
+        if unknown:
+            raise SpecError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; "
+                            f"allowed: {', '.join(sorted(_CASE_KEYS))}")
+        for k in ("name", "model", "hardware", "deployment", "workload", "measured"):
+            if k not in d:
+                raise SpecError(f"{where}: missing key '{k}'")
+        metric = d.get("metric", "tokens_per_gpu_s")
+        if metric not in _THROUGHPUT | _TIMES:
+            raise SpecError(f"{where}: metric {metric!r}; use one of "
+                            f"{', '.join(sorted(_THROUGHPUT | _TIMES))}")
+        m = d["measured"]
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not m > 0:
+            raise SpecError(f"{where}: measured must be a positive number, got {m!r}")
+        try:
+            dep = Deployment(**d["deployment"])
+            wl = Workload(**d["workload"])
+        except TypeError as exc:
+            raise SpecError(f"{where}: {exc}") from None
+        out.append(Case(str(d["name"]), str(d["model"]), str(d["hardware"]), dep, wl, float(m),
+                        metric=metric, source=str(d.get("source", str(p))),
+                        setup=str(d.get("setup", ""))))
+    return tuple(out)

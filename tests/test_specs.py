@@ -162,7 +162,7 @@ def test_hardware_files_load_and_units():
     assert h.compute_format("fp4") == "fp8" and load_hardware("b200").compute_format("fp4") == "fp4"
     for name in names:
         e = load_hardware(name).efficiency
-        assert 0 < e.gemm <= 1 and 0 < e.memory <= 1
+        assert 0 < e.gemm <= 1 and 0 < e.memory <= 1 and 0 < e.serving <= 1
 
 
 GOOD_TOML = """name = "x"
@@ -195,9 +195,21 @@ scale_out = 10
 
 def test_good_hardware_file_loads(tmp_path):
     p = tmp_path / "gpu.toml"
-    p.write_text(GOOD_TOML)
+    p.write_text(GOOD_TOML.replace("[efficiency]", "[efficiency]\nserving = 0.9"))
     h = load_hardware(p)
     assert h.hbm_bw_Bps == 3.35e12 and h.latency.step_s == pytest.approx(100e-6)
+    assert h.efficiency.serving == 0.9
+
+
+def test_missing_serving_efficiency_warns_and_names_the_default(tmp_path):
+    p = tmp_path / "gpu.toml"
+    p.write_text(GOOD_TOML)
+    with pytest.warns(UserWarning, match=r"no \[efficiency\] serving.*using 1\.0"):
+        h = load_hardware(p)
+    assert h.efficiency.serving == 1.0
+    with pytest.raises(SpecError, match="efficiency.serving"):
+        p.write_text(GOOD_TOML.replace("[efficiency]", "[efficiency]\nserving = 1.2"))
+        load_hardware(p)
 
 
 @pytest.mark.parametrize("text, match", [

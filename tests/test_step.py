@@ -21,7 +21,7 @@ def _step(model="deepseek-v3", hw="h800", phase="decode", timing=None, **dep):
 
 
 HW_SYMS = {S.flops_gemm, S.flops_attn, S.hbm_bw, S.eff_gemm, S.eff_attn, S.eff_mem,
-           S.t_kernel, S.t_layer, S.t_step}
+           S.t_kernel, S.t_layer, S.t_step, S.eff_serve}
 GQA_SYMS = {S.hidden, S.vocab, S.heads, S.kv_heads, S.head_dim, S.tp, S.micro_batches,
             S.w_bytes, S.kv_bytes, S.act_bytes, S.context, S.bw_up, S.eff_up, S.lat_up}
 
@@ -37,7 +37,7 @@ def test_dense_decode_free_symbols_exact_kernel_model():
     # efficiency symbols drop out, the SM count enters (tiles and waves); tau_k stays for the
     # TP all-reduce launches (communication keeps the roofline timing)
     step = _step("qwen3-8b", "h100")
-    hw = {S.flops_gemm, S.flops_attn, S.hbm_bw, S.sms, S.t_kernel, S.t_layer, S.t_step}
+    hw = {S.flops_gemm, S.flops_attn, S.hbm_bw, S.sms, S.t_kernel, S.t_layer, S.t_step, S.eff_serve}
     expected = hw | GQA_SYMS | {S.batch, S.dense_inter, S.n_dense_layers}
     assert step.expr.free_symbols == expected
 
@@ -213,3 +213,22 @@ def test_moe_models_without_dense_layers_predict_with_expert_tp(model):
     r = ms.build_step(ms.load_model(model), ms.load_hardware("h100"), ms.Deployment(gpus=4, ep=1),
                       ms.Workload("decode", batch=16, context=4096)).predict()
     assert np.isfinite(r["step_time_s"]) and r["step_time_s"] > 0
+
+
+def test_serving_efficiency_divides_the_whole_step():
+    # step = (layers + once) / eta_sv: every term slows by the same factor, so halving eta_sv
+    # doubles the step exactly, and the per-layer kernel times do not move
+    step = _step("qwen3-30b-a3b", "h20")
+    assert step.values[S.eff_serve] == ms.load_hardware("h20").efficiency.serving < 1
+    t1 = float(step.evaluate(eff_serve=1.0))
+    assert float(step.evaluate(eff_serve=0.5)) == pytest.approx(2 * t1, rel=1e-12)
+    r = step.predict()
+    assert r["step_time_s"] == pytest.approx(t1 / step.values[S.eff_serve], rel=1e-12)
+    assert r["serving_frac"] == step.values[S.eff_serve]
+    # the time the engine loses is counted as overhead: all shares together grow by 1 / eta_sv
+    raw = dataclasses.replace(step, values={**step.values, S.eff_serve: 1.0}).predict()
+    shares, raw_shares = r["bound_shares_s"], raw["bound_shares_s"]
+    assert sum(shares.values()) == pytest.approx(sum(raw_shares.values()) / step.values[S.eff_serve],
+                                                 rel=1e-12)
+    assert {k: shares[k] for k in ("compute", "memory")} == {k: raw_shares[k] for k in ("compute", "memory")}
+    assert raw["step_time_s"] == pytest.approx(t1, rel=1e-12)

@@ -46,6 +46,9 @@ def run(args) -> int:
     print(f"  {key:<16} {fmt_s(r[key])}")
     print(f"  bound            {r['bound']}")
     print(f"  memory per GPU   {r['memory_bytes'] / 1e9:.2f} GB  fits: {r['fits']}")
+    if r["serving_frac"] != 1.0:
+        print(f"  serving eff.     {r['serving_frac']:.3f} (end-to-end fit in {hw.name}'s file; "
+              f"step time = kernel model / {r['serving_frac']:.3f})")
     print("  per layer (busy time, whole per-GPU batch, before overlap):")
     for k in BREAKDOWN_KEYS:
         print(f"    {k:<16} {fmt_s(r['per_layer_s'][k]):>12}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..validate import validate
+from ..validate import CASES, load_cases, serving_fits, validate
 from .common import add_json, emit_json
 
 __all__ = ["register"]
@@ -13,6 +13,12 @@ def register(sub) -> None:
     p.add_argument("--timing", choices=("default", "roofline", "kernel"), default="default",
                    help="time model: the step model's default, the plain roofline, or the "
                         "calibrated analytical kernel model")
+    p.add_argument("--cases", default=None, metavar="FILE.json",
+                   help="validate your own measurements instead of the built-in published cases "
+                        "(a JSON list; see moesym.validate.load_cases)")
+    p.add_argument("--fit-serving", action="store_true",
+                   help="also fit each GPU's serving efficiency on all of its cases (the value a "
+                        "hardware file's [efficiency] serving should hold)")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -27,15 +33,29 @@ def run(args) -> int:
         from ..timing import RooflineTiming
 
         factory = lambda hw: RooflineTiming()  # noqa: E731
-    cases = validate(factory)
+    cases = validate(factory, load_cases(args.cases) if args.cases else CASES)
+    fits = serving_fits(cases) if args.fit_serving else None
     if args.json:
-        emit_json({"cases": cases})
+        out = {"cases": cases}
+        if fits is not None:
+            out["serving_fits"] = fits
+        emit_json(out)
         return 0
-    print(f"{'case':<34} {'measured':>9} {'predicted':>10} {'error':>8} {'InferSim':>9}")
+    print(f"{'case':<34} {'measured':>9} {'predicted':>10} {'error':>8} {'eta_sv':>7} "
+          f"{'uncalib.':>9} {'InferSim':>9}")
     for c in cases:
         inf = f"{c['infersim_error']:+.0%}" if c["infersim_error"] is not None else "-"
-        print(f"{c['name']:<34} {c['measured']:9.0f} {c['predicted']:10.0f} {c['error']:+8.1%} {inf:>9}")
-    within5 = sum(abs(c["error"]) <= 0.05 for c in cases)
-    within10 = sum(abs(c["error"]) <= 0.10 for c in cases)
-    print(f"within 5%: {within5}/{len(cases)}   within 10%: {within10}/{len(cases)}")
+        print(f"{c['name']:<34} {c['measured']:9.0f} {c['predicted']:10.0f} {c['error']:+8.1%} "
+              f"{c['serving_frac']:7.3f} {c['error_uncalibrated']:+9.1%} {inf:>9}")
+    for key, label in (("error", "leave-one-out eta_sv"), ("error_uncalibrated", "eta_sv = 1")):
+        errs = [abs(c[key]) for c in cases]
+        print(f"{label:<22} within 5%: {sum(e <= 0.05 for e in errs)}/{len(errs)}   within 10%: "
+              f"{sum(e <= 0.10 for e in errs)}/{len(errs)}   mean |error|: "
+              f"{sum(errs) / len(errs):.1%}")
+    print("eta_sv: serving efficiency fitted on the other cases of the same GPU (never on the case "
+          "itself); uncalib.: the kernel model alone")
+    if fits is not None:
+        for hw, f in fits.items():
+            print(f"fit on all {len(f['cases'])} {hw} case(s): serving = {f['serving_frac']:.3f} "
+                  f"(hardware file: {f['shipped']:.3f})")
     return 0

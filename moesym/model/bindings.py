@@ -51,6 +51,7 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
         S.eff_gemm: hw.efficiency.gemm, S.eff_grouped: hw.efficiency.grouped_gemm,
         S.eff_attn: hw.efficiency.attention, S.eff_mem: hw.efficiency.memory,
         S.eff_up: hw.efficiency.scale_up, S.eff_out: hw.efficiency.scale_out,
+        S.eff_serve: hw.efficiency.serving,
         S.lat_up: hw.latency.scale_up_s, S.lat_out: hw.latency.scale_out_s,
         S.t_kernel: hw.latency.kernel_s, S.t_layer: hw.latency.layer_s, S.t_step: hw.latency.step_s,
         S.zipf_s: dep.routing.s,

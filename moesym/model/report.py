@@ -46,6 +46,9 @@ def bound_shares(step) -> dict:
     exposed = _num(step, step.layer_s) - _num(step, step.layer_compute_s)
     shares["communication"] += max(exposed, 0.0) * layers
     shares["overhead"] += step.values.get(S.t_step, 0.0) + step.values.get(S.t_layer, 0.0) * layers
+    # what the serving engine loses against the modeled kernels (eta_sv < 1) is overhead too
+    serving = step.values.get(S.eff_serve, 1.0)
+    shares["overhead"] += sum(shares.values()) * (1 / serving - 1)
     return shares
 
 
@@ -65,6 +68,7 @@ def predict_report(step) -> dict:
     out["per_layer_s"] = {k: _num(step, v) for k, v in step.per_layer_s.items()}
     out["layer_s"] = _num(step, step.layer_s)
     out["layer_compute_s"] = _num(step, step.layer_compute_s)
+    out["serving_frac"] = float(step.values.get(S.eff_serve, 1.0))
     return out
 
 

@@ -246,7 +246,9 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
             body += S.n_dense_layers * dense_layer
     else:
         body = S.n_dense_layers * dense_layer
-    expr = body + once
+    # a serving engine sustains eta_sv of the modeled (isolated-kernel) speed: [efficiency] serving,
+    # fitted per GPU on end-to-end measurements (moesym.validate); 1 where none exist
+    expr = (body + once) / S.eff_serve
     vals = bindings(model, hardware, deployment, workload)
     used = expr.free_symbols
     vals = {s: v for s, v in vals.items() if s in used}

@@ -11,6 +11,7 @@ fields. Built-in files are in the project's ``hardware/`` folder.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -27,6 +28,7 @@ _TOP_KEYS = {"name", "description", "source", "vendor", "sms", "gpus_per_node", 
              "compute_formats"}
 _INTERCONNECT_KEYS = {"scale_up_GBps", "scale_out_GBps", "scale_up_domain_gpus", "host_link_GBps"}
 _EFF_KEYS = {"gemm", "grouped_gemm", "attention", "memory", "scale_up", "scale_out"}
+_EFF_OPTIONAL = {"serving"}
 _LAT_KEYS = {"kernel", "layer", "step", "scale_up", "scale_out"}
 _DTYPES = {"bf16", "fp8", "fp4"}
 
@@ -41,6 +43,7 @@ class Efficiency:
     memory: float
     scale_up: float
     scale_out: float
+    serving: float = 1.0  # end-to-end: modeled step speed a serving engine sustains (optional key)
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,16 @@ def _fraction(x, where: str) -> float:
     return v
 
 
+def _serving(eff: Mapping, where: str) -> float:
+    """``[efficiency] serving``: optional; a file without it gets 1.0 with a warning."""
+    if "serving" not in eff:
+        warnings.warn(f"{where}: no [efficiency] serving (end-to-end serving efficiency, fitted by "
+                      f"'moesym validate --fit-serving'); using 1.0, i.e. kernels as timed in "
+                      f"isolation", stacklevel=4)
+        return 1.0
+    return _fraction(eff["serving"], f"{where} efficiency.serving")
+
+
 def _parse(raw: dict, where: str) -> HardwareSpec:
     _check_keys(raw, _TOP_KEYS, where)
     peaks_raw = _req(raw, "peak_TFLOPs", where)
@@ -131,7 +144,7 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
     ic = _req(raw, "interconnect", where)
     _check_keys(ic, _INTERCONNECT_KEYS, f"{where} [interconnect]")
     eff = _req(raw, "efficiency", where)
-    _check_keys(eff, _EFF_KEYS, f"{where} [efficiency]")
+    _check_keys(eff, _EFF_KEYS | _EFF_OPTIONAL, f"{where} [efficiency]")
     lat = _req(raw, "latency_us", where)
     _check_keys(lat, _LAT_KEYS, f"{where} [latency_us]")
     for k in _EFF_KEYS:
@@ -163,7 +176,8 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
         scale_up_domain_gpus=int(_positive(_req(ic, "scale_up_domain_gpus", where),
                                            f"{where} scale_up_domain_gpus")),
         host_link_Bps=_positive(ic.get("host_link_GBps", 64), f"{where} host_link_GBps") * 1e9,
-        efficiency=Efficiency(**{k: _fraction(eff[k], f"{where} efficiency.{k}") for k in _EFF_KEYS}),
+        efficiency=Efficiency(**{k: _fraction(eff[k], f"{where} efficiency.{k}") for k in _EFF_KEYS},
+                              serving=_serving(eff, where)),
         latency=Latency(**{f"{k}_s": nonneg(lat[k], f"{where} latency_us.{k}") * 1e-6 for k in _LAT_KEYS}),
         compute_formats=MappingProxyType(formats),
         kernel=MappingProxyType(dict(raw.get("kernel", {}))),
