@@ -100,6 +100,11 @@ def _speed_ratio(metric: str, measured: float, modeled: float) -> float:
     return measured / modeled if metric in _THROUGHPUT else modeled / measured
 
 
+def _at_serving(metric: str, value: float, frac: float) -> float:
+    """``value`` of ``metric`` when the speed is multiplied by ``frac`` (times scale by 1/frac)."""
+    return value * frac if metric in _THROUGHPUT else value / frac
+
+
 def fit_serving(measured, modeled, metrics=None) -> float:
     """Serving efficiency fitted on cases (module docstring): 1 when there are none."""
     metrics = metrics or ["tokens_per_gpu_s"] * len(measured)
@@ -115,21 +120,22 @@ def run_case(case: Case, timing=None) -> dict:
     step = build_step(load_model(case.model), hw, case.deployment, case.workload, timing=timing)
     r = step.predict()
     shipped = r["serving_frac"]
-    # undo the file's eta_sv: throughput scales with it, times with its inverse
-    modeled = r[case.metric] * (1 / shipped if case.metric in _THROUGHPUT else shipped)
+    modeled = _at_serving(case.metric, r[case.metric], 1 / shipped)  # undo the file's eta_sv
     return {"name": case.name, "metric": case.metric, "measured": case.measured,
             "hardware": hw.name, "modeled": modeled, "shipped_serving_frac": shipped,
             "source": case.source, "setup": case.setup, "infersim_error": case.infersim_error,
-            "bound": r["bound"], "step_time_s": r["step_time_s"] * shipped}
+            "bound": r["bound"],
+            "step_time_s": _at_serving("step_time_s", r["step_time_s"], 1 / shipped)}
 
 
 def _apply(r: dict, frac: float, fitted_on: list[str]) -> dict:
     m, meas, raw = r["metric"], r["measured"], r["modeled"]
-    pred = raw * frac if m in _THROUGHPUT else raw / frac
+    pred = _at_serving(m, raw, frac)
     out = {k: v for k, v in r.items() if k != "modeled"}
     out.update(predicted=pred, error=(pred - meas) / meas, predicted_uncalibrated=raw,
                error_uncalibrated=(raw - meas) / meas, serving_frac=frac,
-               serving_fitted_on=fitted_on, step_time_s=r["step_time_s"] / frac)
+               serving_fitted_on=fitted_on,
+               step_time_s=_at_serving("step_time_s", r["step_time_s"], frac))
     return out
 
 
