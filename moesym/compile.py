@@ -1,8 +1,11 @@
 """The one place where SymPy expressions become NumPy functions.
 
-``compile_expr`` lambdifies with common-subexpression elimination and a fixed argument order,
-caches on the expression, the argument tuple and the options, and gives the function a generated
-docstring listing its arguments. ``evaluate`` binds numbers, compiles over the free (grid)
+Expressions become NumPy source with one line per unique node of the expression graph
+(:func:`numpy_source`; every shared subexpression computed once, for all outputs together), run by
+:mod:`moesym.compiled`. ``compile_expr`` compiles one expression with a fixed argument order,
+cached on the expression and the arguments, with a generated docstring listing its arguments;
+``compile_model`` compiles every output of a model into one cacheable
+:class:`~moesym.compiled.CompiledModel`. ``evaluate`` binds numbers, compiles over the free (grid)
 symbols and broadcasts.
 
 >>> import numpy as np
@@ -20,36 +23,197 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import sympy as sp
 
+from .compiled import CompiledModel, function_from_source
 from .symbols import INFO
 
-__all__ = ["compile_expr", "evaluate", "bind_and_compile", "numpy_modules"]
+__all__ = ["compile_expr", "compile_model", "evaluate", "bind_and_compile", "numpy_source"]
 
 
-def numpy_modules() -> list:
-    """lambdify modules: moesym's special functions first, then SciPy and NumPy."""
+# ---------------------------------------------------------------------------------------------
+# Code generation: one NumPy line per unique node of the expression graph.
+#
+# SymPy expressions are hash-consed trees: the step model's 26k tree nodes are ~600 unique ones.
+# Walking them once with a memo (instead of printing the tree, as lambdify does, and instead of
+# SymPy's cse, which costs seconds on a step model) gives a function whose every shared
+# subexpression is computed once, for every output at the same time.
+
+# SymPy function name -> scipy.special / NumPy function of one argument
+_SCIPY_SPECIAL = {"erf": "erf", "erfc": "erfc", "erfinv": "erfinv", "erfcinv": "erfcinv",
+                  "gamma": "gamma", "loggamma": "gammaln", "digamma": "digamma"}
+_NUMPY_UNARY = ("sin", "cos", "tan", "sinh", "cosh", "tanh", "atan", "asin", "acos")
+# n-ary nodes folded pairwise, and one-argument nodes, with the NumPy function each becomes
+_REDUCE = {sp.Max: "_np.maximum", sp.Min: "_np.minimum", sp.And: "_np.logical_and",
+           sp.Or: "_np.logical_or"}
+_UNARY = {sp.ceiling: "_np.ceil", sp.floor: "_np.floor", sp.Abs: "_np.abs", sp.exp: "_np.exp",
+          sp.log: "_np.log", sp.sign: "_np.sign", sp.Not: "_np.logical_not",
+          sp.LambertW: "_lambertw_real"}
+_RELATIONS = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+
+
+def _literal(x: sp.Basic) -> str:
+    if x is sp.true or x is sp.false:
+        return "True" if x is sp.true else "False"
+    v = float(x)
+    if v != v:
+        return "_nan"
+    if v in (float("inf"), float("-inf")):
+        return "_inf" if v > 0 else "(-_inf)"
+    return f"({v!r})" if v < 0 else repr(v)
+
+
+def _reduce(fn: str, toks: list[str]) -> str:
+    out = toks[-1]
+    for t in reversed(toks[:-1]):
+        out = f"{fn}({t}, {out})"
+    return out
+
+
+def _node_source(e: sp.Basic, a: list[str]) -> str:
+    """NumPy source of one node whose arguments are already the tokens ``a``."""
+    if e.is_Add:
+        return " + ".join(a)
+    if e.is_Mul:
+        return " * ".join(a)
+    if e.is_Pow:
+        b, x = e.args
+        if x.is_Number:
+            if x == -1:
+                return f"1.0 / {a[0]}"
+            if x == sp.S.Half:
+                return f"_np.sqrt({a[0]})"
+            if x == -sp.S.Half:
+                return f"1.0 / _np.sqrt({a[0]})"
+        return f"{a[0]} ** {a[1]}"
+    if isinstance(e, sp.Piecewise):
+        out = "_nan"
+        for i in reversed(range(0, len(a), 2)):
+            val, c = a[i], a[i + 1]
+            out = val if c == "True" else f"_np.where({c}, {val}, {out})"
+        return out
+    if e.is_Relational:
+        return f"({a[0]} {_RELATIONS[e.rel_op]} {a[1]})"
+    for cls, fn in _REDUCE.items():
+        if isinstance(e, cls):
+            return _reduce(fn, a)
+    for cls, fn in _UNARY.items():
+        if isinstance(e, cls) and len(a) == 1:
+            return f"{fn}({a[0]})"
+    name = type(e).__name__
+    if name in _SCIPY_SPECIAL and len(a) == 1:
+        return f"_sps.{_SCIPY_SPECIAL[name]}({a[0]})"
+    if name in _NUMPY_UNARY and len(a) == 1:
+        return f"_np.{name}({a[0]})"
+    if name in _special_functions():
+        return f"{name}({', '.join(a)})"
+    raise NotImplementedError(f"moesym cannot compile {name} nodes")
+
+
+def _special_functions() -> dict:  # moesym.special's NumPy versions, by class name
     try:
-        from .special import NUMPY_FUNCTIONS
+        from .special_numeric import NUMPY_FUNCTIONS
     except ImportError:  # pragma: no cover - special functions are optional
-        NUMPY_FUNCTIONS = {}
-    return [{**NUMPY_FUNCTIONS, "LambertW": _lambertw_real}, "scipy", "numpy"]
+        return {}
+    return NUMPY_FUNCTIONS
 
 
-def _lambertw_real(x):
-    """Principal-branch Lambert W on real arguments >= -1/e (where it is real), as floats."""
-    from scipy.special import lambertw
+def _children(e: sp.Basic) -> tuple:
+    if isinstance(e, sp.Piecewise):  # (value, condition) pairs, flattened
+        return tuple(x for pair in e.args for x in pair)
+    return e.args
 
-    w = lambertw(x)
-    return np.where(np.asarray(x) >= -np.exp(-1.0), np.real(w), np.nan)
+
+def _generate(exprs: Sequence[sp.Basic], args: Sequence[sp.Symbol] | None, name: str):
+    """(source, argument symbols): see :func:`numpy_source`; ``args=None`` takes every free
+    symbol met, sorted by name."""
+    tok: dict = {}
+    if args is not None:
+        for i, s_ in enumerate(args):
+            tok[s_] = f"a{i}"
+    found: list = []
+    body: list[str] = []
+    roots = [sp.sympify(r) for r in exprs]
+    counter = 0
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            e, expanded = stack.pop()
+            if e in tok:
+                continue
+            if e.is_Symbol:
+                if args is not None:
+                    raise ValueError(f"expression has a free symbol not among the arguments: {e}")
+                found.append(e)
+                tok[e] = f"_s{len(found) - 1}"
+                continue
+            if e.is_Atom or e is sp.true or e is sp.false:
+                tok[e] = _literal(e)
+                continue
+            kids = _children(e)
+            if not expanded:
+                stack.append((e, True))
+                stack.extend((k, False) for k in reversed(kids) if k not in tok)
+                continue
+            body.append(f"    v{counter} = {_node_source(e, [tok[k] for k in kids])}")
+            tok[e] = f"v{counter}"
+            counter += 1
+    if args is None:  # name the arguments in sorted order
+        args = sorted(found, key=str)
+        rename = {f"_s{found.index(s_)}": f"a{i}" for i, s_ in enumerate(args)}
+        import re
+
+        pattern = re.compile(r"\b_s\d+\b")
+        body = [pattern.sub(lambda m: rename[m.group(0)], line) for line in body]
+        outs = [pattern.sub(lambda m: rename[m.group(0)], tok[r]) for r in roots]
+    else:
+        outs = [tok[r] for r in roots]
+    lines = [f"def {name}({', '.join(f'a{i}' for i in range(len(args)))}):"]
+    lines += [f"    a{i} = _np.asarray(a{i}, dtype=float)" for i in range(len(args))]
+    lines += body
+    lines.append(f"    return ({', '.join(outs)},)")
+    return "\n".join(lines), tuple(args)
+
+
+def numpy_source(exprs: Sequence[sp.Basic], args: Sequence[sp.Symbol], name: str = "f") -> str:
+    """Python source of ``def name(*args)`` returning a tuple with one value per expression.
+
+    Every unique subexpression (across all ``exprs``) is one line; inputs go through
+    ``np.asarray(float)`` so that scalars and arrays follow the same (IEEE) rules.
+
+    >>> from moesym.symbols import S
+    >>> print(numpy_source([S.batch * S.hidden + S.hidden], [S.batch, S.hidden]))
+    def f(a0, a1):
+        a0 = _np.asarray(a0, dtype=float)
+        a1 = _np.asarray(a1, dtype=float)
+        v0 = a0 * a1
+        v1 = a1 + v0
+        return (v1,)
+    """
+    return _generate(exprs, tuple(args), name)[0]
+
+
+def compile_model(parts: Sequence[tuple[Mapping[str, sp.Expr], Mapping[sp.Symbol, float]]]
+                  ) -> CompiledModel:
+    """One :class:`~moesym.compiled.CompiledModel` with a function per part. A part is the
+    outputs by name and the numbers of its symbols; each function takes every free symbol of its
+    outputs (sorted by name) and keeps the part's numbers as its static values."""
+    sources, meta = [], []
+    for i, (exprs, values) in enumerate(parts):
+        src, args = _generate(list(exprs.values()), None, f"f{i}")
+        missing = [str(a) for a in args if a not in values]
+        if missing:
+            raise ValueError("missing value(s) for: " + ", ".join(sorted(missing)))
+        sources.append(src)
+        meta.append({"fn": f"f{i}", "args": [str(a) for a in args], "outputs": list(exprs),
+                     "static": {str(a): float(values[a]) for a in args}})
+    return CompiledModel("\n\n\n".join(sources), tuple(meta))
 
 
 @lru_cache(maxsize=512)
 def _compile_cached(expr: sp.Expr, args: tuple[sp.Symbol, ...], cse: bool) -> Callable:
-    raw = sp.lambdify(args, expr, modules=numpy_modules(), cse=cse)
+    many = function_from_source(numpy_source([expr], args))
 
     def fn(*a):
-        # Piecewise branches are all evaluated by numpy.select; the unused ones may divide by 0
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            return raw(*a)
+        return many(*a)[0]
 
     lines = ["Compiled moesym expression. Arguments, in order:"]
     for a in args:

@@ -34,6 +34,7 @@ from .solve import solve_regimes
 from .solve.regimes import numeric_roots, solve_at_root
 from .terms import attention as att
 from .terms import ffn
+from .terms.cost import substitute
 from .terms.dims import symbolic_dims
 
 __all__ = ["ClosedForm", "crossover", "routed_times", "attention_overtakes_moe", "max_batch_for_tpot",
@@ -299,7 +300,7 @@ def comm_hidden(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: in
                + t["shared_expert"].total_s + t["tp_comm"].total_s + t["other"].total_s)
     comm = t["dispatch"].total_s + t["combine"].total_s
     phi = sm_share(resolve_a2a(dep, Phase.DECODE))
-    eq = (compute - (1 - phi) * comm).xreplace({S.micro_batches: sp.Integer(dep.micro_batches)})
+    eq = substitute(compute - (1 - phi) * comm, {S.micro_batches: sp.Integer(dep.micro_batches)})
     vals = {k: v for k, v in step.values.items() if k in eq.free_symbols and k != S.batch}
     f = lambda b: float(evaluate(eq, vals, {S.batch: b}))  # noqa: E731
     lo, hi = float(dep.micro_batches), b_max
@@ -333,9 +334,9 @@ def _instance_time(model: ModelSpec, hw: HardwareSpec, base: Deployment, context
     rep = base.with_(gpus=16, ep=16, routing="balanced")
     step = build_step(model, hw, rep, Workload(Phase.DECODE, batch=1, context=context),
                       timing=RooflineTiming())
-    expr = step.expr.xreplace({S.gpus: S.ep}).xreplace({S.batch: per_rank_batch})
+    expr = substitute(substitute(step.expr, {S.gpus: S.ep}), {S.batch: per_rank_batch})
     lazy = [p for p in expr.atoms(sp.Pow) if p.base.has(S.topk) and p.base.has(S.experts)]
-    expr = apply_rules(expr.xreplace({p: 0 for p in lazy}), [RELAX_CEILING])
+    expr = apply_rules(substitute(expr, {p: 0 for p in lazy}), [RELAX_CEILING])
     vals = {k: v for k, v in step.values.items() if k in expr.free_symbols and k != S.ep}
     return expr, vals
 
@@ -378,7 +379,7 @@ def ep_min_tpot(model: ModelSpec, hw: HardwareSpec, total_batch: int, context: i
     root = solve_smooth(sp.diff(branch, S.ep), S.ep, vals, e0)
     value = _num(root, vals)
     return ClosedForm("ep_min_tpot", "EP degree that minimizes TPOT at a fixed total batch", root,
-                      vals, value, cond.xreplace({S.ep: root}),
+                      vals, value, substitute(cond, {S.ep: root}),
                       (f"Decode, roofline terms, balanced routing, every local expert read, "
                        f"A2A {base.a2a.value}; N_gpu = e_p; the square root holds in the regime "
                        f"found at the numeric optimum (e_p = {e0:.6g})."),

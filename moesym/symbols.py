@@ -19,6 +19,8 @@ from typing import Iterable, Mapping
 
 import sympy as sp
 
+from .symtab import TABLE
+
 __all__ = ["S", "SymbolInfo", "INFO", "describe", "by_name", "check_bindings", "BindingError"]
 
 
@@ -31,101 +33,7 @@ class SymbolInfo:
     kind: str  # 'workload', 'deployment', 'model', 'precision', 'hardware', 'calibration', 'routing'
 
 
-# (attribute, printed name, unit, meaning, kind, assumptions)
-_TABLE: tuple[tuple[str, str, str, str, str, dict], ...] = (
-    # --- workload
-    ("batch", "B", "requests", "decode requests per attention data-parallel rank (all micro-batches)", "workload", {"positive": True}),
-    ("tokens", "T", "tokens", "prefill tokens per attention data-parallel rank per step (all micro-batches)", "workload", {"positive": True}),
-    ("context", "L", "tokens", "prompt length (prefill) or mean KV length per request (decode)", "workload", {"positive": True}),
-    ("chunk", "C", "tokens", "prefill chunk length of one prompt (chunked prefill; C = L when unchunked)", "workload", {"positive": True}),
-    ("total_batch", "B_tot", "requests", "decode requests in flight across the whole serving instance", "workload", {"positive": True}),
-    ("target_tokens_s", "X", "tokens/s", "decode throughput target of one serving instance", "workload", {"positive": True}),
-    ("tpot_target", "tau_tpot", "s", "time-per-output-token limit", "workload", {"positive": True}),
-    # --- deployment
-    ("gpus", "N_gpu", "GPUs", "GPUs in one serving instance", "deployment", {"positive": True}),
-    ("gpus_per_node", "N_node", "GPUs", "GPUs per node (scale-up domain)", "deployment", {"positive": True}),
-    ("tp", "t_p", "GPUs", "attention tensor-parallel degree", "deployment", {"positive": True}),
-    ("ep", "e_p", "GPUs", "expert-parallel degree", "deployment", {"positive": True}),
-    ("micro_batches", "n_mb", "1", "micro-batches pipelined through a layer", "deployment", {"positive": True}),
-    ("redundant", "R_e", "experts", "redundant expert replicas added for load balancing (EPLB)", "deployment", {"nonnegative": True}),
-    # --- model shape
-    ("hidden", "d", "elements", "model hidden size", "model", {"positive": True}),
-    ("vocab", "V", "tokens", "vocabulary size", "model", {"positive": True}),
-    ("n_moe_layers", "N_moe", "layers", "number of MoE layers", "model", {"nonnegative": True}),
-    ("n_dense_layers", "N_dense", "layers", "number of layers with a dense FFN", "model", {"nonnegative": True}),
-    ("heads", "n_h", "heads", "attention query heads", "model", {"positive": True}),
-    ("kv_heads", "n_kv", "heads", "attention key/value heads (GQA)", "model", {"positive": True}),
-    ("head_dim", "d_h", "elements", "attention head size (q, k, v)", "model", {"positive": True}),
-    ("q_lora", "r_q", "elements", "MLA query low-rank size (q_lora_rank)", "model", {"positive": True}),
-    ("kv_lora", "r_kv", "elements", "MLA key/value latent size (kv_lora_rank)", "model", {"positive": True}),
-    ("qk_nope", "d_nope", "elements", "MLA per-head q/k size without rotary part", "model", {"positive": True}),
-    ("qk_rope", "d_rope", "elements", "MLA per-head rotary q/k size (shared rotary key)", "model", {"positive": True}),
-    ("v_head", "d_v", "elements", "MLA per-head value size", "model", {"positive": True}),
-    ("experts", "E", "experts", "routed experts", "model", {"positive": True}),
-    ("topk", "k", "experts", "routed experts selected per token", "model", {"positive": True}),
-    ("moe_inter", "d_e", "elements", "routed expert intermediate size", "model", {"positive": True}),
-    ("shared_inter", "d_s", "elements", "total shared-expert intermediate size (all shared experts)", "model", {"positive": True}),
-    ("dense_inter", "d_ff", "elements", "dense FFN intermediate size", "model", {"positive": True}),
-    ("n_groups", "G", "groups", "expert groups for group-limited routing (n_group)", "model", {"positive": True}),
-    ("topk_groups", "k_G", "groups", "groups a token may route into (topk_group)", "model", {"positive": True}),
-    # --- precision (bytes per element, scale-factor overhead included)
-    ("w_bytes", "b_w", "bytes", "bytes per weight element of GEMM weights (scales included)", "precision", {"positive": True}),
-    ("kv_bytes", "b_kv", "bytes", "bytes per KV-cache element", "precision", {"positive": True}),
-    ("act_bytes", "b_a", "bytes", "bytes per activation element (bf16 = 2)", "precision", {"positive": True}),
-    ("dispatch_bytes", "b_disp", "bytes", "bytes per dispatched activation element (fp8 + scales)", "precision", {"positive": True}),
-    ("combine_bytes", "b_comb", "bytes", "bytes per combined activation element (bf16 = 2)", "precision", {"positive": True}),
-    # --- hardware peaks
-    ("flops_gemm", "F_g", "FLOP/s", "dense tensor-core peak for the GEMM compute dtype", "hardware", {"positive": True}),
-    ("flops_attn", "F_a", "FLOP/s", "dense tensor-core peak for attention (bf16)", "hardware", {"positive": True}),
-    ("hbm_bw", "W", "bytes/s", "HBM bandwidth peak", "hardware", {"positive": True}),
-    ("hbm_capacity", "M_hbm", "bytes", "HBM capacity per GPU", "hardware", {"positive": True}),
-    ("bw_up", "W_up", "bytes/s", "scale-up (NVLink) bandwidth per GPU per direction", "hardware", {"positive": True}),
-    ("bw_out", "W_out", "bytes/s", "scale-out (RDMA) bandwidth per GPU per direction", "hardware", {"positive": True}),
-    ("sms", "N_SM", "SMs", "streaming multiprocessors per GPU", "hardware", {"positive": True}),
-    # --- efficiencies and fixed latencies (calibration)
-    ("eff_gemm", "eta_g", "1", "achieved fraction of peak FLOP/s in dense GEMMs", "calibration", {"positive": True}),
-    ("eff_grouped", "eta_gg", "1", "achieved fraction of peak FLOP/s in grouped (expert) GEMMs", "calibration", {"positive": True}),
-    ("eff_attn", "eta_a", "1", "achieved fraction of peak FLOP/s in attention kernels", "calibration", {"positive": True}),
-    ("eff_mem", "eta_m", "1", "achieved fraction of HBM bandwidth", "calibration", {"positive": True}),
-    ("eff_up", "eta_up", "1", "achieved fraction of scale-up bandwidth", "calibration", {"positive": True}),
-    ("eff_out", "eta_out", "1", "achieved fraction of scale-out bandwidth", "calibration", {"positive": True}),
-    ("eff_serve", "eta_sv", "1", "fraction of the modeled step speed a serving engine sustains end to end (fitted per GPU on end-to-end measurements; 1 = kernels as timed in isolation)", "calibration", {"positive": True}),
-    ("lat_up", "tau_up", "s", "fixed latency of one scale-up transfer", "calibration", {"nonnegative": True}),
-    ("lat_out", "tau_out", "s", "fixed latency of one scale-out transfer", "calibration", {"nonnegative": True}),
-    ("t_kernel", "tau_k", "s", "fixed time per kernel launch (launch + tail)", "calibration", {"nonnegative": True}),
-    ("t_layer", "tau_l", "s", "fixed overhead per layer beyond its kernels", "calibration", {"nonnegative": True}),
-    ("t_step", "tau_s", "s", "fixed overhead per step (scheduler, sampling, host)", "calibration", {"nonnegative": True}),
-    ("comm_sm_share", "phi_sm", "1", "share of SMs held by communication kernels while they run", "calibration", {"nonnegative": True}),
-    # --- routing statistics
-    ("zipf_s", "s_z", "1", "Zipf exponent of expert popularity", "routing", {"nonnegative": True}),
-    ("tile_m", "m_tile", "rows", "grouped-GEMM M tile (rows each expert is padded to)", "calibration", {"positive": True}),
-    ("imbalance", "lambda_ep", "1", "busiest EP rank's load over the mean load", "routing", {"positive": True}),
-    # --- memory model (moesym.memory)
-    ("w_bytes_expert", "b_we", "bytes", "bytes per routed-expert weight element as stored in HBM (scales included)", "precision", {"positive": True}),
-    ("w_bytes_hp", "b_hp", "bytes", "bytes per element of high-precision weights (embeddings, LM head, router, norms)", "precision", {"positive": True}),
-    ("n_sliding_layers", "N_sw", "layers", "layers with sliding-window attention", "model", {"nonnegative": True}),
-    ("window", "L_sw", "tokens", "sliding-window length", "model", {"positive": True}),
-    ("n_mtp_layers", "N_mtp", "layers", "multi-token-prediction (MTP) modules served as draft layers", "model", {"nonnegative": True}),
-    ("hc_mult", "n_hc", "1", "hyper-connection multiplier of the residual stream (1 = plain residual)", "model", {"positive": True}),
-    ("block_size", "P_blk", "tokens", "paged KV-cache block size", "deployment", {"positive": True}),
-    ("max_dispatch_tokens", "N_ll", "tokens", "DeepEP low-latency num_max_dispatch_tokens_per_rank", "deployment", {"positive": True}),
-    ("max_rank_tokens", "T_cap", "tokens", "most tokens one rank submits to one dispatch (chunked-prefill cap)", "deployment", {"positive": True}),
-    ("prefill_tokens", "T_pf", "tokens", "tokens per rank in the largest prefill chunk held beside decode", "workload", {"nonnegative": True}),
-    ("nccl_bytes", "M_nccl", "bytes", "NCCL buffers per communicator", "calibration", {"nonnegative": True}),
-    ("deepep_normal_bytes", "M_dpn", "bytes", "DeepEP normal-mode buffer per rank", "calibration", {"nonnegative": True}),
-    ("reserve_frac", "phi_rsv", "1", "share of HBM held back for CUDA graphs and allocator slack", "calibration", {"nonnegative": True}),
-    ("reserve_bytes", "M_rsv", "bytes", "fixed runtime reserve (CUDA context, library workspaces)", "calibration", {"nonnegative": True}),
-    # --- routing statistics (moesym.routing)
-    ("expert_index", "i_x", "1", "popularity rank of a routed expert (1 = hottest); summation index", "routing", {"positive": True, "integer": True}),
-    ("zipf_rate", "Lambda_z", "1", "successive-sampling rate solving sum_i (1 - exp(-Lambda_z p_i)) = k", "routing", {"positive": True}),
-    ("cache_experts", "C_x", "experts", "routed experts per MoE layer resident in GPU memory (expert cache)", "deployment", {"positive": True}),
-    ("bw_host", "W_host", "bytes/s", "host-to-GPU link bandwidth for streaming cold experts", "hardware", {"positive": True}),
-    ("expert_buffer_tokens", "T_buf", "tokens", "rows per local expert in a batched activation buffer", "deployment", {"positive": True}),
-    ("t_gemm_base", "tau_gb", "s", "grouped-GEMM time when every expert fits in one M tile", "calibration", {"nonnegative": True}),
-    ("t_gemm_tile", "tau_gt", "s", "grouped-GEMM time added per extra M tile of one expert", "calibration", {"nonnegative": True}),
-    # --- communication / overlap (moesym.terms.comm, moesym.model.overlap)
-    ("comm_sms", "N_SM_comm", "SMs", "SMs a communication kernel holds while it overlaps compute (DeepEP normal: 20-24)", "calibration", {"nonnegative": True}),
-)
+_TABLE = TABLE
 
 _syms: dict[str, sp.Symbol] = {}
 _info: dict[sp.Symbol, SymbolInfo] = {}
@@ -154,6 +62,7 @@ class _Namespace:
 
 
 S = _Namespace()
+_by_printed: dict[str, sp.Symbol] = {str(s_): s_ for s_ in _syms.values()}
 INFO: Mapping[sp.Symbol, SymbolInfo] = MappingProxyType(_info)
 
 
@@ -161,9 +70,8 @@ def by_name(name: str) -> sp.Symbol:
     """The symbol declared under attribute ``name`` (``'batch'``) or printed name (``'B'``)."""
     if name in _syms:
         return _syms[name]
-    for s, info in _info.items():
-        if info.latex == name:
-            return s
+    if name in _by_printed:
+        return _by_printed[name]
     raise KeyError(f"unknown symbol {name!r}; known: {', '.join(sorted(_syms))}")
 
 

@@ -13,9 +13,19 @@ from ..errors import MoesymError
 
 __all__ = ["main", "build_parser"]
 
-# subcommand modules, in help order; a module missing from a build is skipped
-_COMMANDS = ("predict", "memory", "kernel", "comm", "routing", "derive", "sweep", "optimize",
-             "validate")
+# subcommands in help order, with their one-line help; each lives in the module of its name,
+# imported only when that subcommand runs (the others appear in --help from this table alone)
+COMMANDS = {
+    "predict": "time one prefill or decode step",
+    "memory": "per-GPU memory: weights, KV cache, buffers, max batch",
+    "kernel": "time of one GEMM, grouped GEMM or attention kernel",
+    "comm": "time one EP dispatch or combine (per rank)",
+    "routing": "distinct experts, destinations and load imbalance",
+    "derive": "closed forms: crossover batch, optimal EP, ...",
+    "sweep": "grid of step times (CSV or Parquet)",
+    "optimize": "best TP/EP/micro-batch/batch under TPOT/TTFT and memory",
+    "validate": "error against published end-to-end measurements",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -23,27 +33,39 @@ class _Parser(argparse.ArgumentParser):
         raise MoesymError(f"{self.prog}: {message}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; ``only`` names the one subcommand to load in full (None: all of them; "":
+    none, the others are listed by name and help only)."""
     p = _Parser(prog="moesym", description="Symbolic performance models of MoE inference.")
     p.add_argument("--version", action="version", version=f"moesym {__version__}")
+    p.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write the compiled-model cache (see README)")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
-    for name in _COMMANDS:
-        try:
-            mod = importlib.import_module(f".{name}", __name__)
-        except ModuleNotFoundError as exc:
-            if exc.name == f"{__name__}.{name}":
-                continue
-            raise
-        mod.register(sub)
+    for name, help_ in COMMANDS.items():
+        if only is None or name == only:
+            importlib.import_module(f".{name}", __name__).register(sub)
+        else:
+            sub.add_parser(name, help=help_, add_help=False)
     return p
+
+
+def _command(argv: list[str]) -> str:
+    """The subcommand named in ``argv`` ("" when none)."""
+    return next((a for a in argv if not a.startswith("-")), "")
 
 
 def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("default")
     warnings.formatwarning = lambda msg, cat, *a, **k: f"moesym: warning: {msg}\n"
     try:
-        parser = build_parser()
+        argv = sys.argv[1:] if argv is None else list(argv)
+        cmd = _command(argv)
+        parser = build_parser(cmd if cmd in COMMANDS else "")
         args = parser.parse_args(argv)
+        if getattr(args, "no_cache", False):
+            from ..cache import disable
+
+            disable()
         if not getattr(args, "func", None):
             parser.print_help()
             return 0

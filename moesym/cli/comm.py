@@ -14,6 +14,7 @@ from ..symbols import S
 from ..terms import comm
 from ..terms.dims import symbolic_dims
 from ..timing import RooflineTiming
+from . import COMMANDS
 from .common import add_json, emit_json, fmt_s, positive_int
 
 __all__ = ["comm_report", "register"]
@@ -23,7 +24,7 @@ _MODES = {"normal": A2AMode.DEEPEP_NORMAL, "low-latency": A2AMode.DEEPEP_LL,
 
 
 def register(sub) -> None:
-    p = sub.add_parser("comm", help="time one EP dispatch or combine (per rank)")
+    p = sub.add_parser("comm", help=COMMANDS["comm"])
     p.add_argument("op", choices=("dispatch", "combine"))
     p.add_argument("--tokens", type=positive_int, required=True, help="tokens per rank")
     p.add_argument("--hidden", type=positive_int, required=True)

@@ -51,6 +51,12 @@ def add_model_hw(p: argparse.ArgumentParser, model: bool = True) -> None:
     if model:
         p.add_argument("model", help="built-in model name or path to a HuggingFace config.json")
     p.add_argument("--hardware", required=True, help="built-in GPU name or path to a hardware .toml")
+    add_no_cache(p)
+
+
+def add_no_cache(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-cache", action="store_true", default=argparse.SUPPRESS,
+                   help="neither read nor write the compiled-model cache")
 
 
 def add_bench_data(p: argparse.ArgumentParser) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from .. import derive as dv
 from ..errors import MoesymError
+from . import COMMANDS
 from .common import (add_deployment, add_json, add_model_hw, add_workload, deployment_from, emit_json,
                      model_hw_from, positive_float, positive_int)
 
@@ -25,7 +26,7 @@ def _closed_form(s, name: str, help: str, func, workload: bool = True):
 
 
 def register(sub) -> None:
-    p = sub.add_parser("derive", help="closed forms: crossover batch, optimal EP, ...")
+    p = sub.add_parser("derive", help=COMMANDS["derive"])
     s = p.add_subparsers(dest="what", parser_class=type(p))
 
     c = _closed_form(s, "crossover", "decode batch per GPU where routed experts turn compute-bound",

@@ -18,6 +18,7 @@ from ..kernels.analytical import (
 from ..kernels.calib import kernel_calib
 from ..kernels.tables import KernelTables
 from ..specs.hardware import load_hardware
+from . import COMMANDS
 from .common import add_bench_data, add_json, emit_json, fmt_s, positive_int
 
 __all__ = ["register"]
@@ -26,7 +27,7 @@ _BYTES = {"bf16": 2, "fp8": 1}
 
 
 def register(sub) -> None:
-    p = sub.add_parser("kernel", help="time of one GEMM, grouped GEMM or attention kernel")
+    p = sub.add_parser("kernel", help=COMMANDS["kernel"])
     ks = p.add_subparsers(dest="kernel", required=True)
 
     def common(q):

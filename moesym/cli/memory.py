@@ -6,6 +6,7 @@ import dataclasses
 
 from ..errors import MoesymError
 from ..memory import CONTRACT_KEYS, MemoryOptions, memory_report
+from . import COMMANDS
 from .common import (
     add_deployment,
     add_json,
@@ -21,7 +22,7 @@ __all__ = ["register", "run"]
 
 
 def register(sub) -> None:
-    p = sub.add_parser("memory", help="per-GPU memory: weights, KV cache, buffers, max batch")
+    p = sub.add_parser("memory", help=COMMANDS["memory"])
     add_model_hw(p)
     add_workload(p, required_phase=False)
     add_deployment(p)

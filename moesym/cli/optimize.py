@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..optimize import disaggregate, optimize
+from . import COMMANDS
 from .common import (add_deployment, add_json, add_model_hw, deployment_from, emit_json, fmt_s,
                      model_hw_from, positive_float, positive_int)
 
@@ -10,7 +11,7 @@ __all__ = ["register"]
 
 
 def register(sub) -> None:
-    p = sub.add_parser("optimize", help="best TP/EP/micro-batch/batch under TPOT/TTFT and memory")
+    p = sub.add_parser("optimize", help=COMMANDS["optimize"])
     add_model_hw(p)
     p.add_argument("--phase", choices=("prefill", "decode"), required=True)
     p.add_argument("--context", type=positive_int, required=True)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..model.step import BREAKDOWN_KEYS, build_step
+from ..model.report import BREAKDOWN_KEYS
+from . import COMMANDS
 from .common import (add_deployment, add_json, add_model_hw, add_workload, deployment_from, emit_json,
                      fmt_s, model_hw_from, workload_from)
 
@@ -10,7 +11,7 @@ __all__ = ["register"]
 
 
 def register(sub) -> None:
-    p = sub.add_parser("predict", help="time one prefill or decode step")
+    p = sub.add_parser("predict", help=COMMANDS["predict"])
     add_model_hw(p)
     add_workload(p)
     add_deployment(p)
@@ -21,15 +22,11 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    model, hw = model_hw_from(args)
-    step = build_step(model, hw, deployment_from(args), workload_from(args))
-    r = step.predict()
-    from ..memory import memory_model
-    from ..symbols import S
+    from ..model.predictor import predict
 
-    mm = memory_model(step.model, step.hardware, step.deployment, step.workload)
-    r["memory_bytes"] = mm.number(mm.used_expr())
-    r["fits"] = bool(r["memory_bytes"] <= mm.values[S.hbm_capacity])
+    model, hw = model_hw_from(args)
+    dep, wl = deployment_from(args), workload_from(args)
+    r = predict(model, hw, dep, wl)
     if args.plot:
         from ..plots import breakdown_bar
 
@@ -37,7 +34,6 @@ def run(args) -> int:
     if args.json:
         emit_json(r)
         return 0
-    wl, dep = step.workload, step.deployment
     print(f"{model.name} on {dep.gpus} x {hw.name}  {wl.phase.value}  tp={dep.tp} ep={dep.ep} "
           f"micro-batches={dep.micro_batches} weights={dep.weights}")
     print(f"  step time        {fmt_s(r['step_time_s'])}")
@@ -53,6 +49,16 @@ def run(args) -> int:
     for k in BREAKDOWN_KEYS:
         print(f"    {k:<16} {fmt_s(r['per_layer_s'][k]):>12}")
         if args.show_expr:
-            print(f"      = {step.per_layer_s[k]}")
+            print(f"      = {_expressions(model, hw, dep, wl)[k]}")
     print(f"    {'layer (overlap)':<16} {fmt_s(r['layer_s']):>12}")
     return 0
+
+
+def _expressions(model, hw, dep, wl) -> dict:
+    """The per-layer SymPy expressions (``--show-expr``): the only part of predict that needs
+    the symbolic model itself rather than its compiled form."""
+    if not hasattr(_expressions, "memo"):
+        from ..model.step import build_step
+
+        _expressions.memo = build_step(model, hw, dep, wl).per_layer_s
+    return _expressions.memo

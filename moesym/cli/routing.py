@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from ..routing import routing_report
+from . import COMMANDS
 from .common import add_json, emit_json, positive_int
 
 __all__ = ["register"]
 
 
 def register(sub) -> None:
-    p = sub.add_parser("routing", help="distinct experts, destinations and load imbalance")
+    p = sub.add_parser("routing", help=COMMANDS["routing"])
     p.add_argument("--experts", type=positive_int, required=True)
     p.add_argument("--topk", type=positive_int, required=True)
     p.add_argument("--tokens", type=positive_int, required=True,

@@ -7,12 +7,13 @@ from dataclasses import replace
 from ..errors import MoesymError
 from ..specs.model import load_model
 from ..sweep import dask_client, parse_list, sweep_chunks, sweep_dask, write_sweep, write_sweep_dask
+from . import COMMANDS
 from .common import add_deployment, deployment_from
 
 __all__ = ["register"]
 
 def register(sub) -> None:
-    p = sub.add_parser("sweep", help="grid of step times (CSV or Parquet)")
+    p = sub.add_parser("sweep", help=COMMANDS["sweep"])
     p.add_argument("model")
     p.add_argument("--hardware", required=True, help="GPU name, or a comma list of them")
     p.add_argument("--phase", choices=("prefill", "decode"), required=True)

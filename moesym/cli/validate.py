@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from ..validate import CASES, load_cases, serving_fits, validate
+from . import COMMANDS
 from .common import add_json, emit_json
 
 __all__ = ["register"]
 
 
 def register(sub) -> None:
-    p = sub.add_parser("validate", help="error against published end-to-end measurements")
+    p = sub.add_parser("validate", help=COMMANDS["validate"])
     p.add_argument("--timing", choices=("default", "roofline", "kernel"), default="default",
                    help="time model: the step model's default, the plain roofline, or the "
                         "calibrated analytical kernel model")

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy as sp
 
+from ..terms.cost import smax, smin
 from .calib import DEFAULTS, KernelCalib
 
 __all__ = [
@@ -60,22 +61,24 @@ _COUNT_TOL = 1e-9
 
 def _ceil(x):
     if _is_sym(x):
-        return sp.ceiling(x * (1 - _COUNT_TOL))
+        y = x * (1 - _COUNT_TOL)
+        return sp.ceiling(y) if y.is_Number else sp.ceiling(y, evaluate=False)
     return np.ceil(np.asarray(x) * (1 - _COUNT_TOL))
 
 
 def _floor(x):
     if _is_sym(x):
-        return sp.floor(x * (1 + _COUNT_TOL))
+        y = x * (1 + _COUNT_TOL)
+        return sp.floor(y) if y.is_Number else sp.floor(y, evaluate=False)
     return np.floor(np.asarray(x) * (1 + _COUNT_TOL))
 
 
 def _max(a, b):
-    return sp.Max(a, b) if _is_sym(a, b) else np.maximum(a, b)
+    return smax(a, b) if _is_sym(a, b) else np.maximum(a, b)
 
 
 def _min(a, b):
-    return sp.Min(a, b) if _is_sym(a, b) else np.minimum(a, b)
+    return smin(a, b) if _is_sym(a, b) else np.minimum(a, b)
 
 
 @dataclass(frozen=True)

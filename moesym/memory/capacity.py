@@ -33,11 +33,12 @@ import sympy as sp
 
 from ..compile import evaluate
 from ..errors import SpecError
-from ..model.bindings import bindings
+from ..model.bindings import bindings, memory_workload_values
 from ..specs.deployment import A2AMode, Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
-from ..symbols import S
+from ..symbols import S, by_name
+from ..terms.cost import smax
 from ..terms.dims import symbolic_dims
 from .formats import weight_bytes_per_param, weight_formats
 from .kv import (
@@ -179,7 +180,7 @@ def memory_expressions(model: ModelSpec, dep: Deployment, phase: Phase,
               "residual_bytes": sp.Float(opts.residual_bytes)}
     if phase is Phase.DECODE:
         step_tokens = S.batch
-        activation = {"layers": sp.Max(decode_activation_bytes(D, S.batch, **act_kw),
+        activation = {"layers": smax(decode_activation_bytes(D, S.batch, **act_kw),
                                        prefill_activation_bytes(D, S.prefill_tokens, **act_kw))}
     else:
         step_tokens = S.tokens
@@ -202,7 +203,7 @@ def memory_expressions(model: ModelSpec, dep: Deployment, phase: Phase,
         if mode is A2AMode.DEEPEP_NORMAL:
             comm["deepep"] = S.deepep_normal_bytes
         elif mode is A2AMode.DEEPEP_LL:
-            comm["deepep"] = deepep_low_latency_bytes(D, sp.Max(S.max_dispatch_tokens, t))
+            comm["deepep"] = deepep_low_latency_bytes(D, smax(S.max_dispatch_tokens, t))
     return {"weights": weights, "kv_per_token": per_token, "kv_per_request": per_request,
             "kv": S.batch * per_request, "activation": activation, "workspace": workspace,
             "comm": comm, "reserve": runtime_reserve_bytes()}
@@ -228,8 +229,7 @@ def memory_bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Wor
         S.deepep_normal_bytes: opts.deepep_normal_bytes,
         S.reserve_frac: opts.reserve_fraction, S.reserve_bytes: opts.reserve_fixed_bytes,
     })
-    if wl.phase is Phase.PREFILL:
-        v[S.batch] = max(1, -(-wl.tokens // wl.context))  # prompts in the step
+    v.update({by_name(k): x for k, x in memory_workload_values(wl).items()})
     return v
 
 
@@ -249,7 +249,7 @@ def solve_max(expr: sp.Expr, x: sp.Symbol, budget: float) -> float:
     only in x: 0 if even x -> 0 exceeds it, ``inf`` if it is never reached.
 
     >>> from moesym.symbols import S
-    >>> solve_max(3 * S.batch + sp.Max(10, 2 * S.batch), S.batch, 100)
+    >>> solve_max(3 * S.batch + smax(10, 2 * S.batch), S.batch, 100)
     20.0
     """
     f = sp.sympify(expr)

@@ -23,7 +23,7 @@ import sympy as sp
 
 from ..symbols import S
 from ..terms.attention import kv_bytes_per_token_layer
-from ..terms.cost import sym
+from ..terms.cost import smax, smin, sym
 from ..terms.dims import Dims
 
 __all__ = [
@@ -67,7 +67,7 @@ def kv_bytes_per_request(D: Dims, mla: bool, context=S.context,
     tail = sym(block_size) / 2 if fragmentation else 0
     per_layer = kv_bytes_per_token_layer(D, mla)
     full = (n - n_sw) * (L + tail)
-    sliding = n_sw * (sp.Min(L, sym(window)) + tail) if n_sliding_layers != 0 else 0
+    sliding = n_sw * (smin(L, sym(window)) + tail) if n_sliding_layers != 0 else 0
     return (full + sliding) * per_layer
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import sympy as sp
 
 from ..symbols import S
-from ..terms.cost import sym
+from ..terms.cost import smax, smin, sym
 from ..terms.dims import Dims
 
 __all__ = [
@@ -68,7 +68,7 @@ def ffn_intermediate(D: Dims, *, is_moe: bool, has_dense: bool) -> sp.Expr:
         parts.append(D.shared_inter / D.tp)
     if has_dense:
         parts.append(D.dense_inter / D.tp)
-    return sp.Max(*parts) if parts else sp.Integer(0)
+    return smax(*parts) if parts else sp.Integer(0)
 
 
 def _q_width(D: Dims, mla: bool, absorbed: bool) -> sp.Expr:
@@ -91,7 +91,7 @@ def decode_activation_bytes(D: Dims, batch, *, mla: bool, ffn_inter, hc_mult=S.h
     True
     """
     per_token = (sym(hc_mult) * D.hidden * sym(residual_bytes)
-                 + sp.Max(D.local_heads * _q_width(D, mla, absorbed=True) * D.act_bytes,
+                 + smax(D.local_heads * _q_width(D, mla, absorbed=True) * D.act_bytes,
                           D.hidden * FP32_BYTES + sym(ffn_inter) * 2 * FP32_BYTES,
                           D.vocab / D.tp * FP32_BYTES))
     return sym(batch) * per_token
@@ -120,7 +120,7 @@ def dispatch_tokens(step_tokens, micro_batches=S.micro_batches, cap=S.max_rank_t
     >>> dispatch_tokens(S.batch)
     Min(T_cap, B/n_mb)
     """
-    return sp.Min(sym(step_tokens) / sym(micro_batches), sym(cap))
+    return smin(sym(step_tokens) / sym(micro_batches), sym(cap))
 
 
 def expert_rows(D: Dims, tokens, *, layout: str, imbalance=1,
@@ -141,7 +141,7 @@ def expert_rows(D: Dims, tokens, *, layout: str, imbalance=1,
     if layout == "contiguous":
         return sym(imbalance) * t * (D.gpus / D.tp) * D.topk / D.ep
     if layout == "batched":
-        return D.local_experts * D.ep * sp.Max(sym(max_dispatch_tokens), t)
+        return D.local_experts * D.ep * smax(sym(max_dispatch_tokens), t)
     raise ValueError(f"layout {layout!r}: use contiguous or batched")
 
 
@@ -165,7 +165,7 @@ def grouped_gemm_workspace_bytes(D: Dims, rows) -> sp.Expr:
     9*b_a
     """
     de = D.moe_inter / D.expert_tp
-    return sym(rows) * (sp.Max(2 * de, D.hidden) + de + D.hidden) * D.act_bytes
+    return sym(rows) * (smax(2 * de, D.hidden) + de + D.hidden) * D.act_bytes
 
 
 def nccl_buffer_bytes(D: Dims, per_communicator=S.nccl_bytes) -> sp.Expr:
@@ -178,7 +178,7 @@ def nccl_buffer_bytes(D: Dims, per_communicator=S.nccl_bytes) -> sp.Expr:
     >>> nccl_buffer_bytes(D, 100).subs({D.tp: 1, D.ep: 8})
     100
     """
-    return sym(per_communicator) * (sp.Min(D.tp - 1, 1) + sp.Min(D.ep - 1, 1))
+    return sym(per_communicator) * (smin(D.tp - 1, 1) + smin(D.ep - 1, 1))
 
 
 def deepep_low_latency_bytes(D: Dims, max_tokens) -> sp.Expr:
@@ -197,10 +197,10 @@ def deepep_low_latency_bytes(D: Dims, max_tokens) -> sp.Expr:
     1.908
     """
     n, d, e = sym(max_tokens), D.hidden, D.experts + D.redundant
-    m_d = 16 + sp.Max(2 * d, d + 4 * d / 128)
+    m_d = 16 + smax(2 * d, d + 4 * d / 128)
     m_c = 2 * d + 4 * d / 128
-    send = sp.Max(n * m_d, e * n * m_c)
-    recv = sp.Max(e * n * m_d, e * n * m_c)
+    send = smax(n * m_d, e * n * m_c)
+    recv = smax(e * n * m_d, e * n * m_c)
     return 2 * (send + recv)
 
 
@@ -227,4 +227,4 @@ def mtp_activation_bytes(D: Dims, tokens, n_mtp_layers=S.n_mtp_layers) -> sp.Exp
     4*B*V + 2*B*b_a*d
     """
     t, n = sym(tokens), sym(n_mtp_layers)
-    return sp.Min(n, 1) * t * 2 * D.hidden * D.act_bytes + n * t * D.vocab * FP32_BYTES
+    return smin(n, 1) * t * 2 * D.hidden * D.act_bytes + n * t * D.vocab * FP32_BYTES

@@ -6,9 +6,28 @@ from ..specs.deployment import (DTYPE_BYTES, Deployment, Phase, Workload, activa
                                 weight_bytes_per_element)
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
-from ..symbols import S
+from ..symtab import N
 
-__all__ = ["bindings", "weight_storage_format", "scale_up_domain"]
+__all__ = ["bindings", "weight_storage_format", "scale_up_domain", "workload_values",
+           "memory_workload_values"]
+
+
+def workload_values(wl: Workload) -> dict[str, float]:
+    """Numbers of the workload's symbols, keyed by printed name (no SymPy needed): decode binds
+    B and L, prefill T, L and C. Everything else a step model binds is fixed by the model,
+    hardware and deployment (what the compiled-model cache stores)."""
+    if wl.phase is Phase.DECODE:
+        return {N.batch: wl.batch, N.context: wl.context}
+    return {N.tokens: wl.tokens, N.context: wl.context, N.chunk: wl.chunk}
+
+
+def memory_workload_values(wl: Workload) -> dict[str, float]:
+    """:func:`workload_values` for the memory model: a prefill step also holds the KV of
+    ceil(tokens / context) prompts (B)."""
+    v = workload_values(wl)
+    if wl.phase is Phase.PREFILL:
+        v[N.batch] = max(1, -(-wl.tokens // wl.context))
+    return v
 
 
 def weight_storage_format(weights: str, hw: HardwareSpec) -> str:
@@ -27,6 +46,8 @@ def scale_up_domain(hw: HardwareSpec, dep: Deployment) -> int:
 
 def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) -> dict:
     """``{symbol: number}`` for every symbol a step model of this configuration can contain."""
+    from ..symbols import S, by_name
+
     compute_fmt = hw.compute_format(dep.weights)
     m = model
     v = {
@@ -59,8 +80,5 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
         # (tech report section 3.2.2; DeepEP Buffer.num_sms default 20); SGLang often runs 24.
         S.comm_sms: float(hw.kernel.get("comm_sms", 20)),
     }
-    if wl.phase is Phase.DECODE:
-        v.update({S.batch: wl.batch, S.context: wl.context})
-    else:
-        v.update({S.tokens: wl.tokens, S.context: wl.context, S.chunk: wl.chunk})
+    v.update({by_name(k): x for k, x in workload_values(wl).items()})
     return v

@@ -58,8 +58,6 @@ def stage(c, x, phi=0) -> sp.Expr:
     Max(x, c + p*x)
     """
     c, x, phi = sym(c), sym(x), sym(phi)
-    if (c + phi * x).is_number and x.is_number:
-        return sp.Max(x, c + phi * x)
     return smax(x, c + phi * x)
 
 

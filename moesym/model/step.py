@@ -12,7 +12,8 @@ True
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType
+from functools import lru_cache
+from types import MappingProxyType, SimpleNamespace
 from typing import Mapping
 
 import numpy as np
@@ -25,18 +26,16 @@ from ..specs.model import ModelSpec
 from ..symbols import S
 from ..terms import attention as att
 from ..terms import comm, elementwise as ew, ffn
-from ..terms.cost import Cost, KernelClass, smax
+from ..terms.cost import Cost, KernelClass, smax, smin
 from ..terms.dims import Dims, symbolic_dims
 from ..timing import TermTime
 from . import overlap
 from .bindings import bindings
+from .report import BREAKDOWN_KEYS
 from .routing_hooks import group_tokens, imbalance_expr, touched_local_experts_expr
 
 __all__ = ["StepModel", "build_step", "BREAKDOWN_KEYS"]
 
-# contract keys of per_layer_s (issue 2 / CONTRACT.md), in display order
-BREAKDOWN_KEYS = ("attention_proj", "attention_core", "moe_routed", "moe_weight_load", "shared_expert",
-                  "dispatch", "combine", "tp_comm", "other")
 
 
 def _sum_times(name: str, times: list[TermTime]) -> TermTime:
@@ -93,11 +92,31 @@ class StepModel:
             v[by_name(k)] = x
         return v
 
+    def compiled(self):
+        """Every report quantity of this model compiled into one function
+        (:class:`moesym.compiled.CompiledModel`, cached per process on the expressions)."""
+        return _compiled_report(self.expr, tuple(self.terms.items()),
+                                tuple(self.per_layer_s.items()), self.layer_s,
+                                self.layer_compute_s, tuple(self.values.items()))
+
     def predict(self) -> dict:
         """Numbers for the configured point: the contract's ``predict`` keys and more."""
-        from .report import predict_report
+        from .report import report_from_numbers
 
-        return predict_report(self)
+        cm = self.compiled()
+        values = cm.parts[0]["static"]
+        return report_from_numbers(cm.evaluate(0, {}), values, self.model, self.deployment,
+                                   self.workload)
+
+
+@lru_cache(maxsize=64)
+def _compiled_report(expr, terms, per_layer, layer_s, layer_compute_s, values):
+    from ..compile import compile_model
+    from .report import report_expressions
+
+    step = SimpleNamespace(expr=expr, terms=dict(terms), per_layer_s=dict(per_layer),
+                           layer_s=layer_s, layer_compute_s=layer_compute_s)
+    return compile_model([(report_expressions(step), dict(values))])
 
 
 def _moe_layer_terms(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, timing) -> dict:
@@ -188,13 +207,13 @@ def _attention_core(model: ModelSpec, wl: Workload, D: Dims, t) -> Cost:
     def core(ctx):
         if wl.phase is Phase.DECODE:
             return att.attention_core_decode(D, t, ctx, model.is_mla)
-        return att.attention_core_prefill(D, t, ctx, sp.Min(S.chunk, ctx), model.is_mla)
+        return att.attention_core_prefill(D, t, ctx, smin(S.chunk, ctx), model.is_mla)
 
     full = core(S.context)
     if not model.sliding_layers:
         return full
     f = sp.Rational(model.sliding_layers, model.num_layers)
-    win = core(sp.Min(S.context, model.sliding_window))
+    win = core(smin(S.context, model.sliding_window))
     return full.scaled(1 - f) + win.scaled(f)
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import sympy as sp
 from scipy.optimize import brentq
 
+from ..terms.cost import substitute
 from .rewrite import RELAX_CEILING, apply_rules
 
 __all__ = ["Root", "branches", "solve_regimes", "numeric_roots", "solve_at_root"]
@@ -82,7 +83,7 @@ def branches(expr: sp.Basic, var: sp.Symbol, limit: int = 4096):
             continue
         node = nodes[-1]  # innermost first (preorder lists outer nodes first)
         for rep, c, lab in reversed(_choices(node)):
-            stack.append((e.xreplace({node: rep}), sp.And(cond, c), labels + (lab,)))
+            stack.append((substitute(e, {node: rep}), sp.And(cond, c), labels + (lab,)))
 
 
 def solve_regimes(equation: sp.Expr, var: sp.Symbol, limit: int = 4096) -> list[Root]:
@@ -97,12 +98,12 @@ def solve_regimes(equation: sp.Expr, var: sp.Symbol, limit: int = 4096) -> list[
         for s in sols:
             if s.is_real is False:
                 continue
-            roots.append(Root(s, cond.xreplace({var: s}) if cond is not sp.true else cond, labels))
+            roots.append(Root(s, substitute(cond, {var: s}) if cond is not sp.true else cond, labels))
     return roots
 
 
 def _holds(cond: sp.Basic, values: Mapping) -> bool:
-    c = cond.xreplace({k: sp.Float(v) for k, v in values.items()})
+    c = substitute(cond, {k: sp.Float(v) for k, v in values.items()})
     if c in (sp.true, True):
         return True
     if c in (sp.false, False):
@@ -119,7 +120,7 @@ def numeric_roots(equation: sp.Expr, var: sp.Symbol, values: Mapping, tol: float
     out = []
     for r in solve_regimes(equation, var):
         try:
-            v = complex(r.value.xreplace({k: sp.Float(x) for k, x in values.items()}).evalf())
+            v = complex(substitute(r.value, {k: sp.Float(x) for k, x in values.items()}).evalf())
         except (TypeError, ValueError):
             continue
         if abs(v.imag) > 1e-9 * max(1.0, abs(v.real)):
@@ -129,7 +130,7 @@ def numeric_roots(equation: sp.Expr, var: sp.Symbol, values: Mapping, tol: float
         vals[var] = v
         if not _holds(r.condition, vals):
             continue
-        resid = float(eq.xreplace({k: sp.Float(x) for k, x in vals.items()}).evalf())
+        resid = float(substitute(eq, {k: sp.Float(x) for k, x in vals.items()}).evalf())
         if abs(resid) <= tol * max(1.0, abs(v)):
             if not any(np.isclose(v, w, rtol=1e-9) for w in out):
                 out.append(v)
@@ -147,7 +148,7 @@ def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping) -> tuple[sp.Expr, sp.
     choice, conds, labels = {}, [], []
     for node in _nonsmooth(expr, var):
         for rep, c, lab in _choices(node):
-            cn = c.xreplace(env)
+            cn = substitute(c, env)
             if cn in (sp.true, True) or (cn not in (sp.false, False) and bool(cn.simplify())):
                 choice[node] = rep
                 conds.append(c)
@@ -157,7 +158,7 @@ def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping) -> tuple[sp.Expr, sp.
             raise RuntimeError("no active branch at the given point")
     e = expr
     for _ in range(64):
-        new = e.xreplace(choice)
+        new = substitute(e, choice)
         if new == e:
             break
         e = new
@@ -186,7 +187,7 @@ def _linear_exponential_roots(e: sp.Expr, var: sp.Symbol) -> list[sp.Expr]:
     if kappa.has(var) or kappa == 0:
         return []
     z = sp.Dummy("z")
-    ez = sp.expand(e.xreplace({P: z}))
+    ez = sp.expand(substitute(e, {P: z}))
     if ez.has(P) or not ez.has(z):
         return []
     try:
@@ -204,30 +205,61 @@ def _linear_exponential_roots(e: sp.Expr, var: sp.Symbol) -> list[sp.Expr]:
     return [-a / b - sp.LambertW(arg, k) / lam for k in (0, -1)]
 
 
-def solve_smooth(e: sp.Expr, var: sp.Symbol, num: Mapping, x0: float) -> sp.Expr:
-    """The root of the smooth expression ``e`` = 0 nearest to ``x0`` (numbers ``num`` pick it).
+def _root_denominator(e: sp.Expr, var: sp.Symbol) -> int:
+    """Least common denominator q of the rational exponents of ``var`` in ``e`` (1 if none):
+    with var = u^q the expression has only integer powers of u."""
+    q = 1
+    for p in e.atoms(sp.Pow):
+        if p.base == var and p.exp.is_Rational and not p.exp.is_Integer:
+            q = int(sp.ilcm(q, p.exp.q))
+    return q
 
-    Rational in ``var`` with a numerator of degree <= 2: the root comes straight from the
-    polynomial's coefficients (fast on large expressions); otherwise ``sympy.solve``.
-    """
+
+def _polynomial_roots(e: sp.Expr, var: sp.Symbol) -> list[sp.Expr] | None:
+    """Roots of ``e`` = 0 when its numerator is a polynomial of degree 1 or 2 in ``var``
+    (straight from the coefficients: fast on large expressions); None otherwise."""
     numer = sp.numer(sp.together(e))
     try:
         poly = sp.Poly(sp.expand(numer), var)
     except sp.PolynomialError:
-        poly = None
-    if poly is not None and 1 <= poly.degree() <= 2:
-        c = poly.all_coeffs()
-        if poly.degree() == 1:
-            sols = [-c[1] / c[0]]
-        else:
-            a, b, cc = c
-            disc = sp.sqrt(b ** 2 - 4 * a * cc)
-            sols = [(-b + disc) / (2 * a), (-b - disc) / (2 * a)]
-    else:
+        return None
+    if not 1 <= poly.degree() <= 2:
+        return None
+    c = poly.all_coeffs()
+    if poly.degree() == 1:
+        return [-c[1] / c[0]]
+    a, b, cc = c
+    disc = sp.sqrt(b ** 2 - 4 * a * cc)
+    return [(-b + disc) / (2 * a), (-b - disc) / (2 * a)]
+
+
+def solve_smooth(e: sp.Expr, var: sp.Symbol, num: Mapping, x0: float) -> sp.Expr:
+    """The root of the smooth expression ``e`` = 0 nearest to ``x0`` (numbers ``num`` pick it).
+
+    Rational in ``var`` with a numerator of degree <= 2: the root comes straight from the
+    polynomial's coefficients (fast on large expressions). Fractional powers of ``var`` (the
+    1 / sqrt(B) of a load-imbalance term) are cleared first by var = u^q with u > 0, so such an
+    expression is solved as a polynomial in u. Otherwise: one exponential term through Lambert W,
+    else ``sympy.solve``.
+
+    >>> x = sp.Symbol("x", positive=True)
+    >>> float(solve_smooth(x - 3 * sp.sqrt(x) - 4, x, {}, 10.0))  # sqrt(x) = 4
+    16.0
+    """
+    q = _root_denominator(e, var)
+    sols = None
+    if q > 1:
+        u = sp.Dummy("u", positive=True)
+        roots_u = _polynomial_roots(substitute(e, {var: u ** q}), u)
+        if roots_u is not None:
+            sols = [r ** q for r in roots_u]
+    if sols is None:
+        sols = _polynomial_roots(e, var)
+    if sols is None:
         sols = _linear_exponential_roots(e, var) or [s for s in sp.solve(e, var)
                                                       if s.is_real is not False]
     fnum = {k: sp.Float(v) for k, v in num.items()}
-    return min(sols, key=lambda s: abs(complex(s.xreplace(fnum).evalf()) - x0))
+    return min(sols, key=lambda s: abs(complex(substitute(s, fnum).evalf()) - x0))
 
 
 def solve_at_root(equation: sp.Expr, var: sp.Symbol, values: Mapping, lo: float, hi: float):
@@ -235,7 +267,9 @@ def solve_at_root(equation: sp.Expr, var: sp.Symbol, values: Mapping, lo: float,
 
     For expressions with too many Max/Min nodes to enumerate: find the root numerically (brentq
     on the relaxed, compiled expression), pick at each non-smooth node the branch active there,
-    solve that smooth branch symbolically and return (Root, numeric root).
+    solve that smooth branch symbolically and return (Root, numeric root). The Root's condition
+    is the regime's, written in ``var`` (the closed form holds while it holds at var = value);
+    substituting a large closed form into it would multiply its size by the number of branches.
     """
     from ..compile import evaluate
 
@@ -244,4 +278,4 @@ def solve_at_root(equation: sp.Expr, var: sp.Symbol, values: Mapping, lo: float,
     x0 = brentq(lambda x: float(evaluate(eq, num, {var: x})), lo, hi, xtol=1e-12, rtol=1e-14)
     e, cond, labels = branch_at(eq, var, {**num, var: x0})
     best = solve_smooth(e, var, num, x0)
-    return Root(best, cond.xreplace({var: best}), labels), x0
+    return Root(best, cond, labels), x0

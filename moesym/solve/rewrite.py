@@ -49,8 +49,11 @@ SMOOTH_MAX = smooth_max_rule()
 
 
 def apply_rules(expr: sp.Basic, rules: Iterable[Rule]) -> sp.Basic:
-    """Apply each rule bottom-up over the whole expression (pure: returns a new expression)."""
+    """Apply each rule bottom-up over the whole expression (pure: returns a new expression;
+    maxima are rebuilt without SymPy's re-simplification, see :func:`moesym.terms.cost.transform`)."""
+    from ..terms.cost import transform
+
     out = sp.sympify(expr)
     for r in rules:
-        out = out.replace(r.match, r.rewrite)
+        out = transform(out, lambda e, r=r: r.rewrite(e) if r.match(e) else e)
     return out

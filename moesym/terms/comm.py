@@ -69,7 +69,7 @@ def ep_tiers(ep, domain) -> tuple[sp.Expr, sp.Expr]:
     (4, 1)
     """
     e, G = sym(ep), sym(domain)
-    g = smin(e, G) if not (e.is_number and G.is_number) else sp.Min(e, G)
+    g = smin(e, G) if not (e.is_number and G.is_number) else smin(e, G)
     return g, e / g
 
 
@@ -81,7 +81,7 @@ def remote_share(group, domain) -> sp.Expr:
     3/4
     """
     g = sym(group)
-    return 1 - sp.Min(sym(domain), g) / g
+    return 1 - smin(sym(domain), g) / g
 
 
 def miss_probability(n_items, per_dest, k) -> sp.Expr:
@@ -102,7 +102,7 @@ def miss_probability(n_items, per_dest, k) -> sp.Expr:
             return sp.binomial(n - m, kk) / sp.binomial(n, kk)
     lg = sp.loggamma
     return sp.Piecewise((0, n - m < kk),
-                        (sp.exp(lg(n - m + 1) - lg(sp.Max(n - m - kk + 1, 1)) + lg(n - kk + 1) - lg(n + 1)),
+                        (sp.exp(lg(n - m + 1) - lg(smax(n - m - kk + 1, 1)) + lg(n - kk + 1) - lg(n + 1)),
                          True))
 
 
@@ -206,7 +206,7 @@ def a2a_volume(D: Dims, tokens, elem_bytes, mode: A2AMode, domain, groups=None) 
                          n_r, n_n)
     if mode is A2AMode.ALLGATHER:
         dp = D.gpus / D.tp
-        g, nodes = ep_tiers(dp, sp.Max(sym(domain) / D.tp, 1))
+        g, nodes = ep_tiers(dp, smax(sym(domain) / D.tp, 1))
         return A2AVolume(per_tok * nodes * (g - 1), per_tok * (nodes - 1), dp, nodes, serial=True,
                          group=dp, tiers=(g, nodes))
     raise ValueError(f"a2a mode {mode.value!r} must be resolved (deepep-normal, deepep-ll or "
@@ -307,7 +307,7 @@ def tp_allreduce(D: Dims, tokens, bw, lat, algo: str = "ring", group=None) -> Co
     else:
         raise ValueError(f"all-reduce algorithm {algo!r}: use ring or tree")
     return Cost("tp_comm", KernelClass.COMM, net_bytes=vol, net_bw=sym(bw), fixed_s=fixed,
-                launches=sp.Min(p - 1, 1))
+                launches=smin(p - 1, 1))
 
 
 def tp_allgather(D: Dims, tokens, bw, lat, group=None, elem_bytes=None) -> Cost:
@@ -321,7 +321,7 @@ def tp_allgather(D: Dims, tokens, bw, lat, group=None, elem_bytes=None) -> Cost:
     p = D.tp if group is None else sym(group)
     b = D.act_bytes if elem_bytes is None else sym(elem_bytes)
     return Cost("tp_comm", KernelClass.COMM, net_bytes=(p - 1) / p * sym(tokens) * D.hidden * b,
-                net_bw=sym(bw), fixed_s=(p - 1) * sym(lat), launches=sp.Min(p - 1, 1))
+                net_bw=sym(bw), fixed_s=(p - 1) * sym(lat), launches=smin(p - 1, 1))
 
 
 def tp_reduce_scatter(D: Dims, tokens, bw, lat, group=None, elem_bytes=None) -> Cost:

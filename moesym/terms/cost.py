@@ -10,12 +10,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from enum import Enum
 from typing import Iterable
 
 import sympy as sp
 
-__all__ = ["KernelClass", "GemmShape", "AttentionShape", "Cost", "sym", "total", "smax", "smin"]
+__all__ = ["KernelClass", "GemmShape", "AttentionShape", "Cost", "sym", "total", "smax", "smin",
+           "nonnegative", "substitute", "transform", "rebuild"]
 
 
 class KernelClass(str, Enum):
@@ -29,29 +31,129 @@ class KernelClass(str, Enum):
     OVERHEAD = "overhead"
 
 
-def smax(*args) -> sp.Expr:
-    """Max without SymPy's pairwise simplification (slow on large terms); zeros dropped.
+def _flat(cls, args) -> list:
+    out: list = []
+    for a in args:
+        a = sym(a)
+        out.extend(a.args if a.func is cls else (a,))
+    return out
+
+
+def _extremum(cls, pick, args) -> sp.Expr:
+    """``cls`` (Max or Min) of ``args`` without SymPy's pairwise simplification (its
+    ``_find_localzeros`` dominates building a kernel-model step): nested calls are flattened,
+    numbers folded into one, repeated arguments dropped; only the numeric constant is compared,
+    and against a symbolic argument only when that argument's sign settles it."""
+    xs = _flat(cls, args)
+    nums = [a for a in xs if a.is_Number]
+    rest = list(dict.fromkeys(a for a in xs if not a.is_Number))
+    if nums:
+        c = pick(nums)
+        # the constant loses to every other argument only where each provably beats it; cheap
+        # for the zero floors the terms use (Max(0, x) with x >= 0)
+        if not (rest and c == 0 and cls is sp.Max and all(map(nonnegative, rest))):
+            rest.append(c)
+    if not rest:
+        return sp.Integer(0)
+    if len(rest) == 1:
+        return rest[0]
+    return cls(*rest, evaluate=False)
+
+
+@lru_cache(maxsize=65536)
+def nonnegative(e: sp.Basic) -> bool:
+    """True where ``e`` is provably >= 0 from its structure alone: numbers >= 0, symbols declared
+    non-negative, and sums, products, powers, maxima, minima, ceilings and floors of such (a
+    cheap sufficient test; SymPy's assumption system answers more but costs seconds on a step
+    model). False means "not shown", never "negative".
 
     >>> from moesym.symbols import S
-    >>> smax(S.batch, 0)
-    B
+    >>> nonnegative(S.batch * sp.ceiling(S.hidden / 64) + 1), nonnegative(S.batch - 1)
+    (True, False)
     """
-    xs = [sym(a) for a in args]
-    nz = [a for a in xs if not (a.is_number and a == 0)]
-    if not nz:
-        return sp.Integer(0)
-    if len(nz) == 1 and len(nz) == len(xs):
-        return nz[0]
-    if len(nz) == 1 and nz[0].is_nonnegative:
-        return nz[0]
-    return sp.Max(*(nz if len(nz) < len(xs) and all(a.is_nonnegative for a in nz) else xs),
-                  evaluate=False)
+    if e.is_Number:
+        return bool(e >= 0)
+    if e.is_Symbol:
+        return bool(e.is_nonnegative)
+    if e.is_Add or e.is_Mul or isinstance(e, (sp.Min, sp.ceiling, sp.floor)):
+        return all(map(nonnegative, e.args))
+    if e.is_Pow:
+        return nonnegative(e.args[0]) and e.args[1].is_real is True
+    if isinstance(e, sp.Max):
+        return any(map(nonnegative, e.args))
+    if isinstance(e, sp.exp):
+        return e.args[0].is_real is True
+    return False
+
+
+def smax(*args) -> sp.Expr:
+    """Max without SymPy's pairwise simplification (see :func:`_extremum`).
+
+    >>> from moesym.symbols import S
+    >>> smax(S.batch, 0), smax(2, 3), smax(S.batch, smax(S.tokens, 1), 4)
+    (B, 3, Max(4, B, T))
+    """
+    return _extremum(sp.Max, max, args)
 
 
 def smin(*args) -> sp.Expr:
-    """Min without SymPy's pairwise simplification."""
-    xs = [sym(a) for a in args]
-    return xs[0] if len(xs) == 1 else sp.Min(*xs, evaluate=False)
+    """Min without SymPy's pairwise simplification (see :func:`_extremum`)."""
+    return _extremum(sp.Min, min, args)
+
+
+def rebuild(e: sp.Basic, args: tuple) -> sp.Basic:
+    """``e.func(*args)`` without SymPy's re-simplification of maxima, minima and symbolic
+    ceilings / floors (see :func:`substitute`)."""
+    if args == e.args:
+        return e
+    if e.func is sp.Max:
+        return smax(*args)
+    if e.func is sp.Min:
+        return smin(*args)
+    if e.func in (sp.ceiling, sp.floor):
+        return e.func(args[0]) if args[0].is_Number else e.func(args[0], evaluate=False)
+    return e.func(*args)
+
+
+def transform(expr: sp.Basic, fn) -> sp.Basic:
+    """Bottom-up rewrite: every node is rebuilt from its rewritten arguments (:func:`rebuild`)
+    and then passed through ``fn`` (return the node unchanged to keep it). Shared
+    subexpressions are visited once."""
+    memo: dict = {}
+
+    def go(e):
+        if e in memo:
+            return memo[e]
+        out = fn(e if e.is_Atom else rebuild(e, tuple(go(a) for a in e.args)))
+        memo[e] = out
+        return out
+
+    return go(sp.sympify(expr))
+
+
+def substitute(expr: sp.Basic, mapping) -> sp.Basic:
+    """``expr.xreplace(mapping)`` that rebuilds maxima and minima with :func:`smax` /
+    :func:`smin` and symbolic ceilings / floors unevaluated: SymPy's own rebuild re-simplifies
+    every Max it touches (minutes on a step model). Shared subexpressions are rebuilt once.
+
+    >>> from moesym.symbols import S
+    >>> substitute(smax(S.batch, 2 * S.tokens), {S.tokens: 3})
+    Max(6, B)
+    """
+    memo = {sp.sympify(k): sp.sympify(v) for k, v in dict(mapping).items()}
+    if not memo:
+        return expr
+
+    def go(e):
+        if e in memo:
+            return memo[e]
+        if e.is_Atom:
+            return e
+        out = rebuild(e, tuple(go(a) for a in e.args))
+        memo[e] = out
+        return out
+
+    return go(sp.sympify(expr))
 
 
 def sym(x) -> sp.Expr:

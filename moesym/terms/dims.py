@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from ..symbols import S
-from .cost import sym
+from .cost import smax, sym
 
 __all__ = ["Dims", "symbolic_dims"]
 
@@ -63,7 +63,7 @@ class Dims:
     @property
     def local_kv_heads(self) -> sp.Expr:
         """KV heads per TP rank; replicated (one per rank) when there are fewer KV heads than ranks."""
-        return sp.Max(self.kv_heads / self.tp, 1)
+        return smax(self.kv_heads / self.tp, 1)
 
     @property
     def expert_tp(self) -> sp.Expr:

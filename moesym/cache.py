@@ -1,0 +1,112 @@
+"""On-disk cache of compiled models: generated NumPy source keyed by what determines it.
+
+A compiled model (:class:`moesym.compiled.CompiledModel`) is plain data: Python source plus the
+argument and output names of each function and the numbers fixed by the model, hardware and
+deployment. Stored as one JSON file per key, it lets a repeated question skip SymPy entirely.
+
+Where: ``$MOESYM_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/moesym``, else ``~/.cache/moesym``.
+Off: ``--no-cache`` on the command line, ``MOESYM_NO_CACHE=1``, or :func:`disable`.
+
+The key is a SHA-256 of the package's own source (every ``.py`` file of moesym, so an upgrade or
+a local edit changes it), the entry format and the caller's description of the structure. An
+entry carries a digest of its own content: a corrupt, truncated, edited or foreign file is
+ignored and rebuilt, never trusted. A cache directory that cannot be written gives one warning
+and the run goes on without the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+__all__ = ["FORMAT", "cache_dir", "disable", "enabled", "key_for", "load", "store",
+           "package_fingerprint"]
+
+FORMAT = 1  # entry layout version
+_state = {"disabled": False, "warned": False, "fingerprint": None}
+
+
+def disable() -> None:
+    """Turn the disk cache off for this process (``--no-cache``)."""
+    _state["disabled"] = True
+
+
+def enabled() -> bool:
+    return not _state["disabled"] and os.environ.get("MOESYM_NO_CACHE", "") in ("", "0")
+
+
+def cache_dir() -> Path:
+    """The folder entries live in (not created here)."""
+    if os.environ.get("MOESYM_CACHE_DIR"):
+        return Path(os.environ["MOESYM_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "moesym"
+
+
+def package_fingerprint() -> str:
+    """SHA-256 over the package's Python sources (names and bytes), computed once per process."""
+    if _state["fingerprint"] is None:
+        root = Path(__file__).resolve().parent
+        h = hashlib.sha256()
+        for p in sorted(root.rglob("*.py")):
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+        _state["fingerprint"] = h.hexdigest()
+    return _state["fingerprint"]
+
+
+def key_for(description: str) -> str:
+    """Cache key of a structure described by ``description`` (a deterministic repr)."""
+    h = hashlib.sha256()
+    for part in (str(FORMAT), package_fingerprint(), description):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _digest(payload: dict) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def load(key: str) -> dict | None:
+    """The payload stored under ``key``, or None (absent, disabled, unreadable, corrupt, stale)."""
+    if not enabled():
+        return None
+    path = cache_dir() / f"{key}.json"
+    try:
+        entry = json.loads(path.read_text())
+        payload = entry["payload"]
+        if entry.get("format") != FORMAT or entry.get("key") != key \
+                or entry.get("digest") != _digest(payload):
+            return None
+        return payload
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def store(key: str, payload: dict) -> None:
+    """Write ``payload`` under ``key`` atomically; warn once and carry on if that fails."""
+    if not enabled():
+        return
+    folder = cache_dir()
+    entry = {"format": FORMAT, "key": key, "digest": _digest(payload), "payload": payload}
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(entry, f)
+            os.replace(tmp, folder / f"{key}.json")
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        if not _state["warned"]:
+            _state["warned"] = True
+            warnings.warn(f"cache directory {folder} is not writable ({exc.strerror or exc}); "
+                          "running without the compiled-model cache (set MOESYM_CACHE_DIR to a "
+                          "writable folder, or pass --no-cache)", stacklevel=2)

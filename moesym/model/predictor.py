@@ -1,0 +1,93 @@
+"""One prediction, end to end, through the compiled-model cache.
+
+The structure of a step model (which terms, which maxima, which overlap) is fixed by the model,
+hardware, deployment and phase; the workload's numbers (batch or tokens, context, chunk) are
+bound at evaluation. So the step and memory models are built and compiled once per structure,
+into one :class:`~moesym.compiled.CompiledModel` (every report quantity in one function, shared
+subexpressions computed once), stored by :mod:`moesym.cache`; a repeated question, at any batch
+or context, loads it and never imports SymPy.
+
+>>> from moesym import load_model, load_hardware, Deployment, Workload
+>>> r = predict(load_model("qwen3-8b"), load_hardware("h20"), Deployment(weights="fp8"),
+...             Workload("decode", batch=32, context=4096))
+>>> r["bound"], r["fits"]
+('memory', True)
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from .. import cache
+from ..compiled import CompiledModel
+from ..specs.deployment import Deployment, Workload
+from ..specs.hardware import HardwareSpec
+from ..specs.model import ModelSpec
+from .bindings import memory_workload_values, workload_values
+from .report import report_from_numbers
+
+__all__ = ["compiled_predict_model", "predict", "structure"]
+
+
+def structure(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
+              memory: bool = True) -> str:
+    """What fixes a predict model's expressions and fixed numbers (the cache key's input).
+
+    The workload enters only through its phase, except where routing statistics are computed
+    numerically at the workload's token count (Zipf routing, redundant experts)."""
+    numeric_routing = dep.routing.kind == "zipf" or dep.redundant_experts > 0
+    return repr(("predict", memory, model, hw, dep, wl.phase.value,
+                 wl if numeric_routing else None))
+
+
+def _build(model, hw, dep, wl, memory: bool) -> CompiledModel:
+    from ..compile import compile_model
+    from .report import report_expressions
+    from .step import build_step
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step = build_step(model, hw, dep, wl)
+        parts = [(report_expressions(step), step.values)]
+        if memory:
+            from ..memory import memory_model
+
+            mm = memory_model(model, hw, dep, wl)
+            parts.append(({"memory_bytes": mm.used_expr()}, mm.values))
+    cm = compile_model(parts)
+    cm.warnings = tuple(dict.fromkeys(str(w.message) for w in caught))
+    return cm
+
+
+def compiled_predict_model(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
+                           memory: bool = True) -> CompiledModel:
+    """The compiled report (and memory) model of this structure: from the disk cache when
+    present, else built, compiled and stored. Warnings of the build are given either way."""
+    dep.check_model(model)
+    key = cache.key_for(structure(model, hw, dep, wl, memory))
+    payload = cache.load(key)
+    cm = None
+    if payload is not None:
+        try:
+            cm = CompiledModel.from_payload(payload)
+        except Exception:  # noqa: BLE001 - a bad entry is rebuilt, never trusted
+            cm = None
+    if cm is None:
+        cm = _build(model, hw, dep, wl, memory)
+        cache.store(key, cm.to_payload())
+    for msg in cm.warnings:
+        warnings.warn(msg, stacklevel=2)
+    return cm
+
+
+def predict(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
+            memory: bool = True) -> dict:
+    """The ``moesym predict`` report; with ``memory`` also per-GPU memory and whether it fits."""
+    cm = compiled_predict_model(model, hw, dep, wl, memory)
+    values = {**cm.parts[0]["static"], **workload_values(wl)}
+    r = report_from_numbers(cm.evaluate(0, values), values, model, dep, wl)
+    if memory:
+        used = float(cm.evaluate(1, memory_workload_values(wl))["memory_bytes"])
+        r["memory_bytes"] = used
+        r["fits"] = bool(used <= hw.hbm_capacity_bytes)
+    return r

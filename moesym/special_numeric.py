@@ -1,0 +1,141 @@
+"""NumPy versions of moesym's special functions (no SymPy): expected maxima and padded sizes of
+binomial-family loads. :mod:`moesym.special` wraps them as SymPy functions; compiled models call
+them directly (:data:`NUMPY_FUNCTIONS`, by the SymPy class name).
+
+Binomial distributions here take a real number of trials ``N`` (the CDF is the regularized
+incomplete beta function, ``P(X <= j) = I_{1-p}(N - j, j + 1)``), so moment-matched binomials with
+non-integer ``N`` are allowed.
+
+>>> round(float(max_binomial_mean(0.5, 0.5, 2)), 6)  # max of 2 Bernoulli(1/2)
+0.75
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import special as sps
+
+__all__ = ["NUMPY_FUNCTIONS", "binomial_cdf", "load_cdf", "max_binomial_mean", "padded_rows_mean"]
+
+_SIGMAS = 10.0  # CDF window half-width in standard deviations; mass outside is < 1e-22
+_MAX_WIDTH = 4096  # widest exact summation window; wider (huge loads) uses the normal form
+_EXACT_MAX_MEAN = 64.0  # exact summation only below this mean load
+
+
+def binomial_cdf(j, trials, p):
+    """P(X <= j) for X ~ Binomial(trials, p), real ``trials`` allowed (incomplete beta).
+
+    ``p = 0`` gives 1 for j >= 0; ``p = 1`` gives a point mass at ``trials``.
+    """
+    j, trials, p = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (j, trials, p)))
+    out = np.zeros(j.shape)
+    top = j >= trials
+    mid = (j >= 0) & ~top
+    a = np.where(mid, trials - j, 1.0)
+    b = np.where(mid, j + 1.0, 1.0)
+    x = np.where(mid, 1.0 - p, 0.5)
+    with np.errstate(invalid="ignore"):
+        out[mid] = sps.betainc(a, b, x)[mid]
+    out[top] = 1.0
+    return out
+
+
+def _poisson_cdf(j, mean):
+    j, mean = np.broadcast_arrays(np.asarray(j, float), np.asarray(mean, float))
+    out = np.zeros(j.shape)
+    ok = j >= 0
+    out[ok] = sps.gammaincc(np.floor(j[ok]) + 1.0, mean[ok])
+    return out
+
+
+def _negbin_cdf(j, mean, p):
+    """CDF of the negative binomial with the given mean and variance mean*(1 - p), p < 0."""
+    j, mean, p = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (j, mean, p)))
+    out = np.zeros(j.shape)
+    ok = (j >= 0) & (p < 0)
+    r = mean[ok] / -p[ok]  # size parameter
+    out[ok] = sps.betainc(r, np.floor(j[ok]) + 1.0, 1.0 / (1.0 - p[ok]))
+    return out
+
+
+def load_cdf(j, mean, p):
+    """CDF of the count with mean ``mean`` and variance mean*(1 - p) (Katz family).
+
+    0 < p <= 1: Binomial(mean/p, p); p = 0: Poisson(mean); p < 0: negative binomial
+    (overdispersed, variance above the mean).
+    """
+    p_safe = np.maximum(p, 1e-300)
+    cdf_b = binomial_cdf(j, mean / p_safe, np.minimum(p, 1.0))
+    cdf = np.where(np.abs(p) < 1e-12, _poisson_cdf(j, mean), cdf_b)
+    return np.where(p <= -1e-12, _negbin_cdf(j, mean, np.minimum(p, -1e-12)), cdf)
+
+
+def _normal_max(mean, sd, n):
+    """Normal extreme-value form (Blom plotting position), used beyond the exact window."""
+    z = np.sqrt(2.0) * sps.erfinv(2.0 * (n - 0.375) / (n + 0.25) - 1.0)
+    return mean + sd * z
+
+
+def max_binomial_mean(mean, p, n):
+    """E[max of n iid Binomial(N = mean/p, p)] = sum_{j>=0} (1 - F(j)**n), NumPy, broadcasting.
+
+    ``p -> 0`` is the Poisson(mean) limit; ``p = 1`` a point mass at ``mean``; ``p < 0`` the
+    negative binomial with variance mean*(1 - p) (overdispersed loads). Loads wider than
+    ``_MAX_WIDTH`` values fall back to the normal extreme-value form (error O(1/sd) there).
+    """
+    mean, p, n = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (mean, p, n)))
+    shape = mean.shape
+    mean, p, n = mean.ravel(), np.minimum(p.ravel(), 1.0), np.maximum(n.ravel(), 1.0)
+    sd = np.sqrt(np.maximum(mean * (1.0 - p), 0.0))
+    spread = _SIGMAS + np.sqrt(2.0 * np.log(n + 1.0))
+    lo = np.maximum(np.floor(mean - _SIGMAS * sd) - 2.0, 0.0)
+    hi = np.ceil(mean + spread * sd) + 2.0
+    # overdispersed (negative binomial) tails decay like q**j, q = -p/(1 - p): 40 e-folds more
+    q = np.clip(-p / np.maximum(1.0 - p, 1e-300), 1e-300, 1.0 - 1e-12)
+    hi += np.where(p < 0, np.ceil(40.0 / -np.log(q)), 0.0)
+    top = np.where(p > 0, mean / np.maximum(p, 1e-300), np.inf)  # the support ends at N
+    hi = np.minimum(hi, np.ceil(top) + 1.0)
+    width = np.maximum(hi - lo, 0.0)
+    # exact sum where it is cheap and matters (small loads); the normal form elsewhere, where
+    # its error is O(1/sd) of the spread (callers use this function only below a mean of 8)
+    exact = (width <= _MAX_WIDTH) & (mean < _EXACT_MAX_MEAN)
+    out = _normal_max(mean, sd, n)
+    if exact.any():
+        m, pp, nn, lo_e = mean[exact], p[exact], n[exact], lo[exact]
+        total = lo_e.copy()  # terms j < lo are 1 - F(j)**n = 1 to double precision
+        for w in range(int(width[exact].max()) + 1):
+            j = lo_e + w
+            total += 1.0 - load_cdf(j, m, pp) ** nn
+        out[exact] = total
+    point = p >= 1.0 - 1e-15
+    out[point] = mean[point]
+    return out.reshape(shape)
+
+
+def padded_rows_mean(trials, p, tile):
+    """E[tile * ceil(X / tile)] for X ~ Binomial(trials, p) = tile * sum_{i>=0} P(X > i*tile)."""
+    trials, p, tile = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (trials, p, tile)))
+    shape = trials.shape
+    trials, p, tile = trials.ravel(), np.clip(p.ravel(), 0.0, 1.0), tile.ravel()
+    mean = trials * p
+    sd = np.sqrt(mean * (1.0 - p))
+    lo_rows = np.maximum(mean - _SIGMAS * sd - 2.0, 0.0)
+    hi_rows = np.minimum(mean + _SIGMAS * sd + 2.0, trials)
+    i_lo = np.floor(lo_rows / tile)
+    i_hi = np.ceil(hi_rows / tile)
+    width = i_hi - i_lo
+    out = np.empty_like(mean)
+    exact = width <= _MAX_WIDTH
+    # beyond the window: mean plus half a tile of padding (error < tile / 2 out of >> tile rows)
+    out[~exact] = mean[~exact] + (tile[~exact] - 1.0) / 2.0
+    if exact.any():
+        t, pp, tl, lo_e = trials[exact], p[exact], tile[exact], i_lo[exact]
+        total = lo_e.copy()
+        for w in range(int(width[exact].max()) + 1):
+            i = lo_e + w
+            total += 1.0 - binomial_cdf(i * tl, t, pp)
+        out[exact] = tl * total
+    return out.reshape(shape)
+
+
+NUMPY_FUNCTIONS = {"MaxBinomialMean": max_binomial_mean, "PaddedRowsMean": padded_rows_mean}
