@@ -30,9 +30,9 @@ FORMAT = 1  # entry layout version
 _state = {"disabled": False, "warned": False, "fingerprint": None}
 
 
-def disable() -> None:
-    """Turn the disk cache off for this process (``--no-cache``)."""
-    _state["disabled"] = True
+def disable(off: bool = True) -> None:
+    """Turn the disk cache off (or back on) for this process (``--no-cache``)."""
+    _state["disabled"] = off
 
 
 def enabled() -> bool:

@@ -235,7 +235,9 @@ def compile_expr(expr: sp.Expr, args: Sequence[sp.Symbol], cse: bool = True) -> 
 
 @lru_cache(maxsize=256)
 def _bound_cached(expr: sp.Expr, fixed: tuple, args: tuple, cse: bool) -> Callable:
-    bound = expr.xreplace({s: sp.Float(v) for s, v in fixed})
+    from .terms.cost import substitute
+
+    bound = substitute(expr, {s: sp.Float(v) for s, v in fixed})
     return compile_expr(bound, tuple(a for a in args if a in bound.free_symbols), cse=cse), \
         tuple(a for a in args if a in bound.free_symbols)
 

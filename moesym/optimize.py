@@ -29,13 +29,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from .compile import bind_and_compile
 from .errors import MoesymError
-from .model.step import build_step
+from .progress import progress_bar
 from .specs.deployment import A2AMode, Deployment, Phase, Workload
 from .specs.hardware import HardwareSpec
 from .specs.model import ModelSpec
-from .symbols import S
+from .symtab import N
 
 __all__ = ["OptimizeResult", "optimize", "choices", "pareto_front", "disaggregate"]
 
@@ -80,28 +79,26 @@ def pareto_front(df: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     return df.loc[keep].sort_values(x, ascending=False)
 
 
-def _call(compiled, env):
-    fn, args = compiled
-    return fn(*(env[a] for a in args))
-
-
-def _search(t_fn, mem_fn, capacity, ph, size_sym, context, limit, tp, ep, mb, gpus, max_size):
+def _search(cm, capacity, ph, size_sym, context, limit, tp, ep, mb, gpus, max_size):
     """Exhaustive search of one (tp, ep, mb): the size (a multiple of ``mb``) with the most
     tokens per GPU per second that fits and meets ``limit``, or None; and a function giving
-    (step time, latency, feasible) at any sizes."""
-    fixed = {S.tp: float(tp), S.ep: float(ep), S.micro_batches: float(mb), S.gpus: float(gpus)}
+    (step time, latency, feasible) at any sizes. ``cm``: the compiled predict model (step and
+    memory) of this (A2A mode, EP)."""
+    fixed = {N.tp: float(tp), N.ep: float(ep), N.micro_batches: float(mb), N.gpus: float(gpus)}
 
     def measure(sizes):
         env = dict(fixed)
         env[size_sym] = sizes
         if ph is Phase.PREFILL:
-            env[S.chunk] = np.minimum(sizes, context)
-            env[S.batch] = np.maximum(1.0, np.ceil(sizes / context))  # prompts held in memory
-        fits = np.broadcast_to(_call(mem_fn, env), sizes.shape) <= capacity
+            env[N.chunk] = np.minimum(sizes, context)
+        mem_env = dict(env)
+        if ph is Phase.PREFILL:
+            mem_env[N.batch] = np.maximum(1.0, np.ceil(sizes / context))  # prompts held in memory
+        fits = np.broadcast_to(cm.evaluate(1, mem_env)["memory_bytes"], sizes.shape) <= capacity
         t = np.full(sizes.shape, np.inf)
         if fits.any():  # time only what fits (decode: memory binds long before max_size)
             env = {k: (v[fits] if isinstance(v, np.ndarray) else v) for k, v in env.items()}
-            t[fits] = np.broadcast_to(_call(t_fn, env), (int(fits.sum()),))
+            t[fits] = np.broadcast_to(cm.evaluate(0, env)["step_time_s"], (int(fits.sum()),))
         lat = t if ph is Phase.DECODE else t * np.maximum(1.0, context / sizes)
         ok = fits & np.isfinite(t) & ((lat <= limit) if limit is not None else True)
         return t, lat, ok
@@ -122,12 +119,15 @@ def _search(t_fn, mem_fn, capacity, ph, size_sym, context, limit, tp, ep, mb, gp
 def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context: int,
              tpot_s: float | None = None, ttft_s: float | None = None,
              base: Deployment | None = None, micro_batches=(1, 2), max_size: int = 1 << 15,
-             a2a_modes=None) -> OptimizeResult:
+             a2a_modes=None, tps=None, eps=None, progress: bool = False) -> OptimizeResult:
     """Best deployment of ``model`` on ``gpus`` GPUs for ``phase`` at ``context``.
 
     ``max_size``: largest batch (decode) or tokens (prefill) per attention DP rank searched.
+    ``micro_batches``, ``a2a_modes``, ``tps``, ``eps``: the values each choice may take (None:
+    every valid one); a pinned value that no valid deployment has is an error.
+    ``progress``: a progress bar on stderr over the (A2A mode, EP) models.
     """
-    from .memory import memory_model
+    from .model.predictor import compiled_predict_model
 
     ph = Phase(phase)
     base = base or Deployment()
@@ -136,13 +136,22 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
                      else [A2AMode.DEEPEP_NORMAL]) + [A2AMode.ALLGATHER] \
             if model.is_moe and gpus > 1 else [A2AMode.AUTO]
     decode = ph is Phase.DECODE
-    size_sym, size_key = (S.batch, "batch") if decode else (S.tokens, "tokens")
+    size_sym, size_key = (N.batch, "batch") if decode else (N.tokens, "tokens")
     lat_key, limit = ("tpot_s", tpot_s) if decode else ("ttft_s", ttft_s)
     wl0 = (Workload(ph, batch=1, context=context) if decode
            else Workload(ph, tokens=context, context=context))
-    cands = choices(model, gpus, micro_batches, base.redundant_experts)
-    # what a candidate sets: its size (prefill: with the chunk and the prompts held in memory)
-    grid = (size_sym, S.tp, S.ep, S.micro_batches, S.gpus) + (() if decode else (S.chunk, S.batch))
+    cands = [c for c in choices(model, gpus, micro_batches, base.redundant_experts)
+             if (tps is None or c[0] in tps) and (eps is None or c[1] in eps)]
+    if not cands:
+        raise MoesymError(f"no valid deployment of {model.name} on {gpus} GPUs has --tp in "
+                          f"{sorted(tps) if tps else 'any'} and --ep in "
+                          f"{sorted(eps) if eps else 'any'}: each must divide --gpus, TP the "
+                          f"{model.num_heads} heads and EP the {model.num_experts} experts")
+    models = [(mode, ep) for mode in a2a_modes for ep in sorted({c[1] for c in cands})
+              if not (mode.is_deepep and ep != gpus)]  # DeepEP has no expert tensor parallelism
+    if not models:
+        raise MoesymError("DeepEP --a2a modes need --ep equal to --gpus; pin --ep "
+                          f"{gpus} or add --a2a allgather")
     rows = []
 
     def row(tp, ep, mb, mode, size, t, lat, front_only=False):
@@ -150,31 +159,25 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
                 "step_time_s": float(t), "tokens_per_gpu_s": float(size / tp / t),
                 lat_key: float(lat), "fits": True, "_front_only": front_only}
 
-    for mode in a2a_modes:
-        for ep in sorted({c[1] for c in cands}):
-            if mode.is_deepep and ep != gpus:
-                continue  # DeepEP has no expert tensor parallelism
-            # the model predict builds for this EP and mode (TP, micro-batches, size are symbols)
-            rep = replace(base, gpus=gpus, ep=ep, tp=1, micro_batches=1, a2a=mode)
-            step = build_step(model, hw, rep, wl0)
-            mm = memory_model(model, hw, rep, wl0)
-            t_fn = bind_and_compile(step.expr, step.values, grid)
-            mem_fn = bind_and_compile(mm.used_expr(), mm.values, grid)
-            capacity = mm.values[S.hbm_capacity]
-            for tp, _, mb in (c for c in cands if c[1] == ep):
-                best, measure = _search(t_fn, mem_fn, capacity, ph, size_sym, context, limit,
-                                        tp, ep, mb, gpus, max_size)
-                if best is None:
-                    continue
-                size, t, lat, _ = best
-                rows.append(row(tp, ep, mb, mode, size, t, lat))
-                # smaller feasible sizes (mb x powers of two) for the Pareto front
-                front = mb * 2.0 ** np.arange(0, max(0, int(math.log2(size / mb))) + 1)
-                front = front[front < size]
-                if len(front):
-                    ft, flat, fok = measure(front)
-                    rows += [row(tp, ep, mb, mode, s, a, b, True)
-                             for s, a, b in zip(front[fok], ft[fok], flat[fok])]
+    for mode, ep in progress_bar(models, "optimize: models", progress):
+        # the model predict builds for this EP and mode (TP, micro-batches, size are symbols)
+        rep = replace(base, gpus=gpus, ep=ep, tp=1, micro_batches=1, a2a=mode)
+        cm = compiled_predict_model(model, hw, rep, wl0)
+        capacity = hw.hbm_capacity_bytes
+        for tp, _, mb in (c for c in cands if c[1] == ep):
+            best, measure = _search(cm, capacity, ph, size_sym, context, limit,
+                                    tp, ep, mb, gpus, max_size)
+            if best is None:
+                continue
+            size, t, lat, _ = best
+            rows.append(row(tp, ep, mb, mode, size, t, lat))
+            # smaller feasible sizes (mb x powers of two) for the Pareto front
+            front = mb * 2.0 ** np.arange(0, max(0, int(math.log2(size / mb))) + 1)
+            front = front[front < size]
+            if len(front):
+                ft, flat, fok = measure(front)
+                rows += [row(tp, ep, mb, mode, s, a, b, True)
+                         for s, a, b in zip(front[fok], ft[fok], flat[fok])]
     if not rows:
         raise MoesymError("no deployment meets the latency limit and fits in memory; relax "
                           "--tpot-ms / --ttft-ms or add GPUs")

@@ -38,20 +38,18 @@ from typing import Callable, Iterator, Mapping, NamedTuple, Sequence
 import numpy as np
 import pandas as pd
 
-from .compile import bind_and_compile
 from .errors import MoesymError
-from .model.step import build_step
 from .specs.deployment import A2AMode, Deployment, Phase, Workload
 from .specs.hardware import HardwareSpec, load_hardware
 from .specs.model import ModelSpec
-from .symbols import S
+from .symtab import N
 
-__all__ = ["parse_list", "sweep_chunks", "sweep_frame", "write_sweep", "sweep_dask",
-           "write_sweep_dask", "dask_client", "AXES"]
+__all__ = ["parse_list", "sweep_chunks", "sweep_columns", "sweep_frame", "write_sweep", "sweep_dask",
+           "write_sweep_dask", "dask_client", "AXIS_NAMES"]
 
-# grid axis name -> step-model symbol
-AXES = {"batch": S.batch, "tokens": S.tokens, "context": S.context, "gpus": S.gpus, "ep": S.ep,
-        "tp": S.tp, "micro_batches": S.micro_batches}
+# grid axis -> printed name of its step-model symbol
+AXIS_NAMES = {"batch": N.batch, "tokens": N.tokens, "context": N.context, "gpus": N.gpus,
+              "ep": N.ep, "tp": N.tp, "micro_batches": N.micro_batches}
 
 _NO_POINT = ("no valid grid point: check that --ep and --tp divide --gpus and the model (DeepEP "
              "--a2a modes need --ep equal to --gpus)")
@@ -101,36 +99,18 @@ def _valid_mask(model: ModelSpec, cols: Mapping[str, np.ndarray], redundant: int
     return ok
 
 
-def _memory_model():
-    try:
-        from .memory import memory_model
-    except ImportError:  # pragma: no cover - memory model ships with the package
-        return None
-    return memory_model
-
-
-def _fits_fn(model, hw, dep, wl):
-    """Compiled per-GPU memory use over the grid axes, and the capacity."""
-    memory_model = _memory_model()
-    if memory_model is None:  # pragma: no cover
-        return None, None, math.inf
-    mm = memory_model(model, hw, dep, wl)
-    expr = mm.used_expr()
-    grid_syms = tuple(s for s in AXES.values() if s in expr.free_symbols)
-    fn, args = bind_and_compile(expr, mm.values, grid_syms)
-    return fn, args, mm.values[S.hbm_capacity]
-
-
 def _columns(ax: Mapping[str, Sequence]) -> dict[str, np.ndarray]:
     """Every combination of the axes (the first varies slowest), one int64 column per axis.
 
     An ``ep`` of None means EP over all the point's GPUs.
     """
-    mesh = np.meshgrid(*(np.asarray(v) for v in ax.values()), indexing="ij")
+    arrays = {n: np.asarray([-1 if x is None else x for x in v], dtype=np.int64)
+              for n, v in ax.items()}
+    mesh = np.meshgrid(*arrays.values(), indexing="ij", copy=False)
     cols = {n: m.ravel() for n, m in zip(ax, mesh)}
-    if "ep" in cols:
-        cols["ep"] = np.where(pd.isna(cols["ep"]), cols["gpus"], cols["ep"])
-    return {n: c.astype(np.int64) for n, c in cols.items()}
+    if "ep" in cols:  # -1 stands for None: EP over all the point's GPUs
+        cols["ep"] = np.where(cols["ep"] < 0, cols["gpus"], cols["ep"])
+    return {n: c.astype(np.int64, copy=False) for n, c in cols.items()}
 
 
 @dataclass(frozen=True)
@@ -154,14 +134,6 @@ class _Grid:
         return "batch" if self.wl.phase is Phase.DECODE else "tokens"
 
 
-class _Compiled(NamedTuple):
-    fn: Callable
-    args: tuple
-    mem_fn: Callable | None
-    mem_args: tuple | None
-    capacity: float
-
-
 def _plan(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
           axes: Mapping[str, Sequence[int]], deployment: Deployment | None,
           chunk_points: int) -> tuple[_Grid, list[tuple]]:
@@ -170,9 +142,9 @@ def _plan(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
     ph = Phase(phase)
     base = deployment or Deployment()
     ax = {k: list(v) for k, v in axes.items()}
-    unknown = sorted(set(ax) - set(AXES))
+    unknown = sorted(set(ax) - set(AXIS_NAMES))
     if unknown:
-        raise MoesymError(f"unknown sweep axis {', '.join(unknown)}: use {', '.join(AXES)}")
+        raise MoesymError(f"unknown sweep axis {', '.join(unknown)}: use {', '.join(AXIS_NAMES)}")
     tok_axis = "batch" if ph is Phase.DECODE else "tokens"
     ax.setdefault(tok_axis, [1 if ph is Phase.DECODE else 4096])
     ax.setdefault("context", [4096])
@@ -203,14 +175,13 @@ def _plan(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
     return grid, blocks
 
 
-def _compile(grid: _Grid, gpus: int, ep: int) -> _Compiled:
-    dep = replace(grid.rep, gpus=gpus, ep=ep)
-    step = build_step(grid.model, grid.hw, dep, grid.wl)
-    syms = tuple(AXES[n] for n in grid.names)
-    if grid.wl.phase is Phase.PREFILL:
-        syms += (S.chunk,)
-    fn, args = bind_and_compile(step.expr, step.values, syms)
-    return _Compiled(fn, args, *_fits_fn(grid.model, grid.hw, dep, grid.wl))
+def _compile(grid: _Grid, gpus: int, ep: int):
+    """The compiled predict model (step and memory) of one (GPUs, EP): the one ``moesym
+    predict`` uses, from the disk cache when present."""
+    from .model.predictor import compiled_predict_model
+
+    return compiled_predict_model(grid.model, grid.hw, replace(grid.rep, gpus=gpus, ep=ep),
+                                  grid.wl)
 
 
 class _Models:
@@ -220,10 +191,10 @@ class _Models:
 
     def __init__(self, grid: _Grid):
         self.grid = grid
-        self._cache: dict[tuple[int, int], _Compiled] = {}
+        self._cache: dict = {}
         self._lock = threading.Lock()
 
-    def get(self, gpus: int, ep: int) -> _Compiled:
+    def get(self, gpus: int, ep: int):
         key = (int(gpus), int(ep))
         with self._lock:  # threads of one dask worker wait for the first compile
             if key not in self._cache:
@@ -231,63 +202,120 @@ class _Models:
             return self._cache[key]
 
 
-def _block_columns(grid: _Grid, block: Sequence) -> dict[str, np.ndarray]:
-    """The axis columns of the valid points whose first-axis value is in ``block``."""
-    cols = _columns({grid.first: block, **dict(grid.rest)})
-    if grid.wl.phase is Phase.PREFILL:
-        cols["chunk"] = np.minimum(cols["tokens"], cols["context"])
+def _with_names(grid: _Grid, arrays: Mapping[str, np.ndarray]) -> dict:
+    """The block's columns with the hardware and weight-precision columns in front, each a
+    :class:`Constant` (one value for the whole block)."""
+    n = len(next(iter(arrays.values())))
+    return {"hardware": Constant(grid.hw.name, n), "weights": Constant(grid.base.weights, n),
+            **arrays}
+
+
+class Constant(NamedTuple):
+    """A column holding one value ``n`` times (written dictionary-encoded, never expanded
+    until a DataFrame needs it)."""
+
+    value: str
+    n: int
+
+    def __array__(self, dtype=None, copy=None):
+        return np.full(self.n, self.value, dtype=object if dtype is None else dtype)
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def _arrow_table(block):
+    import pyarrow as pa
+
+    if isinstance(block, pd.DataFrame):
+        return pa.Table.from_pandas(block, preserve_index=False)
+    cols = {}
+    for k, v in block.items():
+        if isinstance(v, Constant):  # one dictionary entry, n zero indices
+            cols[k] = pa.DictionaryArray.from_arrays(np.zeros(v.n, np.int8), pa.array([v.value]))
+        else:
+            cols[k] = v
+    return pa.table(cols)
+
+
+def _frame(grid: _Grid, arrays: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    return pd.DataFrame({"hardware": grid.hw.name, "weights": grid.base.weights, **arrays})
+
+
+def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarray]:
+    """Evaluate one block of the grid (the one code path of both backends): the axis columns,
+    step time, tokens per GPU per second, per-GPU memory and whether it fits, for the valid
+    points in grid order.
+
+    The compiled model is evaluated on the axes broadcast against each other, one (GPUs, EP)
+    pair at a time, so every subexpression is computed only over the axes it depends on (the
+    load-imbalance order statistic over batch x EP, not over every context as well)."""
+    ax = {grid.first: list(block), **{n: list(v) for n, v in grid.rest}}
+    names = list(ax)
+    shape = tuple(len(v) for v in ax.values())
+    t = np.full(shape, np.nan)
+    used = np.full(shape, np.nan)
+    gi, ei = names.index("gpus"), names.index("ep")
+    others = [n for n in names if n not in ("gpus", "ep")]
+    sub_shape = tuple(len(ax[n]) for n in others)
+    env0 = {}
+    for i, n in enumerate(others):  # each remaining axis along its own dimension
+        view = [1] * len(others)
+        view[i] = len(ax[n])
+        env0[AXIS_NAMES[n]] = np.asarray(ax[n], dtype=float).reshape(view)
+    prefill = grid.wl.phase is Phase.PREFILL
+    if prefill:
+        env0[N.chunk] = np.minimum(env0[N.tokens], env0[N.context])
+    tp = np.asarray(ax["tp"], dtype=np.int64)
+    for a, g in enumerate(ax["gpus"]):
+        for b, e in enumerate(ax["ep"]):
+            e = g if e is None else e
+            cols = {"gpus": np.full(len(tp), g), "ep": np.full(len(tp), e), "tp": tp}
+            if not _valid_mask(grid.model, cols, grid.base.redundant_experts, grid.base.a2a).any():
+                continue
+            cm = models.get(int(g), int(e))
+            env = {**env0, N.gpus: float(g), N.ep: float(e)}
+            at = [slice(None)] * len(names)
+            at[gi], at[ei] = a, b
+            t[tuple(at)] = np.broadcast_to(cm.evaluate(0, env)["step_time_s"], sub_shape)
+            if prefill:  # prompts whose KV is held: ceil(tokens / context)
+                env[N.batch] = np.ceil(env[N.tokens] / env[N.context])
+            used[tuple(at)] = np.broadcast_to(cm.evaluate(1, env)["memory_bytes"], sub_shape)
+    cols = _columns(ax)
     ok = _valid_mask(grid.model, cols, grid.base.redundant_experts, grid.base.a2a)
-    return {n: c[ok] for n, c in cols.items()}
+    out = {n: c[ok] for n, c in cols.items()}
+    if prefill:
+        out["chunk"] = np.minimum(out["tokens"], out["context"])
+    t, used = t.ravel()[ok], used.ravel()[ok]
+    out["step_time_s"] = t
+    out["tokens_per_gpu_s"] = out[grid.tok_axis] / out["tp"] / t
+    out["memory_bytes"] = used
+    out["fits"] = used <= grid.hw.hbm_capacity_bytes
+    return out
 
 
-def _frame(grid: _Grid, cols: Mapping[str, np.ndarray], t: np.ndarray, used: np.ndarray | None,
-           capacity: float) -> pd.DataFrame:
-    tok = cols[grid.tok_axis] / cols["tp"]
-    df = pd.DataFrame({"hardware": grid.hw.name, "weights": grid.base.weights, **cols})
-    df["step_time_s"] = t
-    df["tokens_per_gpu_s"] = tok / t
-    if used is not None:
-        df["memory_bytes"] = used
-        df["fits"] = used <= capacity
-    else:  # pragma: no cover - memory model ships with the package
-        df["fits"] = True
-    return df
+def sweep_columns(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
+                  axes: Mapping[str, Sequence[int]], deployment: Deployment | None = None,
+                  chunk_points: int = 2_000_000) -> Iterator[dict[str, np.ndarray]]:
+    """Yield the grid as blocks of at most about ``chunk_points`` rows, each a dict of NumPy
+    columns (what :func:`write_sweep` streams without building DataFrames)."""
+    for grid, arrays in _blocks(model, hardware, phase, axes, deployment, chunk_points):
+        yield _with_names(grid, arrays)
 
 
-def _block(grid: _Grid, models: _Models, block: Sequence) -> pd.DataFrame:
-    """Evaluate one block of the grid: the one code path of both backends."""
-    cols = _block_columns(grid, block)
-    n = len(cols[grid.first])
-    t = np.empty(n)
-    used = np.empty(n)
-    capacity = math.inf
-    pairs = np.stack([cols["gpus"], cols["ep"]], axis=1) if n else np.empty((0, 2), np.int64)
-    for gpus, ep in np.unique(pairs, axis=0):
-        sel = (cols["gpus"] == gpus) & (cols["ep"] == ep)
-        sub = {k: c[sel] for k, c in cols.items()}
-        env = {AXES[k]: sub[k].astype(float) for k in grid.names}
-        if grid.wl.phase is Phase.PREFILL:
-            env[S.chunk] = sub["chunk"].astype(float)
-        fn, args, mem_fn, mem_args, capacity = models.get(gpus, ep)
-        t[sel] = np.broadcast_to(fn(*(env[a] for a in args)), sub[grid.first].shape)
-        if mem_fn is not None:
-            menv = dict(env)
-            if grid.wl.phase is Phase.PREFILL:  # prompts whose KV is held: ceil(tokens / context)
-                menv[S.batch] = np.ceil(sub["tokens"] / sub["context"]).astype(float)
-            menv.setdefault(S.batch, np.ones(int(sel.sum())))
-            used[sel] = np.broadcast_to(mem_fn(*(menv.get(a, 1.0) for a in mem_args)),
-                                        sub[grid.first].shape)
-    return _frame(grid, cols, t, used if _memory_model() is not None else None, capacity)
+def _blocks(model, hardware, phase, axes, deployment, chunk_points):
+    grid, blocks = _plan(model, hardware, phase, axes, deployment, chunk_points)
+    models = _Models(grid)
+    for block in blocks:
+        yield grid, _block(grid, models, block)
 
 
 def sweep_chunks(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
                  axes: Mapping[str, Sequence[int]], deployment: Deployment | None = None,
                  chunk_points: int = 2_000_000) -> Iterator[pd.DataFrame]:
     """Yield DataFrames of at most about ``chunk_points`` rows covering the whole grid."""
-    grid, blocks = _plan(model, hardware, phase, axes, deployment, chunk_points)
-    models = _Models(grid)
-    for block in blocks:
-        yield _block(grid, models, block)
+    for grid, arrays in _blocks(model, hardware, phase, axes, deployment, chunk_points):
+        yield _frame(grid, arrays)
 
 
 def sweep_frame(model: ModelSpec, hardware, phase: str, axes: Mapping[str, Sequence[int]],
@@ -299,8 +327,10 @@ def sweep_frame(model: ModelSpec, hardware, phase: str, axes: Mapping[str, Seque
     return pd.concat(parts, ignore_index=True)
 
 
-def write_sweep(path: str | Path, frames: Iterator[pd.DataFrame]) -> int:
-    """Stream frames to CSV (appending) or Parquet (row groups); return the rows written."""
+def write_sweep(path: str | Path, frames: Iterator) -> int:
+    """Stream blocks (DataFrames, or dicts of columns from :func:`sweep_columns`) to CSV
+    (appending) or Parquet (one row group per block, written from Arrow arrays); return the rows
+    written."""
     path = Path(path)
     n = 0
     if path.suffix == ".parquet":
@@ -311,17 +341,23 @@ def write_sweep(path: str | Path, frames: Iterator[pd.DataFrame]) -> int:
             raise MoesymError("Parquet output needs the optional extra: pip install 'moesym[parquet]'") \
                 from None
         writer = None
-        for df in frames:
-            table = pa.Table.from_pandas(df, preserve_index=False)
-            if writer is None:
-                writer = pq.ParquetWriter(path, table.schema)
+        for block in frames:
+            table = _arrow_table(block)
+            if writer is None:  # dictionary-encode only the text columns: numbers gain nothing
+                text = [f.name for f in table.schema
+                        if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)
+                        or pa.types.is_large_string(f.type)]
+                writer = pq.ParquetWriter(path, table.schema, use_dictionary=text)
             writer.write_table(table)
-            n += len(df)
-        if writer is not None:
-            writer.close()
+            n += table.num_rows
+        if writer is None:
+            raise MoesymError(_NO_POINT)
+        writer.close()
         return n
     first = True
-    for df in frames:
+    for block in frames:
+        df = block if isinstance(block, pd.DataFrame) else pd.DataFrame(
+            {k: (v.value if isinstance(v, Constant) else v) for k, v in block.items()})
         df.to_csv(path, mode="w" if first else "a", header=first, index=False)
         first = False
         n += len(df)
@@ -369,7 +405,7 @@ def _dask_block(block: tuple, spec: bytes) -> pd.DataFrame:
     """One partition, on a worker: each model is built and compiled once per process and plan."""
     with _SETUP_LOCK:
         grid, models = _setup(spec)
-    return _block(grid, models, block)
+    return _frame(grid, _block(grid, models, block))
 
 
 def _moesym_version() -> str:
@@ -413,8 +449,11 @@ def sweep_dask(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
     if client is not None:
         _check_workers(client)
     empty = np.empty(0)
-    meta = _frame(grid, _block_columns(grid, ()), empty,
-                  empty if _memory_model() is not None else None, math.inf)
+    cols = {n: np.empty(0, np.int64) for n in grid.names}
+    if grid.wl.phase is Phase.PREFILL:
+        cols["chunk"] = np.empty(0, np.int64)
+    meta = _frame(grid, {**cols, "step_time_s": empty, "tokens_per_gpu_s": empty,
+                         "memory_bytes": empty, "fits": np.empty(0, bool)})
     # keep pandas' string dtype (as the local chunks have it) rather than dask's pyarrow strings
     with dask.config.set({"dataframe.convert-string": False}):
         return dd.from_map(_dask_block, blocks, spec=_dumps(grid), meta=meta, label="moesym-sweep")

@@ -62,10 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         cmd = _command(argv)
         parser = build_parser(cmd if cmd in COMMANDS else "")
         args = parser.parse_args(argv)
-        if getattr(args, "no_cache", False):
-            from ..cache import disable
+        from ..cache import disable
 
-            disable()
+        disable(getattr(args, "no_cache", False))  # per invocation
         if not getattr(args, "func", None):
             parser.print_help()
             return 0

@@ -64,16 +64,51 @@ def add_bench_data(p: argparse.ArgumentParser) -> None:
                    help="folder of kernel tables (InferSim CSV layout) to calibrate kernel times")
 
 
-def add_deployment(p: argparse.ArgumentParser) -> None:
+def positive_int_list(text: str) -> list[int]:
+    """``4`` or ``1,2,4``: the values a searched choice may take."""
+    try:
+        vals = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or a comma list of them, "
+                                         f"got {text!r}") from None
+    if not vals or any(v <= 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return vals
+
+
+def a2a_list(text: str) -> list[A2AMode]:
+    modes = [m.value for m in A2AMode]
+    out = []
+    for x in text.split(","):
+        if x not in modes:
+            raise argparse.ArgumentTypeError(f"invalid choice {x!r} (choose from "
+                                             f"{', '.join(modes)}; a comma list searches several)")
+        out.append(A2AMode(x))
+    return out
+
+
+def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
+    """Deployment flags; with ``search`` (optimize) --tp, --ep, --micro-batches and --a2a take
+    one value or a comma list of the values the search may choose from (default: any)."""
     g = p.add_argument_group("deployment")
     g.add_argument("--gpus", type=positive_int, default=1)
     g.add_argument("--gpus-per-node", type=positive_int, default=8)
-    g.add_argument("--tp", type=positive_int, default=1)
-    g.add_argument("--ep", type=positive_int, default=None, help="default: --gpus")
-    g.add_argument("--micro-batches", type=positive_int, default=1)
+    if search:
+        g.add_argument("--tp", type=positive_int_list, default=None, metavar="N[,N...]")
+        g.add_argument("--ep", type=positive_int_list, default=None, metavar="N[,N...]")
+        g.add_argument("--micro-batches", type=positive_int_list, default=None,
+                       metavar="N[,N...]", help="default: 1,2")
+        g.add_argument("--a2a", type=a2a_list, default=None, metavar="MODE[,MODE...]",
+                       help=f"any of {', '.join(m.value for m in A2AMode)} (default: every "
+                            "mode that applies)")
+    else:
+        g.add_argument("--tp", type=positive_int, default=1)
+        g.add_argument("--ep", type=positive_int, default=None, help="default: --gpus")
+        g.add_argument("--micro-batches", type=positive_int, default=1)
     g.add_argument("--weights", choices=("bf16", "fp8", "fp4"), default="bf16")
     g.add_argument("--kv", choices=("bf16", "fp8"), default="bf16")
-    g.add_argument("--a2a", choices=[m.value for m in A2AMode], default="auto")
+    if not search:
+        g.add_argument("--a2a", choices=[m.value for m in A2AMode], default="auto")
     g.add_argument("--routing", default="uniform", help="uniform, balanced or zipf:S")
     g.add_argument("--redundant-experts", type=nonneg_int, default=0)
     g.add_argument("--layout", choices=("auto", "contiguous", "masked", "batched"), default="auto",
@@ -104,9 +139,12 @@ def model_hw_from(args) -> tuple[ModelSpec, HardwareSpec]:
 
 
 def deployment_from(args) -> Deployment:
-    return Deployment(gpus=args.gpus, gpus_per_node=args.gpus_per_node, tp=args.tp, ep=args.ep,
-                      micro_batches=args.micro_batches, weights=args.weights, kv=args.kv,
-                      a2a=A2AMode(args.a2a), routing=Routing.parse(args.routing),
+    """The deployment the flags name (searched flags given as lists keep their defaults)."""
+    one = lambda v, default: default if isinstance(v, list) or v is None else v  # noqa: E731
+    return Deployment(gpus=args.gpus, gpus_per_node=args.gpus_per_node, tp=one(args.tp, 1),
+                      ep=one(args.ep, None), micro_batches=one(args.micro_batches, 1),
+                      weights=args.weights, kv=args.kv, a2a=A2AMode(one(args.a2a, "auto")),
+                      routing=Routing.parse(args.routing),
                       redundant_experts=args.redundant_experts, layout=args.layout)
 
 

@@ -22,18 +22,26 @@ def register(sub) -> None:
     p.add_argument("--disaggregate", default=None, metavar="IN:OUT",
                    help="also size prefill/decode pools for prompts of IN and outputs of OUT tokens")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="write the Pareto front")
-    add_deployment(p)
+    add_deployment(p, search=True)
     add_json(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from ..errors import MoesymError
+
+    if args.phase == "prefill" and args.tpot_ms is not None:
+        raise MoesymError("--tpot-ms limits decode steps; a prefill search takes --ttft-ms")
+    if args.phase == "decode" and args.ttft_ms is not None and not args.disaggregate:
+        raise MoesymError("--ttft-ms limits prefill; a decode search takes --tpot-ms (or add "
+                          "--disaggregate IN:OUT to size both pools)")
     model, hw = model_hw_from(args)
     base = deployment_from(args)
     r = optimize(model, hw, args.gpus, args.phase, args.context,
                  tpot_s=args.tpot_ms / 1e3 if args.tpot_ms else None,
                  ttft_s=args.ttft_ms / 1e3 if args.ttft_ms else None, base=base,
-                 max_size=args.max_size)
+                 max_size=args.max_size, micro_batches=tuple(args.micro_batches or (1, 2)),
+                 a2a_modes=args.a2a, tps=args.tp, eps=args.ep, progress=not args.json)
     out = {"best": r.best, "pareto": r.pareto}
     if args.plot:
         from ..plots import pareto_plot

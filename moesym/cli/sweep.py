@@ -6,7 +6,8 @@ from dataclasses import replace
 
 from ..errors import MoesymError
 from ..specs.model import load_model
-from ..sweep import dask_client, parse_list, sweep_chunks, sweep_dask, write_sweep, write_sweep_dask
+from ..sweep import (dask_client, parse_list, sweep_columns, sweep_dask, write_sweep,
+                     write_sweep_dask)
 from . import COMMANDS
 from .common import add_deployment, deployment_from
 
@@ -60,8 +61,8 @@ def run(args) -> int:
     def frames():
         for hw in args.hardware.split(","):
             for w in weights:
-                yield from sweep_chunks(model, hw.strip(), args.phase, axes,
-                                        replace(base, weights=w.strip()), args.chunk_points)
+                yield from sweep_columns(model, hw.strip(), args.phase, axes,
+                                         replace(base, weights=w.strip()), args.chunk_points)
 
     if args.backend == "dask":
         total = _write_dask(args, model, axes, base, weights)

@@ -38,7 +38,7 @@ from ..specs.deployment import A2AMode, Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
 from ..symbols import S, by_name
-from ..terms.cost import smax
+from ..terms.cost import smax, substitute
 from ..terms.dims import symbolic_dims
 from .formats import weight_bytes_per_param, weight_formats
 from .kv import (
@@ -241,7 +241,7 @@ def _branches(expr: sp.Expr, x: sp.Symbol):
         return
     a = atoms[0]
     for arg in a.args:
-        yield from _branches(expr.xreplace({a: arg}), x)
+        yield from _branches(substitute(expr, {a: arg}), x)
 
 
 def solve_max(expr: sp.Expr, x: sp.Symbol, budget: float) -> float:
@@ -258,7 +258,7 @@ def solve_max(expr: sp.Expr, x: sp.Symbol, budget: float) -> float:
         raise ValueError("unbound symbol(s): " + ", ".join(sorted(map(str, extra))))
 
     def at(value: float) -> float:
-        return float(f.xreplace({x: sp.Float(value)}))
+        return float(substitute(f, {x: sp.Float(value)}))
 
     if x not in f.free_symbols:
         return math.inf if float(f) <= budget else 0.0
@@ -300,21 +300,21 @@ class MemoryModel:
 
     def _bound_except(self, expr: sp.Expr, x: sp.Symbol) -> sp.Expr:
         fixed = {s: sp.Float(v) for s, v in self.values.items() if s != x}
-        return sp.sympify(expr).xreplace(fixed)
+        return substitute(sp.sympify(expr), fixed)
 
     def max_requests(self, context: int | None = None) -> float:
         """Largest B (requests per attention data-parallel rank, fractional) that fits at
         ``context`` (default: the workload's)."""
         expr = self.used_expr()
         if context is not None:
-            expr = expr.xreplace({S.context: sp.Integer(context)})
+            expr = substitute(expr, {S.context: sp.Integer(context)})
         return solve_max(self._bound_except(expr, S.batch), S.batch, self.values[S.hbm_capacity])
 
     def max_context(self, batch: int | None = None) -> float:
         """Largest mean context L (tokens) that fits with ``batch`` requests per rank."""
         expr = self.used_expr()
         if batch is not None:
-            expr = expr.xreplace({S.batch: sp.Integer(batch)})
+            expr = substitute(expr, {S.batch: sp.Integer(batch)})
         return solve_max(self._bound_except(expr, S.context), S.context,
                          self.values[S.hbm_capacity])
 

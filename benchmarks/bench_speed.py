@@ -1,0 +1,118 @@
+"""Whole-process speed of the commands a planner iterates on, next to references measured in the
+same run (issue 15). Each figure is the best of ``--repeat`` runs of a fresh process:
+
+- reference ``python -c "import numpy"``: the floor of any NumPy program on this machine;
+- ``predict`` cold (empty compiled-model cache) and cached, DeepSeek-V3 decode on 128 H800;
+- ``optimize`` DeepSeek-V3 on 128 H800 (decode, TPOT 50 ms), cold and with the cache warm;
+- ``sweep`` of a 1.3 M-point DeepSeek-V3 decode grid to Parquet (cache warm), in points/s;
+- every ``derive`` command for DeepSeek-V3 (decode, H800, 128 GPUs).
+
+Run ``python benchmarks/bench_speed.py`` (``--write-readme`` replaces the table between the
+``speed-table`` markers of README.md). Times depend on the machine and its load: read the
+ratios to the reference first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+V3 = "deepseek-v3 --hardware h800"
+DEP = "--gpus 128 --ep 128 --weights fp8 --micro-batches 2"
+PREDICT = f"predict {V3} --phase decode --batch 128 --context 4989 {DEP} --json"
+OPTIMIZE = f"optimize {V3} --gpus 128 --phase decode --context 4096 --tpot-ms 50 --weights fp8 --json"
+SWEEP_POINTS = 16384 * 8 * 5 * 2
+SWEEP = (f"sweep {V3} --phase decode --batch 1:16384:1 --context 1024:131072 "
+         "--ep 8,16,32,64,128 --micro-batches 1,2 --gpus 128 --weights fp8 --out {out}")
+DERIVES = {
+    "crossover": f"derive crossover {V3} --gpus 128 --ep 128 --weights fp8 --json",
+    "attention": f"derive attention {V3} --gpus 128 --ep 128 --weights fp8 --json",
+    "tpot": f"derive tpot {V3} {DEP} --tpot-ms 50 --json",
+    "optimal-ep": f"derive optimal-ep {V3} --batch 128 --gpus 128 --weights fp8 --json",
+    "comm-hidden": f"derive comm-hidden {V3} {DEP} --json",
+    "ep-min-tpot": f"derive ep-min-tpot {V3} --gpus 128 --weights fp8 --total-batch 4096 "
+                   "--a2a allgather --json",
+    "gpus-for-throughput": f"derive gpus-for-throughput {V3} {DEP} --tokens-per-s 200000 "
+                           "--tpot-ms 50 --a2a deepep-ll --json",
+}
+
+
+def _run(argv: list[str], env: dict) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def _moesym(cmd: str) -> list[str]:
+    return [sys.executable, "-m", "moesym", *cmd.split()]
+
+
+def best(argv, env, repeat, before=None) -> float:
+    out = float("inf")
+    for _ in range(repeat):
+        if before:
+            before()
+        out = min(out, _run(argv, env))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--write-readme", action="store_true")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="moesym-bench-"))
+    cache_dir = tmp / "cache"
+    env = {**os.environ, "MOESYM_CACHE_DIR": str(cache_dir)}
+    env.pop("MOESYM_NO_CACHE", None)
+    clear = lambda: shutil.rmtree(cache_dir, ignore_errors=True)  # noqa: E731
+
+    ref = best([sys.executable, "-c", "import numpy"], env, args.repeat)
+    rows = [("reference: python -c 'import numpy'", ref, "")]
+
+    def add(name, seconds, note=""):
+        rows.append((name, seconds, note))
+        print(f"{name:<44} {seconds:8.3f} s  {seconds / ref:7.1f}x ref  {note}", flush=True)
+
+    print(f"{rows[0][0]:<44} {ref:8.3f} s", flush=True)
+    add("predict, cold (empty cache)", best(_moesym(PREDICT), env, args.repeat, clear))
+    add("predict, cached", best(_moesym(PREDICT), env, args.repeat))
+    add("optimize 128 GPUs, cold (empty cache)", best(_moesym(OPTIMIZE), env, 1, clear))
+    add("optimize 128 GPUs, cache warm", best(_moesym(OPTIMIZE), env, args.repeat))
+    out = tmp / "sweep.parquet"
+    sweep = _moesym(SWEEP.format(out=out))
+    _run(sweep, env)  # warm the cache for its five (GPUs, EP) models
+    s = best(sweep, env, args.repeat)
+    add("sweep 1.3 M points to Parquet, cache warm", s, f"{SWEEP_POINTS / s / 1e6:.2f} M points/s")
+    for name, cmd in DERIVES.items():
+        add(f"derive {name}", best(_moesym(cmd), env, 1))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    table = ["| command (whole process, best of runs) | seconds | / reference | note |",
+             "|---|---|---|---|"]
+    for name, sec, note in rows:
+        table.append(f"| {name} | {sec:.3f} | {sec / ref:.1f} | {note} |")
+    text = "\n".join(table)
+    print()
+    print(text)
+    if args.write_readme:
+        readme = ROOT / "README.md"
+        body = readme.read_text()
+        start, end = "<!-- speed-table -->", "<!-- /speed-table -->"
+        if start not in body or end not in body:
+            sys.exit("README.md has no speed-table markers")
+        head, rest = body.split(start, 1)
+        _, tail = rest.split(end, 1)
+        readme.write_text(f"{head}{start}\n{text}\n{end}{tail}")
+        print("README.md speed table updated")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""Progress on stderr for commands that may run for more than a couple of seconds.
+
+A bar (tqdm) appears only when asked for and stderr is a terminal: ``--json`` output, pipes,
+CI logs and tests stay clean.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Iterable, TypeVar
+
+__all__ = ["progress_bar"]
+
+T = TypeVar("T")
+
+
+def progress_bar(items: Iterable[T], desc: str, enabled: bool = True) -> Iterable[T]:
+    """``items``, with a tqdm bar on stderr when ``enabled`` and stderr is a terminal."""
+    if not enabled or not sys.stderr.isatty():
+        return items
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        return items
+    items = list(items)
+    return tqdm(items, desc=desc, total=len(items), file=sys.stderr, leave=False,
+                mininterval=0.5, delay=1.0)

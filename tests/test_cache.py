@@ -1,0 +1,113 @@
+"""The compiled-model disk cache (issue 15): a cached answer equals a fresh one, a corrupt,
+edited or stale entry is rebuilt and never trusted, an unwritable folder costs one warning, and a
+cached ``predict`` runs without importing SymPy."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from moesym import cache
+from moesym.cli import main
+
+ARGV = ["predict", "qwen3-30b-a3b", "--hardware", "h20", "--phase", "decode", "--batch", "64",
+        "--context", "4096", "--json"]
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("MOESYM_CACHE_DIR", str(d))
+    return d
+
+
+def _predict(capsys, argv=ARGV) -> dict:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _entries(d: Path) -> list[Path]:
+    return sorted(d.glob("*.json")) if d.is_dir() else []
+
+
+def test_cached_answer_equals_the_fresh_one(cache_dir, capsys):
+    fresh = _predict(capsys, ARGV + ["--no-cache"])
+    assert _entries(cache_dir) == []  # --no-cache neither reads nor writes
+    first = _predict(capsys)
+    assert len(_entries(cache_dir)) == 1
+    again = _predict(capsys)
+    assert fresh == first == again
+
+
+def test_other_batch_reuses_the_entry_and_matches_a_fresh_build(cache_dir, capsys):
+    _predict(capsys)
+    argv = [a if a != "64" else "17" for a in ARGV]
+    cached = _predict(capsys, argv)
+    assert len(_entries(cache_dir)) == 1  # the workload's numbers are not part of the key
+    assert cached == _predict(capsys, argv + ["--no-cache"])
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncate", "edit", "foreign"])
+def test_damaged_entry_is_rebuilt_not_trusted(cache_dir, capsys, damage):
+    good = _predict(capsys)
+    (entry,) = _entries(cache_dir)
+    text = entry.read_text()
+    if damage == "garbage":
+        entry.write_bytes(os.urandom(200))
+    elif damage == "truncate":
+        entry.write_text(text[: len(text) // 2])
+    elif damage == "edit":  # change one number of the source without fixing the digest
+        data = json.loads(text)
+        data["payload"]["source"] = data["payload"]["source"].replace("1.0 /", "2.0 /", 1)
+        entry.write_text(json.dumps(data))
+    else:  # a well-formed entry stored under another key
+        data = json.loads(text)
+        data["key"] = "0" * 64
+        entry.write_text(json.dumps(data))
+    assert _predict(capsys) == good
+    assert cache.load(entry.stem) is not None  # rewritten whole
+
+
+def test_package_change_changes_the_key(cache_dir, capsys, monkeypatch):
+    _predict(capsys)
+    monkeypatch.setitem(cache._state, "fingerprint", "another moesym")
+    _predict(capsys)
+    assert len(_entries(cache_dir)) == 2
+
+
+def test_unwritable_cache_folder_warns_once_and_still_answers(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("MOESYM_CACHE_DIR", str(blocker / "cache"))  # cannot be created
+    monkeypatch.setitem(cache._state, "warned", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fresh = _predict(capsys)
+        _predict(capsys)
+    msgs = [str(w.message) for w in caught if "not writable" in str(w.message)]
+    assert len(msgs) == 1 and "MOESYM_CACHE_DIR" in msgs[0]
+    assert fresh["step_time_s"] > 0
+
+
+def test_xdg_cache_home_is_honoured(tmp_path, monkeypatch):
+    monkeypatch.delenv("MOESYM_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache.cache_dir() == tmp_path / "moesym"
+
+
+def test_cached_predict_imports_neither_sympy_nor_pandas(cache_dir):
+    code = ("import sys, io, contextlib\n"
+            "from moesym.cli import main\n"
+            f"with contextlib.redirect_stdout(io.StringIO()):\n    main({ARGV!r})\n"
+            "print(sorted(m for m in ('sympy', 'pandas', 'matplotlib') if m in sys.modules))")
+    env = {**os.environ, "MOESYM_CACHE_DIR": str(cache_dir)}
+    run = lambda: subprocess.run([sys.executable, "-c", code], capture_output=True,  # noqa: E731
+                                 text=True, env=env, check=True).stdout.strip()
+    assert "sympy" in run()  # the first run builds the model
+    assert run() == "[]"  # the second loads it
