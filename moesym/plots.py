@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from .errors import MoesymError
-from .model.step import BREAKDOWN_KEYS
+from .model.report import BREAKDOWN_KEYS
 
-__all__ = ["breakdown_bar", "term_roofline", "pareto_plot"]
+__all__ = ["breakdown_bar", "term_roofline", "pareto_plot", "timeline_gantt"]
 
 
 def _plt():
@@ -73,6 +73,33 @@ def pareto_plot(table, front, path: str | Path) -> Path:
     ax.set_xlabel("tokens per user per second")
     ax.set_ylabel("tokens per GPU per second")
     ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def timeline_gantt(timeline: list[dict], path: str | Path, title: str = "") -> Path:
+    """Gantt chart of one layer's operations (``predict --timeline``): a lane per stream and
+    micro-batch, a bar per operation, microseconds on the x axis."""
+    plt = _plt()
+    lanes = sorted({(e["stream"], e["micro_batch"]) for e in timeline})
+    colors = {}
+    palette = plt.get_cmap("tab10").colors
+    fig, ax = plt.subplots(figsize=(11, 0.7 * len(lanes) + 1.6))
+    for y, (stream, mb) in enumerate(lanes):
+        for e in (e for e in timeline if (e["stream"], e["micro_batch"]) == (stream, mb)):
+            c = colors.setdefault(e["name"], palette[len(colors) % len(palette)])
+            width = (e["end_s"] - e["start_s"]) * 1e6
+            ax.broken_barh([(e["start_s"] * 1e6, width)], (y - 0.4, 0.8), color=c,
+                           edgecolor="black", linewidth=0.4)
+            if width > 0:
+                ax.text(e["start_s"] * 1e6 + width / 2, y, e["name"], ha="center",
+                        va="center", fontsize=7, clip_on=True)
+    ax.set_yticks(range(len(lanes)), [f"{s} mb{m}" for s, m in lanes])
+    ax.set_xlabel("time within one steady-state layer (us)")
+    ax.set_title(title)
+    ax.invert_yaxis()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

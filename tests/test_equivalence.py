@@ -3,7 +3,8 @@ disk cache, lazy imports) must not change any result. ``tests/data/golden_output
 JSON (and sweep CSV) of 38 commands spanning every built-in model, both phases, every A2A mode,
 routing kind and layout, captured from the code as it stood before that work (commit c8a4d50,
 with SymPy's evaluated Max/Min and lambdify); each must come out equal to 1e-9 relative now, both
-from a fresh build and from the cache. Long symbolic strings (``latex``, ``sympy``,
+from a fresh build and from the cache. Every command runs with ``--overlap ideal``, the overlap model of that time
+(issue 16 made measured engine schedules the default). Long symbolic strings (``latex``, ``sympy``,
 ``condition``) may change form and are not compared; their ``value`` is.
 """
 

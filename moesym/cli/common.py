@@ -111,6 +111,10 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
         g.add_argument("--a2a", choices=[m.value for m in A2AMode], default="auto")
     g.add_argument("--routing", default="uniform", help="uniform, balanced or zipf:S")
     g.add_argument("--redundant-experts", type=nonneg_int, default=0)
+    g.add_argument("--overlap", default="auto", metavar="SCHEDULE",
+                   help="overlap schedule: auto (sbo for one micro-batch, tbo-sglang for two), "
+                        "none, sbo, tbo-sglang, deepseek, ideal, or a schedule .toml "
+                        "(README: Overlap schedules)")
     g.add_argument("--layout", choices=("auto", "contiguous", "masked", "batched"), default="auto",
                    help="expert activation layout (auto: masked after DeepEP low-latency "
                         "dispatch, contiguous otherwise)")
@@ -145,7 +149,8 @@ def deployment_from(args) -> Deployment:
                       ep=one(args.ep, None), micro_batches=one(args.micro_batches, 1),
                       weights=args.weights, kv=args.kv, a2a=A2AMode(one(args.a2a, "auto")),
                       routing=Routing.parse(args.routing),
-                      redundant_experts=args.redundant_experts, layout=args.layout)
+                      redundant_experts=args.redundant_experts, layout=args.layout,
+                      overlap=args.overlap)
 
 
 def workload_from(args, phase: str | None = None) -> Workload:

@@ -18,6 +18,9 @@ def register(sub) -> None:
     add_json(p)
     p.add_argument("--show-expr", action="store_true", help="print each term's SymPy expression")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="write a breakdown bar chart")
+    p.add_argument("--timeline", nargs="?", const=True, default=None, metavar="FILE.png",
+                   help="print one steady-state layer of the overlap schedule, operation by "
+                        "operation (JSON key timeline); with FILE.png also draw it")
     p.set_defaults(func=run)
 
 
@@ -27,6 +30,19 @@ def run(args) -> int:
     model, hw = model_hw_from(args)
     dep, wl = deployment_from(args), workload_from(args)
     r = predict(model, hw, dep, wl)
+    if args.timeline:
+        from ..model.step import build_step
+
+        r["timeline"] = build_step(model, hw, dep, wl).timeline()
+        if isinstance(args.timeline, str):
+            from ..plots import timeline_gantt
+
+            from ..schedules import resolve_name
+
+            timeline_gantt(r["timeline"], args.timeline,
+                           f"{model.name} on {hw.name}, {wl.phase.value}, {dep.micro_batches} "
+                           f"micro-batch(es), schedule "
+                           f"{resolve_name(dep.overlap, dep.micro_batches, wl.phase.value)}")
     if args.plot:
         from ..plots import breakdown_bar
 
@@ -51,6 +67,11 @@ def run(args) -> int:
         if args.show_expr:
             print(f"      = {_expressions(model, hw, dep, wl)[k]}")
     print(f"    {'layer (overlap)':<16} {fmt_s(r['layer_s']):>12}")
+    if "timeline" in r:
+        print("  one steady-state layer (start - end, us):")
+        for e in r["timeline"]:
+            print(f"    {e['stream']:<8} mb{e['micro_batch']}  {e['name']:<14} "
+                  f"{e['start_s'] * 1e6:9.1f} - {e['end_s'] * 1e6:9.1f}")
     return 0
 
 

@@ -17,6 +17,7 @@ or context, loads it and never imports SymPy.
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 from .. import cache
 from ..compiled import CompiledModel
@@ -36,8 +37,9 @@ def structure(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
     The workload enters only through its phase, except where routing statistics are computed
     numerically at the workload's token count (Zipf routing, redundant experts)."""
     numeric_routing = dep.routing.kind == "zipf" or dep.redundant_experts > 0
+    schedule = Path(dep.overlap).read_text() if dep.overlap.endswith(".toml") else None
     return repr(("predict", memory, model, hw, dep, wl.phase.value,
-                 wl if numeric_routing else None))
+                 wl if numeric_routing else None, schedule))
 
 
 def _build(model, hw, dep, wl, memory: bool) -> CompiledModel:
@@ -83,6 +85,7 @@ def compiled_predict_model(model: ModelSpec, hw: HardwareSpec, dep: Deployment, 
 def predict(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
             memory: bool = True) -> dict:
     """The ``moesym predict`` report; with ``memory`` also per-GPU memory and whether it fits."""
+    dep.check_overlap(wl.phase)
     cm = compiled_predict_model(model, hw, dep, wl, memory)
     values = {**cm.parts[0]["static"], **workload_values(wl)}
     r = report_from_numbers(cm.evaluate(0, values), values, model, dep, wl)

@@ -99,6 +99,32 @@ class StepModel:
                                 tuple(self.per_layer_s.items()), self.layer_s,
                                 self.layer_compute_s, tuple(self.values.items()))
 
+    def timeline(self) -> list[dict]:
+        """One steady-state layer period of the overlap schedule this deployment runs,
+        operation by operation (name, stream, micro_batch, layer relative to the period's,
+        start_s, end_s; times from the period's start, the end of the previous layer), from
+        :func:`moesym.schedules.simulate` with this model's numbers."""
+        from ..compile import evaluate
+        from ..errors import MoesymError
+        from ..schedules import load, resolve_name, simulate
+
+        dep, wl = self.deployment, self.workload
+        name = resolve_name(dep.overlap, dep.micro_batches, wl.phase.value)
+        sched = load(name)
+        if sched.ideal or not self.model.is_moe:
+            raise MoesymError(f"--timeline needs an overlap schedule; this deployment runs "
+                              f"{'the ideal bound' if sched.ideal else 'no MoE layer'} "
+                              f"(pick one with --overlap none, sbo or tbo-sglang)")
+        num = lambda e: float(evaluate(sp.sympify(e), self.values, {}))  # noqa: E731
+        ops = {k: num(v) for k, v in operation_times(self.terms, S.micro_batches).items()}
+        tr = {k: num(self.terms[k].total_s) for k in ("dispatch", "combine")}
+        phi = num(overlap.sm_share(overlap.resolve_a2a(dep, wl.phase)))
+        ends, events = simulate(sched.layout(wl.phase.value), ops, tr, phi)
+        t0, t1 = ends[1], ends[2]  # one steady-state period of the stream
+        return [{"name": e.name, "stream": e.stream, "micro_batch": e.micro_batch,
+                 "layer": e.layer - 2, "start_s": e.start - t0, "end_s": e.end - t0}
+                for e in events if t0 <= e.start < t1 or (e.start < t0 < e.end)]
+
     def predict(self) -> dict:
         """Numbers for the configured point: the contract's ``predict`` keys and more."""
         from .report import report_from_numbers
@@ -217,16 +243,78 @@ def _attention_core(model: ModelSpec, wl: Workload, D: Dims, t) -> Cost:
     return full.scaled(1 - f) + win.scaled(f)
 
 
+# kernels whose schedule operation differs from their breakdown key's (data, by kernel name)
+_PART_OPS = {"o_proj": "attn_core", "router": "router", "experts_act": "experts",
+             "moe_elementwise": "experts", "experts_in_cast": "experts",
+             "experts_down_cast": "experts", "shared_act": "shared", "shared_cast": "shared"}
+_KEY_OPS = {"attention_proj": "attn_prep", "attention_core": "attn_core",
+            "shared_expert": "shared", "tp_comm": "attn_core", "other": "attn_prep"}
+
+
+def operation_times(terms: Mapping[str, TermTime], n) -> dict:
+    """Compute time of each schedule operation of one micro-batch's MoE layer
+    (:mod:`moesym.schedules`): every kernel of the layer lands in exactly one operation, so they
+    add up to the layer's compute time."""
+    ops: dict = {}
+    for key, tt in terms.items():
+        if key in ("dispatch", "combine", "moe_routed", "moe_weight_load"):
+            continue
+        for p in getattr(tt, "parts", (tt,)):
+            op = _PART_OPS.get(p.name, _KEY_OPS[key])
+            ops[op] = ops.get(op, 0) + p.total_s
+    ops["experts"] = ops.get("experts", 0) + smax(terms["moe_routed"].total_s,
+                                                  terms["moe_weight_load"].total_s)
+    ops["attn_prep"] = ops.get("attn_prep", 0) + S.t_layer / n
+    return ops
+
+
+def _scheduled(name: str, terms, compute, dep: Deployment, wl: Workload, n) -> tuple:
+    """(layer time, once-per-step edges) of one MoE layer under the named schedule."""
+    from ..schedules import load, steady_state
+
+    d, c = terms["dispatch"].total_s, terms["combine"].total_s
+    sched = load(name)
+    if sched.ideal:
+        return (overlap.layer_time(compute, d, c, n, dep, wl, shared_mb=terms["shared_expert"].total_s),
+                overlap.step_edges(d, c, n, dep, wl))
+    lay = sched.layout(wl.phase.value)
+    phi = overlap.sm_share(overlap.resolve_a2a(dep, wl.phase))
+    period, edges = steady_state(lay, operation_times(terms, n), {"dispatch": d, "combine": c},
+                                 phi, smax=smax)
+    return period, edges
+
+
 def _layer_time(terms: Mapping[str, TermTime], dep: Deployment, wl: Workload, n) -> tuple:
-    """Overlapped time of one layer and its compute-only time (both for the whole batch)."""
+    """(overlapped time of one layer for the whole batch, its compute-only time, the
+    once-per-step fill and drain of the overlap schedule)."""
     expert = smax(terms["moe_routed"].total_s, terms["moe_weight_load"].total_s)
     shared = terms["shared_expert"].total_s
     compute = (terms["attention_proj"].total_s + terms["attention_core"].total_s + expert
                + shared + terms["tp_comm"].total_s + terms["other"].total_s
                + S.t_layer / n)
     d, c = terms["dispatch"].total_s, terms["combine"].total_s
-    layer = overlap.layer_time(compute, d, c, n, dep, wl, shared_mb=shared)
-    return layer, n * compute
+    if d == 0 and c == 0:  # nothing to overlap (EP = 1 or a dense layer)
+        return n * compute, n * compute, sp.Integer(0)
+    if dep.overlap != "auto":  # pinned: valid only at the schedule's micro-batch count
+        from ..schedules import load
+
+        layer, edges = _scheduled(dep.overlap, terms, compute, dep, wl, n)
+        sched = load(dep.overlap)
+        if not sched.ideal:
+            mb = sched.layout(wl.phase.value).micro_batches
+            layer = sp.Piecewise((layer, sp.Eq(n, mb)), (sp.nan, True))
+            edges = sp.Piecewise((edges, sp.Eq(n, mb)), (sp.nan, True))
+        return layer, n * compute, edges
+    # auto: what the engine runs for the micro-batch count (moesym.schedules.resolve_name)
+    from ..schedules import resolve_name
+
+    ph = wl.phase.value
+    choices = [(resolve_name("auto", k, ph), k) for k in (1, 2)]
+    built = [(_scheduled(name, terms, compute, dep, wl, n), k) for name, k in choices]
+    beyond = _scheduled(resolve_name("auto", 3, ph), terms, compute, dep, wl, n)
+    layer = sp.Piecewise(*[(b[0], sp.Eq(n, k)) for b, k in built], (beyond[0], True))
+    edges = sp.Piecewise(*[(b[1], sp.Eq(n, k)) for b, k in built], (beyond[1], True))
+    return layer, n * compute, edges
 
 
 def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment, workload: Workload,
@@ -248,8 +336,8 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     dense_terms = _dense_layer_terms(model, deployment, workload, D, timing)
     main = moe_terms if moe_terms is not None else dense_terms
     per_layer = {k: n * v.total_s for k, v in main.items()}
-    layer, layer_compute = _layer_time(main, deployment, workload, n)
-    dense_layer, _ = _layer_time(dense_terms, deployment, workload, n)
+    layer, layer_compute, edges = _layer_time(main, deployment, workload, n)
+    dense_layer, _, _ = _layer_time(dense_terms, deployment, workload, n)
     if workload.phase is Phase.DECODE:
         tokens, logits_tokens = S.batch, S.batch
     else:
@@ -257,8 +345,7 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     once = (timing.time(ffn.lm_head(D, logits_tokens)).total_s
             + timing.time(ffn.embedding(D, tokens)).total_s + S.t_step)
     if model.is_moe:
-        once += overlap.step_edges(main["dispatch"].total_s, main["combine"].total_s, n,
-                                   deployment, workload)
+        once += edges
     if model.is_moe:
         body = S.n_moe_layers * layer
         if model.dense_layers:  # a model without dense layers may have no dense FFN width

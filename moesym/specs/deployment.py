@@ -119,6 +119,7 @@ class Deployment:
     routing: Routing = field(default_factory=Routing)
     redundant_experts: int = 0
     layout: str = "auto"  # grouped-GEMM activation layout: auto, contiguous, masked, batched
+    overlap: str = "auto"  # overlap schedule: auto, a built-in name, or a schedule .toml path
 
     def __post_init__(self) -> None:
         _pos_int("--gpus", self.gpus)
@@ -150,6 +151,10 @@ class Deployment:
                             f"got {self.redundant_experts!r}")
         if self.layout not in ("auto", "contiguous", "masked", "batched"):
             raise SpecError(f"--layout {self.layout!r}: use auto, contiguous, masked or batched")
+        if self.overlap != "auto":
+            from ..schedules import load
+
+            load(self.overlap)  # a one-line error for an unknown name or a bad file
 
     def resolved_a2a(self, phase: "Phase") -> A2AMode:
         """auto -> deepep-ll for decode, deepep-normal for prefill when EP spans every GPU of the
@@ -189,6 +194,20 @@ class Deployment:
     @property
     def nodes(self) -> int:
         return -(-self.gpus // self.gpus_per_node)
+
+    def check_overlap(self, phase: "Phase") -> None:
+        """Raise if the pinned overlap schedule runs another number of micro-batches."""
+        if self.overlap == "auto":
+            return
+        from ..schedules import load
+
+        sched = load(self.overlap)
+        if sched.ideal:
+            return
+        lay = sched.layout(Phase(phase).value)
+        if lay.micro_batches != self.micro_batches:
+            raise SpecError(f"--overlap {self.overlap} runs {lay.micro_batches} micro-batch(es) "
+                            f"in {Phase(phase).value}; set --micro-batches {lay.micro_batches}")
 
     def with_(self, **changes) -> "Deployment":
         return replace(self, **changes)

@@ -57,7 +57,13 @@ def _extremum(cls, pick, args) -> sp.Expr:
         return sp.Integer(0)
     if len(rest) == 1:
         return rest[0]
-    return cls(*rest, evaluate=False)
+    if all(a.is_Atom or all(b.is_Atom for b in a.args) for a in rest):
+        return cls(*rest, evaluate=False)  # SymPy's canonical order: cheap for shallow args
+    # deep arguments (nested schedules): SymPy's ordering counts tree nodes, exponential in the
+    # nesting depth of a shared graph; keep the (deterministic) order the terms were built in
+    obj = sp.Expr.__new__(cls, *rest)
+    obj._argset = frozenset(rest)
+    return obj
 
 
 @lru_cache(maxsize=65536)
