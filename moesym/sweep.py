@@ -33,16 +33,18 @@ import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Callable, Iterator, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
-import pandas as pd
 
 from .errors import MoesymError
 from .specs.deployment import A2AMode, Deployment, Phase, Workload
 from .specs.hardware import HardwareSpec, load_hardware
 from .specs.model import ModelSpec
 from .symtab import N
+
+if TYPE_CHECKING:  # pandas is imported where a DataFrame is made: the CLI streams Arrow
+    import pandas as pd
 
 __all__ = ["parse_list", "sweep_chunks", "sweep_columns", "sweep_frame", "write_sweep", "sweep_dask",
            "write_sweep_dask", "dask_client", "AXIS_NAMES"]
@@ -227,7 +229,7 @@ class Constant(NamedTuple):
 def _arrow_table(block):
     import pyarrow as pa
 
-    if isinstance(block, pd.DataFrame):
+    if not isinstance(block, Mapping):  # a DataFrame
         return pa.Table.from_pandas(block, preserve_index=False)
     cols = {}
     for k, v in block.items():
@@ -238,7 +240,9 @@ def _arrow_table(block):
     return pa.table(cols)
 
 
-def _frame(grid: _Grid, arrays: Mapping[str, np.ndarray]) -> pd.DataFrame:
+def _frame(grid: _Grid, arrays: Mapping[str, np.ndarray]) -> "pd.DataFrame":
+    import pandas as pd
+
     return pd.DataFrame({"hardware": grid.hw.name, "weights": grid.base.weights, **arrays})
 
 
@@ -312,18 +316,20 @@ def _blocks(model, hardware, phase, axes, deployment, chunk_points):
 
 def sweep_chunks(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
                  axes: Mapping[str, Sequence[int]], deployment: Deployment | None = None,
-                 chunk_points: int = 2_000_000) -> Iterator[pd.DataFrame]:
+                 chunk_points: int = 2_000_000) -> Iterator["pd.DataFrame"]:
     """Yield DataFrames of at most about ``chunk_points`` rows covering the whole grid."""
     for grid, arrays in _blocks(model, hardware, phase, axes, deployment, chunk_points):
         yield _frame(grid, arrays)
 
 
 def sweep_frame(model: ModelSpec, hardware, phase: str, axes: Mapping[str, Sequence[int]],
-                deployment: Deployment | None = None) -> pd.DataFrame:
+                deployment: Deployment | None = None) -> "pd.DataFrame":
     """The whole grid in one DataFrame (use :func:`write_sweep` for grids that do not fit)."""
     parts = list(sweep_chunks(model, hardware, phase, axes, deployment))
     if not parts:
         raise MoesymError(_NO_POINT)
+    import pandas as pd
+
     return pd.concat(parts, ignore_index=True)
 
 
@@ -356,6 +362,8 @@ def write_sweep(path: str | Path, frames: Iterator) -> int:
         return n
     first = True
     for block in frames:
+        import pandas as pd
+
         df = block if isinstance(block, pd.DataFrame) else pd.DataFrame(
             {k: (v.value if isinstance(v, Constant) else v) for k, v in block.items()})
         df.to_csv(path, mode="w" if first else "a", header=first, index=False)
@@ -401,7 +409,7 @@ def _setup(spec: bytes) -> tuple[_Grid, _Models]:
     return grid, _Models(grid)
 
 
-def _dask_block(block: tuple, spec: bytes) -> pd.DataFrame:
+def _dask_block(block: tuple, spec: bytes) -> "pd.DataFrame":
     """One partition, on a worker: each model is built and compiled once per process and plan."""
     with _SETUP_LOCK:
         grid, models = _setup(spec)
@@ -467,7 +475,7 @@ def _threads() -> int:
         return os.cpu_count() or 1
 
 
-def _in_order(frame) -> Iterator[pd.DataFrame]:
+def _in_order(frame) -> Iterator["pd.DataFrame"]:
     """The partitions of a dask frame, in order, computed a worker-thread's worth at a time."""
     import dask
 
