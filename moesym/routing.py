@@ -29,7 +29,6 @@ from pathlib import Path
 
 import numpy as np
 import sympy as sp
-from scipy import optimize
 
 from .errors import MoesymError
 from .special import MaxBinomialMean, PaddedRowsMean, load_cdf
@@ -150,7 +149,9 @@ def zipf_inclusion_probabilities(E: int, k: int, s: float) -> np.ndarray:
     hi = 1.0
     while excess(hi) < 0:
         hi *= 2.0
-    log_rate = optimize.brentq(excess, math.log(k) - 1.0, hi, xtol=1e-14, rtol=1e-14)
+    from scipy.optimize import brentq  # imported here: scipy.optimize takes ~0.5 s to load
+
+    log_rate = brentq(excess, math.log(k) - 1.0, hi, xtol=1e-14, rtol=1e-14)
     return -np.expm1(-math.exp(log_rate) * p)
 
 

@@ -62,12 +62,21 @@ def load_cdf(j, mean, p):
     """CDF of the count with mean ``mean`` and variance mean*(1 - p) (Katz family).
 
     0 < p <= 1: Binomial(mean/p, p); p = 0: Poisson(mean); p < 0: negative binomial
-    (overdispersed, variance above the mean).
+    (overdispersed, variance above the mean). Each element is computed by its own family only.
     """
-    p_safe = np.maximum(p, 1e-300)
-    cdf_b = binomial_cdf(j, mean / p_safe, np.minimum(p, 1.0))
-    cdf = np.where(np.abs(p) < 1e-12, _poisson_cdf(j, mean), cdf_b)
-    return np.where(p <= -1e-12, _negbin_cdf(j, mean, np.minimum(p, -1e-12)), cdf)
+    j, mean, p = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (j, mean, p)))
+    out = np.empty(j.shape)
+    poisson = np.abs(p) < 1e-12
+    negative = p <= -1e-12
+    binomial = ~poisson & ~negative
+    if binomial.any():
+        pb = p[binomial]
+        out[binomial] = binomial_cdf(j[binomial], mean[binomial] / pb, np.minimum(pb, 1.0))
+    if poisson.any():
+        out[poisson] = _poisson_cdf(j[poisson], mean[poisson])
+    if negative.any():
+        out[negative] = _negbin_cdf(j[negative], mean[negative], p[negative])
+    return out
 
 
 def _normal_max(mean, sd, n):
