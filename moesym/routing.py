@@ -21,6 +21,7 @@ evenly over the EP ranks (E / ep consecutive experts per rank).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import re
@@ -35,7 +36,7 @@ from .special import MaxBinomialMean, PaddedRowsMean, load_cdf
 from .symbols import S
 
 __all__ = [
-    "DERIVATIONS",
+    "derivations",
     "EXACT_REGIME_MAX_LOAD",
     "SEED_TILE_BASE_S",
     "SEED_TILE_STEP_S",
@@ -785,7 +786,10 @@ def _derivations() -> list[Derivation]:
     ]
 
 
-DERIVATIONS: list[Derivation] = _derivations()
+@functools.lru_cache(maxsize=1)
+def derivations() -> tuple[Derivation, ...]:
+    """The routing statistics pages' entries (built on first use, not at import)."""
+    return tuple(_derivations())
 
 
 def _page(d: Derivation) -> str:
@@ -798,11 +802,11 @@ def _page(d: Derivation) -> str:
 
 
 def write_pages(folder) -> list[Path]:
-    """Write one markdown page per entry of DERIVATIONS to folder/routing_<name>.md."""
+    """Write one markdown page per entry of :func:`derivations` to folder/routing_<name>.md."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    for d in DERIVATIONS:
+    for d in derivations():
         path = folder / f"routing_{d.name}.md"
         path.write_text(_page(d), encoding="utf-8")
         paths.append(path)
