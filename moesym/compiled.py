@@ -72,7 +72,13 @@ class CompiledModel:
     source: str
     parts: tuple[dict, ...]
     warnings: tuple[str, ...] = ()
+    per_ep: dict = field(default_factory=dict)  # EP -> {name: value} of EP-dependent numbers
     _fns: list | None = field(default=None, repr=False, compare=False)
+
+    def ep_values(self, ep: int) -> dict:
+        """Numbers that depend on the EP degree (bound per EP when one model serves several),
+        e.g. group-limited routing's variance factor; empty where none do."""
+        return dict(self.per_ep.get(int(ep), {}))
 
     def function(self, i: int) -> Callable:
         if self._fns is None:
@@ -91,7 +97,8 @@ class CompiledModel:
         return dict(zip(part["outputs"], out))
 
     def to_payload(self) -> dict:
-        return {"source": self.source, "parts": list(self.parts), "warnings": list(self.warnings)}
+        return {"source": self.source, "parts": list(self.parts), "warnings": list(self.warnings),
+                "per_ep": {str(k): v for k, v in self.per_ep.items()}}
 
     @classmethod
     def from_payload(cls, payload: Mapping) -> CompiledModel:
@@ -99,6 +106,8 @@ class CompiledModel:
                        "outputs": [str(o) for o in p["outputs"]],
                        "static": {str(k): float(v) for k, v in p["static"].items()}}
                       for p in payload["parts"])
-        cm = cls(str(payload["source"]), parts, tuple(str(w) for w in payload["warnings"]))
+        per_ep = {int(k): {str(n): float(x) for n, x in v.items()}
+                  for k, v in payload.get("per_ep", {}).items()}
+        cm = cls(str(payload["source"]), parts, tuple(str(w) for w in payload["warnings"]), per_ep)
         cm.function(0)  # a source that does not compile is a corrupt entry: fail here
         return cm

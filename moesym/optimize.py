@@ -84,7 +84,8 @@ def _search(cm, capacity, ph, size_sym, context, limit, tp, ep, mb, gpus, max_si
     tokens per GPU per second that fits and meets ``limit``, or None; and a function giving
     (step time, latency, feasible) at any sizes. ``cm``: the compiled predict model (step and
     memory) of this (A2A mode, EP)."""
-    fixed = {N.tp: float(tp), N.ep: float(ep), N.micro_batches: float(mb), N.gpus: float(gpus)}
+    fixed = {**cm.ep_values(ep), N.tp: float(tp), N.ep: float(ep), N.micro_batches: float(mb),
+             N.gpus: float(gpus)}
 
     def measure(sizes):
         env = dict(fixed)
@@ -127,7 +128,7 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     every valid one); a pinned value that no valid deployment has is an error.
     ``progress``: a progress bar on stderr over the (A2A mode, EP) models.
     """
-    from .model.predictor import compiled_predict_model
+    from .model.predictor import compiled_predict_model, ep_class
 
     ph = Phase(phase)
     base = base or Deployment()
@@ -159,10 +160,16 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
                 "step_time_s": float(t), "tokens_per_gpu_s": float(size / tp / t),
                 lat_key: float(lat), "fits": True, "_front_only": front_only}
 
+    numeric = base.routing.kind == "zipf" or base.redundant_experts > 0
+    built: dict = {}  # one compiled model per (A2A mode, EP structure class)
     for mode, ep in progress_bar(models, "optimize: models", progress):
-        # the model predict builds for this EP and mode (TP, micro-batches, size are symbols)
+        # the model predict builds for this mode and EP's class (TP, micro-batches, size, GPUs,
+        # EP and the numbers that depend on EP are bound per candidate)
         rep = replace(base, gpus=gpus, ep=ep, tp=1, micro_batches=1, a2a=mode)
-        cm = compiled_predict_model(model, hw, rep, wl0)
+        key = (mode, ep_class(rep, numeric))
+        if key not in built:
+            built[key] = compiled_predict_model(model, hw, rep, wl0)
+        cm = built[key]
         capacity = hw.hbm_capacity_bytes
         for tp, _, mb in (c for c in cands if c[1] == ep):
             best, measure = _search(cm, capacity, ph, size_sym, context, limit,

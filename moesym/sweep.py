@@ -187,9 +187,9 @@ def _compile(grid: _Grid, gpus: int, ep: int):
 
 
 class _Models:
-    """The compiled step and memory models of a sweep, one per (GPUs, EP) of the grid, built
-    on first use: EP = 1 versus EP > 1 (A2A mode, expert layout, fused permute, buffers) and,
-    under group-limited routing, the EP value itself change the model's structure."""
+    """The compiled step and memory models of a sweep, one per structure class of (GPUs, EP)
+    (:func:`moesym.model.predictor.ep_class`: EP = 1 or not, EP below the GPU count or not),
+    built on first use; GPUs, EP and the numbers that depend on EP are bound per point."""
 
     def __init__(self, grid: _Grid):
         self.grid = grid
@@ -197,10 +197,14 @@ class _Models:
         self._lock = threading.Lock()
 
     def get(self, gpus: int, ep: int):
-        key = (int(gpus), int(ep))
+        from .model.predictor import ep_class
+
+        dep = replace(self.grid.rep, gpus=int(gpus), ep=int(ep))
+        numeric = dep.routing.kind == "zipf" or dep.redundant_experts > 0
+        key = ep_class(dep, numeric)
         with self._lock:  # threads of one dask worker wait for the first compile
             if key not in self._cache:
-                self._cache[key] = _compile(self.grid, *key)
+                self._cache[key] = _compile(self.grid, int(gpus), int(ep))
             return self._cache[key]
 
 
@@ -278,7 +282,7 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
             if not _valid_mask(grid.model, cols, grid.base.redundant_experts, grid.base.a2a).any():
                 continue
             cm = models.get(int(g), int(e))
-            env = {**env0, N.gpus: float(g), N.ep: float(e)}
+            env = {**env0, **cm.ep_values(e), N.gpus: float(g), N.ep: float(e)}
             at = [slice(None)] * len(names)
             at[gi], at[ei] = a, b
             t[tuple(at)] = np.broadcast_to(cm.evaluate(0, env)["step_time_s"], sub_shape)

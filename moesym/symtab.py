@@ -80,6 +80,7 @@ TABLE: tuple[tuple[str, str, str, str, str, dict], ...] = (
     ("zipf_s", "s_z", "1", "Zipf exponent of expert popularity", "routing", {"nonnegative": True}),
     ("tile_m", "m_tile", "rows", "grouped-GEMM M tile (rows each expert is padded to)", "calibration", {"positive": True}),
     ("imbalance", "lambda_ep", "1", "busiest EP rank's load over the mean load", "routing", {"positive": True}),
+    ("group_var", "rho_G", "1", "per-token load variance on one EP rank under group-limited routing over that under uniform top-k (a number at each EP; 1 without expert groups)", "routing", {"positive": True}),
     # --- memory model (moesym.memory)
     ("w_bytes_expert", "b_we", "bytes", "bytes per routed-expert weight element as stored in HBM (scales included)", "precision", {"positive": True}),
     ("w_bytes_hp", "b_hp", "bytes", "bytes per element of high-precision weights (embeddings, LM head, router, norms)", "precision", {"positive": True}),

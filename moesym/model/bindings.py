@@ -80,5 +80,8 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
         # (tech report section 3.2.2; DeepEP Buffer.num_sms default 20); SGLang often runs 24.
         S.comm_sms: float(hw.kernel.get("comm_sms", 20)),
     }
+    from .routing_hooks import group_var_factor
+
+    v[S.group_var] = group_var_factor(model, dep.ep)
     v.update({by_name(k): x for k, x in workload_values(wl).items()})
     return v

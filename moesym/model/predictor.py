@@ -24,10 +24,19 @@ from ..compiled import CompiledModel
 from ..specs.deployment import Deployment, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
+from ..symtab import N
 from .bindings import memory_workload_values, workload_values
 from .report import report_from_numbers
 
 __all__ = ["compiled_predict_model", "predict", "structure"]
+
+
+def ep_class(dep: Deployment, numeric_routing: bool):
+    """What of the EP degree fixes a model's structure: EP 1 (no all-to-all), EP below the GPU
+    count (expert tensor parallelism, the all-gather) or not; the EP itself only where routing
+    statistics are computed numerically at it (Zipf routing, redundant experts). Deployments of
+    one class share one compiled model, the EP a bound number."""
+    return (dep.ep == 1, dep.ep < dep.gpus, dep.ep if numeric_routing else None)
 
 
 def structure(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
@@ -58,6 +67,12 @@ def _build(model, hw, dep, wl, memory: bool) -> CompiledModel:
             parts.append(({"memory_bytes": mm.used_expr()}, mm.values))
     cm = compile_model(parts)
     cm.warnings = tuple(dict.fromkeys(str(w.message) for w in caught))
+    if N.group_var in cm.parts[0]["args"]:  # one model serves every EP: rho_G at each
+        from .routing_hooks import group_var_factor
+
+        total = model.num_experts + dep.redundant_experts
+        cm.per_ep = {e: {N.group_var: group_var_factor(model, e)}
+                     for e in range(1, total + 1) if total % e == 0}
     return cm
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import sympy as sp
 
 from .. import routing as rt
+from ..symbols import S
 from ..terms.dims import Dims
 
-__all__ = ["imbalance_expr", "touched_local_experts_expr", "group_tokens"]
+__all__ = ["imbalance_expr", "touched_local_experts_expr", "group_tokens", "group_limited",
+           "group_var_factor"]
 
 
 def group_tokens(D: Dims, tokens_mb) -> sp.Expr:
@@ -48,15 +50,30 @@ def imbalance_expr(model, deployment, D: Dims, tokens_mb, workload=None) -> sp.E
     E, k, ep = D.experts, D.topk, D.ep
     mean = T * k / ep
     var = mean * (E - k) / (E - 1)  # uniform, dependence-adjusted (see routing.max_rank_load_ratio)
-    n, G, kG = deployment.ep, model.expert_groups, model.groups_per_token
-    if G > 1 and kG < G and n > 1 and (n % G == 0 or G % n == 0):
-        # group-limited routing changes the per-token variance by a factor computed at the
-        # deployment's EP (numbers): a constant when EP is swept
-        E0, k0 = model.num_experts, model.experts_per_token
-        grouped = rt.rank_load_variance_per_token(E0, k0, n, G, kG)
-        uniform = rt.rank_load_variance_per_token(E0, k0, n)
-        var = var * sp.nsimplify(grouped / uniform)
+    if group_limited(model):
+        # group-limited routing scales the per-token variance by rho_G, a number at each EP
+        # (group_var_factor) bound like any other: one model serves every EP
+        var = var * S.group_var
     return sp.Piecewise((1, sp.Eq(ep, 1)), (rt.max_load_ratio(mean, var, ep), True))
+
+
+def group_limited(model) -> bool:
+    """The model routes within a subset of expert groups (DeepSeek-V3: top-4 of 8 groups)."""
+    return model.is_moe and model.expert_groups > 1 and model.groups_per_token < model.expert_groups
+
+
+def group_var_factor(model, ep: int) -> float:
+    """rho_G: per-token load variance on one EP rank under group-limited routing over that
+    under uniform top-k routing (:func:`moesym.routing.rank_load_variance_per_token`), at ``ep``
+    ranks; 1 where routing is not group-limited, at EP 1, and where neither of EP and the group
+    count divides the other (the closed form needs one to)."""
+    n, G, kG = int(ep), model.expert_groups, model.groups_per_token
+    if not group_limited(model) or n <= 1 or (n % G and G % n):
+        return 1.0
+    E0, k0 = model.num_experts, model.experts_per_token
+    grouped = rt.rank_load_variance_per_token(E0, k0, n, G, kG)
+    uniform = rt.rank_load_variance_per_token(E0, k0, n)
+    return float(grouped / uniform)
 
 
 def touched_local_experts_expr(model, deployment, D: Dims, tokens_mb) -> sp.Expr:
