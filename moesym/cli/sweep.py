@@ -9,7 +9,7 @@ from ..specs.model import load_model
 from ..sweep import (dask_client, parse_list, sweep_columns, sweep_dask, write_sweep,
                      write_sweep_dask)
 from . import COMMANDS
-from .common import add_deployment, deployment_from
+from .common import add_deployment, add_no_cache, deployment_from
 
 __all__ = ["register"]
 
@@ -21,6 +21,7 @@ def register(sub) -> None:
     for name in ("batch", "tokens", "context"):
         p.add_argument(f"--{name}", dest=f"{name}_list", default=None, metavar="LIST")
     add_deployment(p)
+    add_no_cache(p)
     # list-valued deployment axes replace the single-valued shared flags
     for action in p._actions:
         if action.dest in ("gpus", "ep", "tp", "micro_batches"):

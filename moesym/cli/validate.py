@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..validate import CASES, load_cases, serving_fits, validate
 from . import COMMANDS
-from .common import add_json, emit_json
+from .common import add_json, add_no_cache, emit_json
 
 __all__ = ["register"]
 
@@ -21,6 +21,7 @@ def register(sub) -> None:
                    help="also fit each GPU's serving efficiency on all of its cases (the value a "
                         "hardware file's [efficiency] serving should hold)")
     add_json(p)
+    add_no_cache(p)
     p.set_defaults(func=run)
 
 
