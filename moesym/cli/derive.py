@@ -70,6 +70,16 @@ def register(sub) -> None:
     g.set_defaults(func=_pages)
 
 
+def _deployment(args):
+    """The deployment of the flags; closed forms are decode questions, so a pinned overlap
+    schedule must run the deployment's micro-batch count in decode."""
+    from ..specs.deployment import Phase
+
+    dep = deployment_from(args)
+    dep.check_overlap(Phase.DECODE)
+    return dep
+
+
 def show(cf, as_json: bool) -> int:
     if as_json:
         emit_json(cf.as_dict())
@@ -87,7 +97,7 @@ def show(cf, as_json: bool) -> int:
 
 def _crossover(args) -> int:
     m, h = model_hw_from(args)
-    dep = deployment_from(args)
+    dep = _deployment(args)
     cf = dv.crossover(m, h, dep, lazy=not args.no_lazy)
     if args.plot:
         from ..model.step import build_step
@@ -101,12 +111,12 @@ def _crossover(args) -> int:
 
 def _attention(args) -> int:
     m, h = model_hw_from(args)
-    return show(dv.attention_overtakes_moe(m, h, deployment_from(args), args.context), args.json)
+    return show(dv.attention_overtakes_moe(m, h, _deployment(args), args.context), args.json)
 
 
 def _tpot(args) -> int:
     m, h = model_hw_from(args)
-    return show(dv.max_batch_for_tpot(m, h, deployment_from(args), args.context, args.tpot_ms / 1e3),
+    return show(dv.max_batch_for_tpot(m, h, _deployment(args), args.context, args.tpot_ms / 1e3),
                 args.json)
 
 
@@ -115,19 +125,19 @@ def _optimal_ep(args) -> int:
 
     m, h = model_hw_from(args)
     wl = Workload(Phase.DECODE, batch=args.batch, context=args.context)
-    cf = dv.optimal_ep(m, h, wl, deployment_from(args), max_ep=args.max_ep,
+    cf = dv.optimal_ep(m, h, wl, _deployment(args), max_ep=args.max_ep,
                        memory_limit=not args.no_memory_limit)
     return show(cf, args.json)
 
 
 def _comm_hidden(args) -> int:
     m, h = model_hw_from(args)
-    return show(dv.comm_hidden(m, h, deployment_from(args), args.context), args.json)
+    return show(dv.comm_hidden(m, h, _deployment(args), args.context), args.json)
 
 
 def _ep_min_tpot(args) -> int:
     m, h = model_hw_from(args)
-    cf = dv.ep_min_tpot(m, h, args.total_batch, args.context, deployment_from(args),
+    cf = dv.ep_min_tpot(m, h, args.total_batch, args.context, _deployment(args),
                         max_ep=args.max_ep)
     return show(cf, args.json)
 
@@ -135,7 +145,7 @@ def _ep_min_tpot(args) -> int:
 def _gpus_for_throughput(args) -> int:
     m, h = model_hw_from(args)
     cf = dv.gpus_for_throughput(m, h, args.tokens_per_s, args.tpot_ms / 1e3, args.context,
-                                deployment_from(args), max_gpus=args.max_gpus)
+                                _deployment(args), max_gpus=args.max_gpus)
     return show(cf, args.json)
 
 

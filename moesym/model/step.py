@@ -111,10 +111,12 @@ class StepModel:
         dep, wl = self.deployment, self.workload
         name = resolve_name(dep.overlap, dep.micro_batches, wl.phase.value)
         sched = load(name)
-        if sched.ideal or not self.model.is_moe:
-            raise MoesymError(f"--timeline needs an overlap schedule; this deployment runs "
-                              f"{'the ideal bound' if sched.ideal else 'no MoE layer'} "
-                              f"(pick one with --overlap none, sbo or tbo-sglang)")
+        if not self.model.is_moe:
+            raise MoesymError(f"--timeline shows an MoE layer's overlap schedule; "
+                              f"{self.model.name} is dense")
+        if sched.ideal:
+            raise MoesymError("--timeline needs an overlap schedule; this deployment runs the "
+                              "ideal bound (pick one with --overlap none, sbo or tbo-sglang)")
         num = lambda e: float(evaluate(sp.sympify(e), self.values, {}))  # noqa: E731
         ops = {k: num(v) for k, v in operation_times(self.terms, S.micro_batches).items()}
         tr = {k: num(self.terms[k].total_s) for k in ("dispatch", "combine")}
