@@ -7,8 +7,9 @@ deployment. Stored as one JSON file per key, it lets a repeated question skip Sy
 Where: ``$MOESYM_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/moesym``, else ``~/.cache/moesym``.
 Off: ``--no-cache`` on the command line, ``MOESYM_NO_CACHE=1``, or :func:`disable`.
 
-The key is a SHA-256 of the package's own source (every ``.py`` file of moesym, so an upgrade or
-a local edit changes it), the entry format and the caller's description of the structure. An
+The key is a SHA-256 of the package's own source (every ``.py`` and ``.toml`` file inside the
+moesym package, so an upgrade or a local edit changes it; hardware and model files enter through
+the specs the caller describes), the entry format and the caller's description of the structure. An
 entry carries a digest of its own content: a corrupt, truncated, edited or foreign file is
 ignored and rebuilt, never trusted. A cache directory that cannot be written gives one warning
 and the run goes on without the cache.
@@ -48,11 +49,12 @@ def cache_dir() -> Path:
 
 
 def package_fingerprint() -> str:
-    """SHA-256 over the package's Python sources (names and bytes), computed once per process."""
+    """SHA-256 over the package's Python sources and the TOML data inside the package (the
+    overlap schedules), names and bytes, computed once per process."""
     if _state["fingerprint"] is None:
         root = Path(__file__).resolve().parent
         h = hashlib.sha256()
-        for p in sorted(root.rglob("*.py")):
+        for p in sorted([*root.rglob("*.py"), *root.rglob("*.toml")]):
             h.update(str(p.relative_to(root)).encode())
             h.update(p.read_bytes())
         _state["fingerprint"] = h.hexdigest()
