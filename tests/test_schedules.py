@@ -167,3 +167,25 @@ def test_user_schedule_file_and_bad_input(tmp_path, capsys):
     f.write_text('[bad.decode]\nmicro_batches = 2\nstages = [["attn_prep", "warp"]]\n')
     with pytest.raises(SpecError, match="unknown operation 'warp'"):
         load(str(f))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_step_model_orders_ideal_tbo_and_the_single_batch_schedules(seed):
+    """At the step level, on random decode deployments with DeepEP low-latency (comm kernels
+    hold no SMs): the ideal bound <= two-batch overlap, and sbo <= none for one micro-batch."""
+    import moesym as ms
+
+    rng = np.random.default_rng(seed)
+    model = ms.load_model(["deepseek-v3", "qwen3-235b-a22b", "qwen3-30b-a3b"][seed % 3])
+    gpus = int(rng.choice([8, 16, 32]))
+    wl = ms.Workload("decode", batch=int(rng.integers(2, 300)) * 2,
+                     context=int(rng.integers(512, 16384)))
+    hw = ms.load_hardware(["h800", "h100", "h20"][seed % 3])
+
+    def t(mb, overlap):
+        dep = ms.Deployment(gpus=gpus, ep=gpus, weights="fp8", a2a="deepep-ll",
+                            micro_batches=mb, overlap=overlap)
+        return ms.build_step(model, hw, dep, wl).predict()["layer_s"]
+
+    assert t(2, "ideal") <= t(2, "tbo-sglang") * (1 + 1e-12)
+    assert t(1, "sbo") <= t(1, "none") * (1 + 1e-12)
