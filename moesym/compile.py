@@ -124,15 +124,19 @@ def _children(e: sp.Basic) -> tuple:
 
 def _generate(exprs: Sequence[sp.Basic], args: Sequence[sp.Symbol] | None, name: str):
     """(source, argument symbols): see :func:`numpy_source`; ``args=None`` takes every free
-    symbol met, sorted by name."""
+    symbol met, sorted by name.
+
+    A Piecewise evaluates only the branch its conditions pick when they are scalars (a sweep
+    or search over one micro-batch count at a time): the nodes only that branch uses are
+    emitted inside it. With array conditions every branch is computed and ``where`` picks."""
     tok: dict = {}
     if args is not None:
         for i, s_ in enumerate(args):
             tok[s_] = f"a{i}"
     found: list = []
-    body: list[str] = []
+    order: list = []  # non-atom nodes, children first
+    kids_of: dict = {}
     roots = [sp.sympify(r) for r in exprs]
-    counter = 0
     for root in roots:
         stack = [(root, False)]
         while stack:
@@ -153,9 +157,57 @@ def _generate(exprs: Sequence[sp.Basic], args: Sequence[sp.Symbol] | None, name:
                 stack.append((e, True))
                 stack.extend((k, False) for k in reversed(kids) if k not in tok)
                 continue
-            body.append(f"    v{counter} = {_node_source(e, [tok[k] for k in kids])}")
-            tok[e] = f"v{counter}"
-            counter += 1
+            tok[e] = f"v{len(order)}"
+            kids_of[e] = kids
+            order.append(e)
+    # scope of each node: None (always computed) or (Piecewise, branch) when only that branch
+    # of that Piecewise needs it
+    users: dict = {e: [] for e in order}
+    for e in order:
+        for pos, k in enumerate(kids_of[e]):
+            if k in users:
+                users[k].append((e, pos))
+    scope: dict = {}
+    root_set = set(roots)
+    for e in reversed(order):
+        if e in root_set:
+            scope[e] = None
+            continue
+        seen = {(u, pos // 2) if isinstance(u, sp.Piecewise) and pos % 2 == 0 else scope[u]
+                for u, pos in users[e]}
+        scope[e] = seen.pop() if len(seen) == 1 else None
+    members: dict = {}
+    for e in order:
+        members.setdefault(scope[e], []).append(e)
+
+    def emit(where, ind: str) -> list[str]:
+        out: list[str] = []
+        for e in members.get(where, ()):
+            if not isinstance(e, sp.Piecewise):
+                out.append(f"{ind}{tok[e]} = {_node_source(e, [tok[k] for k in kids_of[e]])}")
+                continue
+            kids = [tok[k] for k in kids_of[e]]
+            vals, conds = kids[0::2], kids[1::2]
+            live = [c for c in conds if c not in ("True", "False")]
+            scalar = " and ".join(f"_np.ndim({c}) == 0" for c in live) or "True"
+            out.append(f"{ind}if {scalar}:")
+            for i, (v, c) in enumerate(zip(vals, conds)):
+                head = "else:" if c == "True" else f"{'if' if i == 0 else 'elif'} {c}:"
+                out.append(f"{ind}    {head}")
+                out += emit((e, i), ind + "        ")
+                out.append(f"{ind}        {tok[e]} = {v}")
+                if c == "True":
+                    break
+            else:
+                out.append(f"{ind}    else:")
+                out.append(f"{ind}        {tok[e]} = _np.float64(_nan)")
+            out.append(f"{ind}else:")
+            for i in range(len(vals)):
+                out += emit((e, i), ind + "    ")
+            out.append(f"{ind}    {tok[e]} = {_node_source(e, kids)}")
+        return out
+
+    body = emit(None, "    ")
     if args is None:  # name the arguments in sorted order
         args = sorted(found, key=str)
         rename = {f"_s{found.index(s_)}": f"a{i}" for i, s_ in enumerate(args)}

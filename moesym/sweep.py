@@ -255,16 +255,17 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
     step time, tokens per GPU per second, per-GPU memory and whether it fits, for the valid
     points in grid order.
 
-    The compiled model is evaluated on the axes broadcast against each other, one (GPUs, EP)
-    pair at a time, so every subexpression is computed only over the axes it depends on (the
-    load-imbalance order statistic over batch x EP, not over every context as well)."""
+    The compiled model is evaluated on the axes broadcast against each other, one (GPUs, EP,
+    micro-batches) at a time, so every subexpression is computed only over the axes it depends
+    on (the load-imbalance order statistic over batch, not over every context as well) and only
+    the overlap schedule of that micro-batch count runs."""
     ax = {grid.first: list(block), **{n: list(v) for n, v in grid.rest}}
     names = list(ax)
     shape = tuple(len(v) for v in ax.values())
     t = np.full(shape, np.nan)
     used = np.full(shape, np.nan)
-    gi, ei = names.index("gpus"), names.index("ep")
-    others = [n for n in names if n not in ("gpus", "ep")]
+    gi, ei, mi = names.index("gpus"), names.index("ep"), names.index("micro_batches")
+    others = [n for n in names if n not in ("gpus", "ep", "micro_batches")]
     sub_shape = tuple(len(ax[n]) for n in others)
     env0 = {}
     for i, n in enumerate(others):  # each remaining axis along its own dimension
@@ -282,19 +283,24 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
             if not _valid_mask(grid.model, cols, grid.base.redundant_experts, grid.base.a2a).any():
                 continue
             cm = models.get(int(g), int(e))
-            env = {**env0, **cm.ep_values(e), N.gpus: float(g), N.ep: float(e)}
-            at = [slice(None)] * len(names)
-            at[gi], at[ei] = a, b
-            t[tuple(at)] = np.broadcast_to(cm.evaluate(0, env)["step_time_s"], sub_shape)
-            if prefill:  # prompts whose KV is held: ceil(tokens / context)
-                env[N.batch] = np.ceil(env[N.tokens] / env[N.context])
-            used[tuple(at)] = np.broadcast_to(cm.evaluate(1, env)["memory_bytes"], sub_shape)
+            # one micro-batch count at a time: the overlap schedule of that count alone runs
+            for c, mb in enumerate(ax["micro_batches"]):
+                env = {**env0, **cm.ep_values(e), N.gpus: float(g), N.ep: float(e),
+                       N.micro_batches: float(mb)}
+                at = [slice(None)] * len(names)
+                at[gi], at[ei], at[mi] = a, b, c
+                t[tuple(at)] = np.broadcast_to(cm.evaluate(0, env)["step_time_s"], sub_shape)
+                if prefill:  # prompts whose KV is held: ceil(tokens / context)
+                    env[N.batch] = np.ceil(env[N.tokens] / env[N.context])
+                used[tuple(at)] = np.broadcast_to(cm.evaluate(1, env)["memory_bytes"],
+                                                  sub_shape)
     cols = _columns(ax)
     ok = _valid_mask(grid.model, cols, grid.base.redundant_experts, grid.base.a2a)
-    out = {n: c[ok] for n, c in cols.items()}
+    everything = bool(ok.all())  # no copies when every point is valid
+    out = {n: (c if everything else c[ok]) for n, c in cols.items()}
     if prefill:
         out["chunk"] = np.minimum(out["tokens"], out["context"])
-    t, used = t.ravel()[ok], used.ravel()[ok]
+    t, used = (t.ravel(), used.ravel()) if everything else (t.ravel()[ok], used.ravel()[ok])
     out["step_time_s"] = t
     out["tokens_per_gpu_s"] = out[grid.tok_axis] / out["tp"] / t
     out["memory_bytes"] = used
