@@ -230,18 +230,30 @@ class Constant(NamedTuple):
         return self.n
 
 
+def _arrow_column(pa, v):
+    """One Arrow array from a NumPy column or a :class:`Constant`, built from its buffers
+    (zero-copy for numbers; ``pyarrow.array`` would import pandas to inspect its input)."""
+    if isinstance(v, Constant):  # one dictionary entry, n zero indices
+        text = v.value.encode()
+        values = pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(
+            np.array([0, len(text)], np.int32)), pa.py_buffer(text)])
+        idx = pa.Array.from_buffers(pa.int8(), v.n, [None, pa.py_buffer(np.zeros(v.n, np.int8))])
+        return pa.DictionaryArray.from_arrays(idx, values)
+    x = np.ascontiguousarray(v)
+    if x.dtype == bool:
+        return pa.Array.from_buffers(pa.bool_(), len(x), [None, pa.py_buffer(
+            np.packbits(x, bitorder="little"))])
+    kind = {np.dtype(np.int64): pa.int64(), np.dtype(np.float64): pa.float64()}[x.dtype]
+    return pa.Array.from_buffers(kind, len(x), [None, pa.py_buffer(x)])
+
+
 def _arrow_table(block):
     import pyarrow as pa
 
     if not isinstance(block, Mapping):  # a DataFrame
         return pa.Table.from_pandas(block, preserve_index=False)
-    cols = {}
-    for k, v in block.items():
-        if isinstance(v, Constant):  # one dictionary entry, n zero indices
-            cols[k] = pa.DictionaryArray.from_arrays(np.zeros(v.n, np.int8), pa.array([v.value]))
-        else:
-            cols[k] = v
-    return pa.table(cols)
+    return pa.Table.from_arrays([_arrow_column(pa, v) for v in block.values()],
+                                names=list(block))
 
 
 def _frame(grid: _Grid, arrays: Mapping[str, np.ndarray]) -> "pd.DataFrame":

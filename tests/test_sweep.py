@@ -32,3 +32,33 @@ def test_sweep_points_equal_predict_across_ep_and_chunks(phase, sizes):
         assert row.step_time_s == pytest.approx(r["step_time_s"], rel=1e-9)
         assert row.memory_bytes == pytest.approx(r["memory_bytes"], rel=1e-9)
         assert row.fits == r["fits"]
+
+
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+def test_parquet_output_equals_the_csv(tmp_path, phase):
+    """The Parquet writer (Arrow columns built from their buffers) holds exactly the CSV's
+    rows: same columns, numbers bit for bit, text columns dictionary-encoded."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    import csv
+    import io
+
+    from moesym.cli import main
+
+    size = ["--batch", "1,7,64,300"] if phase == "decode" else ["--tokens", "1024,8192"]
+    argv = (["sweep", "qwen3-30b-a3b", "--hardware", "h20,h800", "--phase", phase, *size,
+             "--context", "2048,4096", "--gpus", "4", "--ep", "1,2,4", "--micro-batches", "1,2"])
+    assert main(argv + ["--out", str(tmp_path / "s.csv")]) == 0
+    assert main(argv + ["--out", str(tmp_path / "s.parquet")]) == 0
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "s.csv").read_text())))
+    table = pq.read_table(tmp_path / "s.parquet").to_pydict()
+    assert list(table) == list(rows[0])
+    assert len(table["hardware"]) == len(rows)
+    for name, col in table.items():
+        for i, got in enumerate(col):
+            want = rows[i][name]
+            if isinstance(got, bool):
+                assert str(got) == want, (name, i)
+            elif isinstance(got, str):
+                assert got == want, (name, i)
+            else:
+                assert got == type(got)(want), (name, i)
