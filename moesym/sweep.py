@@ -267,10 +267,11 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
     step time, tokens per GPU per second, per-GPU memory and whether it fits, for the valid
     points in grid order.
 
-    The compiled model is evaluated on the axes broadcast against each other, one (GPUs, EP,
-    micro-batches) at a time, so every subexpression is computed only over the axes it depends
-    on (the load-imbalance order statistic over batch, not over every context as well) and only
-    the overlap schedule of that micro-batch count runs."""
+    The compiled model is evaluated on the axes broadcast against each other, the EPs that share
+    a compiled model in one call, one (GPUs, micro-batch count) at a time, so every
+    subexpression is computed only over the axes it depends on (attention over batch x context
+    once for all EPs, the load-imbalance order statistic over batch x EP) and only the overlap
+    schedule of that micro-batch count runs."""
     ax = {grid.first: list(block), **{n: list(v) for n, v in grid.rest}}
     names = list(ax)
     shape = tuple(len(v) for v in ax.values())
@@ -288,24 +289,33 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
     if prefill:
         env0[N.chunk] = np.minimum(env0[N.tokens], env0[N.context])
     tp = np.asarray(ax["tp"], dtype=np.int64)
+    extra = (1,) * len(others)  # the EP axis goes last, after the broadcast axes
+    env0 = {k: v.reshape(v.shape + (1,)) for k, v in env0.items()}
     for a, g in enumerate(ax["gpus"]):
+        groups: dict = {}  # EPs that share one compiled model, evaluated in one call
         for b, e in enumerate(ax["ep"]):
             e = g if e is None else e
             cols = {"gpus": np.full(len(tp), g), "ep": np.full(len(tp), e), "tp": tp}
-            if not _valid_mask(grid.model, cols, grid.base.redundant_experts, grid.base.a2a).any():
-                continue
-            cm = models.get(int(g), int(e))
+            if _valid_mask(grid.model, cols, grid.base.redundant_experts, grid.base.a2a).any():
+                cm = models.get(int(g), int(e))
+                groups.setdefault(id(cm), (cm, []))[1].append((b, e))
+        for cm, members in groups.values():
+            eps = np.asarray([float(e) for _, e in members]).reshape(extra + (-1,))
+            per_ep = [cm.ep_values(e) for _, e in members]
+            ep_env = {k: np.asarray([d[k] for d in per_ep]).reshape(eps.shape) for k in per_ep[0]}
+            full = sub_shape + (len(members),)
             # one micro-batch count at a time: the overlap schedule of that count alone runs
             for c, mb in enumerate(ax["micro_batches"]):
-                env = {**env0, **cm.ep_values(e), N.gpus: float(g), N.ep: float(e),
-                       N.micro_batches: float(mb)}
-                at = [slice(None)] * len(names)
-                at[gi], at[ei], at[mi] = a, b, c
-                t[tuple(at)] = np.broadcast_to(cm.evaluate(0, env)["step_time_s"], sub_shape)
+                env = {**env0, **ep_env, N.gpus: float(g), N.ep: eps, N.micro_batches: float(mb)}
+                step = np.broadcast_to(cm.evaluate(0, env)["step_time_s"], full)
                 if prefill:  # prompts whose KV is held: ceil(tokens / context)
                     env[N.batch] = np.ceil(env[N.tokens] / env[N.context])
-                used[tuple(at)] = np.broadcast_to(cm.evaluate(1, env)["memory_bytes"],
-                                                  sub_shape)
+                mem = np.broadcast_to(cm.evaluate(1, env)["memory_bytes"], full)
+                for j, (b, _) in enumerate(members):
+                    at = [slice(None)] * len(names)
+                    at[gi], at[ei], at[mi] = a, b, c
+                    t[tuple(at)] = step[..., j]
+                    used[tuple(at)] = mem[..., j]
     cols = _columns(ax)
     ok = _valid_mask(grid.model, cols, grid.base.redundant_experts, grid.base.a2a)
     everything = bool(ok.all())  # no copies when every point is valid
