@@ -317,8 +317,12 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
                     t[tuple(at)] = step[..., j]
                     used[tuple(at)] = mem[..., j]
     cols = _columns(ax)
-    ok = _valid_mask(grid.model, cols, grid.base.redundant_experts, grid.base.a2a)
-    everything = bool(ok.all())  # no copies when every point is valid
+    # validity depends on GPUs, EP and TP only: test their combinations, broadcast to the grid
+    small = {n: (ax[n] if n in ("gpus", "ep", "tp") else ax[n][:1]) for n in names}
+    ok_small = _valid_mask(grid.model, _columns(small), grid.base.redundant_experts,
+                           grid.base.a2a)
+    ok = np.broadcast_to(ok_small.reshape(tuple(len(v) for v in small.values())), shape).ravel()
+    everything = bool(ok_small.all())  # no copies when every point is valid
     out = {n: (c if everything else c[ok]) for n, c in cols.items()}
     if prefill:
         out["chunk"] = np.minimum(out["tokens"], out["context"])
