@@ -109,10 +109,8 @@ def _node_source(e: sp.Basic, a: list[str]) -> str:
 
 
 def _special_functions() -> dict:  # moesym.special's NumPy versions, by class name
-    try:
-        from .special_numeric import NUMPY_FUNCTIONS
-    except ImportError:  # pragma: no cover - special functions are optional
-        return {}
+    from .special_numeric import NUMPY_FUNCTIONS
+
     return NUMPY_FUNCTIONS
 
 
@@ -261,7 +259,7 @@ def compile_model(parts: Sequence[tuple[Mapping[str, sp.Expr], Mapping[sp.Symbol
 
 
 @lru_cache(maxsize=512)
-def _compile_cached(expr: sp.Expr, args: tuple[sp.Symbol, ...], cse: bool) -> Callable:
+def _compile_cached(expr: sp.Expr, args: tuple[sp.Symbol, ...]) -> Callable:
     many = function_from_source(numpy_source([expr], args))
 
     def fn(*a):
@@ -275,35 +273,35 @@ def _compile_cached(expr: sp.Expr, args: tuple[sp.Symbol, ...], cse: bool) -> Ca
     return fn
 
 
-def compile_expr(expr: sp.Expr, args: Sequence[sp.Symbol], cse: bool = True) -> Callable:
+def compile_expr(expr: sp.Expr, args: Sequence[sp.Symbol]) -> Callable:
     """NumPy function of ``args`` (in that order) computing ``expr``; cached."""
     args = tuple(args)
     extra = sp.sympify(expr).free_symbols - set(args)
     if extra:
         raise ValueError("expression has free symbols not among the arguments: "
                          + ", ".join(sorted(map(str, extra))))
-    return _compile_cached(sp.sympify(expr), args, cse)
+    return _compile_cached(sp.sympify(expr), args)
 
 
 @lru_cache(maxsize=256)
-def _bound_cached(expr: sp.Expr, fixed: tuple, args: tuple, cse: bool) -> Callable:
+def _bound_cached(expr: sp.Expr, fixed: tuple, args: tuple) -> Callable:
     from .terms.cost import substitute
 
     bound = substitute(expr, {s: sp.Float(v) for s, v in fixed})
-    return compile_expr(bound, tuple(a for a in args if a in bound.free_symbols), cse=cse), \
+    return compile_expr(bound, tuple(a for a in args if a in bound.free_symbols)), \
         tuple(a for a in args if a in bound.free_symbols)
 
 
 @lru_cache(maxsize=512)
-def _late_compiled(expr: sp.Expr, grid_symbols: tuple, cse: bool) -> tuple:
+def _late_compiled(expr: sp.Expr, grid_symbols: tuple) -> tuple:
     free = expr.free_symbols
     grid = tuple(s for s in grid_symbols if s in free)
     rest = tuple(sorted(free - set(grid), key=str))
-    return compile_expr(expr, grid + rest, cse=cse), grid, rest
+    return compile_expr(expr, grid + rest), grid, rest
 
 
-def _late_bound(expr: sp.Expr, values: Mapping, grid_symbols: tuple, cse: bool) -> tuple:
-    fn, grid, rest = _late_compiled(expr, grid_symbols, cse)
+def _late_bound(expr: sp.Expr, values: Mapping, grid_symbols: tuple) -> tuple:
+    fn, grid, rest = _late_compiled(expr, grid_symbols)
     missing = [s for s in rest if s not in values]
     if missing:
         raise ValueError("missing value(s) for: " + ", ".join(sorted(map(str, missing))))
@@ -317,7 +315,7 @@ def _late_bound(expr: sp.Expr, values: Mapping, grid_symbols: tuple, cse: bool) 
 
 
 def bind_and_compile(expr: sp.Expr, values: Mapping[sp.Symbol, float], grid_symbols,
-                     cse: bool = True, fold: bool = False) -> tuple[Callable, tuple]:
+                     fold: bool = False) -> tuple[Callable, tuple]:
     """A NumPy function of the grid symbols with ``values`` bound to every other symbol.
 
     Returns the function and the grid symbols it takes, in order. NumPy broadcasting keeps every
@@ -333,24 +331,24 @@ def bind_and_compile(expr: sp.Expr, values: Mapping[sp.Symbol, float], grid_symb
     expr = sp.sympify(expr)
     grid_symbols = tuple(grid_symbols)
     if not fold:
-        return _late_bound(expr, values, grid_symbols, cse)
+        return _late_bound(expr, values, grid_symbols)
     free = expr.free_symbols
     missing = free - set(values) - set(grid_symbols)
     if missing:
         raise ValueError("missing value(s) for: " + ", ".join(sorted(map(str, missing))))
     fixed = tuple(sorted(((s, float(v)) for s, v in values.items()
                           if s in free and s not in grid_symbols), key=lambda kv: str(kv[0])))
-    return _bound_cached(expr, fixed, grid_symbols, cse)
+    return _bound_cached(expr, fixed, grid_symbols)
 
 
-def evaluate(expr: sp.Expr, values: Mapping[sp.Symbol, float], grid: Mapping[sp.Symbol, object],
-             cse: bool = True) -> np.ndarray:
+def evaluate(expr: sp.Expr, values: Mapping[sp.Symbol, float], grid: Mapping[sp.Symbol, object]
+             ) -> np.ndarray:
     """Evaluate ``expr`` with ``values`` bound and ``grid`` arrays broadcast against each other.
 
     Every free symbol must be given exactly once (in ``values`` or ``grid``); bindings for symbols
     the expression does not use are ignored here (the step model checks its own bindings).
     """
-    fn, args = bind_and_compile(expr, values, tuple(grid), cse=cse)
+    fn, args = bind_and_compile(expr, values, tuple(grid))
     out = fn(*(np.asarray(grid[a], dtype=float) for a in args))
     shape = np.broadcast_shapes(*(np.shape(g) for g in grid.values())) if grid else ()
     return np.broadcast_to(np.asarray(out, dtype=float), shape).copy()

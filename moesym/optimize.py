@@ -160,13 +160,12 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
                 "step_time_s": float(t), "tokens_per_gpu_s": float(size / tp / t),
                 lat_key: float(lat), "fits": True, "_front_only": front_only}
 
-    numeric = base.routing.kind == "zipf" or base.redundant_experts > 0
     built: dict = {}  # one compiled model per (A2A mode, EP structure class)
     for mode, ep in progress_bar(models, "optimize: models", progress):
         # the model predict builds for this mode and EP's class (TP, micro-batches, size, GPUs,
         # EP and the numbers that depend on EP are bound per candidate)
         rep = replace(base, gpus=gpus, ep=ep, tp=1, micro_batches=1, a2a=mode)
-        key = (mode, ep_class(rep, numeric))
+        key = (mode, ep_class(rep))
         if key not in built:
             built[key] = compiled_predict_model(model, hw, rep, wl0)
         cm = built[key]

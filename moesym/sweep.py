@@ -200,8 +200,7 @@ class _Models:
         from .model.predictor import ep_class
 
         dep = replace(self.grid.rep, gpus=int(gpus), ep=int(ep))
-        numeric = dep.routing.kind == "zipf" or dep.redundant_experts > 0
-        key = ep_class(dep, numeric)
+        key = ep_class(dep)
         with self._lock:  # threads of one dask worker wait for the first compile
             if key not in self._cache:
                 self._cache[key] = _compile(self.grid, int(gpus), int(ep))

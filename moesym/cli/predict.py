@@ -30,13 +30,15 @@ def run(args) -> int:
     model, hw = model_hw_from(args)
     dep, wl = deployment_from(args), workload_from(args)
     r = predict(model, hw, dep, wl)
-    if args.timeline:
+    step = None
+    if args.timeline or args.show_expr:  # the symbolic model itself, not its compiled form
         from ..model.step import build_step
 
-        r["timeline"] = build_step(model, hw, dep, wl).timeline()
+        step = build_step(model, hw, dep, wl)
+    if args.timeline:
+        r["timeline"] = step.timeline()
         if isinstance(args.timeline, str):
             from ..plots import timeline_gantt
-
             from ..schedules import resolve_name
 
             timeline_gantt(r["timeline"], args.timeline,
@@ -65,7 +67,7 @@ def run(args) -> int:
     for k in BREAKDOWN_KEYS:
         print(f"    {k:<16} {fmt_s(r['per_layer_s'][k]):>12}")
         if args.show_expr:
-            print(f"      = {_expressions(model, hw, dep, wl)[k]}")
+            print(f"      = {step.per_layer_s[k]}")
     print(f"    {'layer (overlap)':<16} {fmt_s(r['layer_s']):>12}")
     if "timeline" in r:
         print("  one steady-state layer (start - end, us):")
@@ -74,12 +76,3 @@ def run(args) -> int:
                   f"{e['start_s'] * 1e6:9.1f} - {e['end_s'] * 1e6:9.1f}")
     return 0
 
-
-def _expressions(model, hw, dep, wl) -> dict:
-    """The per-layer SymPy expressions (``--show-expr``): the only part of predict that needs
-    the symbolic model itself rather than its compiled form."""
-    if not hasattr(_expressions, "memo"):
-        from ..model.step import build_step
-
-        _expressions.memo = build_step(model, hw, dep, wl).per_layer_s
-    return _expressions.memo

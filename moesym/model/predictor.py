@@ -31,12 +31,18 @@ from .report import report_from_numbers
 __all__ = ["compiled_predict_model", "predict", "structure"]
 
 
-def ep_class(dep: Deployment, numeric_routing: bool):
+def numeric_routing(dep: Deployment) -> bool:
+    """Routing statistics computed numerically at the workload's token count and EP (Zipf
+    routing, redundant experts), so baked into the model rather than bound per point."""
+    return dep.routing.kind == "zipf" or dep.redundant_experts > 0
+
+
+def ep_class(dep: Deployment):
     """What of the EP degree fixes a model's structure: EP 1 (no all-to-all), EP below the GPU
     count (expert tensor parallelism, the all-gather) or not; the EP itself only where routing
     statistics are computed numerically at it (Zipf routing, redundant experts). Deployments of
     one class share one compiled model, the EP a bound number."""
-    return (dep.ep == 1, dep.ep < dep.gpus, dep.ep if numeric_routing else None)
+    return (dep.ep == 1, dep.ep < dep.gpus, dep.ep if numeric_routing(dep) else None)
 
 
 def structure(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
@@ -45,10 +51,9 @@ def structure(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
 
     The workload enters only through its phase, except where routing statistics are computed
     numerically at the workload's token count (Zipf routing, redundant experts)."""
-    numeric_routing = dep.routing.kind == "zipf" or dep.redundant_experts > 0
     schedule = Path(dep.overlap).read_text() if dep.overlap.endswith(".toml") else None
     return repr(("predict", memory, model, hw, dep, wl.phase.value,
-                 wl if numeric_routing else None, schedule))
+                 wl if numeric_routing(dep) else None, schedule))
 
 
 def _build(model, hw, dep, wl, memory: bool) -> CompiledModel:

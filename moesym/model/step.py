@@ -12,8 +12,8 @@ True
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from types import MappingProxyType, SimpleNamespace
+from functools import cached_property
+from types import MappingProxyType
 from typing import Mapping
 
 import numpy as np
@@ -92,12 +92,14 @@ class StepModel:
             v[by_name(k)] = x
         return v
 
+    @cached_property
     def compiled(self):
         """Every report quantity of this model compiled into one function
-        (:class:`moesym.compiled.CompiledModel`, cached per process on the expressions)."""
-        return _compiled_report(self.expr, tuple(self.terms.items()),
-                                tuple(self.per_layer_s.items()), self.layer_s,
-                                self.layer_compute_s, tuple(self.values.items()))
+        (:class:`moesym.compiled.CompiledModel`, built once per step model)."""
+        from ..compile import compile_model
+        from .report import report_expressions
+
+        return compile_model([(report_expressions(self), self.values)])
 
     def timeline(self) -> list[dict]:
         """One steady-state layer period of the overlap schedule this deployment runs,
@@ -131,20 +133,10 @@ class StepModel:
         """Numbers for the configured point: the contract's ``predict`` keys and more."""
         from .report import report_from_numbers
 
-        cm = self.compiled()
+        cm = self.compiled
         values = cm.parts[0]["static"]
         return report_from_numbers(cm.evaluate(0, {}), values, self.model, self.deployment,
                                    self.workload)
-
-
-@lru_cache(maxsize=64)
-def _compiled_report(expr, terms, per_layer, layer_s, layer_compute_s, values):
-    from ..compile import compile_model
-    from .report import report_expressions
-
-    step = SimpleNamespace(expr=expr, terms=dict(terms), per_layer_s=dict(per_layer),
-                           layer_s=layer_s, layer_compute_s=layer_compute_s)
-    return compile_model([(report_expressions(step), dict(values))])
 
 
 def _moe_layer_terms(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, timing) -> dict:
@@ -271,39 +263,34 @@ def operation_times(terms: Mapping[str, TermTime], n) -> dict:
 
 
 def _scheduled(name: str, terms, compute, dep: Deployment, wl: Workload, n) -> tuple:
-    """(layer time, once-per-step edges) of one MoE layer under the named schedule."""
+    """(layer time, once-per-step edges, micro-batch count the schedule runs or None for the
+    ideal bound) of one MoE layer under the named schedule."""
     from ..schedules import load, steady_state
 
     d, c = terms["dispatch"].total_s, terms["combine"].total_s
     sched = load(name)
     if sched.ideal:
         return (overlap.layer_time(compute, d, c, n, dep, wl, shared_mb=terms["shared_expert"].total_s),
-                overlap.step_edges(d, c, n, dep, wl))
+                overlap.step_edges(d, c, n, dep, wl), None)
     lay = sched.layout(wl.phase.value)
     phi = overlap.sm_share(overlap.resolve_a2a(dep, wl.phase))
     period, edges = steady_state(lay, operation_times(terms, n), {"dispatch": d, "combine": c},
                                  phi, smax=smax)
-    return period, edges
+    return period, edges, lay.micro_batches
 
 
 def _layer_time(terms: Mapping[str, TermTime], dep: Deployment, wl: Workload, n) -> tuple:
     """(overlapped time of one layer for the whole batch, its compute-only time, the
     once-per-step fill and drain of the overlap schedule)."""
     expert = smax(terms["moe_routed"].total_s, terms["moe_weight_load"].total_s)
-    shared = terms["shared_expert"].total_s
     compute = (terms["attention_proj"].total_s + terms["attention_core"].total_s + expert
-               + shared + terms["tp_comm"].total_s + terms["other"].total_s
-               + S.t_layer / n)
-    d, c = terms["dispatch"].total_s, terms["combine"].total_s
-    if d == 0 and c == 0:  # nothing to overlap (EP = 1 or a dense layer)
-        return n * compute, n * compute, sp.Integer(0)
+               + terms["shared_expert"].total_s + terms["tp_comm"].total_s
+               + terms["other"].total_s + S.t_layer / n)
+    if terms["dispatch"].total_s == 0 and terms["combine"].total_s == 0:
+        return n * compute, n * compute, sp.Integer(0)  # nothing to overlap (EP 1, dense layer)
     if dep.overlap != "auto":  # pinned: valid only at the schedule's micro-batch count
-        from ..schedules import load
-
-        layer, edges = _scheduled(dep.overlap, terms, compute, dep, wl, n)
-        sched = load(dep.overlap)
-        if not sched.ideal:
-            mb = sched.layout(wl.phase.value).micro_batches
+        layer, edges, mb = _scheduled(dep.overlap, terms, compute, dep, wl, n)
+        if mb is not None:
             layer = sp.Piecewise((layer, sp.Eq(n, mb)), (sp.nan, True))
             edges = sp.Piecewise((edges, sp.Eq(n, mb)), (sp.nan, True))
         return layer, n * compute, edges
@@ -311,8 +298,8 @@ def _layer_time(terms: Mapping[str, TermTime], dep: Deployment, wl: Workload, n)
     from ..schedules import resolve_name
 
     ph = wl.phase.value
-    choices = [(resolve_name("auto", k, ph), k) for k in (1, 2)]
-    built = [(_scheduled(name, terms, compute, dep, wl, n), k) for name, k in choices]
+    built = [(_scheduled(resolve_name("auto", k, ph), terms, compute, dep, wl, n), k)
+             for k in (1, 2)]
     beyond = _scheduled(resolve_name("auto", 3, ph), terms, compute, dep, wl, n)
     layer = sp.Piecewise(*[(b[0], sp.Eq(n, k)) for b, k in built], (beyond[0], True))
     edges = sp.Piecewise(*[(b[1], sp.Eq(n, k)) for b, k in built], (beyond[1], True))
