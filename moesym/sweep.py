@@ -381,16 +381,26 @@ def write_sweep(path: str | Path, frames: Iterator) -> int:
         except ImportError:
             raise MoesymError("Parquet output needs the optional extra: pip install 'moesym[parquet]'") \
                 from None
+        from concurrent.futures import ThreadPoolExecutor
+
         writer = None
-        for block in frames:
-            table = _arrow_table(block)
-            if writer is None:  # dictionary-encode only the text columns: numbers gain nothing
-                text = [f.name for f in table.schema
-                        if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)
-                        or pa.types.is_large_string(f.type)]
-                writer = pq.ParquetWriter(path, table.schema, use_dictionary=text)
-            writer.write_table(table)
-            n += table.num_rows
+        pending = None
+        # Arrow encodes and compresses with the GIL released: block k is written on a second
+        # thread while block k + 1 is evaluated
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            for block in frames:
+                table = _arrow_table(block)
+                if writer is None:  # dictionary-encode only the text columns
+                    text = [f.name for f in table.schema
+                            if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)
+                            or pa.types.is_large_string(f.type)]
+                    writer = pq.ParquetWriter(path, table.schema, use_dictionary=text)
+                if pending is not None:
+                    pending.result()
+                pending = pool.submit(writer.write_table, table)
+                n += table.num_rows
+            if pending is not None:
+                pending.result()
         if writer is None:
             raise MoesymError(_NO_POINT)
         writer.close()

@@ -36,8 +36,9 @@ def test_sweep_points_equal_predict_across_ep_and_chunks(phase, sizes):
 
 @pytest.mark.parametrize("phase", ["decode", "prefill"])
 def test_parquet_output_equals_the_csv(tmp_path, phase):
-    """The Parquet writer (Arrow columns built from their buffers) holds exactly the CSV's
-    rows: same columns, numbers bit for bit, text columns dictionary-encoded."""
+    """The Parquet writer (Arrow columns built from their buffers, many small chunks written on
+    a second thread while the next is evaluated) holds exactly the CSV's rows, in order: same
+    columns, numbers bit for bit, text columns dictionary-encoded."""
     pq = pytest.importorskip("pyarrow.parquet")
     import csv
     import io
@@ -48,7 +49,7 @@ def test_parquet_output_equals_the_csv(tmp_path, phase):
     argv = (["sweep", "qwen3-30b-a3b", "--hardware", "h20,h800", "--phase", phase, *size,
              "--context", "2048,4096", "--gpus", "4", "--ep", "1,2,4", "--micro-batches", "1,2"])
     assert main(argv + ["--out", str(tmp_path / "s.csv")]) == 0
-    assert main(argv + ["--out", str(tmp_path / "s.parquet")]) == 0
+    assert main(argv + ["--out", str(tmp_path / "s.parquet"), "--chunk-points", "7"]) == 0
     rows = list(csv.DictReader(io.StringIO((tmp_path / "s.csv").read_text())))
     table = pq.read_table(tmp_path / "s.parquet").to_pydict()
     assert list(table) == list(rows[0])
@@ -62,3 +63,15 @@ def test_parquet_output_equals_the_csv(tmp_path, phase):
                 assert got == want, (name, i)
             else:
                 assert got == type(got)(want), (name, i)
+
+
+@pytest.mark.parametrize("chunk", ["0", "-1"])
+def test_chunk_points_must_be_positive(tmp_path, capsys, chunk):
+    from moesym.cli import main
+
+    argv = ["sweep", "qwen3-30b-a3b", "--hardware", "h20", "--phase", "decode", "--batch", "8",
+            "--context", "4096", "--out", str(tmp_path / "s.csv"), "--chunk-points", chunk]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--chunk-points" in err[0]
+    assert not (tmp_path / "s.csv").exists()

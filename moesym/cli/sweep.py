@@ -29,7 +29,10 @@ def register(sub) -> None:
             action.default = None
             action.metavar = "LIST"
     p.add_argument("--weights-list", default=None, help="comma list of weight precisions")
-    p.add_argument("--chunk-points", type=int, default=2_000_000, help="rows per streamed chunk")
+    p.add_argument("--chunk-points", type=int, default=None,
+                   help="rows per streamed chunk (default 131072 for the local backend: the "
+                        "Parquet writer encodes one chunk while the next is evaluated; "
+                        "2000000 per dask partition)")
     p.add_argument("--out", required=True, help="output .csv or .parquet")
     p.add_argument("--backend", choices=("local", "dask"), default="local",
                    help="local: stream chunks from this process; dask: one partition per chunk "
@@ -43,6 +46,11 @@ def register(sub) -> None:
 def run(args) -> int:
     if args.scheduler is not None and args.backend != "dask":
         raise MoesymError("--scheduler needs --backend dask")
+    if args.chunk_points is None:
+        args.chunk_points = 2_000_000 if args.backend == "dask" else 1 << 17
+    if args.chunk_points < 1:
+        raise MoesymError(f"--chunk-points must be a positive number of rows, got "
+                          f"{args.chunk_points}")
     model = load_model(args.model)
     axes = {}
     for name in ("batch", "tokens", "context"):
