@@ -1,228 +1,262 @@
-"""Closed forms derived from the composed cost terms, each with its regime and a worked number.
+"""Closed forms solved on the model that ``predict`` evaluates.
 
-Every closed form is built from the same term functions the step model uses, solved by SymPy
-(through the regime-enumeration solver where Max / Min appear), and checked against a numeric
-root of the compiled expressions (brentq) by the tests.
+Every ``derive`` command builds the step model of its arguments exactly as ``predict`` does (same
+time model, ``--timing kernel`` by default: the calibrated kernel model; same overlap schedule,
+routing and flags), forms its equation from the step model's own expressions, and answers in
+two parts (:mod:`moesym.solve.model_root`):
+
+- ``value``: the root of the full model, found by evaluating the compiled model (every integer
+  batch, or a fine scan refined by bisection): what ``predict`` shows on either side of it;
+- ``expr``: the closed form of the regime that holds there, with the tile and wave counts of that
+  regime frozen and each maximum on its active branch (``kind = smooth``: equal to ``value``),
+  or, where the answer is a step of the model (a tile or wave count, or a change of form),
+  where that step happens (``kind = step``); ``closed_value`` is its number.
+
+``--timing roofline`` runs the same code on the roofline (peaks x efficiencies), the teaching
+form of the same equations (derivations/ shows both).
 
 >>> import moesym as ms
 >>> cf = crossover(ms.load_model("deepseek-v3"), ms.load_hardware("h800"),
-...                ms.Deployment(gpus=128, ep=128, weights="fp8"), lazy=False)
->>> cf.expr
-F_g*b_w*eta_gg*t_p*(E + R_e)/(2*N_gpu*W*eta_m*k)
->>> round(cf.value, 1)
-54.7
+...                ms.Deployment(gpus=128, ep=128, weights="fp8", timing="roofline"))
+>>> cf.value, cf.kind  # the first decode batch per GPU whose routed experts are compute-bound
+(49.0, 'step')
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 import numpy as np
 import sympy as sp
-from scipy.optimize import brentq
 
 from .compile import evaluate
 from .errors import MoesymError
-from .model.bindings import bindings
-from .model.step import build_step
+from .model.step import StepModel, build_step
 from .specs.deployment import Deployment, Phase, Workload
 from .specs.hardware import HardwareSpec
 from .specs.model import ModelSpec
 from .symbols import S
-from .solve import solve_regimes
-from .solve.regimes import numeric_roots, solve_at_root
-from .terms import attention as att
-from .terms import ffn
-from .terms.cost import substitute
-from .terms.dims import symbolic_dims
+from .solve.model_root import ModelRoot, closed_form_at, model_root, sign_changes
+from .terms.cost import smax, substitute
 
-__all__ = ["ClosedForm", "crossover", "routed_times", "attention_overtakes_moe", "max_batch_for_tpot",
-           "kink_ep", "optimal_ep", "comm_hidden", "ep_min_tpot", "gpus_for_throughput",
-           "numeric_check", "CLOSED_FORMS"]
+__all__ = ["ClosedForm", "crossover", "attention_overtakes_moe", "max_batch_for_tpot",
+           "optimal_ep", "comm_hidden", "ep_min_tpot", "gpus_for_throughput", "solve",
+           "regime_at", "CLOSED_FORMS"]
+
+B_MAX = 1 << 16  # widest decode batch per attention-DP rank scanned
 
 
 @dataclass(frozen=True)
 class ClosedForm:
-    """A solved expression, the numbers that bind it, and its value for one configuration."""
+    """An answer of ``derive``: the full model's root ``value``, the closed form ``expr`` of the
+    regime at it (None where there is none), its number ``closed_value``, and how they relate.
+
+    ``equation``: the expression whose root is sought (in ``variable``, the other symbols bound
+    by ``values``); ``kind``: smooth, step or numeric (:class:`~moesym.solve.model_root.ModelRoot`);
+    ``regime``: per breakdown key, what limits it at the root (the rule ``predict`` reports).
+    """
 
     name: str
     title: str
-    expr: sp.Expr
+    expr: sp.Expr | None
     values: Mapping[sp.Symbol, float] = field(repr=False)
     value: float
     condition: sp.Basic = sp.true
     assumptions: str = ""
     equation: sp.Expr = sp.Integer(0)
     variable: sp.Symbol | None = None
+    closed_value: float | None = None
+    kind: str = "smooth"
+    regime: Mapping[str, str] = field(default_factory=dict)
+    timing: str = "kernel"
 
     @property
     def latex(self) -> str:
-        return sp.latex(self.expr)
+        return sp.latex(self.expr) if self.expr is not None else ""
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "latex": self.latex, "sympy": str(self.expr), "value": self.value,
-                "condition": str(self.condition)}
+        return {"name": self.name, "latex": self.latex,
+                "sympy": str(self.expr) if self.expr is not None else "",
+                "value": self.value, "closed_form_value": self.closed_value, "kind": self.kind,
+                "regime": dict(self.regime), "condition": str(self.condition),
+                "timing": self.timing, "note": self.assumptions}
 
 
-def _values(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload | None = None) -> dict:
-    return bindings(model, hw, dep, wl or Workload(Phase.DECODE, batch=1, context=4096))
+def _decode_step(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int,
+                 batch: int = 1) -> StepModel:
+    dep.check_overlap(Phase.DECODE)
+    return build_step(model, hw, dep, Workload(Phase.DECODE, batch=batch, context=context))
 
 
-def _num(expr: sp.Expr, values: Mapping) -> float:
-    return float(evaluate(expr, values, {}))
+def regime_at(step: StepModel, overrides: Mapping[sp.Symbol, float]) -> dict:
+    """What limits each breakdown key of ``step`` with ``overrides`` bound (``predict``'s
+    ``bounds`` rule): ``{key: compute | memory | communication | overhead}``, the routed
+    experts by their roofline (compute or memory)."""
+    from .model.report import key_bounds
+
+    cm = step.compiled
+    known = set(cm.parts[0]["args"]) | set(cm.parts[0]["static"])
+    nums = cm.evaluate(0, {str(k): float(v) for k, v in overrides.items() if str(k) in known})
+    out = {}
+    for k, b in key_bounds(nums, step.model, step.deployment).items():
+        if b["bound"] != "none":
+            out[k] = b.get("roofline", b["bound"]) if k == "routed_experts" else b["bound"]
+    return out
 
 
-def routed_times(lazy: bool) -> tuple[sp.Expr, sp.Expr]:
-    """(compute time, weight-load time) of the routed experts on one GPU for decode batch B.
+def _answer(name: str, title: str, root: ModelRoot, eq: sp.Expr, values: Mapping, note: str,
+            step: StepModel | None, var: sp.Symbol, timing: str) -> ClosedForm:
+    regime = regime_at(step, {var: root.exact}) if step is not None else {}
+    vals = {k: v for k, v in values.items() if k != var and k in eq.free_symbols}
+    return ClosedForm(name, title, root.expr, vals, float(root.exact), root.condition,
+                      f"{note} Closed form: {root.note}.", eq, var, root.value, root.kind,
+                      regime, timing)
 
-    compute = 6 (B / t_p) k d d_e / (F_g eta_gg)   (balanced routing, one micro-batch)
-    load    = touched x 3 d d_e / etp x b_w / (W eta_m), touched = (E + R) / e_p without lazy
-              loading, (E + R) / e_p (1 - (1 - k / E)^(B N_gpu / t_p)) with it.
+
+def _all_experts_read(expr: sp.Expr) -> sp.Expr:
+    """``expr`` without lazy expert loading: every local expert's weights read each step (the
+    touched fraction 1 - (1 - k/E)^T set to 1)."""
+    from .terms.cost import nodes
+
+    lazy = nodes(expr, lambda p: isinstance(p, sp.Pow) and p.base.has(S.topk)
+                 and p.base.has(S.experts) and (p.exp.has(S.batch) or p.exp.has(S.tokens)))
+    return substitute(expr, {p: 0 for p in lazy})
+
+
+def crossover(model: ModelSpec, hw: HardwareSpec, dep: Deployment, lazy: bool = True,
+              b_max: int = B_MAX, context: int = 4096) -> ClosedForm:
+    """Decode batch per attention-DP rank where the routed experts turn from memory- to
+    compute-bound: the first batch whose routed-expert roofline (``predict``'s
+    ``bounds.routed_experts.roofline``) is compute.
+
+    The roofline is :func:`moesym.model.report.routed_expert_roofline`: tensor time of the expert
+    GEMMs against the larger of their own memory time and the expert-weight read. On the
+    roofline time model without lazy loading this is seed 000's B* = R / (2 S) across the EP
+    group: F_g eta_gg b_w t_p (E + R) / (2 N_gpu W eta_m k) per GPU. On the kernel model the
+    GEMM's tensor time moves in tile and wave steps, so the flip is usually a step: the batch at
+    which one more wave of tiles is needed.
     """
-    D = symbolic_dims()
-    B = S.batch
-    comp = sp.Add(*(c.flops for c in ffn.routed_expert_compute(D, B))) / (S.flops_gemm * S.eff_grouped)
-    touched = D.local_experts
-    if lazy:
-        touched = touched * (1 - (1 - D.topk / D.experts) ** (B / D.tp * D.gpus))
-    load = ffn.routed_expert_weight_load(D, touched).hbm_bytes / (S.hbm_bw * S.eff_mem)
-    return comp, load
+    from .model.report import routed_expert_roofline_expr
 
-
-def crossover(model: ModelSpec, hw: HardwareSpec, dep: Deployment, lazy: bool = True) -> ClosedForm:
-    """Decode batch per GPU where the routed experts turn from weight-load- to compute-bound.
-
-    Without lazy loading: B* = F_g eta_gg b_w t_p (E + R) / (2 N_gpu W eta_m k), i.e. seed 000's
-    R / (2S) tokens across the EP group. With lazy loading the load term saturates as
-    1 - q^(gB) (q = 1 - k/E, g = N_gpu / t_p) and the root is
-    B* = (A - W0(lam A e^(lam A)) / lam) / g with lam = ln q, A = g B*_no-lazy (LambertW); it
-    exists when -lam A > 1, else the experts are compute-bound from the first token.
-    """
     if not model.is_moe:
         raise MoesymError(f"{model.name} is dense: it has no routed-expert crossover")
-    dep.check_model(model)
-    vals = _values(model, hw, dep)
-    comp, load = routed_times(lazy=False)
-    (b0,) = sp.solve(sp.Eq(comp, load), S.batch)
-    title = "Routed-expert crossover batch (weight-load to compute bound)"
+    step = _decode_step(model, hw, dep, context)
+    compute, memory = routed_expert_roofline_expr(step.terms)
+    eq = compute - memory
     if not lazy:
-        expr = b0
-        assumptions = ("Balanced routing, one micro-batch, every local expert's weights read each "
-                       "step (no lazy loading); compute at F_g eta_gg, weights at W eta_m.")
-        eq = comp - load
-    else:
-        g = S.gpus / S.tp
-        lam = sp.log(1 - S.topk / S.experts)
-        A = g * b0
-        expr = (A - sp.LambertW(lam * A * sp.exp(lam * A)) / lam) / g
-        comp_l, load_l = routed_times(lazy=True)
-        eq = comp_l - load_l
-        assumptions = ("Balanced routing, one micro-batch, lazy expert loading under uniform "
-                       "routing: only experts with at least one token are read. Valid (positive) "
-                       "when -ln(1 - k/E) g B*_no-lazy > 1.")
-        A_num = _num(A, vals)
-        lam_num = _num(lam, vals)
-        if -lam_num * A_num <= 1:
-            raise MoesymError("with lazy loading the routed experts are compute-bound from the "
-                              "first token here; no crossover")
-    value = _num(expr, vals)
-    return ClosedForm("crossover" + ("" if lazy else "_no_lazy"), title, expr,
-                      {s: v for s, v in vals.items() if s in eq.free_symbols | expr.free_symbols},
-                      value, sp.true, assumptions, eq, S.batch)
+        eq = _all_experts_read(eq)
+    vals = dict(step.values)
+    fixed = {k: v for k, v in vals.items() if k != S.batch and k in eq.free_symbols}
+    found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True)
+    # memory -> compute flips (the side past the change is compute-bound)
+    up = [ab for ab in found if float(evaluate(eq, fixed, {S.batch: ab[1]})) > 0]
+    if not up:
+        f1 = float(evaluate(eq, fixed, {S.batch: 1.0}))
+        where = ("compute-bound from the first request" if f1 > 0
+                 else f"memory-bound up to {b_max} requests per GPU")
+        raise MoesymError(f"the routed experts of {model.name} are {where} here: no crossover")
+    root = closed_form_at(eq, S.batch, vals, up[0], up[0][1], integer=True)
+    note = ("Decode; the first batch at which the routed experts' roofline (predict's "
+            "bounds.routed_experts) turns from memory to compute"
+            + ("" if lazy else ", every local expert read each step (no lazy loading)") + ".")
+    if found[0] != up[0]:
+        note += (f" Below {found[0][1]:.0f} requests they are compute-bound too: few experts "
+                 "get a token, so little weight is read, while the expert GEMMs still run whole "
+                 "tiles.")
+    if len(up) > 1:
+        note += f" The roofline flips {len(found)} times up to {b_max} (tile steps)."
+    return _answer("crossover" + ("" if lazy else "_no_lazy"),
+                   "Routed-expert crossover batch (memory- to compute-bound)", root, eq, vals,
+                   note, step if lazy else None, S.batch, dep.timing)
 
 
 def attention_overtakes_moe(model: ModelSpec, hw: HardwareSpec, dep: Deployment,
-                            context: int) -> ClosedForm:
-    """Decode batch per GPU where attention's KV read (one layer) overtakes the MoE layer.
-
-    Attention core: max(FLOPs / (F_a eta_a), bytes / (W eta_m)) with bytes = B L kv_bytes + q/o;
-    MoE: max(routed compute, weight load) (no lazy loading). Solved per regime; the root that
-    holds at the given numbers is reported, as a function of L.
-    """
+                            context: int, b_max: int = B_MAX) -> ClosedForm:
+    """Decode batch per attention-DP rank where one layer's attention core (its KV read at
+    ``context``) takes longer than its MoE experts: attention_core = max(moe_routed,
+    moe_weight_load), both as predict times them per micro-batch."""
     if not model.is_moe:
         raise MoesymError(f"{model.name} is dense: no MoE layer to compare with")
-    D = symbolic_dims()
-    core = att.attention_core_decode(D, S.batch, S.context, model.is_mla)
-    t_att = sp.Max(core.flops / (S.flops_attn * S.eff_attn), core.hbm_bytes / (S.hbm_bw * S.eff_mem))
-    comp, load = routed_times(lazy=False)
-    eq = t_att - sp.Max(comp, load)
-    vals = _values(model, hw, dep, Workload(Phase.DECODE, batch=1, context=context))
-    vals = {s: v for s, v in vals.items() if s in eq.free_symbols}
-    roots = [r for r in solve_regimes(eq, S.batch)]
-    good = []
-    for r in roots:
-        nv = numeric_roots(eq, S.batch, vals)
-        try:
-            v = _num(r.value, vals)
-        except (TypeError, ValueError):
-            continue
-        if v > 0 and any(abs(v - x) <= 1e-9 * max(1, v) for x in nv):
-            good.append((r, v))
-    if not good:
-        raise MoesymError(f"attention never overtakes the MoE layer at context {context}")
-    r, v = min(good, key=lambda rv: rv[1])
-    return ClosedForm("attention_overtakes_moe", "Batch where attention's KV read overtakes the MoE layer",
-                      r.value, vals, v, r.condition,
-                      "One layer, decode, balanced routing, no lazy loading, no overlap.", eq, S.batch)
+    step = _decode_step(model, hw, dep, context)
+    t = step.terms
+    eq = t["attention_core"].total_s - smax(t["moe_routed"].total_s, t["moe_weight_load"].total_s)
+    vals = dict(step.values)
+    found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True)
+    if not found:
+        f1 = float(evaluate(eq, {k: v for k, v in vals.items() if k != S.batch and
+                                 k in eq.free_symbols}, {S.batch: 1.0}))
+        raise MoesymError(
+            f"attention already takes longer than the MoE layer at one request per GPU at "
+            f"context {context}" if f1 >= 0 else
+            f"attention never overtakes the MoE layer up to {b_max} requests per GPU at "
+            f"context {context}")
+    root = closed_form_at(eq, S.batch, vals, found[0], found[0][1], integer=True)
+    return _answer("attention_overtakes_moe",
+                   "Batch where attention's KV read overtakes the MoE layer", root, eq, vals,
+                   f"Decode at context {context}, one layer, as predict times it.", step,
+                   S.batch, dep.timing)
 
 
 def max_batch_for_tpot(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int,
-                       tpot_s: float, b_max: float = 1 << 16) -> ClosedForm:
-    """Largest decode batch per attention-DP rank whose step time meets ``tpot_s``.
-
-    The step model (roofline time model, whose regimes have clean closed forms; the calibrated
-    kernel model's tile and wave steps do not) is solved in the regime that holds at the numeric
-    root (brentq on the compiled model); the closed form is that regime's solution, valid under
-    its condition. ``moesym optimize`` answers the same question numerically with the default
-    kernel model.
-    """
-    from .timing import RooflineTiming
-
-    step = build_step(model, hw, dep, Workload(Phase.DECODE, batch=1, context=context),
-                      timing=RooflineTiming())
+                       tpot_s: float, b_max: int = B_MAX) -> ClosedForm:
+    """Largest decode batch per attention-DP rank whose step time (``predict``'s TPOT) meets
+    ``tpot_s``: the last integer batch with step time <= target, scanned over every batch (the
+    step time need not be monotone: tile and wave steps), and the closed form of the step
+    model's regime there."""
+    step = _decode_step(model, hw, dep, context)
     vals = dict(step.values)
-    t1 = step.evaluate(batch=1.0)
-    if float(t1) > tpot_s:
-        raise MoesymError(f"even one request per GPU takes {float(t1):.4g} s > --tpot target")
-    tmax = float(step.evaluate(batch=float(b_max)))
-    if tmax <= tpot_s:
-        return ClosedForm("max_batch_for_tpot", "Largest batch meeting a TPOT target", sp.Float(b_max),
-                          vals, b_max, sp.true, "batch cap reached")
+    fixed = {k: v for k, v in vals.items() if k != S.batch}
+    batches = np.arange(1, b_max + 1, dtype=float)
+    t = evaluate(step.expr, fixed, {S.batch: batches})
+    ok = np.flatnonzero(t <= tpot_s)
+    if not len(ok):
+        raise MoesymError(f"even one request per GPU takes {t[0]:.4g} s > the TPOT target "
+                          f"{tpot_s:.4g} s")
+    last = float(batches[ok[-1]])
     eq = step.expr - tpot_s
-    root, x0 = solve_at_root(eq, S.batch, vals, 1.0, b_max)
-    value = _num(root.value, vals) if root.value.free_symbols - {S.batch} else float(root.value)
-    return ClosedForm("max_batch_for_tpot", "Largest batch meeting a TPOT target", root.value,
-                      {s: v for s, v in vals.items() if s != S.batch}, value, root.condition,
-                      "Step model of the deployment with the roofline time model, ceilings "
-                      "relaxed, regime found at the root.",
-                      eq, S.batch)
+    title = "Largest batch meeting a TPOT target"
+    if last >= b_max:
+        return ClosedForm("max_batch_for_tpot", title, None, fixed, last, sp.true,
+                          f"the batch cap {b_max} meets the target", eq, S.batch, None,
+                          "numeric", regime_at(step, {S.batch: last}), dep.timing)
+    root = closed_form_at(eq, S.batch, vals, (last, last + 1), last, integer=True)
+    return _answer("max_batch_for_tpot", title, root, eq, vals,
+                   f"Decode at context {context}: predict's step time at every batch.", step,
+                   S.batch, dep.timing)
 
 
-def numeric_check(cf: ClosedForm, lo: float, hi: float) -> float:
-    """brentq root of the closed form's equation on the compiled expression, for comparison."""
-    vals = {s: v for s, v in cf.values.items() if s != cf.variable}
-    f = lambda x: float(evaluate(cf.equation, vals, {cf.variable: x}))  # noqa: E731
-    return brentq(f, lo, hi, xtol=1e-12, rtol=1e-15)
+def comm_hidden(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int,
+                b_max: int = B_MAX) -> ClosedForm:
+    """Decode batch per attention-DP rank from which dispatch and combine are no longer fully
+    hidden behind compute under the deployment's overlap schedule: the first batch whose
+    overlapped layer time exceeds its compute-only time (``predict``'s layer_s against
+    layer_compute_s, by more than 1e-9 of it). The closed form is where the schedule's
+    communication path overtakes its compute path."""
+    if not model.is_moe or dep.ep == 1:
+        raise MoesymError("no expert-parallel communication to hide (dense model or --ep 1)")
+    step = _decode_step(model, hw, dep, context)
+    eq = step.layer_s - step.layer_compute_s
+    vals = dict(step.values)
+    name, title = "comm_hidden", "Batch where communication stops hiding behind compute"
+    found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True, scale=step.layer_compute_s)
+    fixed = {k: v for k, v in vals.items() if k != S.batch and k in eq.free_symbols}
+    if not found:
+        exposed = float(evaluate(eq, fixed, {S.batch: 1.0})) > 0
+        v = 1.0 if exposed else float("inf")
+        return ClosedForm(name, title, None, fixed, v, sp.true,
+                          "Communication is exposed at every batch." if exposed else
+                          f"Communication is hidden at every batch up to {b_max}.",
+                          eq, S.batch, None, "numeric", {}, dep.timing)
+    a, b = found[0]
+    root = closed_form_at(eq, S.batch, vals, (a, b), b, integer=True)
+    return _answer(name, title, root, eq, vals,
+                   f"Decode at context {context}, {dep.micro_batches} micro-batch(es), the "
+                   "overlap schedule predict runs.", step, S.batch, dep.timing)
 
 
 CLOSED_FORMS = ("crossover", "crossover_no_lazy", "attention_overtakes_moe", "max_batch_for_tpot",
                 "optimal_ep", "comm_hidden", "ep_min_tpot", "gpus_for_throughput")
-
-
-def kink_ep() -> tuple[sp.Expr, sp.Expr]:
-    """(closed form, equation) of the EP where routed compute equals the weight load, when the
-    instance grows with EP (N_gpu = e_p) at a fixed decode batch B per attention DP rank.
-
-    compute = 6 (B / t_p) k d d_e / (F_g eta_gg) does not depend on EP; the weight read per GPU
-    (E + R) 3 d d_e b_w / (e_p W eta_m) falls as 1 / e_p. Below e_p* more EP shortens the MoE
-    layer; above it the layer is compute-bound and only communication and imbalance grow:
-    e_p* = (E + R) b_w F_g eta_gg t_p / (2 W eta_m k B).
-    """
-    comp, load = routed_times(lazy=False)
-    eq = (comp - load).xreplace({S.gpus: S.ep})
-    (root,) = sp.solve(sp.Eq(comp.xreplace({S.gpus: S.ep}), load.xreplace({S.gpus: S.ep})), S.ep)
-    return root, eq
 
 
 def optimal_ep(model: ModelSpec, hw: HardwareSpec, workload: Workload,
@@ -230,17 +264,18 @@ def optimal_ep(model: ModelSpec, hw: HardwareSpec, workload: Workload,
                memory_limit: bool = True) -> ClosedForm:
     """Best EP degree for decode when the instance grows with EP (N_gpu = e_p).
 
-    The closed form is :func:`kink_ep`; ``value`` is the EP (a power of two dividing E, up to
-    ``max_ep``) with the highest tokens per GPU per second under the full step model, raised to
-    the smallest EP whose per-GPU memory fits when ``memory_limit`` is set.
+    ``value``: the EP (a power of two dividing E, up to ``max_ep``) with the most tokens per GPU
+    per second under the full step model (``predict`` at each EP), raised to the smallest EP
+    whose per-GPU memory fits when ``memory_limit`` is set. The closed form is the kink: the
+    EP at which the routed experts' roofline flips (their weight read per GPU falls as 1 / e_p,
+    their tensor time does not), solved on the same step model with N_gpu = e_p. On the roofline
+    without lazy loading: e_p* = (E + R) b_w F_g eta_gg t_p / (2 W eta_m k B).
     """
+    from .model.report import routed_expert_roofline_expr
+
     if not model.is_moe:
         raise MoesymError(f"{model.name} is dense: it has no expert parallelism to choose")
     base = base or Deployment()
-    expr, eq = kink_ep()
-    vals = _values(model, hw, base.with_(gpus=1, ep=1), workload)
-    vals = {s: v for s, v in vals.items() if s in eq.free_symbols | expr.free_symbols}
-    cont = _num(expr, vals)
     max_ep = max_ep or model.num_experts
     eps = [e for e in (2 ** i for i in range(0, 12)) if e <= max_ep and model.num_experts % e == 0]
     table = []
@@ -250,95 +285,77 @@ def optimal_ep(model: ModelSpec, hw: HardwareSpec, workload: Workload,
             dep.check_model(model)
         except MoesymError:
             continue
-        r = build_step(model, hw, dep, workload).predict()
-        fits = True
-        if memory_limit:
-            from .memory import memory_model
+        from .model.predictor import predict
 
-            mm = memory_model(model, hw, dep, workload)
-            fits = mm.number(mm.used_expr()) <= mm.values[S.hbm_capacity]
-        table.append((e, r["tokens_per_gpu_s"], fits))
+        r = predict(model, hw, dep, workload, memory=memory_limit)
+        table.append((e, r["tokens_per_gpu_s"], r.get("fits", True)))
     ok = [t for t in table if t[2]]
     if not ok:
         raise MoesymError("no EP up to --max-ep fits in memory at this batch and context")
     best = max(ok, key=lambda t: t[1])
-    cf = ClosedForm("optimal_ep", "EP degree where more EP stops shortening the MoE layer",
-                    expr, {**vals, S.ep: float(best[0])}, float(best[0]), sp.true,
-                    ("Decode, instance grows with EP (N_gpu = e_p), balanced routing, no lazy "
-                     f"loading for the closed form (continuous e_p* = {cont:.4g}); value = best "
-                     "power-of-two EP of the full step model"
-                     + (" among those that fit in memory" if memory_limit else "")),
-                    eq, S.ep)
-    return cf
-
-
-def comm_hidden(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int,
-                b_max: float = 1 << 16) -> ClosedForm:
-    """Decode batch per attention DP rank at which communication stops hiding behind compute
-    under n >= 2 micro-batches.
-
-    Per micro-batch compute c(B) and dispatch + combine x(B) come from the step model with the
-    roofline time model and balanced routing; communication holding a share phi of the SMs
-    hides while c >= (1 - phi) x (see :func:`moesym.model.overlap.stage`). The root of
-    c(B) = (1 - phi) x(B) is solved in the regime that holds there (each regime is linear in B,
-    so the closed form is the ratio of the regime's intercepts and slopes).
-    """
-    from .model.overlap import resolve_a2a, sm_share
-    from .terms.cost import smax
-    from .timing import RooflineTiming
-
-    if not model.is_moe or dep.ep == 1:
-        raise MoesymError("no expert-parallel communication to hide (dense model or --ep 1)")
-    if dep.micro_batches < 2:
-        dep = dep.with_(micro_batches=2)
-    dep = dep.with_(routing="balanced")
-    step = build_step(model, hw, dep, Workload(Phase.DECODE, batch=1, context=context),
-                      timing=RooflineTiming())
-    t = step.terms
-    compute = (t["attention_proj"].total_s + t["attention_core"].total_s
-               + smax(t["moe_routed"].total_s, t["moe_weight_load"].total_s)
-               + t["shared_expert"].total_s + t["tp_comm"].total_s + t["other"].total_s)
-    comm = t["dispatch"].total_s + t["combine"].total_s
-    phi = sm_share(resolve_a2a(dep, Phase.DECODE))
-    eq = substitute(compute - (1 - phi) * comm, {S.micro_batches: sp.Integer(dep.micro_batches)})
-    vals = {k: v for k, v in step.values.items() if k in eq.free_symbols and k != S.batch}
-    f = lambda b: float(evaluate(eq, vals, {S.batch: b}))  # noqa: E731
-    lo, hi = float(dep.micro_batches), b_max
-    note = (f"{dep.micro_batches} micro-batches, balanced routing, roofline terms; the closed form "
-            "holds in the regime found at the root.")
-    if f(lo) < 0 and f(hi) < 0:
-        return ClosedForm("comm_hidden", "Batch where communication stops hiding behind compute",
-                          sp.oo, vals, float("inf"), sp.true,
-                          note + " Communication is never hidden up to the batch cap.", eq, S.batch)
-    if f(lo) >= 0 and f(hi) >= 0:
-        return ClosedForm("comm_hidden", "Batch where communication stops hiding behind compute",
-                          sp.Integer(0), vals, 0.0, sp.true,
-                          note + " Communication is hidden at every batch.", eq, S.batch)
-    root, x0 = solve_at_root(eq, S.batch, vals, lo, hi)
-    value = _num(root.value, vals) if root.value.free_symbols else float(root.value)
-    return ClosedForm("comm_hidden", "Batch where communication stops hiding behind compute",
-                      root.value, vals, value, root.condition, note, eq, S.batch)
+    rep = base.with_(gpus=16, ep=16)
+    step = build_step(model, hw, rep, workload)
+    c, m = routed_expert_roofline_expr(step.terms)
+    eq = substitute(c - m, {S.gpus: S.ep})
+    vals = {k: v for k, v in step.values.items() if k != S.ep}
+    note = ("Decode, instance grows with EP (N_gpu = e_p); value = best power-of-two EP of the "
+            "full step model" + (" among those that fit in memory" if memory_limit else "")
+            + f" ({', '.join(f'EP{e}: {x:.0f}' for e, x, _ in table)} tokens/GPU/s).")
+    kink, expr, kind, cnote = None, None, "numeric", "the routed experts' roofline does not flip"
+    try:
+        r = model_root(eq, S.ep, vals, 1.0, float(model.num_experts + base.redundant_experts))
+        kink, expr, kind, cnote = r.value, r.expr, r.kind, r.note
+    except MoesymError:
+        pass
+    cnote += (f"; kink at e_p = {kink:.4g}" if kink is not None else "")
+    return ClosedForm("optimal_ep", "EP degree where more EP stops shortening the MoE layer",
+                      expr, {k: v for k, v in vals.items() if k in eq.free_symbols},
+                      float(best[0]), sp.true, f"{note} Closed form: {cnote}.", eq, S.ep, kink,
+                      kind, {}, base.timing)
 
 
 def _instance_time(model: ModelSpec, hw: HardwareSpec, base: Deployment, context: int,
-                   per_rank_batch: sp.Expr) -> tuple[sp.Expr, dict]:
-    """Roofline decode step time of an instance that grows with EP (N_gpu = e_p), with the
-    per-attention-DP-rank batch given as an expression of e_p; lazy loading off (every local
-    expert is read each step: exact once every expert gets a token, conservative below).
-    Returns (relaxed expression in e_p and the workload symbols, numeric values)."""
+                   per_rank_batch: sp.Expr, timing: str) -> tuple[sp.Expr, dict]:
+    """Decode step time of an instance that grows with EP (N_gpu = e_p) on the named time
+    model, with the per-attention-DP-rank batch given as an expression of e_p. Two
+    approximations make it a function of a continuous e_p: lazy loading off (every local expert
+    is read each step: exact once every expert gets a token, conservative below) and tile and
+    wave counts relaxed (ceilings dropped); routing is balanced (the busiest rank's expected
+    load is a special function of e_p).
+    Returns (expression in e_p and the workload symbols, numeric values)."""
     from .solve import RELAX_CEILING, apply_rules
-    from .timing import RooflineTiming
 
     if not model.is_moe:
         raise MoesymError(f"{model.name} is dense: it has no expert parallelism to choose")
-    rep = base.with_(gpus=16, ep=16, routing="balanced")
-    step = build_step(model, hw, rep, Workload(Phase.DECODE, batch=1, context=context),
-                      timing=RooflineTiming())
+    rep = base.with_(gpus=16, ep=16, timing=timing, routing="balanced")
+    base.check_overlap(Phase.DECODE)
+    step = build_step(model, hw, rep, Workload(Phase.DECODE, batch=1, context=context))
     expr = substitute(substitute(step.expr, {S.gpus: S.ep}), {S.batch: per_rank_batch})
-    lazy = [p for p in expr.atoms(sp.Pow) if p.base.has(S.topk) and p.base.has(S.experts)]
-    expr = apply_rules(substitute(expr, {p: 0 for p in lazy}), [RELAX_CEILING])
+    expr = apply_rules(_all_experts_read(expr), [RELAX_CEILING])
     vals = {k: v for k, v in step.values.items() if k in expr.free_symbols and k != S.ep}
     return expr, vals
+
+
+_INSTANCE_NOTE = ("Decode, N_gpu = e_p, balanced routing, every local expert read, tile and wave "
+                  "counts relaxed "
+                  "(a continuous e_p), on the {timing} time model: the instance-growth questions "
+                  "are not yet solved on the kernel model (its instance expression takes "
+                  "minutes to build and solve){extra}.")
+_INSTANCE_TIMING = "roofline"  # what ep-min-tpot and gpus-for-throughput solve on, any --timing
+
+
+def _argmin_ep(expr, vals, lo, hi) -> float | None:
+    """Interior minimum in e_p of the compiled ``expr`` (None when it is at an end)."""
+    from scipy.optimize import minimize_scalar
+
+    f = lambda e: float(evaluate(expr, vals, {S.ep: e}))  # noqa: E731
+    grid = np.geomspace(lo, hi, 64)
+    i = int(np.argmin([f(e) for e in grid]))
+    if i in (0, len(grid) - 1):
+        return None
+    r = minimize_scalar(f, bounds=(grid[i - 1], grid[i + 1]), method="bounded",
+                        options={"xatol": 1e-10})
+    return float(r.x)
 
 
 def ep_min_tpot(model: ModelSpec, hw: HardwareSpec, total_batch: int, context: int,
@@ -349,41 +366,43 @@ def ep_min_tpot(model: ModelSpec, hw: HardwareSpec, total_batch: int, context: i
 
     Per-token work, routed compute and the routed-weight read per GPU fall as 1 / e_p; the
     replicated attention weights stay; a ring all-gather's hop latency grows with e_p (one
-    tau_out per node beyond the first). In the regime that holds at the optimum the step time
-    is A / e_p + C e_p + const, so dT/de_p = 0 gives the square root e_p* = sqrt(A / C); with
-    DeepEP (no latency that grows with e_p) the step time falls all the way to the largest EP.
+    tau_out per node beyond the first). In the regime that holds at the optimum the roofline
+    step time is A / e_p + C e_p + const, so dT/de_p = 0 gives the square root
+    e_p* = sqrt(A / C); with DeepEP (no latency that grows with e_p) the step time falls all
+    the way to the largest EP.
     """
-    from scipy.optimize import minimize_scalar
-
     from .solve import branch_at, solve_smooth
 
     base = base or Deployment()
-    expr, vals = _instance_time(model, hw, base, context,
-                                S.total_batch * S.tp / S.ep)
-    vals[S.total_batch] = float(total_batch)
     max_ep = float(max_ep or model.num_experts)
-    f = lambda e: float(evaluate(expr, vals, {S.ep: e}))  # noqa: E731
     lo = float(base.gpus_per_node) + 1e-6  # ring latency grows only across nodes
     if max_ep <= lo:
         raise MoesymError(f"--max-ep {int(max_ep)} leaves no EP beyond one node to choose")
-    grid = np.geomspace(lo, max_ep, 64)
-    i = int(np.argmin([f(e) for e in grid]))
-    if i in (0, len(grid) - 1):
-        where = "smallest" if i == 0 else "largest"
-        raise MoesymError(f"step time is monotone in EP here (best at the {where} EP): no "
-                          f"interior optimum with --a2a {base.a2a.value}; try --a2a allgather")
-    r = minimize_scalar(f, bounds=(grid[i - 1], grid[i + 1]), method="bounded",
-                        options={"xatol": 1e-10})
-    e0 = float(r.x)
-    branch, cond, _labels = branch_at(expr, S.ep, {**vals, S.ep: e0})
-    root = solve_smooth(sp.diff(branch, S.ep), S.ep, vals, e0)
-    value = _num(root, vals)
+    per_rank = S.total_batch * S.tp / S.ep
+    timing = _INSTANCE_TIMING
+    expr, vals = _instance_time(model, hw, base, context, per_rank, timing)
+    vals[S.total_batch] = float(total_batch)
+    e_model = _argmin_ep(expr, vals, lo, max_ep)
+    if e_model is None:
+        raise MoesymError(f"step time is monotone in EP here: no interior optimum with --a2a "
+                          f"{base.a2a.value}; try --a2a allgather")
+    roof, rvals = (expr, vals) if timing == "roofline" else _instance_time(
+        model, hw, base, context, per_rank, "roofline")
+    rvals[S.total_batch] = float(total_batch)
+    e_roof = e_model if roof is expr else _argmin_ep(roof, rvals, lo, max_ep)
+    root, cond, closed, extra = None, sp.true, None, ""
+    if e_roof is not None:
+        branch, cond, _labels = branch_at(roof, S.ep, {**rvals, S.ep: e_roof})
+        root = solve_smooth(sp.diff(branch, S.ep), S.ep, rvals, e_roof)
+        closed = float(substitute(root, {k: sp.Float(v) for k, v in rvals.items()}).evalf())
+        cond = substitute(cond, {S.ep: root})
+    else:
+        extra = "; the roofline has no interior optimum here"
     return ClosedForm("ep_min_tpot", "EP degree that minimizes TPOT at a fixed total batch", root,
-                      vals, value, substitute(cond, {S.ep: root}),
-                      (f"Decode, roofline terms, balanced routing, every local expert read, "
-                       f"A2A {base.a2a.value}; N_gpu = e_p; the square root holds in the regime "
-                       f"found at the numeric optimum (e_p = {e0:.6g})."),
-                      expr, S.ep)
+                      vals, e_model, cond,
+                      _INSTANCE_NOTE.format(timing=timing, extra=extra)
+                      + f" A2A {base.a2a.value}.", expr, S.ep, closed,
+                      "smooth" if root is not None else "numeric", {}, timing)
 
 
 def gpus_for_throughput(model: ModelSpec, hw: HardwareSpec, target_tokens_s: float,
@@ -401,30 +420,220 @@ def gpus_for_throughput(model: ModelSpec, hw: HardwareSpec, target_tokens_s: flo
     reaches X when tau_tpot <= c_0.
     """
     base = base or Deployment()
-    expr, vals = _instance_time(model, hw, base, context,
-                                S.target_tokens_s * S.tpot_target * S.tp / S.ep)
-    vals[S.target_tokens_s] = float(target_tokens_s)
-    vals[S.tpot_target] = float(tpot_s)
-    eq = expr - S.tpot_target
-    f = lambda e: float(evaluate(eq, vals, {S.ep: e}))  # noqa: E731
-    grid = np.geomspace(1.0, float(max_gpus), 200)
-    ok = np.array([f(e) <= 0 for e in grid])
-    if not ok.any():
+    per_rank = S.target_tokens_s * S.tpot_target * S.tp / S.ep
+
+    def equation(timing):
+        expr, vals = _instance_time(model, hw, base, context, per_rank, timing)
+        vals[S.target_tokens_s] = float(target_tokens_s)
+        vals[S.tpot_target] = float(tpot_s)
+        return expr - S.tpot_target, vals
+
+    title = "Smallest instance meeting a throughput target"
+    timing = _INSTANCE_TIMING
+    eq, vals = equation(timing)
+    found = sign_changes(eq, S.ep, vals, 1.0, float(max_gpus))
+    f1 = float(evaluate(eq, vals, {S.ep: 1.0}))
+    if f1 <= 0:
+        return ClosedForm("gpus_for_throughput", title, sp.Integer(1), vals, 1.0, sp.true,
+                          "One GPU already meets the target.", eq, S.ep, 1.0, "numeric", {},
+                          timing)
+    down = [ab for ab in found if float(evaluate(eq, vals, {S.ep: ab[1]})) <= 0]
+    if not down:
         raise MoesymError(f"no instance up to {max_gpus} GPUs reaches {target_tokens_s:g} "
                           f"tokens/s at TPOT {tpot_s * 1e3:g} ms: relax --tpot-ms")
-    i = int(np.argmax(ok))  # the first grid point that meets the target
-    if i == 0:
-        return ClosedForm("gpus_for_throughput", "Smallest instance meeting a throughput target",
-                          sp.Integer(1), vals, 1.0, sp.true,
-                          "One GPU already meets the target.", eq, S.ep)
-    root, _x0 = solve_at_root(eq, S.ep, vals, grid[i - 1], grid[i])
-    value = _num(root.value, vals)
+    value = 0.5 * sum(down[0])
+    if timing == "roofline":
+        root = closed_form_at(eq, S.ep, vals, down[0], value)
+    else:
+        req, rvals = equation("roofline")
+        try:
+            root = model_root(req, S.ep, rvals, 1.0, float(max_gpus))
+        except MoesymError:
+            root = None
     valid = [e for e in (2 ** i for i in range(0, 13))
              if e >= value - 1e-9 and model.num_experts % e == 0]
     pick = f"; the smallest power-of-two EP dividing E at or above it is {valid[0]}" if valid else ""
-    return ClosedForm("gpus_for_throughput", "Smallest instance meeting a throughput target",
-                      root.value, vals, value, root.condition,
-                      ("Decode, roofline terms, balanced routing, every local expert read, "
-                       f"A2A {base.a2a.value}, N_gpu = e_p; continuous GPU count" + pick
-                       + ". Memory is not part of the closed form: check with moesym memory."),
-                      eq, S.ep)
+    note = (_INSTANCE_NOTE.format(timing=timing, extra=pick) + f" A2A {base.a2a.value}. "
+            "Memory is not part of the closed form: check with moesym memory.")
+    return ClosedForm("gpus_for_throughput", title, root.expr if root else None, vals, value,
+                      root.condition if root else sp.true,
+                      note + (f" Closed form: {root.note}." if root else ""), eq, S.ep,
+                      root.value if root else None, root.kind if root else "numeric", {},
+                      timing)
+
+
+# ------------------------------------------------------------------ derive solve: any equation
+
+# friendly names of unknowns -> symbol attribute names (any symbol's attribute or printed name
+# is accepted too), and whether the unknown is a count (scanned integer by integer)
+VARIABLES = {"batch": ("batch", True), "tokens": ("tokens", True), "context": ("context", True),
+             "chunk": ("chunk", True), "ep": ("ep", True), "tp": ("tp", True),
+             "gpus": ("gpus", True), "micro_batches": ("micro_batches", True),
+             "rdma_bandwidth": ("bw_out", False), "nvlink_bandwidth": ("bw_up", False),
+             "hbm_bandwidth": ("hbm_bw", False), "flops": ("flops_gemm", False)}
+_RANGES = {"batch": (1, B_MAX), "tokens": (1, 1 << 20), "context": (1, 1 << 21),
+           "chunk": (1, 1 << 20), "ep": (1, 1024), "tp": (1, 64), "gpus": (1, 4096),
+           "micro_batches": (1, 8)}
+
+
+def solve_terms(step: StepModel) -> dict:
+    """The named quantities ``derive solve`` accepts as terms (all seconds unless named
+    otherwise), as the step model's own expressions: ``step`` (= ``tpot`` in decode), ``layer``
+    (one MoE layer with overlap), ``layer_compute`` (without), ``exposed_comm`` (their
+    difference), each breakdown key (busy time over one layer), ``routed_compute`` and
+    ``routed_memory`` (the routed experts' roofline sides per micro-batch),
+    ``tokens_per_gpu_s``, and ``memory_used`` / ``memory_free`` (bytes per GPU)."""
+    from .memory import memory_model
+    from .model.report import routed_expert_roofline_expr
+
+    out = {"step": step.expr, "layer": step.layer_s, "layer_compute": step.layer_compute_s,
+           "exposed_comm": step.layer_s - step.layer_compute_s, **step.per_layer_s}
+    if step.workload.phase is Phase.DECODE:
+        out["tpot"] = step.expr
+        out["tokens_per_gpu_s"] = S.batch / S.tp / step.expr
+    else:
+        out["tokens_per_gpu_s"] = S.tokens / S.tp / step.expr
+    if step.model.is_moe:
+        out["routed_compute"], out["routed_memory"] = routed_expert_roofline_expr(step.terms)
+    mm = memory_model(step.model, step.hardware, step.deployment, step.workload)
+    out["memory_used"] = mm.used_expr()
+    out["memory_free"] = S.hbm_capacity - mm.used_expr()
+    return out, dict(mm.values)
+
+
+def _parse_term(text: str, terms: Mapping) -> sp.Expr:
+    """A term name, a number, or a SymPy expression over term names and symbols (attribute or
+    printed names); a one-line error for anything else."""
+    from sympy.parsing.sympy_parser import parse_expr
+
+    from .symbols import INFO
+
+    if text in terms:
+        return terms[text]
+    # every symbol by its printed name (W_out) and its attribute name (bw_out), and the terms
+    names = {**{str(s): s for s in INFO}, **{i.name: s for s, i in INFO.items()}, **terms}
+    try:
+        expr = parse_expr(text, local_dict=names)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is the user's input
+        raise MoesymError(f"term {text!r} is neither a term name ({', '.join(sorted(terms))}) "
+                          f"nor an expression over them and the symbols: {exc}") from None
+    if not isinstance(expr, sp.Expr):
+        raise MoesymError(f"term {text!r} is not an expression")
+    known = set(INFO) | {x for t in terms.values() for x in t.free_symbols}
+    unknown = [s for s in expr.free_symbols if s not in known]
+    if unknown:
+        raise MoesymError(f"term {text!r} uses unknown name(s) {', '.join(map(str, unknown))}: "
+                          f"use a term ({', '.join(sorted(terms))}) or a moesym symbol "
+                          "(README: derive solve)")
+    return expr
+
+
+def _variable(name: str) -> tuple[sp.Symbol, bool, str]:
+    from .symbols import by_name
+
+    attr, integer = VARIABLES.get(name, (name, None))
+    try:
+        sym = by_name(attr)
+    except KeyError:
+        raise MoesymError(f"--for {name!r}: use {', '.join(VARIABLES)} or a symbol name "
+                          "(attribute or printed, e.g. bw_out or W_out)") from None
+    if integer is None:
+        integer = sym in (S.batch, S.tokens, S.context, S.ep, S.tp, S.gpus, S.micro_batches)
+    return sym, integer, attr
+
+
+def solve(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload, var: str,
+          equal: tuple[str, str] | None = None, minimize: str | None = None,
+          span: tuple[float, float] | None = None) -> ClosedForm:
+    """``moesym derive solve``: where TERM_A = TERM_B (``equal``) or where TERM is smallest
+    (``minimize``) as ``var`` varies, every other number as ``predict`` binds it for this
+    model, hardware, deployment and workload. Counts (batch, context, EP, ...) are scanned
+    integer by integer; other unknowns (bandwidths, peaks, efficiencies) over a geometric grid
+    from 1/1000 to 1000 times their value, refined by bisection. ``span`` overrides the range.
+    The answer is the full model's root (or minimum) and the closed form of its regime."""
+    if (equal is None) == (minimize is None):
+        raise MoesymError("give exactly one of --equal TERM_A TERM_B and --minimize TERM")
+    dep.check_overlap(wl.phase)
+    step = build_step(model, hw, dep, wl)
+    terms, mem_values = solve_terms(step)
+    sym, integer, attr = _variable(var)
+    values = {**mem_values, **step.values}
+    if sym not in values and sym not in (S.batch, S.tokens, S.context):
+        raise MoesymError(f"--for {var}: {sym} does not enter this step model")
+    if span is None:
+        if attr in _RANGES:
+            span = _RANGES[attr]
+        else:
+            v = float(values[sym])
+            span = (v / 1000.0, v * 1000.0)
+    lo, hi = span
+    if not 0 < lo < hi:
+        raise MoesymError(f"--range {lo:g}:{hi:g}: need 0 < LO < HI")
+    if equal is not None:
+        a, b = (_parse_term(t, terms) for t in equal)
+        eq = a - b
+        if not eq.has(sym):
+            raise MoesymError(f"{equal[0]} - {equal[1]} does not depend on {var}")
+        found = sign_changes(eq, sym, values, lo, hi, integer,
+                             scale=smax(a, -a) + smax(b, -b))  # |a| + |b| (sp.Abs is slow)
+        if not found:
+            raise MoesymError(f"{equal[0]} = {equal[1]} has no root in {var} between "
+                              f"{lo:g} and {hi:g} (--range to widen)")
+        x0, x1 = found[0]
+        root = closed_form_at(eq, sym, values, (x0, x1), x1 if integer else 0.5 * (x0 + x1),
+                              integer)
+        title = f"{var} where {equal[0]} = {equal[1]}"
+        where = "the" if len(found) == 1 else f"the first of {len(found)}"
+        return _answer("solve", title, root, eq, values,
+                       f"{title}: {where} sign change in [{lo:g}, {hi:g}].",
+                       step, sym, dep.timing)
+    term = _parse_term(minimize, terms)
+    return _minimum(term, sym, values, lo, hi, integer, minimize, var, step, dep.timing)
+
+
+def _minimum(term, sym, values, lo, hi, integer, text, var, step, timing) -> ClosedForm:
+    """Minimum of ``term`` over [lo, hi] on the full model and the closed form of where it
+    sits: a stationary point of the active regime (its derivative's root) or, when the minimum
+    is at a kink or step of the model, the boundary there (:func:`closed_form_at` on the
+    derivative's sign change, else numeric)."""
+    from scipy.optimize import minimize_scalar
+
+    from .solve import branch_at, solve_smooth
+    from .solve.model_root import _freeze, _step_values, steps_of
+
+    vals = {k: v for k, v in values.items() if k != sym and k in term.free_symbols}
+    f = lambda x: evaluate(term, vals, {sym: np.asarray(x, dtype=float)})  # noqa: E731
+    if integer:
+        xs = np.arange(int(np.ceil(lo)), int(np.floor(hi)) + 1, dtype=float)
+    else:
+        xs = np.geomspace(lo, hi, 4096)
+    ys = f(xs)
+    ys = np.where(np.isfinite(ys), ys, np.inf)
+    i = int(np.argmin(ys))
+    x_best = float(xs[i])
+    if not integer and 0 < i < len(xs) - 1:
+        r = minimize_scalar(lambda x: float(f(x)), bounds=(xs[i - 1], xs[i + 1]),
+                            method="bounded", options={"xatol": 1e-12 * x_best})
+        x_best = float(r.x)
+    title = f"{var} minimizing {text}"
+    note = f"{title} over [{lo:g}, {hi:g}]"
+    expr, closed, kind, cnote = None, None, "numeric", "the minimum is at the range's end"
+    if 0 < i < len(xs) - 1:
+        try:
+            sv = _step_values(steps_of(term, sym), sym, vals, x_best)
+            branch, _, _ = branch_at(_freeze(term, sv), sym, {**vals, sym: x_best})
+            cand = solve_smooth(sp.diff(branch, sym), sym, vals, x_best, general=False)
+            cv = float(substitute(cand, {k: sp.Float(v) for k, v in vals.items()}).evalf())
+            if abs(cv - x_best) <= 1e-6 * max(1.0, abs(x_best)) + (1.0 if integer else 0.0):
+                from .solve.model_root import _clean
+
+                expr, closed, kind = _clean(cand), cv, "smooth"
+                cnote = "a stationary point of the regime at the minimum"
+            else:
+                cnote = "the minimum is at a kink or step of the model, not a stationary point"
+        except (ValueError, TypeError, NotImplementedError, RuntimeError) as exc:
+            cnote = f"no closed form of the regime's stationary point ({exc})"
+    regime = regime_at(step, {sym: x_best})
+    return ClosedForm("solve", title, expr, vals, x_best, sp.true,
+                      f"{note}; minimum {float(f(x_best)):.6g}. Closed form: {cnote}.",
+                      sp.diff(term, sym), sym, closed, kind, regime, timing)

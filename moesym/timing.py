@@ -22,7 +22,7 @@ import sympy as sp
 from .symbols import S
 from .terms.cost import Cost, KernelClass, smax
 
-__all__ = ["TermTime", "RooflineTiming"]
+__all__ = ["TermTime", "RooflineTiming", "time_model"]
 
 
 @dataclass(frozen=True)
@@ -80,3 +80,16 @@ class RooflineTiming:
             comm = sp.Integer(0)
             overhead = c.launches * S.t_kernel + c.fixed_s
         return TermTime(c.name, compute, memory, comm, overhead)
+
+
+def time_model(name: str, hw):
+    """The time model a deployment names (``Deployment.timing``), for GPU ``hw``: ``kernel``, the
+    analytical kernel model with this GPU's calibration (what every command uses by default),
+    or ``roofline``, the plain roofline with named efficiency symbols (the teaching form)."""
+    if name == "roofline":
+        return RooflineTiming()
+    if name == "kernel":
+        from .kernels.timing import KernelTiming
+
+        return KernelTiming.from_hardware(hw)
+    raise ValueError(f"unknown time model {name!r}")

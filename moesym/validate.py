@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .errors import SpecError
@@ -114,10 +114,12 @@ def fit_serving(measured, modeled, metrics=None) -> float:
     return min(1.0, math.exp(sum(logs) / len(logs)))
 
 
-def run_case(case: Case, timing=None) -> dict:
-    """One case modeled at eta_sv = 1 (``modeled``) plus the hardware file's own eta_sv."""
+def run_case(case: Case, timing: str | None = None) -> dict:
+    """One case modeled at eta_sv = 1 (``modeled``) plus the hardware file's own eta_sv, on the
+    named time model (``kernel`` or ``roofline``; None: the case's deployment's)."""
     hw = load_hardware(case.hardware)
-    step = build_step(load_model(case.model), hw, case.deployment, case.workload, timing=timing)
+    dep = case.deployment if timing is None else replace(case.deployment, timing=timing)
+    step = build_step(load_model(case.model), hw, dep, case.workload)
     r = step.predict()
     shipped = r["serving_frac"]
     modeled = _at_serving(case.metric, r[case.metric], 1 / shipped)  # undo the file's eta_sv
@@ -139,14 +141,11 @@ def _apply(r: dict, frac: float, fitted_on: list[str]) -> dict:
     return out
 
 
-def validate(timing_factory=None, cases=CASES) -> list[dict]:
-    """Run every case; ``timing_factory(hardware)`` picks the time model (default: the step
-    model's default). Each case's ``predicted`` uses eta_sv fitted on the other cases of its GPU
-    (leave-one-out); ``predicted_uncalibrated`` is the model at eta_sv = 1."""
-    raw = []
-    for c in cases:
-        timing = timing_factory(load_hardware(c.hardware)) if timing_factory else None
-        raw.append(run_case(c, timing))
+def validate(timing: str | None = None, cases=CASES) -> list[dict]:
+    """Run every case on the named time model (``kernel``, the default, or ``roofline``). Each
+    case's ``predicted`` uses eta_sv fitted on the other cases of its GPU (leave-one-out);
+    ``predicted_uncalibrated`` is the model at eta_sv = 1."""
+    raw = [run_case(c, timing) for c in cases]
     out = []
     for i, r in enumerate(raw):
         others = [o for j, o in enumerate(raw) if j != i and o["hardware"] == r["hardware"]]

@@ -1,75 +1,162 @@
-"""Closed forms: each equals a numeric root (brentq on the compiled expressions) at random
-points in its regime, and the committed derivations/ pages match what the code derives now."""
+"""Closed forms are solved on the model ``predict`` evaluates (issue 17): each derive answer is
+checked against ``predict`` itself (the compiled, cached report path: an independent evaluation
+of the same model), closed forms are checked by substituting them back into the compiled
+equation, the roofline forms against seed 000's derivation, and the committed derivations/
+pages against what the code derives now."""
 
-import random
-from dataclasses import replace
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import sympy as sp
 
 import moesym as ms
 from moesym import derive as dv
+from moesym.compile import evaluate
+from moesym.errors import MoesymError
+from moesym.model.predictor import predict
 from moesym.solve import RELAX_CEILING, apply_rules, solve_regimes
+from moesym.specs.deployment import Phase, Workload
 from moesym.symbols import S
 
 
-def _perturbed(cf, rng, keep=()):
-    """The closed form's bindings with hardware and calibration numbers scaled by 0.5-2x."""
-    vals = dict(cf.values)
-    for s in (S.flops_gemm, S.hbm_bw, S.eff_grouped, S.eff_mem, S.flops_attn, S.eff_attn):
-        if s in vals and s not in keep:
-            vals[s] = vals[s] * rng.uniform(0.5, 2.0)
-    return vals
+def _predict(model, hw, dep, batch, context=4096):
+    return predict(model, hw, dep, Workload(Phase.DECODE, batch=int(batch), context=context),
+                   memory=False)
 
 
-@pytest.mark.parametrize("lazy", [False, True])
-def test_crossover_equals_brentq_at_random_points(lazy):
-    rng = random.Random(3)
-    for model, hw, gpus in (("deepseek-v3", "h800", 128), ("qwen3-30b-a3b", "h20", 4),
-                            ("qwen3-235b-a22b", "h100", 16), ("mixtral-8x7b", "h200", 8)):
-        cf = dv.crossover(ms.load_model(model), ms.load_hardware(hw),
-                          ms.Deployment(gpus=gpus, ep=gpus), lazy=lazy)
-        for _ in range(3):
-            vals = _perturbed(cf, rng)
-            cfp = replace(cf, values=vals)
-            closed = float(cf.expr.xreplace({s: sp.Float(v) for s, v in vals.items()}).evalf())
-            if lazy and not closed > 1e-6:
-                continue
-            num = dv.numeric_check(cfp, 1e-6, 1e7)
-            assert closed == pytest.approx(num, rel=1e-6)
+def _substituted(cf) -> float:
+    """|equation| at the closed form's value, relative to the equation's scale there."""
+    vals = {k: v for k, v in cf.values.items() if k != cf.variable}
+    x = cf.closed_value
+    f = float(evaluate(cf.equation, vals, {cf.variable: x}))
+    near = [float(evaluate(cf.equation, vals, {cf.variable: x * r})) for r in (0.5, 2.0)]
+    return abs(f) / max(abs(v) for v in near)
 
 
-def test_crossover_no_lazy_is_seed_000_r_over_2s():
+CASES = [("deepseek-v3", "h800", 8), ("deepseek-v3", "h800", 32), ("deepseek-v3", "h800", 128),
+         ("deepseek-v3", "h200", 16), ("deepseek-v3", "h100", 64),
+         ("qwen3-30b-a3b", "h20", 1), ("qwen3-30b-a3b", "h20", 4), ("qwen3-30b-a3b", "h800", 8),
+         ("qwen3-30b-a3b", "h100", 32)]
+
+
+@pytest.mark.parametrize("model,hw,gpus", CASES)
+def test_crossover_is_where_predicts_routed_expert_bound_flips(model, hw, gpus):
+    m, h = ms.load_model(model), ms.load_hardware(hw)
+    dep = ms.Deployment(gpus=gpus, ep=gpus, weights="fp8")
+    try:
+        cf = dv.crossover(m, h, dep)
+    except MoesymError as exc:  # then predict must agree at every batch it names
+        assert "compute-bound from the first request" in str(exc)
+        for b in (1, 2, 3, 8, 64, 512):
+            assert _predict(m, h, dep, b)["bounds"]["routed_experts"]["roofline"] == "compute"
+        return
+    assert cf.value == int(cf.value) >= 2
+    at = _predict(m, h, dep, cf.value)["bounds"]["routed_experts"]["roofline"]
+    before = _predict(m, h, dep, cf.value - 1)["bounds"]["routed_experts"]["roofline"]
+    assert (before, at) == ("memory", "compute")
+    assert cf.regime["routed_experts"] == "compute"
+    # the closed form: the regime's root (equal to the exact one up to the integer step) or
+    # the batch where the tile / wave count that makes the flip changes
+    assert cf.kind in ("smooth", "step")
+    assert cf.value - 1 <= cf.closed_value <= cf.value + 1e-9
+
+
+@pytest.mark.parametrize("model,hw,gpus,tpot_ms", [("deepseek-v3", "h800", 128, 50),
+                                                   ("qwen3-30b-a3b", "h20", 1, 50),
+                                                   ("qwen3-30b-a3b", "h100", 8, 20)])
+def test_tpot_is_the_largest_batch_whose_predict_meets_the_target(model, hw, gpus, tpot_ms):
+    m, h = ms.load_model(model), ms.load_hardware(hw)
+    dep = ms.Deployment(gpus=gpus, ep=gpus, weights="fp8", micro_batches=2 if gpus > 8 else 1)
+    cf = dv.max_batch_for_tpot(m, h, dep, 4096, tpot_ms / 1e3)
+    assert _predict(m, h, dep, cf.value)["tpot_s"] <= tpot_ms / 1e3
+    for b in range(int(cf.value) + 1, int(cf.value) + 65):  # none above it meets the target
+        assert _predict(m, h, dep, b)["tpot_s"] > tpot_ms / 1e3
+    if cf.kind == "smooth":
+        assert _substituted(cf) < 1e-6
+        assert cf.value <= cf.closed_value < cf.value + 1
+
+
+def test_tpot_of_the_issue_case_is_what_predict_allows():
+    # issue 17: the roofline closed form said 184.6 requests where predict allowed 68
+    m, h = ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20")
+    cf = dv.max_batch_for_tpot(m, h, ms.Deployment(), 4096, 0.05)
+    assert _predict(m, h, ms.Deployment(), cf.value)["tpot_s"] <= 0.05
+    assert _predict(m, h, ms.Deployment(), cf.value + 1)["tpot_s"] > 0.05
+
+
+def test_roofline_crossover_without_lazy_loading_is_seed_000_r_over_2s():
     # seed 000 section 6.2: B_MoE = R / (2 S) tokens across the EP group, R = F/W (with the
-    # achieved fractions and FP8 bytes per weight), S = k / E; per GPU divide by the EP size
+    # achieved fractions and FP8 bytes per weight), S = k / E; per GPU divide by the EP size.
+    # Balanced routing (no imbalance), every expert read, one micro-batch: the regime's root.
     m, h = ms.load_model("deepseek-v3"), ms.load_hardware("h800")
-    cf = dv.crossover(m, h, ms.Deployment(gpus=128, ep=128, weights="fp8"), lazy=False)
+    dep = ms.Deployment(gpus=128, ep=128, weights="fp8", timing="roofline", routing="balanced")
+    cf = dv.crossover(m, h, dep, lazy=False)
     R = 1979e12 * h.efficiency.grouped_gemm / (3.35e12 * h.efficiency.memory) * (1 + 4 / 128**2)
-    assert cf.value == pytest.approx(R / (2 * 8 / 256) / 128, rel=1e-12)
+    want = R / (2 * 8 / 256) / 128
+    assert cf.kind == "smooth"
+    assert cf.closed_value == pytest.approx(want, rel=1e-12)
+    assert cf.value == math.ceil(want)
+    assert cf.timing == "roofline"
 
 
-def test_attention_overtakes_moe_equals_brentq():
+def test_comm_hidden_is_where_predict_exposes_communication():
+    m, h = ms.load_model("deepseek-v3"), ms.load_hardware("h100")
+    dep = ms.Deployment(gpus=32, ep=32, weights="fp8", micro_batches=2)
+    cf = dv.comm_hidden(m, h, dep, 4096)
+
+    def exposed(b):
+        r = _predict(m, h, dep, b)
+        return (r["layer_s"] - r["layer_compute_s"]) / r["layer_compute_s"]
+
+    assert exposed(cf.value - 1) <= 1e-9 < exposed(cf.value)
+    if cf.kind == "smooth":
+        assert cf.value - 1 <= cf.closed_value <= cf.value
+
+
+def test_attention_overtakes_moe_against_predicts_breakdown():
     m, h = ms.load_model("deepseek-v3"), ms.load_hardware("h800")
-    for ctx in (2048, 8192, 32768):
-        cf = dv.attention_overtakes_moe(m, h, ms.Deployment(gpus=32, ep=32, weights="fp8"), ctx)
-        assert cf.value == pytest.approx(dv.numeric_check(cf, 1e-3, 1e7), rel=1e-6)
+    dep = ms.Deployment(gpus=32, ep=32, weights="fp8", timing="roofline")
+    for ctx in (2048, 8192):
+        cf = dv.attention_overtakes_moe(m, h, dep, ctx)
+
+        def gap(b):
+            p = _predict(m, h, dep, b, ctx)["per_layer_s"]
+            return p["attention_core"] - max(p["moe_routed"], p["moe_weight_load"])
+
+        assert gap(cf.value - 1) <= 0 < gap(cf.value)
+        if cf.kind == "smooth":
+            assert _substituted(cf) < 1e-6
 
 
-def test_comm_hidden_equals_brentq():
-    cf = dv.comm_hidden(ms.load_model("deepseek-v3"), ms.load_hardware("h100"),
-                        ms.Deployment(gpus=32, ep=32, weights="fp8", micro_batches=2,
-                                      a2a="deepep-ll"), 4096)
-    assert 0 < cf.value < 1e6
-    assert cf.value == pytest.approx(dv.numeric_check(cf, 2, 65536), rel=1e-6)
+def test_solve_context_crossover_substitutes_back():
+    m, h = ms.load_model("deepseek-v3"), ms.load_hardware("h800")
+    dep = ms.Deployment(gpus=128, ep=128, weights="fp8")
+    wl = Workload(Phase.DECODE, batch=64, context=4096)
+    cf = dv.solve(m, h, dep, wl, "context", equal=("attention_core", "moe_weight_load"))
+    f = lambda L: float(evaluate(cf.equation, cf.values, {S.context: L}))  # noqa: E731
+    assert f(cf.value - 1) <= 0 < f(cf.value)
+    assert cf.kind == "smooth" and _substituted(cf) < 1e-6
 
 
-def test_kink_ep_closed_form_by_hand():
-    expr, eq = dv.kink_ep()
-    # compute 6 (B/t_p) k d d_e / (F eta) = load (E + R) 3 d d_e b_w / (e_p W eta_m)
-    want = (S.experts + S.redundant) * S.w_bytes * S.flops_gemm * S.eff_grouped * S.tp / (
-        2 * S.hbm_bw * S.eff_mem * S.topk * S.batch)
-    assert sp.simplify(expr - want) == 0
+def test_solve_rejects_bad_terms_and_variables():
+    m, h = ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20")
+    wl = Workload(Phase.DECODE, batch=8, context=4096)
+    with pytest.raises(MoesymError, match="term 'nonsense_term'"):
+        dv.solve(m, h, ms.Deployment(), wl, "batch", equal=("nonsense_term", "step"))
+    with pytest.raises(MoesymError, match="--for 'warp_speed'"):
+        dv.solve(m, h, ms.Deployment(), wl, "warp_speed", equal=("step", "0.05"))
+
+
+def test_solve_minimize_finds_the_full_models_minimum():
+    # tokens per GPU per second is largest where -throughput is smallest: the scan is exact
+    m, h = ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20")
+    wl = Workload(Phase.DECODE, batch=8, context=4096)
+    cf = dv.solve(m, h, ms.Deployment(), wl, "batch", minimize="step / batch",
+                  span=(1, 512))
+    per_token = [_predict(m, h, ms.Deployment(), b)["step_time_s"] / b for b in range(1, 513)]
+    assert cf.value == 1 + int(np.argmin(per_token))
 
 
 def test_regime_solver_keeps_conditions_and_relaxes_ceilings():
@@ -80,6 +167,20 @@ def test_regime_solver_keeps_conditions_and_relaxes_ceilings():
     assert sp.Rational(5, 2) in values
     assert any(sp.simplify(v - (10 - a)) == 0 for v in values)
     assert apply_rules(sp.ceiling(x) + sp.floor(2 * x), [RELAX_CEILING]) == 3 * x
+
+
+def test_model_root_steps_and_smooth_regimes_by_hand():
+    from moesym.solve.model_root import model_root
+
+    x = sp.Symbol("x", positive=True)
+    # 5 ceiling(x / 3) + x = 31: at x = 15 (ceiling 5): 25 + 15 = 40 > 31; x = 12: 20 + 12 = 32;
+    # x = 11: 20 + 11 = 31 (not above); the sign change (11, 12) lies in the ceiling-4 regime
+    # 20 + x = 31 -> x = 11
+    r = model_root(5 * sp.ceiling(x / 3) + x - 31, x, {}, 1, 100, integer=True)
+    assert (r.exact, r.kind, r.value) == (12.0, "smooth", 11.0)
+    # 10 ceiling(x / 4) = 25 never holds: the step from 20 to 30 happens past x = 8
+    r = model_root(10 * sp.ceiling(x / 4) - 25, x, {}, 1, 100, integer=True)
+    assert (r.exact, r.kind, r.value) == (9.0, "step", 8.0)
 
 
 def test_committed_pages_match_the_code(tmp_path):
@@ -97,10 +198,7 @@ def test_committed_pages_match_the_code(tmp_path):
 
 
 def test_ep_min_tpot_is_the_square_root_of_the_regime_and_the_numeric_argmin():
-    import numpy as np
     from scipy.optimize import minimize_scalar
-
-    from moesym.compile import evaluate
 
     cf = dv.ep_min_tpot(ms.load_model("deepseek-v3"), ms.load_hardware("h800"), 4096, 4096,
                         ms.Deployment(weights="fp8", a2a="allgather"))
@@ -127,28 +225,14 @@ def test_ep_min_tpot_without_growing_latency_has_no_interior_optimum():
 
 
 def test_gpus_for_throughput_meets_the_target_exactly_at_the_root():
-    from moesym.compile import evaluate
-
     X, tau = 200_000.0, 0.05
     cf = dv.gpus_for_throughput(ms.load_model("deepseek-v3"), ms.load_hardware("h800"), X, tau,
                                 4096, ms.Deployment(weights="fp8", a2a="deepep-ll"))
-    assert cf.value == pytest.approx(dv.numeric_check(cf, 1.0, 4096.0), rel=1e-6)
     # at the root the instance's step time is the TPOT limit: N / t_p ranks of
     # B = X tau t_p / N requests each emit N B / (t_p tau) = X tokens per second
     t = float(evaluate(cf.equation + S.tpot_target, cf.values, {S.ep: cf.value}))
     assert t == pytest.approx(tau, rel=1e-9)
     # and one GPU fewer misses it (step time above the limit)
     assert float(evaluate(cf.equation, cf.values, {S.ep: cf.value - 1})) > 0
-
-
-def test_max_batch_for_tpot_lambert_w_regime_equals_brentq():
-    # Qwen3-30B-A3B on one H20: at the root the routed experts are weight-load bound with lazy
-    # loading, a + b B + c q^(g B) = tau: the closed form goes through Lambert W
-    from moesym.compile import evaluate
-
-    cf = dv.max_batch_for_tpot(ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20"),
-                               ms.Deployment(), 4096, 0.05)
-    assert cf.expr.has(sp.LambertW)
-    assert cf.value == pytest.approx(dv.numeric_check(cf, 1.0, 4096.0), rel=1e-6)
-    assert float(evaluate(cf.equation, cf.values, {S.batch: cf.value})) == pytest.approx(
-        0.0, abs=1e-9)
+    if cf.kind == "smooth":
+        assert cf.closed_value == pytest.approx(cf.value, rel=1e-6)

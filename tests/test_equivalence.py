@@ -1,11 +1,14 @@
 """Issue 15: the fast pipeline (unevaluated maxima, one generated NumPy function per model, the
 disk cache, lazy imports) must not change any result. ``tests/data/golden_outputs.json`` holds the
-JSON (and sweep CSV) of 38 commands spanning every built-in model, both phases, every A2A mode,
+JSON (and sweep CSV) of 30 commands spanning every built-in model, both phases, every A2A mode,
 routing kind and layout, captured from the code as it stood before that work (commit c8a4d50,
 with SymPy's evaluated Max/Min and lambdify); each must come out equal to 1e-9 relative now, both
 from a fresh build and from the cache. Every command runs with ``--overlap ideal``, the overlap model of that time
 (issue 16 made measured engine schedules the default). Long symbolic strings (``latex``, ``sympy``,
-``condition``) may change form and are not compared; their ``value`` is.
+``condition``) may change form and are not compared; their ``value`` is. The eight ``derive``
+commands of the original set were dropped when issue 17 moved ``derive`` from the roofline onto
+the model ``predict`` evaluates: their answers changed by design (tests/test_derive.py checks
+them against ``predict``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from moesym.cli import main
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "golden_outputs.json").read_text())
 _SKIP = {"latex", "sympy", "condition"}
+# issue 17 changed these on purpose: the routed experts' GEMM launch latencies now count as
+# overhead in the bound shares (they had been left out), and the step's bound follows the shares
+_CHANGED = ("/bound_shares_s/overhead", "/bound")
 REL = 1e-9
 
 
@@ -30,7 +36,7 @@ def _close(a, b, path="") -> None:
     if isinstance(b, dict):
         assert isinstance(a, dict), path
         for k, v in b.items():
-            if k in _SKIP:
+            if k in _SKIP or f"{path}/{k}".endswith(_CHANGED):
                 continue
             assert k in a, f"{path}/{k} missing"
             _close(a[k], v, f"{path}/{k}")

@@ -115,6 +115,9 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
                    help="overlap schedule: auto (sbo for one micro-batch, tbo-sglang for two), "
                         "none, sbo, tbo-sglang, deepseek, ideal, or a schedule .toml "
                         "(README: Overlap schedules)")
+    g.add_argument("--timing", choices=("kernel", "roofline"), default="kernel",
+                   help="time model: kernel (the analytical kernel model calibrated per GPU, "
+                        "default) or roofline (peaks x efficiencies; the teaching form)")
     g.add_argument("--layout", choices=("auto", "contiguous", "masked", "batched"), default="auto",
                    help="expert activation layout (auto: masked after DeepEP low-latency "
                         "dispatch, contiguous otherwise)")
@@ -150,7 +153,7 @@ def deployment_from(args) -> Deployment:
                       weights=args.weights, kv=args.kv, a2a=A2AMode(one(args.a2a, "auto")),
                       routing=Routing.parse(args.routing),
                       redundant_experts=args.redundant_experts, layout=args.layout,
-                      overlap=args.overlap)
+                      overlap=args.overlap, timing=args.timing)
 
 
 def workload_from(args, phase: str | None = None) -> Workload:

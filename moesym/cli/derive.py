@@ -13,14 +13,16 @@ from .common import (add_deployment, add_json, add_model_hw, add_workload, deplo
 __all__ = ["register"]
 
 
-def _closed_form(s, name: str, help: str, func, workload: bool = True):
-    """A ``derive`` subcommand taking a model, hardware, deployment (and workload) flags."""
+def _closed_form(s, name: str, help: str, func):
+    """A ``derive`` subcommand taking every model, hardware, workload and deployment flag
+    ``predict`` takes (the step model it solves is the one ``predict`` evaluates)."""
     p = s.add_parser(name, help=help)
     add_model_hw(p)
-    if workload:
-        add_workload(p, phase=False)
+    add_workload(p, phase=False)
     add_deployment(p)
     add_json(p)
+    p.add_argument("--show-expr", action="store_true",
+                   help="print the whole closed form however long (JSON always has it)")
     p.set_defaults(func=func)
     return p
 
@@ -30,7 +32,7 @@ def register(sub) -> None:
     s = p.add_subparsers(dest="what", parser_class=type(p))
 
     c = _closed_form(s, "crossover", "decode batch per GPU where routed experts turn compute-bound",
-                     _crossover, workload=False)
+                     _crossover)
     c.add_argument("--no-lazy", action="store_true", help="every local expert is read each step")
     c.add_argument("--plot", default=None, metavar="FILE.png",
                    help="roofline of each term against batch with the crossover marked")
@@ -65,6 +67,30 @@ def register(sub) -> None:
     x.add_argument("--tpot-ms", type=positive_float, required=True)
     x.add_argument("--max-gpus", type=positive_int, default=4096)
 
+    v = s.add_parser("solve", help="any equation over the step model: TERM_A = TERM_B, or the "
+                                   "minimum of a TERM, as one variable varies")
+    add_model_hw(v)
+    add_workload(v, phase=True, required_phase=False)
+    add_deployment(v)
+    add_json(v)
+    what = v.add_mutually_exclusive_group(required=True)
+    what.add_argument("--equal", nargs=2, metavar=("TERM_A", "TERM_B"),
+                      help="a term name (step, tpot, layer, layer_compute, exposed_comm, a "
+                           "breakdown key, routed_compute, routed_memory, tokens_per_gpu_s, "
+                           "memory_used, memory_free), a number, or a SymPy expression over "
+                           "terms and symbols")
+    what.add_argument("--minimize", metavar="TERM")
+    v.add_argument("--for", dest="var", required=True, metavar="VAR",
+                   help="batch, tokens, context, chunk, ep, tp, gpus, micro_batches, "
+                        "rdma_bandwidth, nvlink_bandwidth, hbm_bandwidth, flops, or any symbol "
+                        "(attribute or printed name, e.g. bw_out or W_out)")
+    v.add_argument("--range", default=None, metavar="LO:HI",
+                   help="where to look (default: the variable's natural range, or 1/1000 to "
+                        "1000 times its value)")
+    v.add_argument("--show-expr", action="store_true",
+                   help="print the whole closed form however long (JSON always has it)")
+    v.set_defaults(func=_solve)
+
     g = s.add_parser("pages", help="regenerate the derivations/ markdown pages")
     g.add_argument("--out", default="derivations", help="folder to write (default: derivations)")
     g.set_defaults(func=_pages)
@@ -80,44 +106,56 @@ def _deployment(args):
     return dep
 
 
-def show(cf, as_json: bool) -> int:
-    if as_json:
+_SHORT = 400  # characters of a closed form printed without --show-expr
+
+
+def show(cf, args) -> int:
+    if args.json:
         emit_json(cf.as_dict())
         return 0
     print(cf.title)
-    print(f"  sympy : {cf.expr}")
-    print(f"  latex : {cf.latex}")
-    if str(cf.condition) != "True":
-        print(f"  valid : {cf.condition}")
-    print(f"  value : {cf.value:.6g}")
+    print(f"  value       : {cf.value:.6g}   (the {cf.timing} model that predict evaluates)")
+    if cf.expr is None:
+        print("  closed form : none")
+    else:
+        text = str(cf.expr)
+        if len(text) > _SHORT and not args.show_expr:
+            text = text[:_SHORT] + f" ... ({len(text)} characters; --show-expr or --json)"
+        print(f"  closed form : {text}")
+        if cf.closed_value is not None:
+            print(f"                = {cf.closed_value:.6g} ({cf.kind})")
+    if str(cf.condition) != "True" and (len(str(cf.condition)) <= _SHORT or args.show_expr):
+        print(f"  valid       : {cf.condition}")
+    if cf.regime:
+        print("  regime      : " + ", ".join(f"{k} {v}" for k, v in cf.regime.items()))
     if cf.assumptions:
-        print(f"  note  : {cf.assumptions}")
+        print(f"  note        : {cf.assumptions}")
     return 0
 
 
 def _crossover(args) -> int:
     m, h = model_hw_from(args)
     dep = _deployment(args)
-    cf = dv.crossover(m, h, dep, lazy=not args.no_lazy)
+    cf = dv.crossover(m, h, dep, lazy=not args.no_lazy, context=args.context)
     if args.plot:
         from ..model.step import build_step
         from ..plots import term_roofline
         from ..specs.deployment import Phase, Workload
 
-        step = build_step(m, h, dep, Workload(Phase.DECODE, batch=1, context=4096))
+        step = build_step(m, h, dep, Workload(Phase.DECODE, batch=1, context=args.context))
         term_roofline(step, args.plot, marks={"crossover": cf.value * dep.tp})
-    return show(cf, args.json)
+    return show(cf, args)
 
 
 def _attention(args) -> int:
     m, h = model_hw_from(args)
-    return show(dv.attention_overtakes_moe(m, h, _deployment(args), args.context), args.json)
+    return show(dv.attention_overtakes_moe(m, h, _deployment(args), args.context), args)
 
 
 def _tpot(args) -> int:
     m, h = model_hw_from(args)
     return show(dv.max_batch_for_tpot(m, h, _deployment(args), args.context, args.tpot_ms / 1e3),
-                args.json)
+                args)
 
 
 def _optimal_ep(args) -> int:
@@ -127,26 +165,43 @@ def _optimal_ep(args) -> int:
     wl = Workload(Phase.DECODE, batch=args.batch, context=args.context)
     cf = dv.optimal_ep(m, h, wl, _deployment(args), max_ep=args.max_ep,
                        memory_limit=not args.no_memory_limit)
-    return show(cf, args.json)
+    return show(cf, args)
 
 
 def _comm_hidden(args) -> int:
     m, h = model_hw_from(args)
-    return show(dv.comm_hidden(m, h, _deployment(args), args.context), args.json)
+    return show(dv.comm_hidden(m, h, _deployment(args), args.context), args)
 
 
 def _ep_min_tpot(args) -> int:
     m, h = model_hw_from(args)
     cf = dv.ep_min_tpot(m, h, args.total_batch, args.context, _deployment(args),
                         max_ep=args.max_ep)
-    return show(cf, args.json)
+    return show(cf, args)
 
 
 def _gpus_for_throughput(args) -> int:
     m, h = model_hw_from(args)
     cf = dv.gpus_for_throughput(m, h, args.tokens_per_s, args.tpot_ms / 1e3, args.context,
                                 _deployment(args), max_gpus=args.max_gpus)
-    return show(cf, args.json)
+    return show(cf, args)
+
+
+def _solve(args) -> int:
+    from .common import workload_from
+
+    span = None
+    if args.range is not None:
+        try:
+            lo, hi = (float(x) for x in args.range.split(":"))
+        except ValueError:
+            raise MoesymError(f"--range {args.range!r}: use LO:HI, e.g. 1e9:1e12") from None
+        span = (lo, hi)
+    m, h = model_hw_from(args)
+    dep = deployment_from(args)
+    cf = dv.solve(m, h, dep, workload_from(args), args.var, equal=args.equal,
+                  minimize=args.minimize, span=span)
+    return show(cf, args)
 
 
 def _pages(args) -> int:

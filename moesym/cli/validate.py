@@ -11,9 +11,9 @@ __all__ = ["register"]
 
 def register(sub) -> None:
     p = sub.add_parser("validate", help=COMMANDS["validate"])
-    p.add_argument("--timing", choices=("default", "roofline", "kernel"), default="default",
-                   help="time model: the step model's default, the plain roofline, or the "
-                        "calibrated analytical kernel model")
+    p.add_argument("--timing", choices=("kernel", "roofline"), default="kernel",
+                   help="time model: the calibrated analytical kernel model (default) or the "
+                        "plain roofline")
     p.add_argument("--cases", default=None, metavar="FILE.json",
                    help="validate your own measurements instead of the built-in published cases "
                         "(a JSON list; see moesym.validate.load_cases)")
@@ -26,16 +26,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    factory = None
-    if args.timing == "kernel":
-        from ..kernels.timing import KernelTiming
-
-        factory = KernelTiming.from_hardware
-    elif args.timing == "roofline":
-        from ..timing import RooflineTiming
-
-        factory = lambda hw: RooflineTiming()  # noqa: E731
-    cases = validate(factory, load_cases(args.cases) if args.cases else CASES)
+    cases = validate(args.timing, load_cases(args.cases) if args.cases else CASES)
     fits = serving_fits(cases) if args.fit_serving else None
     if args.json:
         out = {"cases": cases}

@@ -310,15 +310,16 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
                timing=None) -> StepModel:
     """Compose the step model of ``model`` on ``hardware`` under ``deployment`` for ``workload``.
 
-    ``timing`` turns each cost into time: by default the analytical kernel model calibrated for
-    this GPU (:class:`moesym.kernels.timing.KernelTiming`); pass
-    :class:`moesym.timing.RooflineTiming` for the plain roofline with named efficiency symbols.
+    ``timing`` turns each cost into time; by default the deployment's time model
+    (``deployment.timing``: the analytical kernel model calibrated for this GPU,
+    :class:`moesym.kernels.timing.KernelTiming`, or the plain roofline with named efficiency
+    symbols, :class:`moesym.timing.RooflineTiming`).
     """
     deployment.check_model(model)
-    if timing is None:  # the calibrated analytical kernel model of this GPU
-        from ..kernels.timing import KernelTiming
+    if timing is None:  # the deployment's time model (default: the calibrated kernel model)
+        from ..timing import time_model
 
-        timing = KernelTiming.from_hardware(hardware)
+        timing = time_model(deployment.timing, hardware)
     D = symbolic_dims()
     n = D.micro_batches
     moe_terms = _moe_layer_terms(model, deployment, workload, D, timing) if model.is_moe else None

@@ -23,7 +23,7 @@ import numpy as np
 import sympy as sp
 from scipy.optimize import brentq
 
-from ..terms.cost import substitute
+from ..terms.cost import dependents, nodes, substitute
 from .rewrite import RELAX_CEILING, apply_rules
 
 __all__ = ["Root", "branches", "solve_regimes", "numeric_roots", "solve_at_root"]
@@ -39,9 +39,10 @@ class Root:
 
 
 def _nonsmooth(expr: sp.Basic, var: sp.Symbol) -> list[sp.Basic]:
-    found = [a for a in sp.preorder_traversal(expr)
-             if isinstance(a, (sp.Max, sp.Min, sp.Piecewise)) and a.has(var)]
-    return found
+    """Max / Min / Piecewise nodes involving ``var``, outer ones first (one pass over the
+    shared graph)."""
+    dep = dependents(expr, var)
+    return nodes(expr, lambda a: isinstance(a, (sp.Max, sp.Min, sp.Piecewise)) and a in dep)
 
 
 def _choices(node: sp.Basic) -> list[tuple[sp.Basic, sp.Basic, str]]:
@@ -164,7 +165,11 @@ def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping) -> tuple[sp.Expr, sp.
         e = new
     if _nonsmooth(e, var):  # pragma: no cover - nodes created by substitution
         raise RuntimeError("regime substitution left non-smooth nodes")
-    return e, sp.And(*conds), tuple(labels)
+    # And(*conds) would sort its arguments by tree size: exponential on the shared graphs of a
+    # large model, so the conjunction is assembled as is
+    cond = sp.true if not conds else conds[0] if len(conds) == 1 else sp.And._from_args(
+        tuple(dict.fromkeys(conds)))
+    return e, cond, tuple(labels)
 
 
 def _linear_exponential_roots(e: sp.Expr, var: sp.Symbol) -> list[sp.Expr]:
@@ -233,19 +238,74 @@ def _polynomial_roots(e: sp.Expr, var: sp.Symbol) -> list[sp.Expr] | None:
     return [(-b + disc) / (2 * a), (-b - disc) / (2 * a)]
 
 
-def solve_smooth(e: sp.Expr, var: sp.Symbol, num: Mapping, x0: float) -> sp.Expr:
+def _collapse(e: sp.Expr, var: sp.Symbol) -> tuple[sp.Expr, dict]:
+    """``e`` with every largest subexpression free of ``var`` replaced by a placeholder symbol
+    (the var-free terms of a sum, or factors of a product, as one placeholder), and the map back.
+
+    The regime of a large model is a sum of hundreds of terms of which few involve the unknown;
+    solving the small skeleton and substituting the placeholders back is what keeps closed forms
+    fast (``together`` / ``expand`` on the full expression grow with its tree, not its graph).
+    """
+    dep = dependents(e, var)
+    depends = dep.__contains__
+
+    back: dict = {}
+    holder: dict = {}
+
+    def place(x):
+        if x.is_Number:
+            return x
+        if x not in holder:
+            d = sp.Dummy(f"c{len(holder)}", real=True)
+            holder[x] = d
+            back[d] = x
+        return holder[x]
+
+    memo: dict = {}
+
+    def walk(x):
+        if x in memo:
+            return memo[x]
+        if not depends(x):
+            out = place(x)
+        elif isinstance(x, (sp.Add, sp.Mul)):
+            free = [a for a in x.args if not depends(a)]
+            rest = [walk(a) for a in x.args if depends(a)]
+            if free:
+                rest.append(place(x.func(*free)))
+            out = x.func(*rest)
+        else:
+            out = x.func(*[walk(a) for a in x.args]) if x.args else x
+        memo[x] = out
+        return out
+
+    return walk(e), back
+
+
+def solve_smooth(e: sp.Expr, var: sp.Symbol, num: Mapping, x0: float,
+                 general: bool = True) -> sp.Expr:
     """The root of the smooth expression ``e`` = 0 nearest to ``x0`` (numbers ``num`` pick it).
 
     Rational in ``var`` with a numerator of degree <= 2: the root comes straight from the
     polynomial's coefficients (fast on large expressions). Fractional powers of ``var`` (the
     1 / sqrt(B) of a load-imbalance term) are cleared first by var = u^q with u > 0, so such an
     expression is solved as a polynomial in u. Otherwise: one exponential term through Lambert W,
-    else ``sympy.solve``.
+    else ``sympy.solve`` (only with ``general``; without it such a form raises ValueError).
 
     >>> x = sp.Symbol("x", positive=True)
     >>> float(solve_smooth(x - 3 * sp.sqrt(x) - 4, x, {}, 10.0))  # sqrt(x) = 4
     16.0
     """
+    if e not in dependents(e, var):
+        raise ValueError(f"the expression does not depend on {var}: no root")
+    full_num = num
+    e, back = _collapse(e, var)
+    if back:  # numbers for the placeholders (to pick the root nearest x0)
+        from ..compile import evaluate
+
+        num = {**num, **{d: float(evaluate(x, {k: v for k, v in full_num.items()
+                                               if k in x.free_symbols}, {}))
+                         for d, x in back.items()}}
     q = _root_denominator(e, var)
     sols = None
     if q > 1:
@@ -256,10 +316,15 @@ def solve_smooth(e: sp.Expr, var: sp.Symbol, num: Mapping, x0: float) -> sp.Expr
     if sols is None:
         sols = _polynomial_roots(e, var)
     if sols is None:
-        sols = _linear_exponential_roots(e, var) or [s for s in sp.solve(e, var)
-                                                      if s.is_real is not False]
+        sols = _linear_exponential_roots(e, var)
+    if not sols and general:
+        sols = [s for s in sp.solve(e, var) if s.is_real is not False]
+    if not sols:
+        raise ValueError(f"no closed-form root in {var} (not a polynomial of degree <= 2, a "
+                         "square-root form or one exponential)")
     fnum = {k: sp.Float(v) for k, v in num.items()}
-    return min(sols, key=lambda s: abs(complex(substitute(s, fnum).evalf()) - x0))
+    best = min(sols, key=lambda s: abs(complex(substitute(s, fnum).evalf()) - x0))
+    return substitute(best, back) if back else best
 
 
 def solve_at_root(equation: sp.Expr, var: sp.Symbol, values: Mapping, lo: float, hi: float):

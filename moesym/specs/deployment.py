@@ -99,6 +99,9 @@ def _pos_int(name: str, v) -> int:
     return v
 
 
+TIME_MODELS = ("kernel", "roofline")  # moesym.timing.time_model builds each
+
+
 @dataclass(frozen=True)
 class Deployment:
     """One serving instance: ``gpus`` GPUs, attention TP x DP, MoE EP x expert-TP.
@@ -120,6 +123,7 @@ class Deployment:
     redundant_experts: int = 0
     layout: str = "auto"  # grouped-GEMM activation layout: auto, contiguous, masked, batched
     overlap: str = "auto"  # overlap schedule: auto, a built-in name, or a schedule .toml path
+    timing: str = "kernel"  # time model: kernel (calibrated kernel model) or roofline
 
     def __post_init__(self) -> None:
         _pos_int("--gpus", self.gpus)
@@ -151,6 +155,8 @@ class Deployment:
                             f"got {self.redundant_experts!r}")
         if self.layout not in ("auto", "contiguous", "masked", "batched"):
             raise SpecError(f"--layout {self.layout!r}: use auto, contiguous, masked or batched")
+        if self.timing not in TIME_MODELS:
+            raise SpecError(f"--timing {self.timing!r}: use {' or '.join(TIME_MODELS)}")
         if self.overlap != "auto":
             from ..schedules import load
 

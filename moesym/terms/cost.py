@@ -17,6 +17,7 @@ from typing import Iterable
 import sympy as sp
 
 __all__ = ["KernelClass", "GemmShape", "AttentionShape", "Cost", "sym", "total", "smax", "smin",
+           "nodes", "depends", "dependents",
            "nonnegative", "substitute", "transform", "rebuild"]
 
 
@@ -160,6 +161,40 @@ def substitute(expr: sp.Basic, mapping) -> sp.Basic:
         return out
 
     return go(sp.sympify(expr))
+
+
+def nodes(expr: sp.Basic, test) -> list[sp.Basic]:
+    """Every unique node of ``expr`` for which ``test`` holds, each before the nodes inside it
+    (a topological order of the shared graph: SymPy's tree walks, ``atoms``, ``has`` and
+    ``preorder_traversal``, visit a shared subexpression once per path to it, exponentially
+    often on a large model)."""
+    order, seen, stack = [], set(), [(sp.sympify(expr), False)]
+    while stack:
+        e, done = stack.pop()
+        if done:
+            order.append(e)
+            continue
+        if e in seen:
+            continue
+        seen.add(e)
+        stack.append((e, True))
+        stack.extend((a, False) for a in e.args if a not in seen)
+    return [e for e in reversed(order) if test(e)]
+
+
+def dependents(expr: sp.Basic, x: sp.Basic) -> set:
+    """The nodes of ``expr`` that contain ``x`` (``x`` included), in one pass over the shared
+    graph (see :func:`nodes`)."""
+    out = set()
+    for e in reversed(nodes(expr, lambda e: True)):  # children before parents
+        if e == x or any(a in out for a in e.args):
+            out.add(e)
+    return out
+
+
+def depends(expr: sp.Basic, x: sp.Basic) -> bool:
+    """``expr.has(x)`` walking the shared graph once."""
+    return expr in dependents(expr, x)
 
 
 def sym(x) -> sp.Expr:

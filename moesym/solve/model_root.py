@@ -1,0 +1,268 @@
+"""Roots of equations over the step model that ``predict`` evaluates, with the closed form of the
+regime that holds at the root.
+
+The calibrated kernel model is piecewise in the workload: tile and wave counts are ceilings,
+kernels switch between compute- and memory-bound (maxima), and the load-imbalance term changes
+form (Piecewise). A root of ``f(x) = 0`` over that model is found in two steps:
+
+1. **Exact root of the full model.** ``f`` is compiled and scanned (every integer for an integer
+   unknown such as the batch, a fine geometric grid then Brent's method otherwise): the root is
+   the sign change, exactly what evaluating the model (``predict``) at each point would show.
+2. **Closed form of the regime.** At the root every ceiling and floor is frozen at its value
+   there (the tile and wave counts of that regime), every Max / Min / Piecewise takes its active
+   branch, and the smooth remainder is solved symbolically (:func:`~moesym.solve.solve_smooth`).
+   When that root lies in the regime it equals the exact root (``kind = "smooth"``). When the
+   sign change happens at a step instead (a tile or wave count, or a Piecewise condition,
+   changes between the two sides), the closed form is where that step happens: the solution of
+   ``argument = boundary`` (``kind = "step"``). When neither applies the exact root stands
+   alone and the note says why (``kind = "numeric"``).
+
+>>> x = sp.Symbol("x", positive=True)
+>>> r = model_root(sp.ceiling(x / 4) * 10 - 25, x, {}, 1, 64, integer=True)
+>>> r.kind, r.exact, r.value  # 10 ceiling(x/4) reaches 25 when x/4 passes 2: at x = 9
+('step', 9.0, 8.0)
+>>> model_root(3 * x - 20 + sp.Max(x, 4), x, {}, 1.0, 100.0).value  # 4x = 20 in the x >= 4 regime
+5.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+import sympy as sp
+
+from ..errors import MoesymError
+from ..terms.cost import dependents, nodes, substitute
+from .regimes import branch_at, solve_smooth
+
+__all__ = ["ModelRoot", "model_root", "sign_changes", "steps_of"]
+
+_GRID = 4096  # points of the geometric scan of a continuous unknown
+_MAX_INTEGERS = 1 << 20  # widest integer scan
+_TOL = 1e-9  # the relative tolerance moesym.kernels.analytical applies inside ceilings
+
+
+@dataclass(frozen=True)
+class ModelRoot:
+    """A root of an equation over the full model and the closed form of its regime.
+
+    ``exact``: the root of the full model (for an integer unknown, the integer past the sign
+    change on the side the caller asked for); ``bracket``: the two points around the sign
+    change; ``expr`` / ``value``: the closed form of the regime at the root and its number
+    (None when there is none); ``kind``: ``smooth``, ``step`` or ``numeric`` (module docstring);
+    ``steps``: the frozen tile / wave counts of the regime, by readable argument;
+    ``regime``: labels of the active Max / Min / Piecewise branches; ``condition``: where the
+    closed form's regime holds (in the unknown); ``note``: how the closed form relates to the
+    exact root.
+    """
+
+    variable: sp.Symbol
+    exact: float
+    bracket: tuple[float, float]
+    expr: sp.Expr | None
+    value: float | None
+    kind: str
+    regime: tuple[str, ...]
+    condition: sp.Basic
+    note: str
+
+
+def _evaluator(eq: sp.Expr, var: sp.Symbol, values: Mapping):
+    from ..compile import evaluate
+
+    vals = {k: v for k, v in values.items() if k != var and k in eq.free_symbols}
+    missing = eq.free_symbols - set(vals) - {var}
+    if missing:
+        raise MoesymError(f"no value bound for {', '.join(sorted(map(str, missing)))}")
+    return lambda x: evaluate(eq, vals, {var: np.asarray(x, dtype=float)})
+
+
+def sign_changes(eq: sp.Expr, var: sp.Symbol, values: Mapping, lo: float, hi: float,
+                 integer: bool = False, scale: sp.Expr | None = None) -> list[tuple[float, float]]:
+    """Brackets ``(a, b)`` with ``f(a)`` and ``f(b)`` on opposite sides of zero, scanning
+    [lo, hi] (every integer, or a geometric grid refined by bisection to 1e-12 relative); NaN
+    points are skipped. The upper side is ``f > 0``, or ``f > 1e-9 |scale|`` with a ``scale``
+    expression (for a side that is zero over a range: exposed communication, say)."""
+    f0 = _evaluator(eq, var, values)
+    if scale is None:
+        f = f0
+    else:
+        g = _evaluator(scale, var, values)
+        f = lambda x: f0(x) - 1e-9 * np.abs(g(x))  # noqa: E731
+    if integer:
+        lo, hi = int(np.ceil(lo)), int(np.floor(hi))
+        if hi - lo + 1 <= _MAX_INTEGERS:
+            xs = np.arange(lo, hi + 1, dtype=float)
+        else:  # a geometric grid of integers; each bracket is bisected to adjacent integers
+            xs = np.unique(np.round(np.geomspace(max(lo, 1), hi, _MAX_INTEGERS // 16)))
+    else:
+        xs = np.geomspace(lo, hi, _GRID) if lo > 0 else np.linspace(lo, hi, _GRID)
+    ys = f(xs)
+    ok = np.isfinite(ys)
+    xs, ys = xs[ok], ys[ok]
+    side = ys > 0
+    idx = np.flatnonzero(side[1:] != side[:-1])
+    out = []
+    for i in idx:
+        a, b = float(xs[i]), float(xs[i + 1])
+        fa = side[i]
+        if integer:  # bisect to adjacent integers
+            while b - a > 1:
+                m = float(np.floor(0.5 * (a + b)))
+                if (float(f(m)) > 0) == fa:
+                    a = m
+                else:
+                    b = m
+        else:  # bisect to a bracket 1e-12 wide (Brent needs continuity; this not)
+            for _ in range(200):
+                m = 0.5 * (a + b)
+                if (float(f(m)) > 0) == fa:
+                    a = m
+                else:
+                    b = m
+                if b - a <= 1e-12 * max(abs(a), abs(b), 1e-300):
+                    break
+        out.append((a, b))
+    return out
+
+
+def steps_of(expr: sp.Basic, var: sp.Symbol) -> list[sp.Basic]:
+    """Every ceiling / floor node of ``expr`` that depends on ``var``."""
+    dep = dependents(expr, var)
+    return nodes(expr, lambda e: isinstance(e, (sp.ceiling, sp.floor)) and e in dep)
+
+
+def _step_values(steps: Sequence[sp.Basic], var, values, x: float) -> dict:
+    """Each step node's value at ``var = x`` (as the compiled model computes it)."""
+    out = {}
+    for n in steps:
+        y = float(_evaluator(n.args[0], var, values)(x))
+        out[n] = float(np.ceil(y) if isinstance(n, sp.ceiling) else np.floor(y))
+    return out
+
+
+def _freeze(expr, step_vals: Mapping) -> sp.Expr:
+    return substitute(expr, {n: sp.Integer(int(v)) for n, v in step_vals.items()})
+
+
+def _clean(expr: sp.Expr) -> sp.Expr:
+    """Drop the 1 -+ 1e-9 factors the kernel model puts inside its ceilings (exact counts
+    computed in floating point) from a displayed closed form."""
+    return substitute(expr, {sp.Float(1 - _TOL): sp.Integer(1), sp.Float(1 + _TOL): sp.Integer(1)})
+
+
+def _number(expr: sp.Expr, values: Mapping) -> float:
+    v = complex(substitute(expr, {k: sp.Float(x) for k, x in values.items()}).evalf())
+    if abs(v.imag) > 1e-9 * max(1.0, abs(v.real)):
+        raise ValueError("complex root")
+    return v.real
+
+
+def _piecewise_switch(eq, var, vals, a, b):
+    """(boundary equation, label) of the first Piecewise condition on ``var`` whose active
+    piece differs between a and b, or None."""
+    dep = dependents(eq, var)
+    for p in nodes(eq, lambda e: isinstance(e, sp.Piecewise) and e in dep):
+        def active(x):
+            env = {**{k: sp.Float(v) for k, v in vals.items()}, var: sp.Float(x)}
+            for i, (_, c) in enumerate(p.args):
+                cv = substitute(c, env)
+                if cv in (sp.true, True) or (cv not in (sp.false, False) and bool(cv)):
+                    return i
+            return None
+
+        ia, ib = active(a), active(b)
+        if ia != ib and ia is not None:
+            c = p.args[min(ia, ib)][1]
+            if isinstance(c, sp.core.relational.Relational) and c.has(var):
+                return c.lhs - c.rhs, f"piecewise: {c}"
+    return None
+
+
+def closed_form_at(eq: sp.Expr, var: sp.Symbol, values: Mapping, bracket: tuple[float, float],
+                   exact: float, integer: bool = False) -> ModelRoot:
+    """The closed form of the regime at the sign change ``bracket`` of ``eq`` (see the module
+    docstring); ``exact`` is reported as the full model's root."""
+    a, b = bracket
+    vals = {k: v for k, v in values.items() if k != var and k in eq.free_symbols}
+    steps = steps_of(eq, var)
+    f = _evaluator(eq, var, vals)
+    scale = max(abs(float(f(a))), abs(float(f(b))), 1e-300)
+    tried = []
+    for point in (b, a) if integer else (0.5 * (a + b),):
+        sv = _step_values(steps, var, vals, point)
+        frozen = _freeze(eq, sv)
+        try:
+            smooth, cond, labels = branch_at(frozen, var, {**vals, var: point})
+            root = solve_smooth(smooth, var, vals, point, general=False)
+            value = _number(root, vals)
+        except (NotImplementedError, ValueError, TypeError, RuntimeError) as exc:
+            tried.append(f"no closed form of the regime at {point:.6g} ({exc})")
+            continue
+        # the regime's root counts when the full model is at zero there
+        if integer:  # the regime's root must be a root of the full model in the bracket
+            inside = a - 1e-9 * max(1.0, abs(a)) <= value <= b + 1e-9 * max(1.0, abs(b))
+            holds = inside and abs(float(f(value))) <= 1e-7 * scale + 1e-15
+        else:  # the bracket is 1e-12 wide: the regime's root must fall inside it
+            holds = abs(value - exact) <= 1e-6 * max(abs(exact), 1e-300)
+        if holds:
+            clean = _clean(root)
+            return ModelRoot(var, exact, bracket, clean, _number(clean, vals), "smooth", labels,
+                             cond, "the closed form of the regime is the full model's root")
+        tried.append(f"the regime's own root {value:.6g} lies outside it")
+    # a step between the two sides: a tile / wave count or a Piecewise condition changes there
+    if integer or b - a <= 1e-9 * max(1.0, abs(b)):
+        sa, sb = _step_values(steps, var, vals, a), _step_values(steps, var, vals, b)
+        mid = 0.5 * (a + b)
+        for n in steps:
+            if sa[n] == sb[n]:
+                continue
+            boundary = min(sa[n], sb[n]) if isinstance(n, sp.ceiling) else max(sa[n], sb[n])
+            # the count's argument, with the counts inside it at their values past the step
+            arg = _freeze(n.args[0], _step_values(steps_of(n.args[0], var), var, vals, b))
+            try:
+                root = solve_smooth(arg - boundary, var, vals, mid, general=False)
+                value = _number(root, vals)
+            except (NotImplementedError, ValueError, TypeError, RuntimeError):
+                continue
+            if a - 1e-6 * max(1.0, abs(a)) <= value <= b + 1e-6 * max(1.0, abs(b)):
+                clean = _clean(root)
+                label = f"{'ceiling' if isinstance(n, sp.ceiling) else 'floor'} step to " \
+                        f"{int(sb[n])}"
+                return ModelRoot(var, exact, bracket, clean, _number(clean, vals), "step",
+                                 (label,), sp.true,
+                                 f"the sign change is a step of the model ({label}): the "
+                                 "closed form is where that count changes")
+        sw = _piecewise_switch(eq, var, vals, a, b)
+        if sw is not None:
+            g, label = sw
+            try:
+                root = solve_smooth(g, var, vals, mid, general=False)
+                value = _number(root, vals)
+                if a - 1e-6 * max(1.0, abs(a)) <= value <= b + 1e-6 * max(1.0, abs(b)):
+                    clean = _clean(root)
+                    return ModelRoot(var, exact, bracket, clean, _number(clean, vals), "step",
+                                     (label,), sp.true,
+                                     f"the sign change is where the model changes form ({label})")
+            except (NotImplementedError, ValueError, TypeError, RuntimeError):
+                pass
+    return ModelRoot(var, exact, bracket, None, None, "numeric", (), sp.true,
+                     "exact root of the full model only: " + "; ".join(tried or ["no regime"]))
+
+
+def model_root(eq: sp.Expr, var: sp.Symbol, values: Mapping, lo: float, hi: float,
+               integer: bool = False, which: str = "first") -> ModelRoot:
+    """The root of ``eq = 0`` in [lo, hi] over the full model and the closed form of its regime.
+
+    ``which``: ``first`` (the sign change nearest ``lo``) or ``last``. For an integer unknown
+    ``exact`` is the first integer past the sign change (the side where ``f`` has left the sign
+    it had at the bracket's lower end).
+    """
+    found = sign_changes(eq, var, values, lo, hi, integer)
+    if not found:
+        raise MoesymError(f"no root in {var} between {lo:g} and {hi:g}")
+    a, b = found[0] if which == "first" else found[-1]
+    exact = b if integer else 0.5 * (a + b)
+    return closed_form_at(eq, var, values, (a, b), exact, integer)
