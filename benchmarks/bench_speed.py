@@ -33,7 +33,7 @@ SWEEP = (f"sweep {V3} --phase decode --batch 1:16384:1 --context 1024:131072 "
          "--ep 8,16,32,64,128 --micro-batches 1,2 --gpus 128 --weights fp8 --out {out}")
 DERIVES = {
     "crossover": f"derive crossover {V3} --gpus 128 --ep 128 --weights fp8 --json",
-    "attention": f"derive attention {V3} --gpus 128 --ep 128 --weights fp8 --json",
+    "attention": f"derive attention {V3} --gpus 32 --ep 32 --weights fp8 --context 8192 --json",
     "tpot": f"derive tpot {V3} {DEP} --tpot-ms 50 --json",
     "optimal-ep": f"derive optimal-ep {V3} --batch 128 --gpus 128 --weights fp8 --json",
     "comm-hidden": f"derive comm-hidden {V3} {DEP} --json",
