@@ -24,7 +24,7 @@ form of the same equations (derivations/ shows both).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np

@@ -10,8 +10,6 @@ branch condition, and verify roots by substitution.
 >>> roots = solve_regimes(sp.Max(2 * x, a) - b, x)
 >>> [(r.value, r.condition) for r in roots]
 [(b/2, b > a)]
->>> numeric_roots(sp.Max(2 * x, 3) - 5, x, {})
-[2.5]
 """
 
 from __future__ import annotations
@@ -19,14 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-import numpy as np
 import sympy as sp
-from scipy.optimize import brentq
 
 from ..terms.cost import dependents, nodes, substitute
 from .rewrite import RELAX_CEILING, apply_rules
 
-__all__ = ["Root", "branches", "solve_regimes", "numeric_roots", "solve_at_root"]
+__all__ = ["Root", "branch_at", "branches", "solve_regimes", "solve_smooth"]
 
 
 @dataclass(frozen=True)
@@ -79,7 +75,7 @@ def branches(expr: sp.Basic, var: sp.Symbol, limit: int = 4096):
         if not nodes:
             count += 1
             if count > limit:
-                raise ValueError(f"more than {limit} regimes; use solve_at_root instead")
+                raise ValueError(f"more than {limit} regimes; use moesym.solve.model_root instead")
             yield e, cond, labels
             continue
         node = nodes[-1]  # innermost first (preorder lists outer nodes first)
@@ -101,41 +97,6 @@ def solve_regimes(equation: sp.Expr, var: sp.Symbol, limit: int = 4096) -> list[
                 continue
             roots.append(Root(s, substitute(cond, {var: s}) if cond is not sp.true else cond, labels))
     return roots
-
-
-def _holds(cond: sp.Basic, values: Mapping) -> bool:
-    c = substitute(cond, {k: sp.Float(v) for k, v in values.items()})
-    if c in (sp.true, True):
-        return True
-    if c in (sp.false, False):
-        return False
-    try:
-        return bool(c.simplify())
-    except TypeError:
-        return False
-
-
-def numeric_roots(equation: sp.Expr, var: sp.Symbol, values: Mapping, tol: float = 1e-9) -> list[float]:
-    """Numeric values of the regime roots whose conditions hold, verified by substitution."""
-    eq = apply_rules(equation, [RELAX_CEILING])
-    out = []
-    for r in solve_regimes(equation, var):
-        try:
-            v = complex(substitute(r.value, {k: sp.Float(x) for k, x in values.items()}).evalf())
-        except (TypeError, ValueError):
-            continue
-        if abs(v.imag) > 1e-9 * max(1.0, abs(v.real)):
-            continue
-        v = v.real
-        vals = dict(values)
-        vals[var] = v
-        if not _holds(r.condition, vals):
-            continue
-        resid = float(substitute(eq, {k: sp.Float(x) for k, x in vals.items()}).evalf())
-        if abs(resid) <= tol * max(1.0, abs(v)):
-            if not any(np.isclose(v, w, rtol=1e-9) for w in out):
-                out.append(v)
-    return sorted(out)
 
 
 def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping) -> tuple[sp.Expr, sp.Basic, tuple]:
@@ -180,6 +141,7 @@ def _linear_exponential_roots(e: sp.Expr, var: sp.Symbol) -> list[sp.Expr]:
 
     >>> x = sp.Symbol("x")
     >>> r = _linear_exponential_roots(2 - x + 3 * sp.Rational(1, 2) ** x, x)
+    >>> from scipy.optimize import brentq
     >>> root = brentq(lambda v: 2 - v + 3 * 0.5 ** v, 0, 10)  # the one real root
     >>> any(abs(complex(v.evalf()) - root) < 1e-9 for v in r)
     True
@@ -325,22 +287,3 @@ def solve_smooth(e: sp.Expr, var: sp.Symbol, num: Mapping, x0: float,
     fnum = {k: sp.Float(v) for k, v in num.items()}
     best = min(sols, key=lambda s: abs(complex(substitute(s, fnum).evalf()) - x0))
     return substitute(best, back) if back else best
-
-
-def solve_at_root(equation: sp.Expr, var: sp.Symbol, values: Mapping, lo: float, hi: float):
-    """Closed form in the regime that holds at the numeric root in [lo, hi].
-
-    For expressions with too many Max/Min nodes to enumerate: find the root numerically (brentq
-    on the relaxed, compiled expression), pick at each non-smooth node the branch active there,
-    solve that smooth branch symbolically and return (Root, numeric root). The Root's condition
-    is the regime's, written in ``var`` (the closed form holds while it holds at var = value);
-    substituting a large closed form into it would multiply its size by the number of branches.
-    """
-    from ..compile import evaluate
-
-    eq = apply_rules(equation, [RELAX_CEILING])
-    num = {k: sp.Float(v) for k, v in values.items() if k != var}
-    x0 = brentq(lambda x: float(evaluate(eq, num, {var: x})), lo, hi, xtol=1e-12, rtol=1e-14)
-    e, cond, labels = branch_at(eq, var, {**num, var: x0})
-    best = solve_smooth(e, var, num, x0)
-    return Root(best, cond, labels), x0
