@@ -38,8 +38,9 @@ __all__ = ["compile_expr", "compile_model", "evaluate", "bind_and_compile", "num
 # subexpression is computed once, for every output at the same time.
 
 # SymPy function name -> scipy.special / NumPy function of one argument
-_SCIPY_SPECIAL = {"erf": "erf", "erfc": "erfc", "erfinv": "erfinv", "erfcinv": "erfcinv",
-                  "gamma": "gamma", "loggamma": "gammaln", "digamma": "digamma"}
+_SCIPY_SPECIAL = {"erfcinv": "erfcinv", "digamma": "digamma"}
+# special functions computed once per distinct argument without SciPy (special_numeric)
+_DISTINCT = ("erf", "erfc", "erfinv", "gamma", "loggamma")
 _NUMPY_UNARY = ("sin", "cos", "tan", "sinh", "cosh", "tanh", "atan", "asin", "acos")
 # n-ary nodes folded pairwise, and one-argument nodes, with the NumPy function each becomes
 _REDUCE = {sp.Max: "_np.maximum", sp.Min: "_np.minimum", sp.And: "_np.logical_and",
@@ -99,6 +100,8 @@ def _node_source(e: sp.Basic, a: list[str]) -> str:
         if isinstance(e, cls) and len(a) == 1:
             return f"{fn}({a[0]})"
     name = type(e).__name__
+    if name in _DISTINCT and len(a) == 1:  # see moesym.special_numeric.DISTINCT_FUNCTIONS
+        return f"_d_{name}({a[0]})"
     if name in _SCIPY_SPECIAL and len(a) == 1:
         return f"_sps.{_SCIPY_SPECIAL[name]}({a[0]})"
     if name in _NUMPY_UNARY and len(a) == 1:

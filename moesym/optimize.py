@@ -27,7 +27,6 @@ import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-import pandas as pd
 
 from .errors import MoesymError
 from .progress import progress_bar
@@ -44,9 +43,19 @@ _BLOCK = 1 << 16
 
 @dataclass(frozen=True)
 class OptimizeResult:
+    """``best`` and the ``pareto`` front as dicts; ``rows``: every candidate evaluated (the best
+    size of each choice and the smaller sizes kept for the front), ``table`` the same as a
+    DataFrame (pandas is imported only when it is asked for)."""
+
     best: dict
     pareto: list[dict]
-    table: pd.DataFrame = field(repr=False)
+    rows: list[dict] = field(repr=False)
+
+    @property
+    def table(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
 
 
 def _divisors(n: int) -> list[int]:
@@ -68,15 +77,14 @@ def choices(model: ModelSpec, gpus: int, micro_batches=(1, 2),
     return out
 
 
-def pareto_front(df: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
-    """Rows not dominated in (maximise ``x``, maximise ``y``)."""
-    d = df.sort_values([x, y], ascending=[False, False])
+def pareto_front(rows: list[dict], x: str, y: str) -> list[dict]:
+    """Rows not dominated in (maximise ``x``, maximise ``y``), by decreasing ``x``."""
     keep, best_y = [], -math.inf
-    for idx, v in zip(d.index, d[y]):
-        if v > best_y:
-            keep.append(idx)
-            best_y = v
-    return df.loc[keep].sort_values(x, ascending=False)
+    for r in sorted(rows, key=lambda r: (-r[x], -r[y])):
+        if r[y] > best_y:
+            keep.append(r)
+            best_y = r[y]
+    return keep
 
 
 def _search(cm, capacity, ph, size_sym, context, limit, tp, ep, mb, gpus, max_size):
@@ -187,15 +195,13 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     if not rows:
         raise MoesymError("no deployment meets the latency limit and fits in memory; relax "
                           "--tpot-ms / --ttft-ms or add GPUs")
-    df = pd.DataFrame(rows)
-    df["tokens_per_user_s"] = (1.0 / df[lat_key]) if decode else df["tokens"] / df[lat_key]
-    finals = df[~df["_front_only"]]
-    best = finals.loc[finals["tokens_per_gpu_s"].idxmax()]
-    front = pareto_front(df, "tokens_per_gpu_s", "tokens_per_user_s")
-    clean = lambda r: {k: (v.item() if hasattr(v, "item") else v)  # noqa: E731
-                       for k, v in r.items() if not k.startswith("_")}
-    return OptimizeResult(clean(best.to_dict()), [clean(r) for r in front.to_dict("records")],
-                          df.drop(columns=["_front_only"]))
+    for r in rows:
+        r["tokens_per_user_s"] = (1.0 / r[lat_key]) if decode else r["tokens"] / r[lat_key]
+    best = max((r for r in rows if not r["_front_only"]), key=lambda r: r["tokens_per_gpu_s"])
+    clean = lambda r: {k: v for k, v in r.items() if not k.startswith("_")}  # noqa: E731
+    table = [clean(r) for r in rows]
+    return OptimizeResult(clean(best), [clean(r) for r in pareto_front(rows, "tokens_per_gpu_s",
+                                                                      "tokens_per_user_s")], table)
 
 
 def disaggregate(model: ModelSpec, hw: HardwareSpec, prefill_gpus: int, decode_gpus: int,

@@ -12,10 +12,13 @@ non-integer ``N`` are allowed.
 
 from __future__ import annotations
 
-import numpy as np
-from scipy import special as sps
+import math
+from statistics import NormalDist
 
-__all__ = ["NUMPY_FUNCTIONS", "binomial_cdf", "load_cdf", "max_binomial_mean", "padded_rows_mean"]
+import numpy as np
+
+__all__ = ["DISTINCT_FUNCTIONS", "NUMPY_FUNCTIONS", "binomial_cdf", "erfinv", "load_cdf", "max_binomial_mean", "on_distinct",
+           "padded_rows_mean"]
 
 _SIGMAS = 10.0  # CDF window half-width in standard deviations; mass outside is < 1e-22
 _MAX_WIDTH = 4096  # widest exact summation window; wider (huge loads) uses the normal form
@@ -34,6 +37,8 @@ def binomial_cdf(j, trials, p):
     a = np.where(mid, trials - j, 1.0)
     b = np.where(mid, j + 1.0, 1.0)
     x = np.where(mid, 1.0 - p, 0.5)
+    from scipy import special as sps  # imported here: scipy.special takes ~0.12 s to load
+
     with np.errstate(invalid="ignore"):
         out[mid] = sps.betainc(a, b, x)[mid]
     out[top] = 1.0
@@ -44,6 +49,8 @@ def _poisson_cdf(j, mean):
     j, mean = np.broadcast_arrays(np.asarray(j, float), np.asarray(mean, float))
     out = np.zeros(j.shape)
     ok = j >= 0
+    from scipy import special as sps
+
     out[ok] = sps.gammaincc(np.floor(j[ok]) + 1.0, mean[ok])
     return out
 
@@ -54,6 +61,8 @@ def _negbin_cdf(j, mean, p):
     out = np.zeros(j.shape)
     ok = (j >= 0) & (p < 0)
     r = mean[ok] / -p[ok]  # size parameter
+    from scipy import special as sps
+
     out[ok] = sps.betainc(r, np.floor(j[ok]) + 1.0, 1.0 / (1.0 - p[ok]))
     return out
 
@@ -79,10 +88,93 @@ def load_cdf(j, mean, p):
     return out
 
 
+def on_distinct(scalar_fn):
+    """A NumPy function applying the Python float function ``scalar_fn`` once per distinct value
+    of its argument. moesym's special-function arguments are functions of a few counts (ranks,
+    experts, micro-batches), so this is exact (the standard library's libm) and costs no SciPy
+    import (~0.12 s, more than a cached prediction)."""
+
+    def fn(x):
+        x = np.asarray(x, dtype=float)
+        levels, where = np.unique(x, return_inverse=True)
+        vals = np.array([scalar_fn(v) for v in levels.tolist()], dtype=float)
+        return vals[where.reshape(x.shape)] if x.ndim else vals[0]
+
+    return fn
+
+
+def _erfinv_scalar(v: float) -> float:
+    if -1.0 < v < 1.0:  # the normal quantile (Wichura's AS241, ~1e-16) at (1 + v) / 2
+        return NormalDist().inv_cdf((v + 1.0) / 2.0) / math.sqrt(2.0)
+    return math.copysign(math.inf, v) if abs(v) == 1.0 else math.nan
+
+
+def _guard(f):
+    def g(v: float) -> float:
+        try:
+            return f(v)
+        except (ValueError, OverflowError):  # poles and overflow: what SciPy returns there
+            return math.inf if not math.isnan(v) else math.nan
+    return g
+
+
+erfinv = on_distinct(_erfinv_scalar)
+erfinv.__doc__ = """Inverse error function on distinct values (see :func:`on_distinct`).
+
+    >>> round(float(erfinv(0.5)), 12)
+    0.476936276204
+    """
+#: SymPy function name -> NumPy version without SciPy, used by compiled models
+DISTINCT_FUNCTIONS = {"erf": on_distinct(math.erf), "erfc": on_distinct(math.erfc),
+                      "erfinv": erfinv, "gamma": on_distinct(_guard(math.gamma)),
+                      "loggamma": on_distinct(_guard(math.lgamma))}
+
+
 def _normal_max(mean, sd, n):
     """Normal extreme-value form (Blom plotting position), used beyond the exact window."""
-    z = np.sqrt(2.0) * sps.erfinv(2.0 * (n - 0.375) / (n + 0.25) - 1.0)
-    return mean + sd * z
+    return mean + sd * np.sqrt(2.0) * erfinv(2.0 * (n - 0.375) / (n + 0.25) - 1.0)
+
+
+_LGAMMA = np.frompyfunc(math.lgamma, 1, 1)
+
+
+def _lgamma(x):
+    return _LGAMMA(np.asarray(x, dtype=float)).astype(float)
+
+
+def _window_cdf(lo, width, mean, p):
+    """CDF of the load (the :func:`load_cdf` family) at lo, lo + 1, ..., lo + width - 1 per row
+    (rows: 1-D ``lo``, ``mean``, ``p``), from the probability mass at ``lo`` and the ratio of
+    consecutive masses, in logs; the mass below ``lo`` (under 1e-20 where callers put ``lo``) is
+    left out. Binomial with real N: the mass Gamma(N+1)/(Gamma(j+1)Gamma(N-j+1)) p^j (1-p)^(N-j)
+    telescopes the incomplete-beta CDF exactly for j < N, and the CDF is 1 from N on."""
+    j = lo[:, None] + np.arange(width, dtype=float)[None, :]
+    m, pp = mean[:, None], p[:, None]
+    binomial, poisson, negative = pp > 1e-12, np.abs(pp) <= 1e-12, pp < -1e-12
+    with np.errstate(divide="ignore", invalid="ignore"):
+        trials = np.where(binomial, m / np.where(binomial, pp, 1.0), 1.0)
+        size = np.where(negative, m / -np.where(negative, pp, -1.0), 1.0)
+        pi = 1.0 / (1.0 - np.where(negative, pp, 0.0))  # negative binomial success probability
+        # log mass at lo
+        lo2 = lo[:, None]
+        log_bin = (_lgamma(trials + 1.0) - _lgamma(lo2 + 1.0)
+                   - _lgamma(np.maximum(trials - lo2 + 1.0, 1e-300))
+                   + lo2 * np.log(np.where(binomial, pp, 0.5))
+                   + (trials - lo2) * np.log1p(-np.where(binomial, np.minimum(pp, 1 - 1e-16), 0.5)))
+        log_poi = -m + lo2 * np.log(np.maximum(m, 1e-300)) - _lgamma(lo2 + 1.0)
+        log_neg = (_lgamma(size + lo2) - _lgamma(lo2 + 1.0) - _lgamma(size)
+                   + size * np.log(pi) + lo2 * np.log1p(-pi + (pi == 1.0)))
+        first = np.where(binomial, log_bin, np.where(poisson, log_poi, log_neg))
+        # log ratio of the mass at j + 1 to the mass at j
+        jj = j[:, :-1]
+        r_bin = np.log(np.maximum(trials - jj, 0.0)) - np.log(jj + 1.0) + np.log(
+            np.where(binomial, pp, 0.5)) - np.log1p(-np.where(binomial, np.minimum(pp, 1 - 1e-16), 0.5))
+        r_poi = np.log(np.maximum(m, 1e-300)) - np.log(jj + 1.0)
+        r_neg = np.log(size + jj) - np.log(jj + 1.0) + np.log1p(-pi + (pi == 1.0))
+        ratio = np.where(binomial, r_bin, np.where(poisson, r_poi, r_neg))
+        log_mass = np.concatenate([first, first + np.cumsum(ratio, axis=1)], axis=1)
+        cdf = np.minimum(np.cumsum(np.exp(log_mass), axis=1), 1.0)
+    return np.where(binomial & (j >= trials), 1.0, np.where(j < 0, 0.0, cdf))
 
 
 def max_binomial_mean(mean, p, n):
@@ -110,15 +202,13 @@ def max_binomial_mean(mean, p, n):
     exact = (width <= _MAX_WIDTH) & (mean < _EXACT_MAX_MEAN)
     out = _normal_max(mean, sd, n)
     if exact.any():
-        # the window's terms as one (elements x window) array, in slices of about 4 M values:
-        # one call per slice instead of one per window position
+        # the window's terms as one (elements x window) array, in slices of about 4 M values
         idx = np.flatnonzero(exact)
-        ws = np.arange(int(width[exact].max()) + 1, dtype=float)
-        step = max(1, (1 << 22) // len(ws))
+        ws = int(width[exact].max()) + 1
+        step = max(1, (1 << 22) // ws)
         for s in range(0, len(idx), step):
             sel = idx[s:s + step]
-            j = lo[sel, None] + ws[None, :]
-            terms = 1.0 - load_cdf(j, mean[sel, None], p[sel, None]) ** n[sel, None]
+            terms = 1.0 - _window_cdf(lo[sel], ws, mean[sel], p[sel]) ** n[sel, None]
             out[sel] = lo[sel] + terms.sum(axis=1)  # terms j < lo are 1 to double precision
     point = p >= 1.0 - 1e-15
     out[point] = mean[point]

@@ -101,11 +101,11 @@ def test_xdg_cache_home_is_honoured(tmp_path, monkeypatch):
     assert cache.cache_dir() == tmp_path / "moesym"
 
 
-def test_cached_predict_imports_neither_sympy_nor_pandas(cache_dir):
+def test_cached_predict_imports_neither_sympy_pandas_nor_scipy(cache_dir):
     code = ("import sys, io, contextlib\n"
             "from moesym.cli import main\n"
             f"with contextlib.redirect_stdout(io.StringIO()):\n    main({ARGV!r})\n"
-            "print(sorted(m for m in ('sympy', 'pandas', 'matplotlib') if m in sys.modules))")
+            "print(sorted(m for m in ('sympy', 'pandas', 'matplotlib', 'scipy') if m in sys.modules))")
     env = {**os.environ, "MOESYM_CACHE_DIR": str(cache_dir)}
     run = lambda: subprocess.run([sys.executable, "-c", code], capture_output=True,  # noqa: E731
                                  text=True, env=env, check=True).stdout.strip()

@@ -23,7 +23,7 @@ import sympy as sp
 
 from ..symbols import S
 from ..terms.attention import kv_bytes_per_token_layer
-from ..terms.cost import smax, smin, sym
+from ..terms.cost import smin, sym
 from ..terms.dims import Dims
 
 __all__ = [
