@@ -98,6 +98,8 @@ TABLE: tuple[tuple[str, str, str, str, str, dict], ...] = (
     ("reserve_bytes", "M_rsv", "bytes", "fixed runtime reserve (CUDA context, library workspaces)", "calibration", {"nonnegative": True}),
     # --- routing statistics (moesym.routing)
     ("expert_index", "i_x", "1", "popularity rank of a routed expert (1 = hottest); summation index", "routing", {"positive": True, "integer": True}),
+    ("leader_c", "c_g", "1", "experts a selected group holds under group-limited routing (leader model); summation index", "routing", {"positive": True, "integer": True}),
+    ("leader_pmf", "P_c", "1", "P(c_g): 1 + Hypergeometric(kG E/G - kG, E/G - 1, k - kG) at c_g", "routing", {"nonnegative": True}),
     ("zipf_rate", "Lambda_z", "1", "successive-sampling rate solving sum_i (1 - exp(-Lambda_z p_i)) = k", "routing", {"positive": True}),
     ("cache_experts", "C_x", "experts", "routed experts per MoE layer resident in GPU memory (expert cache)", "deployment", {"positive": True}),
     ("bw_host", "W_host", "bytes/s", "host-to-GPU link bandwidth for streaming cold experts", "hardware", {"positive": True}),

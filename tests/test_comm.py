@@ -18,6 +18,7 @@ from moesym import Deployment, Workload, build_step, load_hardware, load_model
 from moesym.cli import main
 from moesym.model import overlap
 from moesym.specs.deployment import A2AMode
+from moesym.routing import GroupRouting
 from moesym.symbols import S
 from moesym.terms import comm
 from moesym.terms.dims import symbolic_dims
@@ -88,15 +89,16 @@ def test_small_case_by_hand(mc):
 
 
 def test_group_limited_routing_caps_nodes():
+    GR = GroupRouting(16, 2, 2, 1)  # group-limited routing of the small case, as numbers
     # 2 groups of 8 experts (one group = one node), topk_group 1: a token stays on one node.
-    assert comm.distinct_nodes_per_token(SMALL, DOMAIN, groups=(2, 1)) == 1
+    assert comm.distinct_nodes_per_token(SMALL, DOMAIN, groups=GR) == 1
     # ranks: the chosen group spans 2 ranks of 4 experts; 2 (1 - C(4,2)/C(8,2)) = 2 x 22/28
-    assert comm.distinct_ranks_per_token(SMALL, groups=(2, 1)) == sp.Rational(11, 7)
+    assert comm.distinct_ranks_per_token(SMALL, groups=GR) == sp.Rational(11, 7)
     m = _monte_carlo(5_000, seed=1, groups=(2, 1))
     assert m["nodes"] == 1.0
     assert m["ranks"] == pytest.approx(11 / 7, abs=0.03)
     # normal-mode RDMA bytes fall with the cap
-    capped = comm.a2a_volume(SMALL, 1, 1, NORMAL, DOMAIN, groups=(2, 1)).inter_bytes
+    capped = comm.a2a_volume(SMALL, 1, 1, NORMAL, DOMAIN, groups=GR).inter_bytes
     assert capped < comm.a2a_volume(SMALL, 1, 1, NORMAL, DOMAIN).inter_bytes
 
 

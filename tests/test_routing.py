@@ -30,13 +30,19 @@ def sim_uniform(E, k, T, n, seed):
     return np.argpartition(rng.random((n, T, E)), k - 1, axis=-1)[..., :k]
 
 
-def sim_grouped(E, k, T, G, kG, n, seed):
-    """Token picks kG of G groups uniformly, then k experts among the kG*E/G of those groups."""
+def sim_grouped(E, k, T, G, kG, n, seed, sigma=1.0):
+    """(n, T, k) expert ids under DeepSeek-V3's group-limited selection: sigmoid scores of
+    N(0, sigma) logits, a group scores the sum of its top-2 experts, the top kG of G groups are
+    kept and the top k experts are taken among them (routing bias 0)."""
     rng = np.random.default_rng(seed)
     per = E // G
-    groups = np.argpartition(rng.random((n, T, G)), kG - 1, axis=-1)[..., :kG]
-    pick = np.argpartition(rng.random((n, T, kG * per)), k - 1, axis=-1)[..., :k]
-    return np.take_along_axis(groups, pick // per, axis=-1) * per + pick % per
+    scores = 1.0 / (1.0 + np.exp(-rng.normal(0.0, sigma, (n, T, E))))
+    top2 = np.sort(scores.reshape(n, T, G, per), axis=-1)[..., -2:].sum(-1)
+    keep = np.argpartition(-top2, kG - 1, axis=-1)[..., :kG]
+    mask = np.zeros((n, T, G), bool)
+    np.put_along_axis(mask, keep, True, axis=-1)
+    masked = np.where(np.repeat(mask, per, axis=-1), scores, -np.inf)
+    return np.argpartition(-masked, k - 1, axis=-1)[..., :k]
 
 
 def sim_zipf(E, k, T, s, n, seed):
@@ -108,17 +114,61 @@ def test_distinct_destinations_mc(E, k, n_dest):
     check(float(R.distinct_destinations(E, k, n_dest)), got, 0.0, "distinct destinations")
 
 
-@pytest.mark.parametrize("E,k,n_dest,G,kG", [(256, 8, 8, 8, 4), (256, 8, 32, 8, 4),
-                                              (256, 8, 4, 8, 4), (64, 4, 2, 8, 3)])
-def test_grouped_distinct_destinations_mc(E, k, n_dest, G, kG):
-    # exact under the stated model: tolerance MC only
-    ids = sim_grouped(E, k, 1, G, kG, 4000, seed=G + n_dest)[:, 0, :]
-    dest = ids // (E // n_dest)
-    got = np.array([len(np.unique(r)) for r in dest])
-    model = float(R.grouped_distinct_destinations(E, k, n_dest, G, kG))
-    check(model, got, 0.0, "grouped destinations")
-    if n_dest == G:
+# the leader model's stated accuracy against the real selection (issue 17: within 3%)
+GROUP_REL = 0.03
+
+
+@pytest.mark.parametrize("E,k,n_dest,G,kG,sigma", [
+    (256, 8, 8, 8, 4, 1.0), (256, 8, 16, 8, 4, 1.0), (256, 8, 32, 8, 4, 1.0),
+    (256, 8, 64, 8, 4, 1.0), (256, 8, 128, 8, 4, 1.0), (256, 8, 256, 8, 4, 1.0),
+    (256, 8, 16, 8, 4, 3.0), (256, 8, 4, 8, 4, 0.3), (160, 6, 16, 8, 3, 1.0),
+    (64, 4, 2, 8, 3, 1.0)])
+def test_grouped_distinct_destinations_mc(E, k, n_dest, G, kG, sigma):
+    """DeepSeek-V3's distinct EP ranks per token (E 256, 8 groups, top-4 groups, top-8) at EP
+    8..256 against a Monte Carlo of its real group selection, within 3%; also other score
+    spreads and DeepSeek-V2's sizes (160 experts, top-3 groups, top-6)."""
+    ids = sim_grouped(E, k, 1, G, kG, 4000, seed=G + n_dest, sigma=sigma)[:, 0, :]
+    dest = np.sort(ids // (E // n_dest), axis=-1)
+    got = 1 + (np.diff(dest, axis=-1) != 0).sum(-1)
+    model = float(R.distinct_destinations(E, k, n_dest, G, kG))
+    check(model, got, GROUP_REL, "grouped destinations")
+    if n_dest <= G:
         assert model <= kG
+
+
+def test_grouped_distinct_destinations_one_function():
+    """The step model's communication volume and `moesym routing` read the same figure."""
+    from dataclasses import replace
+
+    from moesym.terms.comm import distinct_ranks_per_token
+    from moesym.terms.dims import symbolic_dims
+
+    for ep in (8, 16, 32, 64, 128, 256):
+        D = replace(symbolic_dims(), experts=256, topk=8, ep=ep)
+        comm = float(distinct_ranks_per_token(D, R.GroupRouting(256, 8, 8, 4)))
+        report = R.routing_report(256, 8, 128, ep, 8, 4)["distinct_ranks_per_token"]
+        assert comm == report == float(R.distinct_destinations(256, 8, ep, 8, 4))
+    # one symbolic EP: the Piecewise picks the same branch as the numbers
+    sym = R.distinct_destinations(256, 8, S.ep, 8, 4)
+    for ep in (4, 8, 16, 128):
+        assert float(sym.subs(S.ep, ep)) == pytest.approx(float(R.distinct_destinations(256, 8, ep, 8, 4)))
+
+
+@pytest.mark.parametrize("E,k,n_bins,G,kG", [(256, 8, 8, 8, 4), (256, 8, 32, 8, 4),
+                                             (256, 8, 4, 8, 4), (256, 8, 128, 8, 4),
+                                             (160, 6, 8, 8, 3), (160, 6, 32, 8, 3)])
+def test_grouped_rank_load_variance_mc(E, k, n_bins, G, kG):
+    """One token's assignment count on one rank: the leader model's variance against the real
+    selection (the mean is k/n exactly by symmetry), DeepSeek-V3 and -V2 sizes; measured within
+    1.5% (V3) and 4.3% (V2). Choosing the k experts uniformly among the candidates instead is 8%
+    high at V3's EP 32. The leader model needs k well above kG: with one expert beyond the
+    leaders (64 experts, top-4, 3 of 8 groups) it is 11% low, as leaders then miss the top-k."""
+    ids = sim_grouped(E, k, 1, G, kG, 20000, seed=3 * n_bins)[:, 0, :]
+    per_rank = np.stack([(ids // (E // n_bins) == r).sum(-1) for r in range(n_bins)], -1)
+    assert per_rank.mean() == pytest.approx(k / n_bins, rel=1e-12)
+    model = float(R.rank_load_variance_per_token(E, k, n_bins, G, kG))
+    got = per_rank.var(axis=0, ddof=1).mean()
+    assert model == pytest.approx(got, rel=0.05)
 
 
 # ------------------------------------------------------------------------------ imbalance
@@ -361,10 +411,10 @@ def _symbolic_exprs():
         "touched_local": R.touched_local_experts(E, k, T, ep),
         "distinct_destinations": R.distinct_destinations(E, k, ep),
         "distinct_destinations_k8": R.distinct_destinations(E, 8, ep),
-        "grouped_destinations": R.grouped_distinct_destinations(E, k, 8, 8, 4),
+        "grouped_destinations": R.distinct_destinations(256, 8, ep, 8, 4),
         "max_rank": R.max_rank_load_ratio(E, k, ep, T),
         "max_expert": R.max_expert_load_ratio(E, k, T),
-        "grouped_max_rank": R.max_rank_load_ratio(256, k, 8, T, 8, 4),
+        "grouped_max_rank": R.max_rank_load_ratio(256, 8, 8, T, 8, 4),
         "padded": R.padded_rows_per_rank(E, k, T, ep, t),
         "padded_smooth": R.padded_rows_per_rank_smooth(E, k, T, ep, t),
         "gemm_time": R.expected_grouped_gemm_time_s(E, k, T, ep, t),

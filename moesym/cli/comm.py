@@ -8,6 +8,7 @@ import sympy as sp
 
 from ..errors import MoesymError
 from ..model.bindings import scale_up_domain
+from ..routing.stats import GroupRouting
 from ..specs.deployment import DTYPE_BYTES, A2AMode, Deployment, activation_dispatch_bytes
 from ..specs.hardware import load_hardware
 from ..symbols import S
@@ -69,7 +70,8 @@ def comm_report(args) -> dict:
                 ep=args.ep, dispatch_bytes=activation_dispatch_bytes("fp8"),
                 combine_bytes=DTYPE_BYTES["bf16"])
     mode = _MODES[args.mode]
-    groups = (args.groups, args.topk_groups) if args.groups is not None else None
+    groups = (GroupRouting(args.experts, args.topk, args.groups, args.topk_groups)
+              if args.groups is not None and args.topk_groups < args.groups else None)
     elem = D.dispatch_bytes if args.op == "dispatch" else D.combine_bytes
     vol = comm.a2a_volume(D, args.tokens, elem, mode, domain, groups)
     fn = comm.dispatch if args.op == "dispatch" else comm.combine

@@ -81,5 +81,4 @@ def touched_local_experts_expr(model, deployment, D: Dims, tokens_mb) -> sp.Expr
 
     (E + R) / ep x (1 - (1 - k / E) ** T_group), T_group = tokens routed across the MoE group.
     """
-    T = group_tokens(D, tokens_mb)
-    return D.local_experts * (1 - (1 - D.topk / D.experts) ** T)
+    return D.local_experts * rt.touched_share(D.experts, D.topk, group_tokens(D, tokens_mb))

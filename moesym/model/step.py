@@ -32,7 +32,8 @@ from ..timing import TermTime
 from . import overlap
 from .bindings import bindings
 from .report import BREAKDOWN_KEYS
-from .routing_hooks import group_tokens, imbalance_expr, touched_local_experts_expr
+from ..routing.stats import GroupRouting
+from .routing_hooks import group_limited, group_tokens, imbalance_expr, touched_local_experts_expr
 
 __all__ = ["StepModel", "build_step", "BREAKDOWN_KEYS"]
 
@@ -164,7 +165,8 @@ def _moe_layer_terms(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t
     bw_up, bw_out = S.bw_up * S.eff_up, S.bw_out * S.eff_out
     if model.is_moe:
         a2a = overlap.resolve_a2a(dep, wl.phase)
-        groups = (D.n_groups, D.topk_groups) if model.expert_groups > 1 else None
+        groups = (GroupRouting(model.num_experts, model.experts_per_token, model.expert_groups,
+                               model.groups_per_token) if group_limited(model) else None)
         t_gpu = ffn.moe_tokens_per_gpu(D, t)
         costs["dispatch"] = [comm.dispatch(D, t_gpu, bw_up, bw_out, S.lat_up, S.lat_out,
                                            D.gpus_per_node, a2a, groups)]

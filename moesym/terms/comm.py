@@ -16,9 +16,8 @@ are latency-bound, large ones bandwidth-bound.
 
 Expected distinct destinations. With uniform top-k routing over E experts spread evenly over n
 destinations, a token's k experts land on n x (1 - C(E - E/n, k) / C(E, k)) distinct
-destinations, one of which is its own with probability 1 - C(E - E/n, k) / C(E, k); so
-(n - 1) x (1 - C(E - E/n, k) / C(E, k)) are remote. Group-limited routing (DeepSeek-V3:
-n_group = G_r groups, a token picks topk_group = k_G of them) is handled two-level.
+destinations (:func:`moesym.routing.stats.distinct_destinations`, which also holds the
+group-limited form of DeepSeek-V3's routing: n_group = G_r groups, topk_group = k_G of them).
 
 >>> from moesym.terms.comm import tp_allreduce
 >>> from moesym.terms.dims import symbolic_dims
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from ..routing.stats import GroupRouting, distinct_destinations, no_hit_probability
 from ..specs.deployment import A2AMode
 from .cost import Cost, KernelClass, smax, smin, sym
 from .dims import Dims
@@ -48,7 +48,6 @@ __all__ = [
     "ep_tiers",
     "group_bandwidth",
     "group_latency",
-    "miss_probability",
     "remote_share",
     "ring_dispatch_table",
     "ring_dispatch_time",
@@ -84,51 +83,13 @@ def remote_share(group, domain) -> sp.Expr:
     return 1 - smin(sym(domain), g) / g
 
 
-def miss_probability(n_items, per_dest, k) -> sp.Expr:
-    """Probability that k draws without replacement from n items miss one destination holding
-    ``per_dest`` of them: C(n - m, k) / C(n, k) (0 when n - m < k).
-
-    Written through log-gamma so that it compiles to NumPy without overflow for E = 256 (the
-    Max keeps the unused branch off the gamma poles when numbers are substituted).
-
-    >>> miss_probability(16, 4, 2)
-    11/20
-    """
-    n, m, kk = sym(n_items), sym(per_dest), sym(k)
-    if n.is_number and m.is_number and kk.is_number:
-        if (n - m) < kk:
-            return sp.Integer(0)
-        if (n - m).is_integer and kk.is_integer:
-            return sp.binomial(n - m, kk) / sp.binomial(n, kk)
-    lg = sp.loggamma
-    return sp.Piecewise((0, n - m < kk),
-                        (sp.exp(lg(n - m + 1) - lg(smax(n - m - kk + 1, 1)) + lg(n - kk + 1) - lg(n + 1)),
-                         True))
-
-
-def _distinct(E, k, n_dest, groups=None) -> sp.Expr:
-    """Expected distinct destinations (own included) a token's top-k experts land on.
-
-    Uniform: n (1 - C(E - E/n, k) / C(E, k)). Group-limited (G_r groups, k_G picked, each group
-    a contiguous block of E / G_r experts):
-      n <= G_r (whole groups per destination): n (1 - C(G_r - G_r/n, k_G) / C(G_r, k_G))
-      n >  G_r: the k_G chosen groups span k_G n / G_r destinations holding M = k_G E / G_r
-                experts: (k_G n / G_r) (1 - C(M - E/n, k) / C(M, k))
-    """
-    E, k, n = sym(E), sym(k), sym(n_dest)
-    uniform = n * (1 - miss_probability(E, E / n, k))
+def _destinations(D: Dims, n, groups: GroupRouting | None) -> sp.Expr:
     if groups is None:
-        return uniform
-    Gr, kG = (sym(x) for x in groups)
-    M = kG * E / Gr
-    few = n * (1 - miss_probability(Gr, Gr / n, kG))
-    many = kG * n / Gr * (1 - miss_probability(M, E / n, k))
-    if n.is_number and Gr.is_number:
-        return few if n <= Gr else many
-    return sp.Piecewise((few, n <= Gr), (many, True))
+        return distinct_destinations(D.experts, D.topk, n)
+    return distinct_destinations(groups.experts, groups.topk, n, groups.groups, groups.topk_groups)
 
 
-def distinct_ranks_per_token(D: Dims, groups=None) -> sp.Expr:
+def distinct_ranks_per_token(D: Dims, groups: GroupRouting | None = None) -> sp.Expr:
     """Expected EP ranks (own included) a token's top-k experts live on:
     ep x (1 - C(E - E/ep, k) / C(E, k)) for uniform routing.
 
@@ -138,10 +99,10 @@ def distinct_ranks_per_token(D: Dims, groups=None) -> sp.Expr:
     >>> distinct_ranks_per_token(D)
     9/5
     """
-    return _distinct(D.experts, D.topk, D.ep, groups)
+    return _destinations(D, D.ep, groups)
 
 
-def distinct_nodes_per_token(D: Dims, domain, groups=None) -> sp.Expr:
+def distinct_nodes_per_token(D: Dims, domain, groups: GroupRouting | None = None) -> sp.Expr:
     """Expected scale-up domains (own included) a token's experts live on:
     nodes x (1 - C(E - E/nodes, k) / C(E, k)), nodes = max(ep / G, 1); with group-limited routing
     and groups mapped onto nodes this is at most topk_group.
@@ -153,7 +114,7 @@ def distinct_nodes_per_token(D: Dims, domain, groups=None) -> sp.Expr:
     23/15
     """
     _, nodes = ep_tiers(D.ep, domain)
-    return _distinct(D.experts, D.topk, nodes, groups)
+    return _destinations(D, nodes, groups)
 
 
 @dataclass(frozen=True)
@@ -198,7 +159,7 @@ def a2a_volume(D: Dims, tokens, elem_bytes, mode: A2AMode, domain, groups=None) 
     g, nodes = ep_tiers(D.ep, domain)
     per_tok = T * D.hidden * b
     n_r = distinct_ranks_per_token(D, groups)
-    n_n = _distinct(D.experts, D.topk, nodes, groups)
+    n_n = _destinations(D, nodes, groups)
     if mode is A2AMode.DEEPEP_NORMAL:
         return A2AVolume(per_tok * n_r * (g - 1) / g, per_tok * n_n * (nodes - 1) / nodes, n_r, n_n)
     if mode is A2AMode.DEEPEP_LL:
@@ -388,7 +349,7 @@ def _choose_ratio(a, b, n) -> sp.Expr:
     n = sym(n)
     if n.is_number:
         return sp.binomial(a, n) / sp.binomial(b, n) if a >= n else sp.Integer(0)
-    return miss_probability(b, b - a, n)
+    return no_hit_probability(b, b - a, n)
 
 
 def ring_dispatch_time(active_experts, case: str = "average", fabric: RingFabric = RingFabric(),

@@ -1,0 +1,107 @@
+"""``moesym routing``: one layer's routing statistics as numbers, with its input checks."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from ..errors import MoesymError
+from .stats import distinct_destinations, distinct_experts, max_expert_load_ratio, max_rank_load_ratio
+from .zipf import (distinct_experts_from_inclusion, zipf_distinct_ranks_per_token,
+                   zipf_inclusion_probabilities, zipf_max_expert_load_ratio,
+                   zipf_max_rank_load_ratio)
+
+# ---------------------------------------------------------------------------------- report
+REPORT_KEYS = ("distinct_experts", "distinct_ranks_per_token", "max_rank_load_ratio",
+               "max_expert_load_ratio")
+
+
+def _positive_int(value, flag: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer, float)):
+        raise MoesymError(f"{flag} {value!r}: must be a positive integer")
+    if not (value > 0 and float(value) == int(value)):
+        raise MoesymError(f"{flag} {value}: must be a positive integer")
+    return int(value)
+
+
+def _parse_routing(routing: str) -> tuple[str, float]:
+    text = str(routing).strip().lower()
+    if text in ("uniform", "balanced"):
+        return text, 0.0
+    m = re.fullmatch(r"zipf:([0-9.eE+-]+)", text)
+    if m:
+        try:
+            s = float(m.group(1))
+        except ValueError:
+            s = float("nan")
+        if math.isfinite(s) and s >= 0:
+            return "zipf", s
+        raise MoesymError(f"--routing {routing!r}: the Zipf exponent must be a number >= 0")
+    raise MoesymError(f"--routing {routing!r}: use uniform, balanced or zipf:S (e.g. zipf:1.0)")
+
+
+def _validate(E, k, T, ep, groups, topk_groups) -> tuple[int, int, int, int, int | None, int | None]:
+    E = _positive_int(E, "--experts")
+    k = _positive_int(k, "--topk")
+    T = _positive_int(T, "--tokens")
+    ep = _positive_int(ep, "--ep")
+    if k > E:
+        raise MoesymError(f"--topk {k} exceeds --experts {E}; choose k <= {E}")
+    if E % ep:
+        raise MoesymError(f"--ep {ep} does not divide --experts {E}; choose a divisor")
+    if (groups is None) != (topk_groups is None):
+        raise MoesymError("--groups and --topk-groups: give both or neither")
+    if groups is not None:
+        groups = _positive_int(groups, "--groups")
+        topk_groups = _positive_int(topk_groups, "--topk-groups")
+        if E % groups:
+            raise MoesymError(f"--groups {groups} does not divide --experts {E}; choose a divisor")
+        if topk_groups > groups:
+            raise MoesymError(f"--topk-groups {topk_groups} exceeds --groups {groups}")
+        if k > topk_groups * E // groups:
+            raise MoesymError(f"--topk {k} exceeds the {topk_groups * E // groups} experts of "
+                              f"--topk-groups {topk_groups}; raise --topk-groups")
+        if ep % groups and groups % ep:
+            raise MoesymError(f"--ep {ep} and --groups {groups}: one must divide the other")
+    return E, k, T, ep, groups, topk_groups
+
+
+def routing_report(E, k, T, ep, groups=None, topk_groups=None, routing: str = "uniform",
+                   placement: str = "round_robin") -> dict:
+    """Routing statistics of one MoE layer for one step, as Python floats.
+
+    T = tokens routed in the step across the whole EP group. Keys: ``distinct_experts``
+    (experts with >= 1 token), ``distinct_ranks_per_token`` (EP ranks one token reaches),
+    ``max_rank_load_ratio`` and ``max_expert_load_ratio`` (busiest over mean). 'balanced':
+    ratios 1 and min(E, T*k) experts. 'zipf:S': Zipf popularity, experts placed on ranks by
+    ``placement`` (popularity order dealt 'round_robin' or in 'contiguous' blocks).
+
+    >>> routing_report(256, 8, 1, 1)["distinct_experts"]
+    8.0
+    """
+    E, k, T, ep, groups, topk_groups = _validate(E, k, T, ep, groups, topk_groups)
+    kind, s = _parse_routing(routing)
+    ranks = distinct_destinations(E, k, ep, groups, topk_groups)
+    if kind == "zipf":
+        pi = zipf_inclusion_probabilities(E, k, s)
+        out = {
+            "distinct_experts": float(distinct_experts_from_inclusion(pi, T)),
+            "distinct_ranks_per_token": (float(ranks) if groups is not None
+                                         else zipf_distinct_ranks_per_token(E, k, ep, s, placement)),
+            "max_rank_load_ratio": (1.0 if ep == 1
+                                    else zipf_max_rank_load_ratio(E, k, ep, T, s, placement)),
+            "max_expert_load_ratio": zipf_max_expert_load_ratio(E, k, T, s),
+        }
+        return out
+    if kind == "balanced":
+        return {"distinct_experts": float(min(E, T * k)), "distinct_ranks_per_token": float(ranks),
+                "max_rank_load_ratio": 1.0, "max_expert_load_ratio": 1.0}
+    return {
+        "distinct_experts": float(distinct_experts(E, k, T)),
+        "distinct_ranks_per_token": float(ranks),
+        "max_rank_load_ratio": float(max_rank_load_ratio(E, k, ep, T, groups, topk_groups)),
+        "max_expert_load_ratio": float(max_expert_load_ratio(E, k, T)),
+    }
+

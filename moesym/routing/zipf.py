@@ -1,0 +1,209 @@
+"""Routing under skewed (Zipf) popularity and with redundant experts: numeric estimators.
+
+Zipf-skewed popularity needs a numeric root (the successive-sampling rate), so these functions
+take numbers and return numbers or NumPy arrays (the closed forms of uniform routing are in
+:mod:`moesym.routing.stats`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+import sympy as sp
+
+from ..errors import MoesymError
+from ..special import load_cdf
+from .stats import _s, distinct_destinations, distinct_experts_from_inclusion
+
+def zipf_popularity(E: int, s: float) -> np.ndarray:
+    """Routing popularity p_i proportional to i**-s, i = 1..E (sums to 1)."""
+    w = np.arange(1, int(E) + 1, dtype=float) ** -float(s)
+    return w / w.sum()
+
+
+def zipf_inclusion_probabilities(E: int, k: int, s: float) -> np.ndarray:
+    """Per-token inclusion probabilities pi_i of a top-k draw under Zipf(s) popularity.
+
+    Successive-sampling (Rosen / Hajek) approximation: pi_i = 1 - exp(-L*p_i) with L solving
+    sum_i (1 - exp(-L*p_i)) = k (scipy brentq). Exact for s = 0 (k/E) and k = 1 (p_i); sums to k.
+
+    >>> zipf_inclusion_probabilities(4, 2, 0.0)
+    array([0.5, 0.5, 0.5, 0.5])
+    """
+    E, k = int(E), int(k)
+    p = zipf_popularity(E, s)
+    if k >= E:
+        return np.ones(E)
+    if k == 1:  # one draw: inclusion is the popularity itself
+        return p
+    if float(s) == 0.0:
+        return np.full(E, k / E)
+
+    def excess(log_rate: float) -> float:
+        return float(np.sum(-np.expm1(-math.exp(log_rate) * p)) - k)
+
+    hi = 1.0
+    while excess(hi) < 0:
+        hi *= 2.0
+    from scipy.optimize import brentq  # imported here: scipy.optimize takes ~0.5 s to load
+
+    log_rate = brentq(excess, math.log(k) - 1.0, hi, xtol=1e-14, rtol=1e-14)
+    return -np.expm1(-math.exp(log_rate) * p)
+
+
+def _placement(E: int, ep: int, placement: str) -> np.ndarray:
+    """Rank of each expert (popularity order): 'contiguous' blocks or 'round_robin' dealing."""
+    idx = np.arange(E)
+    if placement == "contiguous":
+        return idx // (E // ep)
+    if placement == "round_robin":
+        return idx % ep
+    raise MoesymError(f"placement {placement!r}: use 'contiguous' or 'round_robin'")
+
+
+def _max_of_independent(means: np.ndarray, variances: np.ndarray) -> float:
+    """E[max] of independent bins, each moment-matched to (mean, variance) (binomial, Poisson or
+    negative binomial: :func:`moesym.special.load_cdf`).
+
+    E[max] = sum_{j>=0} (1 - prod_r F_r(j)); bins with zero mean contribute F = 1.
+    """
+    means = np.asarray(means, float)
+    var = np.asarray(variances, float)
+    p = np.where(means > 0, 1.0 - var / np.where(means > 0, means, 1.0), 1.0)
+    sd = np.sqrt(var)
+    hi = int(np.ceil(np.max(means + 12.0 * sd + 4.0)))
+    lo = int(max(np.floor(np.max(means) - 12.0 * np.max(sd) - 4.0), 0))
+    j = np.arange(lo, hi + 1, dtype=float)[:, None]
+    cdf = np.where(means > 0, load_cdf(j, means, p), 1.0)
+    return float(lo + np.sum(1.0 - np.prod(cdf, axis=1)))
+
+
+def zipf_max_rank_load_ratio(E: int, k: int, ep: int, T: float, s: float,
+                             placement: str = "round_robin") -> float:
+    """Busiest rank over the mean under Zipf(s) popularity (numeric approximation).
+
+    Expert i gets Binomial(T, pi_i) tokens (pi_i from :func:`zipf_inclusion_probabilities`);
+    rank r's load has mean T*sum_{i in r} pi_i and variance T*sum_{i in r} pi_i*(1 - pi_i)
+    (independent-inclusion approximation). Ranks are treated as independent moment-matched
+    binomials and E[max] = sum_j (1 - prod_r F_r(j)); divided by T*k/ep.
+    """
+    pi = zipf_inclusion_probabilities(E, k, s)
+    rank = _placement(int(E), int(ep), placement)
+    means = float(T) * np.bincount(rank, weights=pi, minlength=int(ep))
+    variances = float(T) * np.bincount(rank, weights=pi * (1 - pi), minlength=int(ep))
+    return _max_of_independent(means, variances) / (float(T) * k / ep)
+
+
+def zipf_max_expert_load_ratio(E: int, k: int, T: float, s: float) -> float:
+    """Busiest expert over the mean T*k/E under Zipf(s): same machinery with one expert per bin."""
+    return zipf_max_rank_load_ratio(E, k, E, T, s, "contiguous")
+
+
+def zipf_distinct_ranks_per_token(E: int, k: int, ep: int, s: float,
+                                  placement: str = "round_robin") -> float:
+    """Expected distinct ranks per token under Zipf(s): sum_r (1 - exp(-L*sum_{i in r} p_i)).
+
+    Successive-sampling (Poisson-process) approximation of P(no expert of rank r is drawn);
+    s = 0 is uniform routing, given exactly (:func:`moesym.routing.stats.distinct_destinations`),
+    and one rank is always reached.
+
+    >>> zipf_distinct_ranks_per_token(256, 8, 1, 1.2), zipf_distinct_ranks_per_token(256, 8, 1, 0.0)
+    (1.0, 1.0)
+    """
+    if int(ep) == 1:
+        return 1.0
+    if float(s) == 0.0:
+        return float(distinct_destinations(E, k, ep))
+    pi = zipf_inclusion_probabilities(E, k, s)
+    rank = _placement(int(E), int(ep), placement)
+    log_miss = np.bincount(rank, weights=np.log1p(-np.minimum(pi, 1 - 1e-16)), minlength=int(ep))
+    return float(np.sum(1.0 - np.exp(log_miss)))
+
+
+# ----------------------------------------------------------------- redundant experts (EPLB)
+def replicate_hot_experts(loads, R: int) -> np.ndarray:
+    """Replica counts after giving R extra replicas, one at a time, to the expert whose
+    per-replica load is largest (greedy water-filling; replicas split an expert's load evenly)."""
+    loads = np.asarray(loads, float)
+    counts = np.ones(loads.size, dtype=int)
+    heap = [(-v, i) for i, v in enumerate(loads)]
+    heapq.heapify(heap)
+    for _ in range(int(R)):
+        _, i = heapq.heappop(heap)
+        counts[i] += 1
+        heapq.heappush(heap, (-loads[i] / counts[i], i))
+    return counts
+
+
+def eplb_imbalance(E: int, k: int, ep: int, R: int, s: float, T: float | None = None) -> float:
+    """Busiest rank over the mean with R redundant replicas of the hottest experts (numeric).
+
+    Expected expert loads T*pi_i (Zipf(s), s = 0 uniform); replicas by
+    :func:`replicate_hot_experts`; E+R slots packed by LPT onto ep ranks, ceil((E+R)/ep) slots
+    each. ``T=None``: expected-load imbalance (T -> infinity). Finite T adds the statistical
+    spread: each rank's load is a sum of binomials (a token's traffic to a replicated expert
+    picks one replica uniformly), maxed with :func:`_max_of_independent`.
+    """
+    pi = zipf_inclusion_probabilities(E, k, s)
+    counts = replicate_hot_experts(pi, R)
+    slots = np.repeat(pi / counts, counts)
+    capacity = -(-(int(E) + int(R)) // int(ep))
+    order = np.argsort(-slots, kind="stable")
+    # LPT again, but remember which slot went where to get rank variances
+    rank_of = np.empty(slots.size, dtype=int)
+    rank_load = np.zeros(int(ep))
+    room = np.full(int(ep), capacity)
+    for idx in order:
+        free = np.flatnonzero(room > 0)
+        r = free[np.argmin(rank_load[free])]
+        rank_of[idx] = r
+        rank_load[r] += slots[idx]
+        room[r] -= 1
+    mean_share = k / ep
+    if T is None:
+        return float(rank_load.max() / mean_share)
+    T = float(T)
+    means = T * rank_load
+    variances = T * np.bincount(rank_of, weights=slots * (1 - slots), minlength=int(ep))
+    return _max_of_independent(means, variances) / (T * mean_share)
+
+
+def replicas_for_target(E: int, k: int, ep: int, target: float, s: float,
+                        T: float | None = None, max_replicas: int | None = None) -> int:
+    """Fewest redundant replicas R bringing :func:`eplb_imbalance` to <= target.
+
+    Closed-form start: no slot may exceed the target rank load h = target*k/ep, so
+    R >= sum_i max(ceil(pi_i/h) - 1, 0). Then a numeric scan upward (packing and finite-T spread
+    may need more). Raises :class:`MoesymError` when ``max_replicas`` (default 4*E) is not enough.
+
+    >>> replicas_for_target(64, 2, 8, 1.5, 1.0)
+    1
+    """
+    if target < 1:
+        raise MoesymError(f"--target-imbalance {target}: must be >= 1 (1 = perfectly balanced)")
+    pi = zipf_inclusion_probabilities(E, k, s)
+    h = target * k / ep
+    start = int(np.sum(np.maximum(np.ceil(pi / h - 1e-12) - 1, 0)))
+    limit = 4 * int(E) if max_replicas is None else int(max_replicas)
+    for R in range(start, limit + 1):
+        if eplb_imbalance(E, k, ep, R, s, T) <= target:
+            return R
+    raise MoesymError(f"--target-imbalance {target}: not reached with {limit} replicas; "
+                      "raise the target or the token count")
+
+
+def zipf_cache_hit_rate(E: int, k: int, C: int, s: float) -> float:
+    """Share of assignments hitting the C most popular experts: sum_{i<=C} pi_i / k."""
+    pi = zipf_inclusion_probabilities(E, k, s)
+    return float(np.sum(pi[: int(C)]) / k)
+
+
+def zipf_cache_miss_transfer_time_s(E: int, k: int, T, C: int, s: float, expert_bytes,
+                                    bw_host) -> sp.Expr:
+    """As :func:`cache_miss_transfer_time_s` with the C most popular experts cached, Zipf(s)."""
+    pi = zipf_inclusion_probabilities(E, k, s)
+    cold = distinct_experts_from_inclusion(pi[int(C):], T)
+    return cold * _s(expert_bytes) / _s(bw_host)
+
