@@ -202,6 +202,18 @@ def attention_decode_time(batch, kv_len, heads, kv_heads, qk_dim, v_dim, *, sms,
     return KernelTime(compute, memory, calib.attention_launch_s)
 
 
+def _chunk_tiles(batch, seq_len, n_q, tq):
+    """Query tiles per head of ``batch`` sequences of ``seq_len`` (``n_q`` tiles each), or of one
+    chunk of ``batch * seq_len`` queries when ``batch`` < 1."""
+    whole, chunk = batch * n_q, _ceil(batch * seq_len / tq)
+    if not _is_sym(batch):
+        return np.where(np.asarray(batch) < 1, chunk, whole)
+    b = sp.sympify(batch)
+    if b.is_number:
+        return chunk if b < 1 else whole
+    return sp.Piecewise((chunk, b < 1), (whole, True))
+
+
 def attention_prefill_time(batch, seq_len, heads, kv_heads, qk_dim, v_dim, *, sms, peak_flops,
                            hbm_bw_Bps, calib: KernelCalib = DEFAULTS, act_bytes=2,
                            causal: bool = True) -> KernelTime:
@@ -210,7 +222,7 @@ def attention_prefill_time(batch, seq_len, heads, kv_heads, qk_dim, v_dim, *, sm
     With ``n_q = ceiling(L / t_q)`` query tiles, a causal unit ``i`` reads ``i t_q`` keys, so the
     mean unit does ``2 t_q (t_q (n_q + 1) / 2) (d_qk + d_v)`` FLOPs (non-causal: ``2 t_q L (.)``)::
 
-        waves   = ceiling(batch heads n_q / N_SM)
+        waves   = ceiling(heads Q / N_SM),  Q = batch n_q  (a chunk, batch < 1: ceiling(batch L / t_q))
         compute = waves mean_unit_flops / (eta_a P / N_SM)
         memory  = batch L (heads + kv_heads) (d_qk + d_v) b_a / (eta_hbm,a W)
 
@@ -223,7 +235,10 @@ def attention_prefill_time(batch, seq_len, heads, kv_heads, qk_dim, v_dim, *, sm
     n_q = _ceil(seq_len / tq)
     keys = tq * (n_q + 1) / 2 if causal else seq_len
     unit_flops = 2 * tq * keys * (qk_dim + v_dim)
-    waves = _ceil(batch * heads * n_q / sms)
+    # query tiles per head: whole sequences' tiles; a chunk of one long prompt (batch < 1, chunked
+    # prefill) has the tiles of its own batch L queries, each unit at the prompt's mean key count
+    tiles = _chunk_tiles(batch, seq_len, n_q, tq)
+    waves = _ceil(heads * tiles / sms)
     compute = waves * unit_flops / (peak_flops / sms * calib.attention_prefill_tensor_frac)
     total_bytes = batch * seq_len * (heads + kv_heads) * (qk_dim + v_dim) * act_bytes
     memory = total_bytes / (hbm_bw_Bps * calib.attention_hbm_frac)

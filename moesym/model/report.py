@@ -35,6 +35,9 @@ def report_expressions(step) -> dict:
         for i, p in enumerate(_parts(tt)):
             for f in _PART_FIELDS:
                 out[f"part/{key}/{i}/{f}"] = getattr(p, f)
+    for key, w in step.work.items():
+        for f, e in w.items():
+            out[f"work/{key}/{f}"] = e
     return out
 
 
@@ -183,6 +186,13 @@ def report_from_numbers(nums, values, model, deployment, workload) -> dict:
     out["bounds"] = key_bounds(nums, model, deployment)
     out["per_layer_s"] = {k[len("per_layer_s/"):]: float(v) for k, v in nums.items()
                           if k.startswith("per_layer_s/")}
+    work: dict = {}
+    for name, v in nums.items():
+        if name.startswith("work/"):
+            _, key, f = name.split("/")
+            work.setdefault(key, {})[f] = float(v)
+    if work:  # per GPU, one layer, every micro-batch; the time model does not change these
+        out["work_per_layer"] = work
     out["layer_s"] = float(nums["layer_s"])
     out["layer_compute_s"] = float(nums["layer_compute_s"])
     out["serving_frac"] = float(values.get(N.eff_serve, 1.0))

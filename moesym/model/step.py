@@ -70,6 +70,8 @@ class StepModel:
     once_s: sp.Expr
     expr: sp.Expr
     values: Mapping[sp.Symbol, float] = field(repr=False)
+    # per breakdown key, one layer (all micro-batches): {"flop", "hbm_bytes", "net_bytes"} per GPU
+    work: Mapping[str, Mapping[str, sp.Expr]] = field(default_factory=dict, repr=False)
 
     @property
     def free_symbols(self) -> set[sp.Symbol]:
@@ -140,7 +142,7 @@ class StepModel:
                                    self.workload)
 
 
-def _moe_layer_terms(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, timing) -> dict:
+def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims) -> dict:
     """Per-micro-batch costs of one MoE layer, grouped by breakdown key."""
     mla = model.is_mla
     fp8 = dep.weights != "bf16"
@@ -192,13 +194,17 @@ def _moe_layer_terms(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t
         costs["moe_routed"] = [replace(c, kind=KernelClass.GEMM, shape=replace(c.shape, layout="dense"))
                                for c in costs["moe_routed"]]
         costs["moe_weight_load"] = [replace(c, kind=KernelClass.GEMM) for c in costs["moe_weight_load"]]
+        if fp8:  # as a dense FFN's block-FP8 linears: gate_up's and down's inputs are cast
+            costs["other"] += [ew.fp8_input_cast("ffn_cast", t, D.hidden + D.moe_inter / D.expert_tp,
+                                                 D.act_bytes)]
     if fp8 and model.shared_intermediate_size:
         costs["other"] += [ew.fp8_input_cast("shared_cast", t, D.hidden + D.shared_inter / D.tp,
                                              D.act_bytes)]
-    return {k: _sum_times(k, [timing.time(c) for c in v]) for k, v in costs.items()}
+    return costs
 
 
-def _dense_layer_terms(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, timing) -> dict:
+def _dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims) -> dict:
+    """Per-micro-batch costs of one dense layer, grouped by breakdown key."""
     mla = model.is_mla
     fp8 = dep.weights != "bf16"
     t = _tokens(wl) / D.micro_batches
@@ -218,7 +224,20 @@ def _dense_layer_terms(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     if fp8:  # block-FP8 linears quantize their inputs: gate_up's (hidden) and down's (inter)
         costs["other"] += [ew.fp8_input_cast("ffn_cast", t, D.hidden + D.dense_inter / D.tp,
                                              D.act_bytes)]
+    return costs
+
+
+def _timed(costs: dict, timing) -> dict:
+    """The breakdown keys' costs turned into time by ``timing`` (one TermTime per key)."""
     return {k: _sum_times(k, [timing.time(c) for c in v]) for k, v in costs.items()}
+
+
+def _work(costs: dict, n) -> dict:
+    """Work of one layer per breakdown key (all ``n`` micro-batches): FLOP, HBM bytes and
+    network bytes per GPU, whatever the time model."""
+    return {k: {"flop": n * sp.Add(*[c.flops for c in v]),
+                "hbm_bytes": n * sp.Add(*[c.hbm_bytes for c in v]),
+                "net_bytes": n * sp.Add(*[c.net_bytes for c in v])} for k, v in costs.items()}
 
 
 def _tokens(wl: Workload) -> sp.Expr:
@@ -324,9 +343,11 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
         timing = time_model(deployment.timing, hardware)
     D = symbolic_dims()
     n = D.micro_batches
-    moe_terms = _moe_layer_terms(model, deployment, workload, D, timing) if model.is_moe else None
-    dense_terms = _dense_layer_terms(model, deployment, workload, D, timing)
-    main = moe_terms if moe_terms is not None else dense_terms
+    moe_costs = _moe_layer_costs(model, deployment, workload, D) if model.is_moe else None
+    dense_costs = _dense_layer_costs(model, deployment, workload, D)
+    main_costs = moe_costs if moe_costs is not None else dense_costs
+    dense_terms = _timed(dense_costs, timing)
+    main = _timed(moe_costs, timing) if moe_costs is not None else dense_terms
     per_layer = {k: n * v.total_s for k, v in main.items()}
     layer, layer_compute, edges = _layer_time(main, deployment, workload, n)
     dense_layer, _, _ = _layer_time(dense_terms, deployment, workload, n)
@@ -347,9 +368,10 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     # a serving engine sustains eta_sv of the modeled (isolated-kernel) speed: [efficiency] serving,
     # fitted per GPU on end-to-end measurements (moesym.validate); 1 where none exist
     expr = (body + once) / S.eff_serve
+    work = _work(main_costs, n)
     vals = bindings(model, hardware, deployment, workload)
-    used = expr.free_symbols
+    used = expr.free_symbols.union(*(e.free_symbols for w in work.values() for e in w.values()))
     vals = {s: v for s, v in vals.items() if s in used}
     return StepModel(model, hardware, deployment, workload, MappingProxyType(main),
                      MappingProxyType(per_layer), layer, layer_compute, dense_layer, once, expr,
-                     MappingProxyType(vals))
+                     MappingProxyType(vals), MappingProxyType(work))
