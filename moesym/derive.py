@@ -24,6 +24,7 @@ form of the same equations (derivations/ shows both).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -336,12 +337,41 @@ def _instance_time(model: ModelSpec, hw: HardwareSpec, base: Deployment, context
     return expr, vals
 
 
-_INSTANCE_NOTE = ("Decode, N_gpu = e_p, balanced routing, every local expert read, tile and wave "
-                  "counts relaxed "
-                  "(a continuous e_p), on the {timing} time model: the instance-growth questions "
-                  "are not yet solved on the kernel model (its instance expression takes "
-                  "minutes to build and solve){extra}.")
-_INSTANCE_TIMING = "roofline"  # what ep-min-tpot and gpus-for-throughput solve on, any --timing
+_INSTANCE_NOTE = ("Decode, N_gpu = e_p. Value: the model predict evaluates ({timing} timing, "
+                  "routing as given) at each power-of-two EP dividing the experts ({table}). "
+                  "Closed form: the continuous relaxation on the roofline (balanced routing, "
+                  "every local expert read, tile and wave counts relaxed){extra}.")
+
+
+def _instance_table(model: ModelSpec, hw: HardwareSpec, base: Deployment, context: int,
+                    batch_of_ep, max_ep: float) -> list[tuple[int, float, bool, int]]:
+    """``predict`` of an instance of e_p GPUs (EP over all of them) at each power-of-two EP that
+    divides the experts, up to ``max_ep``: (e_p, step seconds, fits in memory, batch per
+    attention DP rank, rounded up from ``batch_of_ep(e_p)``)."""
+    from .model.predictor import predict
+
+    total = model.num_experts + base.redundant_experts
+    rows = []
+    for e in (2 ** i for i in range(0, 13)):
+        if e > max_ep or total % e:
+            continue
+        dep = base.with_(gpus=e, ep=e)
+        try:
+            dep.check_model(model)
+        except MoesymError:
+            continue
+        b = max(1, math.ceil(batch_of_ep(e) - 1e-9))
+        r = predict(model, hw, dep, Workload(Phase.DECODE, batch=b, context=context))
+        rows.append((e, r["step_time_s"], r["fits"], b))
+    if not rows:
+        raise MoesymError(f"no EP up to {int(max_ep)} divides the {total} experts and the "
+                          "deployment's TP")
+    return rows
+
+
+def _table_text(rows, unit="ms") -> str:
+    return ", ".join(f"EP{e}: {t * 1e3:.2f} ms" + ("" if ok else " (does not fit)")
+                     for e, t, ok, _ in rows)
 
 
 def _argmin_ep(expr, vals, lo, hi) -> float | None:
@@ -364,7 +394,10 @@ def ep_min_tpot(model: ModelSpec, hw: HardwareSpec, total_batch: int, context: i
     B_tot spread over an instance that grows with EP (N_gpu = e_p, B = B_tot t_p / e_p per
     attention DP rank).
 
-    Per-token work, routed compute and the routed-weight read per GPU fall as 1 / e_p; the
+    ``value``: the power-of-two EP (dividing the experts, up to ``max_ep``) with the shortest
+    step under the model ``predict`` evaluates (the deployment's time model and routing), among
+    those that fit in memory. The closed form is the continuous relaxation on the roofline:
+    per-token work, routed compute and the routed-weight read per GPU fall as 1 / e_p; the
     replicated attention weights stay; a ring all-gather's hop latency grows with e_p (one
     tau_out per node beyond the first). In the regime that holds at the optimum the roofline
     step time is A / e_p + C e_p + const, so dT/de_p = 0 gives the square root
@@ -376,33 +409,29 @@ def ep_min_tpot(model: ModelSpec, hw: HardwareSpec, total_batch: int, context: i
     base = base or Deployment()
     max_ep = float(max_ep or model.num_experts)
     lo = float(base.gpus_per_node) + 1e-6  # ring latency grows only across nodes
-    if max_ep <= lo:
-        raise MoesymError(f"--max-ep {int(max_ep)} leaves no EP beyond one node to choose")
     per_rank = S.total_batch * S.tp / S.ep
-    timing = _INSTANCE_TIMING
-    expr, vals = _instance_time(model, hw, base, context, per_rank, timing)
+    rows = _instance_table(model, hw, base, context, lambda e: total_batch * base.tp / e, max_ep)
+    fit = [r for r in rows if r[2]]
+    if not fit:
+        raise MoesymError(f"no EP up to {int(max_ep)} fits {total_batch} requests in memory")
+    value = min(fit, key=lambda r: r[1])[0]
+    expr, vals = _instance_time(model, hw, base, context, per_rank, "roofline")
     vals[S.total_batch] = float(total_batch)
-    e_model = _argmin_ep(expr, vals, lo, max_ep)
-    if e_model is None:
-        raise MoesymError(f"step time is monotone in EP here: no interior optimum with --a2a "
-                          f"{base.a2a.value}; try --a2a allgather")
-    roof, rvals = (expr, vals) if timing == "roofline" else _instance_time(
-        model, hw, base, context, per_rank, "roofline")
-    rvals[S.total_batch] = float(total_batch)
-    e_roof = e_model if roof is expr else _argmin_ep(roof, rvals, lo, max_ep)
+    e_roof = _argmin_ep(expr, vals, lo, max_ep) if max_ep > lo else None
     root, cond, closed, extra = None, sp.true, None, ""
     if e_roof is not None:
-        branch, cond, _labels = branch_at(roof, S.ep, {**rvals, S.ep: e_roof})
-        root = solve_smooth(sp.diff(branch, S.ep), S.ep, rvals, e_roof)
-        closed = float(substitute(root, {k: sp.Float(v) for k, v in rvals.items()}).evalf())
-        cond = substitute(cond, {S.ep: root})
+        branch, cond, _labels = branch_at(expr, S.ep, {**vals, S.ep: e_roof})
+        root = solve_smooth(sp.diff(branch, S.ep), S.ep, vals, e_roof)
+        closed = float(substitute(root, {k: sp.Float(v) for k, v in vals.items()}).evalf())
+        # the regime condition stays in e_p (valid where it holds at e_p*), not with the root
+        extra = f": e_p* = {closed:.4g} (the square root of its regime)"
     else:
-        extra = "; the roofline has no interior optimum here"
+        extra = (": monotone in e_p, no interior optimum (no latency that grows with EP, e.g. "
+                 "DeepEP); the step time falls to the largest EP")
+    note = _INSTANCE_NOTE.format(timing=base.timing, table=_table_text(rows), extra=extra)
     return ClosedForm("ep_min_tpot", "EP degree that minimizes TPOT at a fixed total batch", root,
-                      vals, e_model, cond,
-                      _INSTANCE_NOTE.format(timing=timing, extra=extra)
-                      + f" A2A {base.a2a.value}.", expr, S.ep, closed,
-                      "smooth" if root is not None else "numeric", {}, timing)
+                      vals, float(value), cond, note + f" A2A {base.a2a.value}.", expr, S.ep,
+                      closed, "smooth" if root is not None else "numeric", {}, base.timing)
 
 
 def gpus_for_throughput(model: ModelSpec, hw: HardwareSpec, target_tokens_s: float,
@@ -411,7 +440,9 @@ def gpus_for_throughput(model: ModelSpec, hw: HardwareSpec, target_tokens_s: flo
     """Smallest instance (N_gpu = e_p GPUs) whose decode throughput reaches X tokens/s while
     every request gets a token each tau_tpot seconds.
 
-    The instance serves B_tot = X tau_tpot requests, B = X tau_tpot t_p / e_p per attention DP
+    ``value``: the smallest power-of-two EP (dividing the experts) whose ``predict`` step time
+    meets tau_tpot and fits in memory. The closed form is the continuous relaxation on the
+    roofline. The instance serves B_tot = X tau_tpot requests, B = X tau_tpot t_p / e_p per attention DP
     rank; it meets the target when its step time T(B, e_p) <= tau_tpot. In the regime that holds
     at the root, T = c_0 + c_1 / e_p (+ c_2 e_p for ring latencies): per-token work c_1 / e_p
     scales with X tau_tpot, the routed-weight read (E + R) 3 d d_e b_w / (e_p W eta_m) adds to
@@ -429,37 +460,29 @@ def gpus_for_throughput(model: ModelSpec, hw: HardwareSpec, target_tokens_s: flo
         return expr - S.tpot_target, vals
 
     title = "Smallest instance meeting a throughput target"
-    timing = _INSTANCE_TIMING
-    eq, vals = equation(timing)
-    found = sign_changes(eq, S.ep, vals, 1.0, float(max_gpus))
-    f1 = float(evaluate(eq, vals, {S.ep: 1.0}))
-    if f1 <= 0:
-        return ClosedForm("gpus_for_throughput", title, sp.Integer(1), vals, 1.0, sp.true,
-                          "One GPU already meets the target.", eq, S.ep, 1.0, "numeric", {},
-                          timing)
-    down = [ab for ab in found if float(evaluate(eq, vals, {S.ep: ab[1]})) <= 0]
-    if not down:
+    rows = _instance_table(model, hw, base, context,
+                           lambda e: target_tokens_s * tpot_s * base.tp / e, max_gpus)
+    meets = [r for r in rows if r[2] and r[1] <= tpot_s]
+    if not meets:
         raise MoesymError(f"no instance up to {max_gpus} GPUs reaches {target_tokens_s:g} "
-                          f"tokens/s at TPOT {tpot_s * 1e3:g} ms: relax --tpot-ms")
-    value = 0.5 * sum(down[0])
-    if timing == "roofline":
-        root = closed_form_at(eq, S.ep, vals, down[0], value)
-    else:
-        req, rvals = equation("roofline")
+                          f"tokens/s at TPOT {tpot_s * 1e3:g} ms within memory: relax --tpot-ms")
+    value = float(meets[0][0])
+    eq, vals = equation("roofline")
+    root = None
+    if float(evaluate(eq, vals, {S.ep: 1.0})) > 0:
         try:
-            root = model_root(req, S.ep, rvals, 1.0, float(max_gpus))
+            root = model_root(eq, S.ep, vals, 1.0, float(max_gpus))
         except MoesymError:
             root = None
-    valid = [e for e in (2 ** i for i in range(0, 13))
-             if e >= value - 1e-9 and model.num_experts % e == 0]
-    pick = f"; the smallest power-of-two EP dividing E at or above it is {valid[0]}" if valid else ""
-    note = (_INSTANCE_NOTE.format(timing=timing, extra=pick) + f" A2A {base.a2a.value}. "
-            "Memory is not part of the closed form: check with moesym memory.")
+    extra = (f": {root.value:.4g} GPUs" if root is not None else ": one GPU already meets it"
+             if float(evaluate(eq, vals, {S.ep: 1.0})) <= 0 else ": no root")
+    note = (_INSTANCE_NOTE.format(timing=base.timing, table=_table_text(rows), extra=extra)
+            + f" A2A {base.a2a.value}; the batch per rank is X tau t_p / e_p rounded up.")
     return ClosedForm("gpus_for_throughput", title, root.expr if root else None, vals, value,
                       root.condition if root else sp.true,
                       note + (f" Closed form: {root.note}." if root else ""), eq, S.ep,
                       root.value if root else None, root.kind if root else "numeric", {},
-                      timing)
+                      base.timing)
 
 
 # ------------------------------------------------------------------ derive solve: any equation

@@ -109,14 +109,16 @@ def _cases():
                                             a2a="deepep-ll"), ds, load_hardware("h100"), 4096),
            "DeepSeek-V3 on 32 x H100, EP32, FP8, DeepEP low-latency, two micro-batches, "
            "context 4096", dv.comm_hidden)
+    # the value on each time model (power-of-two EPs of predict's model); the closed form is
+    # the continuous roofline relaxation either way
     yield ("ep_min_tpot",
-           [(_TIMINGS[1][0], dv.ep_min_tpot(ds, h800, 4096, 4096,
-                                            Deployment(weights="fp8", a2a="allgather")))],
+           _both(lambda m, h, dep: dv.ep_min_tpot(m, h, 4096, 4096, dep),
+                 Deployment(weights="fp8", a2a="allgather"), ds, h800),
            "DeepSeek-V3 on H800, FP8, all-gather A2A, 4096 requests in flight, context 4096",
            dv.ep_min_tpot)
     yield ("gpus_for_throughput",
-           [(_TIMINGS[1][0], dv.gpus_for_throughput(ds, h800, 200_000, 0.05, 4096,
-                                                    Deployment(weights="fp8", a2a="deepep-ll")))],
+           _both(lambda m, h, dep: dv.gpus_for_throughput(m, h, 200_000, 0.05, 4096, dep),
+                 Deployment(weights="fp8", a2a="deepep-ll"), ds, h800),
            "DeepSeek-V3 on H800, FP8, DeepEP low-latency, 200,000 tokens/s at TPOT 50 ms, "
            "context 4096", dv.gpus_for_throughput)
 

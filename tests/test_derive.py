@@ -197,42 +197,59 @@ def test_committed_pages_match_the_code(tmp_path):
     assert {p.name for p in written} == {p.name for p in root.glob("*.md")}
 
 
-def test_ep_min_tpot_is_the_square_root_of_the_regime_and_the_numeric_argmin():
+def _instance_predict(model, hw, dep, e, batch, context=4096):
+    d = dep.with_(gpus=e, ep=e)
+    return predict(model, hw, d, Workload(Phase.DECODE, batch=batch, context=context))
+
+
+def test_ep_min_tpot_is_predicts_best_ep_and_the_square_root_of_the_regime():
     from scipy.optimize import minimize_scalar
 
-    cf = dv.ep_min_tpot(ms.load_model("deepseek-v3"), ms.load_hardware("h800"), 4096, 4096,
-                        ms.Deployment(weights="fp8", a2a="allgather"))
+    m, h = ms.load_model("deepseek-v3"), ms.load_hardware("h800")
+    dep = ms.Deployment(weights="fp8", a2a="allgather")
+    cf = dv.ep_min_tpot(m, h, 4096, 4096, dep)
+    # the value: predict's shortest step over the power-of-two EPs that fit
+    steps = {}
+    for e in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        r = _instance_predict(m, h, dep, e, math.ceil(4096 / e))
+        if r["fits"]:
+            steps[e] = r["step_time_s"]
+    assert cf.value == min(steps, key=steps.get)
+    assert cf.timing == "kernel"
+    # the closed form: the roofline relaxation's interior optimum
     f = lambda e: float(evaluate(cf.equation, cf.values, {S.ep: e}))  # noqa: E731
-    r = minimize_scalar(f, bounds=(cf.value / 2, cf.value * 2), method="bounded",
+    r = minimize_scalar(f, bounds=(cf.closed_value / 2, cf.closed_value * 2), method="bounded",
                         options={"xatol": 1e-10})
-    assert cf.value == pytest.approx(r.x, rel=1e-6)
+    assert cf.closed_value == pytest.approx(r.x, rel=1e-6)
     # independent of the solver: in the regime the step time is A/e + C e + K, so three
     # evaluations near the optimum give A, C, K and the optimum sqrt(A / C)
-    es = np.array([0.9, 1.0, 1.1]) * cf.value
+    es = np.array([0.9, 1.0, 1.1]) * cf.closed_value
     M = np.stack([1 / es, es, np.ones(3)], axis=1)
     A, C, K = np.linalg.solve(M, [f(e) for e in es])
     assert A > 0 and C > 0
-    assert cf.value == pytest.approx(np.sqrt(A / C), rel=1e-6)
+    assert cf.closed_value == pytest.approx(np.sqrt(A / C), rel=1e-6)
     assert any(p.exp == sp.Rational(1, 2) for p in cf.expr.atoms(sp.Pow))  # a square root
 
 
-def test_ep_min_tpot_without_growing_latency_has_no_interior_optimum():
-    from moesym.errors import MoesymError
+def test_ep_min_tpot_without_growing_latency_falls_to_the_largest_ep():
+    cf = dv.ep_min_tpot(ms.load_model("deepseek-v3"), ms.load_hardware("h800"), 4096, 4096,
+                        ms.Deployment(weights="fp8", a2a="deepep-ll"))
+    assert cf.expr is None and "monotone" in cf.assumptions
+    assert cf.value == 256
 
-    with pytest.raises(MoesymError, match="monotone"):
-        dv.ep_min_tpot(ms.load_model("deepseek-v3"), ms.load_hardware("h800"), 4096, 4096,
-                       ms.Deployment(weights="fp8", a2a="deepep-ll"))
 
-
-def test_gpus_for_throughput_meets_the_target_exactly_at_the_root():
+def test_gpus_for_throughput_is_predicts_smallest_instance_and_the_roofline_root():
     X, tau = 200_000.0, 0.05
-    cf = dv.gpus_for_throughput(ms.load_model("deepseek-v3"), ms.load_hardware("h800"), X, tau,
-                                4096, ms.Deployment(weights="fp8", a2a="deepep-ll"))
-    # at the root the instance's step time is the TPOT limit: N / t_p ranks of
-    # B = X tau t_p / N requests each emit N B / (t_p tau) = X tokens per second
-    t = float(evaluate(cf.equation + S.tpot_target, cf.values, {S.ep: cf.value}))
-    assert t == pytest.approx(tau, rel=1e-9)
-    # and one GPU fewer misses it (step time above the limit)
-    assert float(evaluate(cf.equation, cf.values, {S.ep: cf.value - 1})) > 0
-    if cf.kind == "smooth":
-        assert cf.closed_value == pytest.approx(cf.value, rel=1e-6)
+    m, h = ms.load_model("deepseek-v3"), ms.load_hardware("h800")
+    dep = ms.Deployment(weights="fp8", a2a="deepep-ll")
+    cf = dv.gpus_for_throughput(m, h, X, tau, 4096, dep)
+    e = int(cf.value)
+    ok = _instance_predict(m, h, dep, e, math.ceil(X * tau / e))
+    assert ok["step_time_s"] <= tau and ok["fits"]
+    # N / t_p ranks of B = X tau t_p / N requests each emit at least X tokens per second
+    assert e * ok["tokens_per_gpu_s"] >= X * (1 - 1e-9)
+    half = _instance_predict(m, h, dep, e // 2, math.ceil(X * tau / (e // 2)))
+    assert half["step_time_s"] > tau or not half["fits"]
+    # the closed form: at its root the relaxed instance's step time is the TPOT limit
+    t = float(evaluate(cf.equation + S.tpot_target, cf.values, {S.ep: cf.closed_value}))
+    assert t == pytest.approx(tau, rel=1e-6)
