@@ -30,7 +30,7 @@ import numpy as np
 
 from .errors import MoesymError
 from .progress import progress_bar
-from .specs.deployment import A2AMode, Deployment, Phase, Workload
+from .specs.deployment import A2AMode, Deployment, Phase, Workload, valid_mask
 from .specs.hardware import HardwareSpec
 from .specs.model import ModelSpec
 from .symtab import N
@@ -64,17 +64,12 @@ def _divisors(n: int) -> list[int]:
 
 def choices(model: ModelSpec, gpus: int, micro_batches=(1, 2),
             redundant_experts: int = 0) -> list[tuple[int, int, int]]:
-    """Valid (tp, ep, micro_batches) for ``gpus`` GPUs (the checks of ``Deployment.check_model``)."""
-    out = []
-    for tp in _divisors(gpus):
-        if model.num_heads % tp:
-            continue
-        eps = [e for e in _divisors(gpus) if (model.num_experts + redundant_experts) % e == 0
-               and model.moe_intermediate_size % (gpus // e) == 0] if model.is_moe else [gpus]
-        for ep in eps:
-            for mb in micro_batches:
-                out.append((tp, ep, mb))
-    return out
+    """Valid (tp, ep, micro_batches) for ``gpus`` GPUs (:func:`moesym.specs.deployment.valid_mask`,
+    the rules ``Deployment.check_model`` applies; DeepEP's own rule is applied per A2A mode)."""
+    divs = np.array(_divisors(gpus))
+    tp, ep = np.meshgrid(divs, divs if model.is_moe else np.array([gpus]), indexing="ij")
+    ok = valid_mask(model, gpus, ep, tp, redundant_experts)
+    return [(int(t), int(e), mb) for t, e in zip(tp[ok], ep[ok]) for mb in micro_batches]
 
 
 def pareto_front(rows: list[dict], x: str, y: str) -> list[dict]:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from .errors import MoesymError
-from .specs.deployment import A2AMode, Deployment, Phase, Workload
+from .specs.deployment import A2AMode, Deployment, Phase, Workload, valid_mask
 from .specs.hardware import HardwareSpec, load_hardware
 from .specs.model import ModelSpec
 from .symtab import N
@@ -91,14 +91,7 @@ def parse_list(text: str, flag: str) -> list[int]:
 
 def _valid_mask(model: ModelSpec, cols: Mapping[str, np.ndarray], redundant: int,
                 a2a: A2AMode = A2AMode.AUTO) -> np.ndarray:
-    g, ep, tp = cols["gpus"], cols["ep"], cols["tp"]
-    ok = (g % ep == 0) & (g % tp == 0) & (model.num_heads % tp == 0)
-    if a2a.is_deepep and model.is_moe:
-        ok &= ep == g  # DeepEP has no expert tensor parallelism
-    if model.is_moe:
-        ok &= ((model.num_experts + redundant) % ep == 0)
-        ok &= (model.moe_intermediate_size % (g // np.maximum(ep, 1)) == 0)
-    return ok
+    return valid_mask(model, cols["gpus"], cols["ep"], cols["tp"], redundant, a2a)
 
 
 def _columns(ax: Mapping[str, Sequence]) -> dict[str, np.ndarray]:

@@ -75,7 +75,6 @@ TABLE: tuple[tuple[str, str, str, str, str, dict], ...] = (
     ("t_kernel", "tau_k", "s", "fixed time per kernel launch (launch + tail)", "calibration", {"nonnegative": True}),
     ("t_layer", "tau_l", "s", "fixed overhead per layer beyond its kernels", "calibration", {"nonnegative": True}),
     ("t_step", "tau_s", "s", "fixed overhead per step (scheduler, sampling, host)", "calibration", {"nonnegative": True}),
-    ("comm_sm_share", "phi_sm", "1", "share of SMs held by communication kernels while they run", "calibration", {"nonnegative": True}),
     # --- routing statistics
     ("zipf_s", "s_z", "1", "Zipf exponent of expert popularity", "routing", {"nonnegative": True}),
     ("tile_m", "m_tile", "rows", "grouped-GEMM M tile (rows each expert is padded to)", "calibration", {"positive": True}),

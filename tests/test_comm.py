@@ -179,20 +179,6 @@ def test_overlap_formulas():
     assert overlap.sm_share(LL) == 0
 
 
-def test_comm_hidden_batch_by_hand():
-    B = S.batch
-    # c = 200 us + 0.1 us/token x B/n; d + b = 20 us + 1 us/token x B/n -> B* = n x 180/0.9 = 200 n
-    bstar = overlap.comm_hidden_batch(200e-6 + 1e-7 * B / 2, 20e-6 + 1e-6 * B / 2)
-    assert float(bstar) == pytest.approx(400.0)
-    # with phi = 0.2: 200 + 0.1 x = 0.8 (20 + x) -> x = 184 / 0.7 per micro-batch
-    bphi = overlap.comm_hidden_batch(200e-6 + 1e-7 * B, 20e-6 + 1e-6 * B, phi=sp.Rational(1, 5))
-    assert float(bphi) == pytest.approx(184 / 0.7)
-    # compute growing faster than communication: never stops being hidden
-    assert overlap.comm_hidden_batch(1e-6 * B, 1e-5 + 1e-7 * B) == sp.oo
-    roots = overlap.hidden_roots(100 + B, 10 + 3 * B)
-    assert roots == [(45, True)]
-
-
 # --- full step models ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

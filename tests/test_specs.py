@@ -246,3 +246,23 @@ def test_deployment_must_shard_the_model():
         Deployment(gpus=48, tp=48).check_model(load_model("qwen3-8b"))
     with pytest.raises(SpecError, match="experts"):
         Deployment(gpus=24, ep=24).check_model(load_model("deepseek-v3"))
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "qwen3-30b-a3b", "mixtral-8x7b", "qwen3-8b"])
+@pytest.mark.parametrize("a2a", ["auto", "deepep-ll", "allgather"])
+def test_valid_mask_is_what_a_deployment_accepts(name, a2a):
+    """sweep and optimize (vectorised) and predict (one deployment) apply the same rules."""
+    from moesym.errors import MoesymError
+    from moesym.specs.deployment import A2AMode, Deployment, valid_mask
+
+    m = load_model(name)
+    for gpus in (1, 2, 3, 4, 6, 8, 12, 16, 32):
+        for ep in range(1, gpus + 1):
+            for tp in range(1, gpus + 1):
+                try:
+                    Deployment(gpus=gpus, ep=ep, tp=tp, a2a=a2a).check_model(m)
+                    accepted = True
+                except MoesymError:
+                    accepted = False
+                mask = bool(valid_mask(m, gpus, ep, tp, 0, A2AMode(a2a)))
+                assert mask == accepted, (gpus, ep, tp)

@@ -225,3 +225,19 @@ def test_serving_efficiency_divides_the_whole_step():
                                                  rel=1e-12)
     assert {k: shares[k] for k in ("compute", "memory")} == {k: raw_shares[k] for k in ("compute", "memory")}
     assert raw["step_time_s"] == pytest.approx(t1, rel=1e-12)
+
+
+def test_a_missing_binding_is_an_error_not_a_nan(monkeypatch):
+    import moesym.model.step as step_mod
+    from moesym.symbols import BindingError
+
+    real = step_mod.bindings
+
+    def without_hbm(*a):
+        vals = real(*a)
+        vals.pop(S.hbm_bw)
+        return vals
+
+    monkeypatch.setattr(step_mod, "bindings", without_hbm)
+    with pytest.raises(BindingError, match="missing binding.*W\\b"):
+        _step("qwen3-8b", "h100")

@@ -27,7 +27,6 @@ from .capacity import (
 from .formats import (
                        CAPABILITY_MATRIX,
                        WeightFormats,
-                       memory_multiplier,
                        storage_format,
                        weight_bytes_per_param,
                        weight_formats,
@@ -96,7 +95,6 @@ __all__ = [
                        "memory_bindings",
                        "memory_expressions",
                        "memory_model",
-                       "memory_multiplier",
                        "memory_report",
                        "mtp_activation_bytes",
                        "mtp_extra_params",

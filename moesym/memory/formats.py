@@ -35,7 +35,6 @@ from ..specs.hardware import HardwareSpec
 __all__ = [
     "CAPABILITY_MATRIX",
     "WeightFormats",
-    "memory_multiplier",
     "storage_format",
     "weight_bytes_per_param",
     "weight_formats",
@@ -82,16 +81,6 @@ def _generation(hw: HardwareSpec) -> str:
 def storage_format(checkpoint: str, hw: HardwareSpec) -> str:
     """Format a ``checkpoint``-format weight occupies in HBM on ``hw`` (capability matrix)."""
     return CAPABILITY_MATRIX[(checkpoint, _generation(hw))][0]
-
-
-def memory_multiplier(checkpoint: str, hw: HardwareSpec) -> float:
-    """Data-byte multiplier of the capability matrix (2 for FP4 on Hopper, else 1).
-
-    >>> from moesym.specs.hardware import load_hardware
-    >>> memory_multiplier("fp4", load_hardware("h800"))
-    2.0
-    """
-    return CAPABILITY_MATRIX[(checkpoint, _generation(hw))][1]
 
 
 @dataclass(frozen=True)

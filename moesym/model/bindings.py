@@ -8,6 +8,11 @@ from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
 from ..symtab import N
 
+#: SMs a DeepEP normal-mode (or NCCL) kernel holds while it overlaps compute: DeepEP's
+#: ``Buffer.num_sms`` default, 20, as DeepSeek-V3 dedicates 20 of the H800's 132 SMs to
+#: communication (DeepSeek-V3 technical report, section 3.2.2)
+COMM_SMS = 20
+
 __all__ = ["bindings", "weight_storage_format", "scale_up_domain", "workload_values",
            "memory_workload_values"]
 
@@ -76,9 +81,7 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
         S.lat_up: hw.latency.scale_up_s, S.lat_out: hw.latency.scale_out_s,
         S.t_kernel: hw.latency.kernel_s, S.t_layer: hw.latency.layer_s, S.t_step: hw.latency.step_s,
         S.zipf_s: dep.routing.s,
-        # SMs DeepEP normal-mode / NCCL kernels hold while overlapping compute: 20 in DeepSeek-V3
-        # (tech report section 3.2.2; DeepEP Buffer.num_sms default 20); SGLang often runs 24.
-        S.comm_sms: float(hw.kernel.get("comm_sms", 20)),
+        S.comm_sms: float(COMM_SMS),
     }
     from .routing_hooks import group_var_factor
 

@@ -36,10 +36,8 @@ from ..symbols import S
 from ..terms.cost import smax, sym
 
 __all__ = [
-    "comm_hidden_batch",
     "free_comm_layer",
     "step_edges",
-    "hidden_roots",
     "layer_time",
     "pipelined",
     "resolve_a2a",
@@ -88,7 +86,8 @@ def resolve_a2a(deployment, phase: Phase) -> A2AMode:
 
 def sm_share(mode: A2AMode) -> sp.Expr:
     """Share of SMs communication holds while it overlaps compute: 0 for DeepEP low-latency
-    (RDMA/IBGDA from a few warps, released while in flight), N_SM_comm / N_SM otherwise.
+    (RDMA/IBGDA from a few warps, released while in flight), N_SM_comm / N_SM otherwise
+    (N_SM_comm bound to :data:`moesym.model.bindings.COMM_SMS`).
 
     >>> sm_share(A2AMode.DEEPEP_LL)
     0
@@ -146,46 +145,3 @@ def step_edges(dispatch_mb, combine_mb, n, deployment, workload) -> sp.Expr:
     if n.is_number:
         return sp.Integer(0) if n == 1 else d + b
     return sp.Piecewise((0, sp.Eq(n, 1)), (d + b, True))
-
-
-def hidden_roots(compute_mb, comm_mb, var=S.batch, phi=0) -> list[tuple[sp.Expr, sp.Expr]]:
-    """Roots of the steady-state branch switch of stage(c, x) = max(x, c + phi x), i.e. of
-    c = (1 - phi) x, with c and x = d + b linear in ``var`` (the per-GPU batch). Each root comes
-    with the condition under which it is where communication STOPS being hidden (hidden below,
-    exposed above): the slope of c - (1 - phi) x is negative and the root positive.
-
-    >>> B = S.batch
-    >>> hidden_roots(100 + B, 10 + 3 * B)
-    [(45, True)]
-    """
-    f = sp.expand(sym(compute_mb) - (1 - sym(phi)) * sym(comm_mb))
-    slope = sp.diff(f, var)
-    if sp.diff(slope, var) != 0:
-        raise ValueError("compute and communication must be linear in the batch")
-    out = []
-    for r in sp.solve(sp.Eq(f, 0), var):
-        cond = sp.And(slope < 0, r > 0)
-        out.append((sp.simplify(r), cond))
-    return out
-
-
-def comm_hidden_batch(compute_mb, comm_mb, var=S.batch, phi=0) -> sp.Expr:
-    """Per-GPU batch at which communication stops being hidden behind compute under n >= 2
-    micro-batches: the root B* of c(B) = (1 - phi) (d(B) + b(B)) where c falls behind
-    (Piecewise: B* when the slope condition holds and B* > 0; 0 when communication is never
-    hidden; oo when it never stops being hidden as the batch grows).
-
-    c, d and b are per-micro-batch times written in the per-GPU batch B (all micro-batches), as
-    the step model writes them (tokens / n per micro-batch), so the n dependence is inside them.
-
-    >>> B, n = S.batch, S.micro_batches
-    >>> comm_hidden_batch(2e-4 + 1e-7 * B / n, 2e-5 + 1e-6 * B / n)
-    200.0*n_mb
-    """
-    f = sp.expand(sym(compute_mb) - (1 - sym(phi)) * sym(comm_mb))
-    slope = sp.diff(f, var)
-    roots = hidden_roots(compute_mb, comm_mb, var, phi)
-    if not roots:
-        return sp.Piecewise((sp.Integer(0), f.subs(var, 0) < 0), (sp.oo, True))
-    r, cond = roots[0]
-    return sp.Piecewise((r, cond), (sp.Integer(0), slope < 0), (sp.oo, True))

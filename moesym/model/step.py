@@ -23,14 +23,14 @@ from ..compile import evaluate
 from ..specs.deployment import A2AMode, Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
-from ..symbols import S
+from ..symbols import S, by_name, check_bindings
 from ..terms import attention as att
 from ..terms import comm, elementwise as ew, ffn
 from ..terms.cost import Cost, KernelClass, smax, smin
 from ..terms.dims import Dims, symbolic_dims
 from ..timing import TermTime
 from . import overlap
-from .bindings import bindings
+from .bindings import bindings, workload_values
 from .report import BREAKDOWN_KEYS
 from ..routing.stats import GroupRouting
 from .routing_hooks import group_limited, group_tokens, imbalance_expr, touched_local_experts_expr
@@ -370,8 +370,12 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     expr = (body + once) / S.eff_serve
     work = _work(main_costs, n)
     vals = bindings(model, hardware, deployment, workload)
-    used = expr.free_symbols.union(*(e.free_symbols for w in work.values() for e in w.values()))
+    exprs = [expr, *(e for w in work.values() for e in w.values())]
+    used = set().union(*(e.free_symbols for e in exprs))
     vals = {s: v for s, v in vals.items() if s in used}
+    # every symbol left is bound or a workload variable: a missing number is an error here,
+    # not a NaN later (the bindings cover every model, so the unused ones are dropped above)
+    check_bindings(exprs, vals, free=used & {by_name(k) for k in workload_values(workload)})
     return StepModel(model, hardware, deployment, workload, MappingProxyType(main),
                      MappingProxyType(per_layer), layer, layer_compute, dense_layer, once, expr,
                      MappingProxyType(vals), MappingProxyType(work))

@@ -16,7 +16,7 @@ from enum import Enum
 
 from ..errors import SpecError
 
-__all__ = ["Phase", "A2AMode", "Routing", "Deployment", "Workload", "DTYPE_BYTES",
+__all__ = ["Phase", "A2AMode", "Routing", "Deployment", "Workload", "DTYPE_BYTES", "VALIDITY", "valid_mask",
            "weight_bytes_per_element", "activation_dispatch_bytes"]
 
 
@@ -219,21 +219,52 @@ class Deployment:
         return replace(self, **changes)
 
     def check_model(self, model) -> None:
-        """Raise if this deployment cannot shard ``model``."""
-        if model.num_heads % self.tp:
-            raise SpecError(f"--tp {self.tp} does not divide the {model.num_heads} attention heads "
-                            f"of {model.name}; choose a divisor")
-        if model.is_moe:
-            if (model.num_experts + self.redundant_experts) % self.ep:
-                raise SpecError(f"--ep {self.ep} does not divide the {model.num_experts} experts "
-                                f"(+{self.redundant_experts} redundant) of {model.name}; choose a divisor")
-            if self.a2a.is_deepep and self.ep != self.gpus:
-                raise SpecError(f"--a2a {self.a2a.value} needs --ep equal to --gpus ({self.gpus}): "
-                                f"DeepEP has no expert tensor parallelism; use --a2a allgather "
-                                f"or auto for --ep {self.ep}")
-            if model.moe_intermediate_size % self.expert_tp:
-                raise SpecError(f"gpus / ep = {self.expert_tp} does not divide the expert "
-                                f"intermediate size {model.moe_intermediate_size} of {model.name}")
+        """Raise if this deployment cannot shard ``model`` (the first of :data:`VALIDITY` that
+        fails, with its message)."""
+        for _, ok, message in VALIDITY:
+            if not bool(ok(model, self.gpus, self.ep, self.tp, self.redundant_experts, self.a2a)):
+                raise SpecError(message(model, self))
+
+
+def _moe(model, cond):
+    return cond if model.is_moe else True
+
+
+#: Every rule a deployment must meet to shard a model, once: (name, vectorised predicate over
+#: GPUs, EP and TP (NumPy arrays or numbers), message). ``Deployment.check_model``, ``sweep`` and
+#: ``optimize`` all read it (:func:`valid_mask`).
+VALIDITY = (
+    ("tp_divides_heads", lambda m, g, ep, tp, r, a2a: m.num_heads % tp == 0,
+     lambda m, d: f"--tp {d.tp} does not divide the {m.num_heads} attention heads of {m.name}; "
+                  "choose a divisor"),
+    ("ep_divides_experts",
+     lambda m, g, ep, tp, r, a2a: _moe(m, (m.num_experts + r) % ep == 0),
+     lambda m, d: f"--ep {d.ep} does not divide the {m.num_experts} experts "
+                  f"(+{d.redundant_experts} redundant) of {m.name}; choose a divisor"),
+    ("deepep_spans_every_gpu",
+     lambda m, g, ep, tp, r, a2a: _moe(m, (ep == g) if a2a.is_deepep else True),
+     lambda m, d: f"--a2a {d.a2a.value} needs --ep equal to --gpus ({d.gpus}): DeepEP has no "
+                  f"expert tensor parallelism; use --a2a allgather or auto for --ep {d.ep}"),
+    ("expert_tp_divides_intermediate",
+     lambda m, g, ep, tp, r, a2a: _moe(m, m.moe_intermediate_size % (g // ep) == 0),
+     lambda m, d: f"gpus / ep = {d.expert_tp} does not divide the expert intermediate size "
+                  f"{m.moe_intermediate_size} of {m.name}"),
+)
+
+
+def valid_mask(model, gpus, ep, tp, redundant: int = 0, a2a=None):
+    """Which (GPUs, EP, TP) combinations (NumPy arrays, broadcast) shard ``model``: every rule of
+    :data:`VALIDITY`, plus EP and TP dividing the GPUs (what a :class:`Deployment` checks on its
+    own)."""
+    import numpy as np
+
+    a2a = A2AMode.AUTO if a2a is None else a2a
+    g, e, t = (np.asarray(x) for x in (gpus, ep, tp))
+    ok = (g % e == 0) & (g % t == 0)
+    e_safe = np.where(ok, e, 1)
+    for _, rule, _ in VALIDITY:
+        ok = ok & rule(model, g, e_safe, t, redundant, a2a)
+    return ok
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,6 @@ __all__ = [
     "ep_tiers",
     "group_bandwidth",
     "group_latency",
-    "remote_share",
     "ring_dispatch_table",
     "ring_dispatch_time",
     "ring_farthest_hops",
@@ -70,17 +69,6 @@ def ep_tiers(ep, domain) -> tuple[sp.Expr, sp.Expr]:
     e, G = sym(ep), sym(domain)
     g = smin(e, G) if not (e.is_number and G.is_number) else smin(e, G)
     return g, e / g
-
-
-def remote_share(group, domain) -> sp.Expr:
-    """Share of a uniformly spread group of ``group`` GPUs outside one scale-up ``domain``:
-    1 - min(G, group) / group.
-
-    >>> remote_share(32, 8)
-    3/4
-    """
-    g = sym(group)
-    return 1 - smin(sym(domain), g) / g
 
 
 def _destinations(D: Dims, n, groups: GroupRouting | None) -> sp.Expr:
