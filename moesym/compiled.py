@@ -30,12 +30,11 @@ def lambertw_real(x):
 
 
 def _namespace(source: str) -> dict:
-    ns = {"_np": np, "_nan": np.nan, "_inf": np.inf, "_lambertw_real": lambertw_real}
-    if "MaxBinomialMean(" in source or "PaddedRowsMean(" in source or "_d_" in source:
-        from .special_numeric import DISTINCT_FUNCTIONS, NUMPY_FUNCTIONS
+    from .special_numeric import DISTINCT_FUNCTIONS, NUMPY_FUNCTIONS  # NumPy only, no SciPy
 
-        ns.update(NUMPY_FUNCTIONS)
-        ns.update({f"_d_{k}": f for k, f in DISTINCT_FUNCTIONS.items()})
+    ns = {"_np": np, "_nan": np.nan, "_inf": np.inf, "_lambertw_real": lambertw_real}
+    ns.update(NUMPY_FUNCTIONS)
+    ns.update({f"_d_{k}": f for k, f in DISTINCT_FUNCTIONS.items()})
     if "_sps." in source:
         from scipy import special
 

@@ -109,6 +109,13 @@ def _cases():
                                             a2a="deepep-ll"), ds, load_hardware("h100"), 4096),
            "DeepSeek-V3 on 32 x H100, EP32, FP8, DeepEP low-latency, two micro-batches, "
            "context 4096", dv.comm_hidden)
+    yield ("micro_batches_pay",
+           _both(lambda m, h, dep: dv.micro_batches_pay(m, h, dep, 2048),
+                 Deployment(gpus=72, ep=72, redundant_experts=32, a2a="deepep-ll",
+                            weights="fp8"), ds, load_hardware("h100")),
+           "DeepSeek-V3 on 72 x H100, EP72, 32 redundant experts, FP8, DeepEP low-latency, "
+           "context 2048 (SGLang's published two-batch-overlap setup: -27% at 32, +25.5% at 256 "
+           "requests per GPU)", dv.micro_batches_pay)
     # the value on each time model (power-of-two EPs of predict's model); the closed form is
     # the continuous roofline relaxation either way
     yield ("ep_min_tpot",

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .special_numeric import (NUMPY_FUNCTIONS, binomial_cdf, load_cdf, max_binomial_mean,
-                              padded_rows_mean)
+from .special_numeric import (NUMPY_FUNCTIONS, binomial_cdf, load_cdf, log_interp,
+                              max_binomial_mean, padded_rows_mean)
 
 __all__ = [
     "NUMPY_FUNCTIONS",
+    "LogInterp",
     "MaxBinomialMean",
     "PaddedRowsMean",
     "binomial_cdf",
@@ -65,3 +66,15 @@ class PaddedRowsMean(sp.Function):
             return None
         return sp.Float(float(padded_rows_mean(*vals)), prec)
 
+
+
+class LogInterp(sp.Function):
+    """LogInterp(x, log x_0, y_0, log x_1, y_1, ...): a tabulated function of a count x,
+    linear in log x between its knots (numeric routing statistics against the tokens routed in
+    a step). Stays unevaluated on symbols; no closed form is solved through it."""
+
+    def _eval_evalf(self, prec):
+        vals = _numeric_args(self.args, prec)
+        if vals is None:
+            return None
+        return sp.Float(float(log_interp(*vals)), prec)

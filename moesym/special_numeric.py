@@ -17,7 +17,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-__all__ = ["DISTINCT_FUNCTIONS", "NUMPY_FUNCTIONS", "binomial_cdf", "erfinv", "load_cdf", "max_binomial_mean", "on_distinct",
+__all__ = ["DISTINCT_FUNCTIONS", "NUMPY_FUNCTIONS", "binomial_cdf", "erfinv", "load_cdf", "log_interp", "max_binomial_mean", "on_distinct",
            "padded_rows_mean"]
 
 _SIGMAS = 10.0  # CDF window half-width in standard deviations; mass outside is < 1e-22
@@ -241,4 +241,17 @@ def padded_rows_mean(trials, p, tile):
     return out.reshape(shape)
 
 
-NUMPY_FUNCTIONS = {"MaxBinomialMean": max_binomial_mean, "PaddedRowsMean": padded_rows_mean}
+def log_interp(x, *knots):
+    """Piecewise-linear interpolation in log x through ``knots`` = (log x_0, y_0, log x_1, y_1,
+    ...), increasing x; constant beyond the ends (a tabulated function of a token count).
+
+    >>> float(log_interp(2.0, 0.0, 1.0, math.log(4.0), 3.0))
+    2.0
+    """
+    k = np.asarray(knots, dtype=float)
+    with np.errstate(divide="ignore"):
+        return np.interp(np.log(np.asarray(x, dtype=float)), k[0::2], k[1::2])
+
+
+NUMPY_FUNCTIONS = {"MaxBinomialMean": max_binomial_mean, "PaddedRowsMean": padded_rows_mean,
+                   "LogInterp": log_interp}

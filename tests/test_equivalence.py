@@ -14,7 +14,9 @@ Issue 17 also changed group-limited routing on purpose (the leader model of
 ``moesym.routing.stats.distinct_destinations``, checked against a Monte Carlo of DeepSeek-V3's
 real group selection in tests/test_routing.py): the nine DeepSeek-V3 entries (#0-3, 7, 20, 25, 27,
 28) were re-captured then. Their step times moved by at most 8e-4 relative; the optimize answer
-on 128 H800 went from batch 112 to 114 at the 50 ms TPOT limit.
+on 128 H800 went from batch 112 to 114 at the 50 ms TPOT limit. Entry #4 (redundant experts)
+was re-captured when numeric routing statistics became a table interpolated in the token count
+(so sweeps, optimize and derive follow the batch): 2e-7 relative.
 """
 
 from __future__ import annotations

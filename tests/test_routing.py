@@ -449,3 +449,19 @@ def test_derivations_and_pages(tmp_path):
     assert len(paths) == len(names)
     text = paths[0].read_text()
     assert "$$" in text and "## Assumptions" in text and "## Worked example" in text
+
+
+@pytest.mark.parametrize("args", [(256, 8, 72, 32, 0.0), (256, 8, 64, 0, 1.0), (64, 4, 8, 8, 1.2)])
+def test_rank_imbalance_table_interpolates_the_estimator(args):
+    """The step model reads numeric routing statistics from a table in the token count,
+    linear in log T between knots: within 0.1% of the estimator between them."""
+    from moesym.routing.zipf import rank_imbalance_table
+    from moesym.special_numeric import log_interp
+
+    ts, ys = rank_imbalance_table(*args)
+    E, k, ep, Rr, s = args
+    knots = [v for pair in zip(np.log(ts), ys) for v in pair]
+    for T in np.unique(np.round(np.geomspace(17, 2 ** 24, 25))):
+        exact = (R.eplb_imbalance(E, k, ep, Rr, s, T) if Rr
+                 else R.zipf_max_rank_load_ratio(E, k, ep, T, s))
+        assert float(log_interp(T, *knots)) == pytest.approx(exact, rel=1e-3)

@@ -75,3 +75,31 @@ def test_chunk_points_must_be_positive(tmp_path, capsys, chunk):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--chunk-points" in err[0]
     assert not (tmp_path / "s.csv").exists()
+
+
+@pytest.mark.parametrize("flags", [["--gpus", "72", "--ep", "72", "--redundant-experts", "32"],
+                                   ["--gpus", "64", "--ep", "64", "--routing", "zipf:1.0"]])
+def test_numeric_routing_follows_the_batch_in_sweeps(tmp_path, flags):
+    """Redundant experts and Zipf routing have numeric load-imbalance estimators; the step model
+    tabulates them against the token count, so each swept batch is timed as predict times it
+    (they had been frozen at the first batch's token count: 6.8% off at batch 256)."""
+    import csv
+    import json
+    from contextlib import redirect_stdout
+    from io import StringIO
+
+    from moesym.cli import main
+
+    common = ["deepseek-v3", "--hardware", "h100", "--phase", "decode", "--context", "2048",
+              "--a2a", "deepep-ll", "--weights", "fp8", *flags]
+    out = tmp_path / "s.csv"
+    with redirect_stdout(StringIO()):
+        assert main(["sweep", *common, "--batch", "8,64,256", "--out", str(out)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 3
+    for row in rows:
+        buf = StringIO()
+        with redirect_stdout(buf):
+            assert main(["predict", *common, "--batch", row["batch"], "--json"]) == 0
+        assert float(row["step_time_s"]) == pytest.approx(json.loads(buf.getvalue())["step_time_s"],
+                                                         rel=1e-9)

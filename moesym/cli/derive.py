@@ -52,6 +52,9 @@ def register(sub) -> None:
     _closed_form(s, "comm-hidden", "batch where communication stops hiding behind compute",
                  _comm_hidden)
 
+    _closed_form(s, "micro-batches", "batch from which two micro-batches beat one",
+                 _micro_batches)
+
     m = _closed_form(s, "ep-min-tpot",
                      "EP that minimizes TPOT for a fixed number of requests (square-root form)",
                      _ep_min_tpot)
@@ -166,6 +169,12 @@ def _optimal_ep(args) -> int:
     cf = dv.optimal_ep(m, h, wl, _deployment(args), max_ep=args.max_ep,
                        memory_limit=not args.no_memory_limit)
     return show(cf, args)
+
+
+def _micro_batches(args) -> int:
+    m, h = model_hw_from(args)
+    dep = deployment_from(args).with_(micro_batches=2)  # --overlap names the two-batch schedule
+    return show(dv.micro_batches_pay(m, h, dep, args.context), args)
 
 
 def _comm_hidden(args) -> int:

@@ -49,11 +49,10 @@ def structure(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
               memory: bool = True) -> str:
     """What fixes a predict model's expressions and fixed numbers (the cache key's input).
 
-    The workload enters only through its phase, except where routing statistics are computed
-    numerically at the workload's token count (Zipf routing, redundant experts)."""
+    The workload enters only through its phase (numeric routing statistics are tabulated
+    against the token count inside the model)."""
     schedule = Path(dep.overlap).read_text() if dep.overlap.endswith(".toml") else None
-    return repr(("predict", memory, model, hw, dep, wl.phase.value,
-                 wl if numeric_routing(dep) else None, schedule))
+    return repr(("predict", memory, model, hw, dep, wl.phase.value, schedule))
 
 
 def _build(model, hw, dep, wl, memory: bool) -> CompiledModel:

@@ -7,6 +7,7 @@ one token (lazy expert loading, seed 004).
 
 from __future__ import annotations
 
+import numpy as np
 import sympy as sp
 
 from .. import routing as rt
@@ -22,30 +23,31 @@ def group_tokens(D: Dims, tokens_mb) -> sp.Expr:
     return tokens_mb / D.tp * D.gpus
 
 
-def _numeric_group_tokens(model, deployment, workload) -> float:
-    t = workload.batch if workload.phase.value == "decode" else workload.tokens
-    return t / deployment.micro_batches / deployment.tp * deployment.gpus
-
-
-def imbalance_expr(model, deployment, D: Dims, tokens_mb, workload=None) -> sp.Expr:
+def imbalance_expr(model, deployment, D: Dims, tokens_mb) -> sp.Expr:
     """Busiest EP rank's load over the mean.
 
     balanced: 1. uniform: the closed form of :func:`moesym.routing.max_rank_load_ratio` in
     E, k, ep and the tokens routed across the group (group-limited when the model has expert
-    groups). zipf:S and redundant experts (EPLB): the numeric approximations of
-    :mod:`moesym.routing` at the workload's token count (a constant in sweeps over batch).
+    groups). zipf:S and redundant experts (EPLB): the numeric estimators of
+    :mod:`moesym.routing` tabulated against the tokens routed in the step
+    (:func:`moesym.routing.zipf.rank_imbalance_table`, within 0.1% of the estimator between
+    its knots) and interpolated in log T, so the imbalance follows the batch in sweeps,
+    optimize and derive as it does in predict.
     """
     kind = deployment.routing.kind
     if kind == "balanced" or not model.is_moe or model.num_experts == 1:
         return sp.Integer(1)
     if kind == "zipf" or deployment.redundant_experts:
-        T = _numeric_group_tokens(model, deployment, workload)
+        if deployment.ep == 1:
+            return sp.Integer(1)
+        from ..routing.zipf import rank_imbalance_table
+        from ..special import LogInterp
+
         s = deployment.routing.s if kind == "zipf" else 0.0
-        if deployment.redundant_experts:
-            return sp.Float(rt.eplb_imbalance(model.num_experts, model.experts_per_token,
-                                              deployment.ep, deployment.redundant_experts, s, T))
-        return sp.Float(rt.zipf_max_rank_load_ratio(model.num_experts, model.experts_per_token,
-                                                    deployment.ep, T, s))
+        ts, ys = rank_imbalance_table(model.num_experts, model.experts_per_token, deployment.ep,
+                                      deployment.redundant_experts, s)
+        knots = [sp.Float(float(v)) for pair in zip(np.log(ts), ys) for v in pair]
+        return LogInterp(group_tokens(D, tokens_mb), *knots)
     T = group_tokens(D, tokens_mb)
     E, k, ep = D.experts, D.topk, D.ep
     mean = T * k / ep

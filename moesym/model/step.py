@@ -151,7 +151,7 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims) -
     costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
     costs["attention_proj"] = att.attention_projections(D, t, mla)
     costs["attention_core"] = [_attention_core(model, wl, D, t)]
-    lam = imbalance_expr(model, dep, D, t, wl)
+    lam = imbalance_expr(model, dep, D, t)
     rows = t_moe * D.topk * lam * D.expert_tp
     layout = dep.resolved_layout(wl.phase)
     padded = None
