@@ -62,13 +62,13 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def choices(model: ModelSpec, gpus: int, micro_batches=(1, 2),
-            redundant_experts: int = 0) -> list[tuple[int, int, int]]:
+def choices(model: ModelSpec, gpus: int, micro_batches=(1, 2), redundant_experts: int = 0,
+            gpus_per_node: int = 8) -> list[tuple[int, int, int]]:
     """Valid (tp, ep, micro_batches) for ``gpus`` GPUs (:func:`moesym.specs.deployment.valid_mask`,
     the rules ``Deployment.check_model`` applies; DeepEP's own rule is applied per A2A mode)."""
     divs = np.array(_divisors(gpus))
     tp, ep = np.meshgrid(divs, divs if model.is_moe else np.array([gpus]), indexing="ij")
-    ok = valid_mask(model, gpus, ep, tp, redundant_experts)
+    ok = valid_mask(model, gpus, ep, tp, redundant_experts, gpus_per_node=gpus_per_node)
     return [(int(t), int(e), mb) for t, e in zip(tp[ok], ep[ok]) for mb in micro_batches]
 
 
@@ -144,7 +144,8 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     lat_key, limit = ("tpot_s", tpot_s) if decode else ("ttft_s", ttft_s)
     wl0 = (Workload(ph, batch=1, context=context) if decode
            else Workload(ph, tokens=context, context=context))
-    cands = [c for c in choices(model, gpus, micro_batches, base.redundant_experts)
+    cands = [c for c in choices(model, gpus, micro_batches, base.redundant_experts,
+                                base.gpus_per_node)
              if (tps is None or c[0] in tps) and (eps is None or c[1] in eps)]
     if not cands:
         raise MoesymError(f"no valid deployment of {model.name} on {gpus} GPUs has --tp in "

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from .errors import MoesymError
-from .specs.deployment import A2AMode, Deployment, Phase, Workload, valid_mask
+from .specs.deployment import Deployment, Phase, Workload, valid_mask
 from .specs.hardware import HardwareSpec, load_hardware
 from .specs.model import ModelSpec
 from .symtab import N
@@ -61,9 +61,20 @@ _NO_DASK = "the dask backend needs the optional extra: pip install 'moesym[dask]
 def parse_list(text: str, flag: str) -> list[int]:
     """``a,b,c`` | ``start:stop`` (powers of two) | ``start:stop:step``.
 
-    >>> parse_list("1:16", "--batch"), parse_list("8,16", "--ep"), parse_list("0:10:5", "--x")
-    ([1, 2, 4, 8, 16], [8, 16], [0, 5, 10])
+    Every value must be a positive integer.
+
+    >>> parse_list("1:16", "--batch"), parse_list("8,16", "--ep"), parse_list("5:15:5", "--x")
+    ([1, 2, 4, 8, 16], [8, 16], [5, 10, 15])
     """
+    out = _parse_list(text, flag)
+    bad = [v for v in out if v <= 0]
+    if bad:
+        raise MoesymError(f"{flag} {text!r}: {bad[0]} is not a positive integer; every value "
+                          "must be >= 1")
+    return out
+
+
+def _parse_list(text: str, flag: str) -> list[int]:
     try:
         if ":" in text:
             parts = [int(p) for p in text.split(":")]
@@ -89,9 +100,9 @@ def parse_list(text: str, flag: str) -> list[int]:
                           f"start:stop:step with positive integers") from None
 
 
-def _valid_mask(model: ModelSpec, cols: Mapping[str, np.ndarray], redundant: int,
-                a2a: A2AMode = A2AMode.AUTO) -> np.ndarray:
-    return valid_mask(model, cols["gpus"], cols["ep"], cols["tp"], redundant, a2a)
+def _valid_mask(model: ModelSpec, cols: Mapping[str, np.ndarray], base: Deployment) -> np.ndarray:
+    return valid_mask(model, cols["gpus"], cols["ep"], cols["tp"], base.redundant_experts,
+                      base.a2a, base.gpus_per_node)
 
 
 def _columns(ax: Mapping[str, Sequence]) -> dict[str, np.ndarray]:
@@ -161,7 +172,7 @@ def _plan(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
     values = ax[first]
     # validity depends on gpus, ep and tp only: test their combinations, not the whole grid
     mask_axes = {n: ax[n] for n in names if n in ("gpus", "ep", "tp")}
-    ok = _valid_mask(model, _columns(mask_axes), base.redundant_experts, base.a2a)
+    ok = _valid_mask(model, _columns(mask_axes), base)
     ok = np.broadcast_to(ok.reshape(len(values) if first in mask_axes else 1, -1).any(axis=1),
                          (len(values),))
     step_first = max(1, chunk_points // max(1, math.prod(len(ax[n]) for n in rest)))
@@ -288,7 +299,7 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
         for b, e in enumerate(ax["ep"]):
             e = g if e is None else e
             cols = {"gpus": np.full(len(tp), g), "ep": np.full(len(tp), e), "tp": tp}
-            if _valid_mask(grid.model, cols, grid.base.redundant_experts, grid.base.a2a).any():
+            if _valid_mask(grid.model, cols, grid.base).any():
                 cm = models.get(int(g), int(e))
                 groups.setdefault(id(cm), (cm, []))[1].append((b, e))
         for cm, members in groups.values():
@@ -311,8 +322,7 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
     cols = _columns(ax)
     # validity depends on GPUs, EP and TP only: test their combinations, broadcast to the grid
     small = {n: (ax[n] if n in ("gpus", "ep", "tp") else ax[n][:1]) for n in names}
-    ok_small = _valid_mask(grid.model, _columns(small), grid.base.redundant_experts,
-                           grid.base.a2a)
+    ok_small = _valid_mask(grid.model, _columns(small), grid.base)
     ok = np.broadcast_to(ok_small.reshape(tuple(len(v) for v in small.values())), shape).ravel()
     everything = bool(ok_small.all())  # no copies when every point is valid
     out = {n: (c if everything else c[ok]) for n, c in cols.items()}

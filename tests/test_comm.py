@@ -297,3 +297,19 @@ def test_cli_comm_bad_input(capsys, argv, flag):
     assert main(args) != 0
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and flag in err
+
+
+@pytest.mark.parametrize("op,elem", [("dispatch", 7168 * 1.03125), ("combine", 7168 * 2)])
+def test_comm_allgather_mode_runs_and_counts_the_ring(op, elem, capsys):
+    """`moesym comm ... --mode allgather` (it crashed): EP8 in one node moves each rank's T
+    tokens to the 7 others (T d b (g - 1) bytes on NVLink, none on RDMA); EP1 moves nothing."""
+    import json
+
+    argv = ["comm", op, "--tokens", "128", "--hidden", "7168", "--topk", "8", "--experts", "256",
+            "--mode", "allgather", "--hardware", "h800", "--json"]
+    assert main(argv + ["--ep", "8"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["intra_bytes"] == pytest.approx(128 * elem * 7, rel=1e-12)
+    assert r["inter_bytes"] == 0 and r["time_s"] > 0
+    assert main(argv + ["--ep", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["bytes"] == 0

@@ -264,5 +264,5 @@ def test_valid_mask_is_what_a_deployment_accepts(name, a2a):
                     accepted = True
                 except MoesymError:
                     accepted = False
-                mask = bool(valid_mask(m, gpus, ep, tp, 0, A2AMode(a2a)))
+                mask = bool(valid_mask(m, gpus, ep, tp, 0, A2AMode(a2a), 8))
                 assert mask == accepted, (gpus, ep, tp)

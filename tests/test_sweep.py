@@ -95,7 +95,8 @@ def test_numeric_routing_follows_the_batch_in_sweeps(tmp_path, flags):
     out = tmp_path / "s.csv"
     with redirect_stdout(StringIO()):
         assert main(["sweep", *common, "--batch", "8,64,256", "--out", str(out)]) == 0
-    rows = list(csv.DictReader(out.open()))
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
     assert len(rows) == 3
     for row in rows:
         buf = StringIO()

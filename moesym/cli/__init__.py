@@ -54,6 +54,29 @@ def _command(argv: list[str]) -> str:
     return next((a for a in argv if not a.startswith("-")), "")
 
 
+_OUTPUT_FLAGS = ("out", "plot", "timeline")  # argument names that are files to write
+
+
+def _check_outputs(args) -> None:
+    """Refuse an output path that cannot be written before any work is done (a one-line
+    error, exit 2), rather than failing after the computation."""
+    import os
+    from pathlib import Path
+
+    for name in _OUTPUT_FLAGS:
+        value = getattr(args, name, None)
+        if not isinstance(value, str):
+            continue
+        flag = "--" + name.replace("_", "-")
+        path = Path(value).expanduser()
+        parent = path.parent if str(path.parent) else Path(".")
+        if not parent.is_dir():
+            raise MoesymError(f"{flag} {value}: folder {parent} does not exist; create it or "
+                              "choose another path")
+        if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            raise MoesymError(f"{flag} {value}: not writable; choose another path")
+
+
 def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("default")
     warnings.formatwarning = lambda msg, cat, *a, **k: f"moesym: warning: {msg}\n"
@@ -68,12 +91,17 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return 0
+        _check_outputs(args)
         return int(args.func(args) or 0)
     except MoesymError as exc:
         print(f"moesym: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # pragma: no cover
         return 0
+    except OSError as exc:  # a file the user named could not be read or written
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        print(f"moesym: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # pragma: no cover
         return 130
     except Exception as exc:  # noqa: BLE001 - never a traceback on the command line

@@ -66,8 +66,10 @@ def comm_report(args) -> dict:
     hw = load_hardware(args.hardware)
     domain = scale_up_domain(hw, Deployment(gpus=args.ep, ep=args.ep,
                                             gpus_per_node=args.gpus_per_node))
+    # the EP group is the instance, attention data-parallel (the all-gather runs over its
+    # ep data-parallel ranks)
     D = replace(symbolic_dims(), hidden=args.hidden, experts=args.experts, topk=args.topk,
-                ep=args.ep, dispatch_bytes=activation_dispatch_bytes("fp8"),
+                ep=args.ep, gpus=args.ep, tp=1, dispatch_bytes=activation_dispatch_bytes("fp8"),
                 combine_bytes=DTYPE_BYTES["bf16"])
     mode = _MODES[args.mode]
     groups = (GroupRouting(args.experts, args.topk, args.groups, args.topk_groups)

@@ -128,8 +128,8 @@ def add_workload(p: argparse.ArgumentParser, phase: bool = True, required_phase:
     if phase:
         g.add_argument("--phase", choices=("prefill", "decode"), required=required_phase,
                        default=None if required_phase else "decode")
-    g.add_argument("--batch", type=positive_int, default=1,
-                   help="decode requests per attention data-parallel rank")
+    g.add_argument("--batch", type=positive_int, default=None,
+                   help="decode requests per attention data-parallel rank (default 1)")
     g.add_argument("--tokens", type=positive_int, default=None,
                    help="prefill tokens per attention data-parallel rank per step")
     g.add_argument("--context", type=positive_int, default=4096,
@@ -157,11 +157,19 @@ def deployment_from(args) -> Deployment:
 
 
 def workload_from(args, phase: str | None = None) -> Workload:
+    """The workload the flags name; a flag of the other phase is an error, not ignored."""
     ph = Phase(phase or args.phase)
     if ph is Phase.PREFILL:
+        if getattr(args, "batch", None) is not None:
+            raise MoesymError("--batch counts decode requests; a prefill step takes --tokens "
+                              "(tokens per step) and --context (prompt length)")
         return Workload(ph, tokens=args.tokens or args.context, context=args.context,
                         chunk=getattr(args, "chunk", None) or 0)
-    return Workload(ph, batch=args.batch, context=args.context)
+    for flag in ("tokens", "chunk"):
+        if getattr(args, flag, None) is not None:
+            raise MoesymError(f"--{flag} sets a prefill step; a decode step takes --batch "
+                              "(requests) and --context (mean KV length)")
+    return Workload(ph, batch=args.batch or 1, context=args.context)
 
 
 def emit_json(obj) -> None:

@@ -101,8 +101,14 @@ def register(sub) -> None:
 
 def _deployment(args):
     """The deployment of the flags; closed forms are decode questions, so a pinned overlap
-    schedule must run the deployment's micro-batch count in decode."""
+    schedule must run the deployment's micro-batch count in decode, and prefill flags are an
+    error rather than ignored."""
     from ..specs.deployment import Phase
+
+    for flag in ("tokens", "chunk"):
+        if getattr(args, flag, None) is not None:
+            raise MoesymError(f"--{flag}: derive {args.what} is a decode question (batch, "
+                              "context); use derive solve --phase prefill for prefill steps")
 
     dep = deployment_from(args)
     dep.check_overlap(Phase.DECODE)
@@ -165,7 +171,7 @@ def _optimal_ep(args) -> int:
     from ..specs.deployment import Phase, Workload
 
     m, h = model_hw_from(args)
-    wl = Workload(Phase.DECODE, batch=args.batch, context=args.context)
+    wl = Workload(Phase.DECODE, batch=args.batch or 1, context=args.context)
     cf = dv.optimal_ep(m, h, wl, _deployment(args), max_ep=args.max_ep,
                        memory_limit=not args.no_memory_limit)
     return show(cf, args)

@@ -53,10 +53,16 @@ def memory_options(items: list[str]) -> MemoryOptions:
                 if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
                     raise ValueError
                 values[key] = text.lower() in ("true", "1", "yes")
+            elif kind is int:
+                x = float(text)
+                if not x.is_integer():  # 1.7 blocks is no block size: refuse, never truncate
+                    raise ValueError
+                values[key] = int(x)
             else:
-                values[key] = kind(float(text)) if kind is int else kind(text)
-        except ValueError:
-            raise MoesymError(f"--memory-option {item!r}: {key} takes a {kind.__name__}") from None
+                values[key] = kind(text)
+        except (ValueError, OverflowError):
+            what = {bool: "true or false", int: "an integer", float: "a number"}.get(kind, "text")
+            raise MoesymError(f"--memory-option {item!r}: {key} takes {what}") from None
     try:
         return MemoryOptions(**values)
     except (TypeError, ValueError) as exc:

@@ -35,6 +35,15 @@ def run(args) -> int:
     if args.phase == "decode" and args.ttft_ms is not None and not args.disaggregate:
         raise MoesymError("--ttft-ms limits prefill; a decode search takes --tpot-ms (or add "
                           "--disaggregate IN:OUT to size both pools)")
+    io = None
+    if args.disaggregate:  # checked before the search, which takes seconds
+        try:
+            io = tuple(int(x) for x in args.disaggregate.split(":"))
+            if len(io) != 2 or min(io) <= 0:
+                raise ValueError
+        except ValueError:
+            raise MoesymError(f"--disaggregate {args.disaggregate!r}: use IN:OUT, two positive "
+                              "token counts (prompt and output lengths), e.g. 4096:1024") from None
     model, hw = model_hw_from(args)
     base = deployment_from(args)
     r = optimize(model, hw, args.gpus, args.phase, args.context,
@@ -47,13 +56,8 @@ def run(args) -> int:
         from ..plots import pareto_plot
 
         pareto_plot(r.table, r.pareto, args.plot)
-    if args.disaggregate:
-        from ..errors import MoesymError
-
-        try:
-            i, o = (int(x) for x in args.disaggregate.split(":"))
-        except ValueError:
-            raise MoesymError(f"--disaggregate {args.disaggregate!r}: use IN:OUT token counts") from None
+    if io is not None:
+        i, o = io
         out["disaggregation"] = disaggregate(model, hw, args.gpus, args.gpus, i, o,
                                              ttft_s=args.ttft_ms / 1e3 if args.ttft_ms else None,
                                              tpot_s=args.tpot_ms / 1e3 if args.tpot_ms else None,

@@ -54,6 +54,12 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
     from ..symbols import S, by_name
 
     compute_fmt = hw.compute_format(dep.weights)
+    if compute_fmt != dep.weights:  # say what runs: the answer is not the one for that format
+        import warnings
+
+        warnings.warn(f"{hw.name} has no {dep.weights} tensor cores: --weights {dep.weights} "
+                      f"GEMMs run in {compute_fmt} and the weights occupy "
+                      f"{weight_storage_format(dep.weights, hw)} bytes in memory", stacklevel=2)
     m = model
     v = {
         S.hidden: m.hidden_size, S.vocab: m.vocab_size, S.heads: m.num_heads,

@@ -137,6 +137,10 @@ class Deployment:
             raise SpecError(f"--tp {self.tp} does not divide --gpus {self.gpus}")
         if self.gpus % self.ep:
             raise SpecError(f"--ep {self.ep} does not divide --gpus {self.gpus}")
+        if self.gpus > self.gpus_per_node and self.gpus % self.gpus_per_node:
+            raise SpecError(f"--gpus {self.gpus} over nodes of --gpus-per-node "
+                            f"{self.gpus_per_node}: use a multiple of {self.gpus_per_node} "
+                            "(whole nodes) or fewer GPUs than a node")
         if self.weights not in DTYPE_BYTES:
             raise SpecError(f"--weights {self.weights!r}: use bf16, fp8 or fp4")
         if self.kv not in ("bf16", "fp8"):
@@ -252,15 +256,15 @@ VALIDITY = (
 )
 
 
-def valid_mask(model, gpus, ep, tp, redundant: int = 0, a2a=None):
+def valid_mask(model, gpus, ep, tp, redundant: int = 0, a2a=None, gpus_per_node: int = 8):
     """Which (GPUs, EP, TP) combinations (NumPy arrays, broadcast) shard ``model``: every rule of
-    :data:`VALIDITY`, plus EP and TP dividing the GPUs (what a :class:`Deployment` checks on its
-    own)."""
+    :data:`VALIDITY`, plus what a :class:`Deployment` checks on its own (EP and TP divide the
+    GPUs, which fill whole nodes or fit in one)."""
     import numpy as np
 
     a2a = A2AMode.AUTO if a2a is None else a2a
     g, e, t = (np.asarray(x) for x in (gpus, ep, tp))
-    ok = (g % e == 0) & (g % t == 0)
+    ok = (g % e == 0) & (g % t == 0) & ((g <= gpus_per_node) | (g % gpus_per_node == 0))
     e_safe = np.where(ok, e, 1)
     for _, rule, _ in VALIDITY:
         ok = ok & rule(model, g, e_safe, t, redundant, a2a)

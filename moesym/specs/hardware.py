@@ -11,6 +11,8 @@ fields. Built-in files are in the project's ``hardware/`` folder.
 
 from __future__ import annotations
 
+import math
+
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,8 +114,8 @@ def _check_keys(d: Mapping, allowed: set[str], where: str) -> None:
 
 
 def _positive(x, where: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not x > 0:
-        raise SpecError(f"{where}: must be a positive number, got {x!r}")
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x < math.inf:
+        raise SpecError(f"{where}: must be a positive finite number, got {x!r}")
     return float(x)
 
 
@@ -153,8 +155,8 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
         _req(lat, k, f"{where} [latency_us]")
 
     def nonneg(x, w):
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or x < 0:
-            raise SpecError(f"{w}: must be a non-negative number, got {x!r}")
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x < math.inf:
+            raise SpecError(f"{w}: must be a non-negative finite number, got {x!r}")
         return float(x)
 
     formats = dict(raw.get("compute_formats", {}))

@@ -1,0 +1,141 @@
+"""Every bad input gets a one-line error naming the field, exit code 2, no traceback (issue 21).
+
+Each case: the command line, and a piece of text the error must contain (the field it names).
+Files the cases need (malformed TOML/JSON, a hardware file with an infinite bandwidth) are
+written into a temporary folder first.
+"""
+
+from __future__ import annotations
+
+import io
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from moesym.cli import main
+
+V3 = ["deepseek-v3", "--hardware", "h800"]
+Q8 = ["qwen3-8b", "--hardware", "h800"]
+DEC = ["--phase", "decode"]
+
+CASES = [
+    # predict: flags, values, contradictions
+    (["predict", *Q8, *DEC, "--batch", "0"], "--batch"),
+    (["predict", *Q8, *DEC, "--batch", "-3"], "--batch"),
+    (["predict", *Q8, *DEC, "--batch", "1.5"], "--batch"),
+    (["predict", *Q8, *DEC, "--context", "0"], "--context"),
+    (["predict", *Q8, *DEC, "--context", "nan"], "--context"),
+    (["predict", *Q8, *DEC, "--tokens", "100"], "--tokens"),
+    (["predict", *Q8, "--phase", "prefill", "--batch", "100"], "--batch"),
+    (["predict", *Q8, "--phase", "train"], "--phase"),
+    (["predict", *Q8, *DEC, "--gpus", "0"], "--gpus"),
+    (["predict", *Q8, *DEC, "--gpus", "16", "--gpus-per-node", "6"], "--gpus-per-node"),
+    (["predict", *Q8, *DEC, "--gpus", "8", "--tp", "3"], "--tp"),
+    (["predict", *V3, *DEC, "--gpus", "8", "--ep", "3"], "--ep"),
+    (["predict", *V3, *DEC, "--gpus", "24", "--ep", "24"], "--ep"),
+    (["predict", *V3, *DEC, "--gpus", "16", "--ep", "8", "--a2a", "deepep-ll"], "--a2a"),
+    (["predict", *Q8, *DEC, "--weights", "int3"], "--weights"),
+    (["predict", *Q8, *DEC, "--kv", "fp4"], "--kv"),
+    (["predict", *Q8, *DEC, "--routing", "zipf:-1"], "--routing"),
+    (["predict", *Q8, *DEC, "--routing", "pareto"], "--routing"),
+    (["predict", *V3, *DEC, "--gpus", "8", "--overlap", "nosuch"], "--overlap"),
+    (["predict", *V3, *DEC, "--gpus", "8", "--overlap", "tbo-sglang"], "--micro-batches"),
+    (["predict", *V3, *DEC, "--gpus", "8", "--overlap", "{tmp}/missing.toml"], "--overlap"),
+    (["predict", *V3, *DEC, "--gpus", "8", "--overlap", "{tmp}/bad.toml"], "--overlap"),
+    (["predict", *Q8, *DEC, "--timing", "exact"], "--timing"),
+    (["predict", *Q8, *DEC, "--micro-batches", "0"], "--micro-batches"),
+    (["predict", *Q8, *DEC, "--timeline"], "--timeline"),
+    (["predict", "nosuch-model", "--hardware", "h800", *DEC], "model"),
+    (["predict", "{tmp}/bad.json", "--hardware", "h800", *DEC], "bad.json"),
+    (["predict", *Q8[:1], "--hardware", "nosuch", *DEC], "hardware"),
+    (["predict", *Q8[:1], "--hardware", "{tmp}/bad.toml", *DEC], "bad.toml"),
+    (["predict", *Q8[:1], "--hardware", "{tmp}/inf.toml", *DEC], "scale_out_GBps"),
+    (["predict", *Q8, *DEC, "--plot", "/nonexistent/dir/p.png"], "--plot"),
+    (["predict", *Q8, *DEC, "--bogus"], "--bogus"),
+    # memory
+    (["memory", *V3, "--gpus", "8", "--memory-option", "block_size=1.7"], "block_size"),
+    (["memory", *V3, "--gpus", "8", "--memory-option", "block_size=0"], "block_size"),
+    (["memory", *V3, "--gpus", "8", "--memory-option", "nosuch=1"], "--memory-option"),
+    (["memory", *V3, "--gpus", "8", "--memory-option", "load_factor=nan"], "load_factor"),
+    (["memory", *V3, "--gpus", "8", "--memory-option", "kv_fragmentation=maybe"],
+     "kv_fragmentation"),
+    (["memory", *V3, "--gpus", "8", "--memory-option", "reserve_fraction=1.5"],
+     "reserve_fraction"),
+    # sweep
+    (["sweep", *Q8, *DEC, "--batch=-4,0,8", "--out", "{tmp}/s.csv"], "--batch"),
+    (["sweep", *Q8, *DEC, "--batch", "0:10:5", "--out", "{tmp}/s.csv"], "--batch"),
+    (["sweep", *Q8, *DEC, "--batch", "8:4", "--out", "{tmp}/s.csv"], "--batch"),
+    (["sweep", *Q8, *DEC, "--batch", "a,b", "--out", "{tmp}/s.csv"], "--batch"),
+    (["sweep", *Q8, *DEC, "--batch", "8", "--out", "/nonexistent/dir/s.csv"], "--out"),
+    (["sweep", *Q8, *DEC, "--batch", "8", "--chunk-points", "0", "--out", "{tmp}/s.csv"],
+     "--chunk-points"),
+    (["sweep", *V3, *DEC, "--batch", "8", "--ep", "3", "--out", "{tmp}/s.csv"], "--ep"),
+    # optimize
+    (["optimize", *Q8, "--gpus", "1", *DEC, "--context", "1024", "--ttft-ms", "100"],
+     "--ttft-ms"),
+    (["optimize", *Q8, "--gpus", "1", "--phase", "prefill", "--context", "1024", "--tpot-ms",
+      "10"], "--tpot-ms"),
+    (["optimize", *Q8, "--gpus", "1", *DEC, "--context", "1024", "--disaggregate", "0:100"],
+     "--disaggregate"),
+    (["optimize", *Q8, "--gpus", "1", *DEC, "--context", "1024", "--disaggregate", "x"],
+     "--disaggregate"),
+    (["optimize", *V3, "--gpus", "8", *DEC, "--context", "1024", "--tp", "3"], "--tp"),
+    (["optimize", *Q8, "--gpus", "1", *DEC, "--context", "1024", "--tpot-ms", "-5"],
+     "--tpot-ms"),
+    # derive
+    (["derive", "crossover", *V3, "--gpus", "8", "--tokens", "5"], "--tokens"),
+    (["derive", "tpot", *V3, "--gpus", "8", "--tpot-ms", "0"], "--tpot-ms"),
+    (["derive", "solve", *V3, "--gpus", "8", "--equal", "step", "nosuch", "--for", "batch"],
+     "nosuch"),
+    (["derive", "solve", *V3, "--gpus", "8", "--equal", "step", "1", "--for", "nosuch"],
+     "nosuch"),
+    (["derive", "micro-batches", "qwen3-8b", "--hardware", "h800"], "dense"),
+    # routing, comm, kernel
+    (["routing", "--experts", "256", "--topk", "8", "--tokens", "1", "--ep", "1",
+      "--groups", "64", "--topk-groups", "1"], "--topk"),
+    (["routing", "--experts", "256", "--topk", "8", "--tokens", "1", "--ep", "3"], "--ep"),
+    (["routing", "--experts", "256", "--topk", "8", "--tokens", "0", "--ep", "1"], "--tokens"),
+    (["routing", "--experts", "256", "--topk", "8", "--tokens", "1", "--ep", "1",
+      "--routing", "zipf:x"], "--routing"),
+    (["comm", "dispatch", "--tokens", "128", "--hidden", "7168", "--topk", "8", "--experts",
+      "256", "--ep", "3", "--mode", "low-latency", "--hardware", "h800"], "--ep"),
+    (["comm", "dispatch", "--tokens", "128", "--hidden", "7168", "--topk", "8", "--experts",
+      "256", "--ep", "8", "--mode", "nosuch", "--hardware", "h800"], "--mode"),
+    (["kernel", "gemm", "--m", "0", "--n", "1", "--k", "1", "--hardware", "h800"], "--m"),
+    (["kernel", "gemm", "--m", "1", "--n", "1", "--k", "1", "--hardware", "a100", "--dtype",
+      "fp8"], "--dtype"),
+    # validate
+    (["validate", "--cases", "{tmp}/bad.json"], "bad.json"),
+    (["validate", "--cases", "{tmp}/missing.json"], "missing.json"),
+]
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("bad")
+    (d / "bad.toml").write_text("this is = = not toml\n")
+    (d / "bad.json").write_text("{not json")
+    h800 = (Path(__file__).resolve().parent.parent / "hardware" / "h800.toml").read_text()
+    (d / "inf.toml").write_text(h800.replace("scale_out_GBps = 50", "scale_out_GBps = inf"))
+    return d
+
+
+@pytest.mark.parametrize("argv,field", CASES, ids=[" ".join(c[0][:4]) + f" {i}"
+                                                    for i, c in enumerate(CASES)])
+def test_bad_input_is_a_one_line_exit_2_error_naming_the_field(argv, field, tmp):
+    argv = [a.replace("{tmp}", str(tmp)) for a in argv]
+    err, out = io.StringIO(), io.StringIO()
+    with redirect_stderr(err), redirect_stdout(out):
+        try:
+            rc = main(argv)
+        except SystemExit as exc:  # argparse
+            rc = exc.code
+    text = err.getvalue().strip()
+    assert rc == 2, (rc, text)
+    lines = [ln for ln in text.splitlines() if not ln.startswith("usage:")
+             and not ln.startswith(" ")]
+    errors = [ln for ln in lines if "error" in ln]
+    assert len(errors) == 1, text
+    assert "Traceback" not in text
+    assert field in errors[0], errors[0]
