@@ -47,3 +47,57 @@ def test_bad_input_one_line(argv, words, capsys):
     assert main(argv) != 0
     err = capsys.readouterr().err.strip()
     assert words in err and "\n" not in err and "Traceback" not in err
+
+
+def test_list_shows_every_gpu_with_its_calibration_state(capsys):
+    import json
+
+    from moesym.specs.hardware import builtin_hardware
+    from moesym.specs.model import builtin_models
+
+    assert main(["list", "hardware", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["hardware"]}
+    assert set(rows) == set(builtin_hardware())
+    # h800 and h20 carry [kernel] tables fitted on their own kernels; the others the h800 fit
+    assert rows["h800"]["kernel_calibration"] == rows["h20"]["kernel_calibration"] == "fitted"
+    assert rows["h100"]["kernel_calibration"] == "transferred"
+    assert rows["h20"]["serving_efficiency"] < 1
+    assert main(["list", "models", "--json"]) == 0
+    models = json.loads(capsys.readouterr().out)["models"]
+    assert {m["name"] for m in models} == set(builtin_models())
+    assert all(m["source"] for m in models)
+
+
+def test_transferred_calibration_is_said_in_one_line():
+    r = subprocess.run([sys.executable, "-m", "moesym", "predict", "qwen3-8b", "--hardware", "h100",
+                        "--phase", "decode", "--no-cache"], capture_output=True, text=True)
+    assert r.returncode == 0
+    err = [ln for ln in r.stderr.splitlines() if "transferred" in ln]
+    assert len(err) == 1 and err[0].startswith("moesym: warning: hardware h100")
+
+
+def test_a_config_is_named_from_the_config_not_its_folder(tmp_path, capsys):
+    import json
+
+    folder = tmp_path / "checkpoint-17"
+    folder.mkdir()
+    cfg = {"model_type": "qwen3_moe", "_name_or_path": "Qwen/Qwen3-30B-A3B", "hidden_size": 2048,
+           "vocab_size": 151936, "num_hidden_layers": 48, "num_attention_heads": 32,
+           "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128,
+           "num_experts_per_tok": 8, "moe_intermediate_size": 768, "intermediate_size": 6144}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    assert main(["predict", str(folder), "--hardware", "h20", "--phase", "decode"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("Qwen3-30B-A3B on")
+    del cfg["_name_or_path"]
+    (folder / "config.json").write_text(json.dumps(cfg))
+    assert main(["predict", str(folder), "--hardware", "h20", "--phase", "decode"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("qwen3_moe on")
+
+
+def test_committed_cli_reference_matches_the_parsers():
+    from pathlib import Path
+
+    from moesym.cli.reference import reference_text
+
+    committed = (Path(__file__).resolve().parent.parent / "CLI.md").read_text()
+    assert committed == reference_text(), "CLI.md drifted: python -m moesym.cli.reference > CLI.md"

@@ -25,7 +25,13 @@ COMMANDS = {
     "sweep": "grid of step times (CSV or Parquet)",
     "optimize": "best TP/EP/micro-batch/batch under TPOT/TTFT and memory",
     "validate": "error against published end-to-end measurements",
+    "list": "built-in models and GPUs, their sources and calibration state",
 }
+
+
+# a command whose module has another name (a module named ``list`` would shadow the builtin
+# in this package's namespace once imported)
+_MODULES = {"list": "listing"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,7 +49,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     for name, help_ in COMMANDS.items():
         if only is None or name == only:
-            importlib.import_module(f".{name}", __name__).register(sub)
+            importlib.import_module(f".{_MODULES.get(name, name)}", __name__).register(sub)
         else:
             sub.add_parser(name, help=help_, add_help=False)
     return p

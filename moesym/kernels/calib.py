@@ -171,6 +171,9 @@ def kernel_calib(hw) -> KernelCalib:
                       f"default kernel calibration ({DEFAULTS.source})",
                       stacklevel=2)
         return DEFAULTS
+    if str(table.get("source", "")).startswith("transferred"):
+        warnings.warn(f"hardware {hw.name}: kernel calibration {table['source']}: "
+                      f"{hw.name}'s kernels were not measured", stacklevel=2)
     return parse_kernel_calib(table, hw.path or hw.name)
 
 

@@ -239,7 +239,7 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
             raise SpecError(f"{p}: malformed JSON ({exc.msg} at line {exc.lineno})") from None
         if not isinstance(raw, dict):
             raise SpecError(f"{p}: a config.json must hold a JSON object")
-        return from_hf_config(raw, name=p.parent.name or p.stem, source=str(p))
+        return from_hf_config(raw, name=_config_name(raw, p), source=str(p))
     path = _catalog() / f"{text.lower()}.toml"
     if not path.is_file():
         raise SpecError(f"unknown model {text!r}; built-in: {', '.join(builtin_models())} "
@@ -298,6 +298,13 @@ def _hf_weight_dtype(q: Any, where: str) -> str:
                 return "fp4"
     raise SpecError(f"{where}: quantization_config with quant_method {method!r} is not supported; "
                     f"use an fp8 or fp4 checkpoint or remove quantization_config")
+
+
+def _config_name(raw: Mapping[str, Any], path: Path) -> str:
+    """A model's name from its config: ``_name_or_path`` (last part), else ``model_type``, else
+    the file's folder."""
+    named = str(raw.get("_name_or_path") or "").rstrip("/").split("/")[-1]
+    return named or str(raw.get("model_type") or "") or path.parent.name or path.stem
 
 
 def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str = "config.json") -> ModelSpec:

@@ -1,0 +1,82 @@
+"""``moesym list {models,hardware}``: what is built in, where each figure comes from, and how
+each GPU is calibrated."""
+
+from __future__ import annotations
+
+from . import COMMANDS
+from .common import add_json, emit_json
+
+__all__ = ["register", "calibration_state"]
+
+
+def register(sub) -> None:
+    p = sub.add_parser("list", help=COMMANDS["list"])
+    p.add_argument("what", choices=("models", "hardware"))
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def calibration_state(hw) -> str:
+    """``fitted`` (its [kernel] table was fitted on its own measured kernels), ``transferred``
+    (copied from another GPU's fit), or ``datasheet only`` (no [kernel] table: peaks and
+    efficiency fractions only)."""
+    source = str(dict(hw.kernel).get("source", "")) if hw.kernel else ""
+    if not source:
+        return "datasheet only"
+    return "transferred" if source.startswith("transferred") else "fitted"
+
+
+def _hardware_rows() -> list[dict]:
+    import warnings
+
+    from ..specs.hardware import builtin_hardware, load_hardware
+
+    rows = []
+    for name in builtin_hardware():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            hw = load_hardware(name)
+        kernel_source = str(dict(hw.kernel).get("source", "")) if hw.kernel else ""
+        rows.append({"name": name, "description": hw.description if hasattr(hw, "description")
+                     else "", "kernel_calibration": calibration_state(hw),
+                     "kernel_source": kernel_source,
+                     "serving_efficiency": hw.efficiency.serving,
+                     "peaks_TFLOPs": {k: v / 1e12 for k, v in hw.peaks_flops.items()},
+                     "hbm_TBps": hw.hbm_bw_Bps / 1e12, "hbm_GB": hw.hbm_capacity_bytes / 1e9})
+    return rows
+
+
+def _model_rows() -> list[dict]:
+    from ..specs.model import builtin_models, load_model
+
+    rows = []
+    for name in builtin_models():
+        m = load_model(name)
+        rows.append({"name": name, "source": m.source, "attention": m.attention,
+                     "experts": m.num_experts, "experts_per_token": m.experts_per_token,
+                     "total_params_B": m.total_params() / 1e9,
+                     "active_params_B": m.active_params() / 1e9})
+    return rows
+
+
+def run(args) -> int:
+    rows = _hardware_rows() if args.what == "hardware" else _model_rows()
+    if args.json:
+        emit_json({args.what: rows})
+        return 0
+    if args.what == "hardware":
+        for r in rows:
+            peaks = ", ".join(f"{k} {v:g}" for k, v in r["peaks_TFLOPs"].items())
+            print(f"{r['name']:<8} kernel model: {r['kernel_calibration']:<14} "
+                  f"serving efficiency {r['serving_efficiency']:.3f}  {r['hbm_GB']:.0f} GB at "
+                  f"{r['hbm_TBps']:.2f} TB/s, {peaks} TFLOP/s")
+        print("fitted: [kernel] table fitted on that GPU's measured kernels (InferSim tables); "
+              "transferred: the H800 fit reused (predict says so); serving efficiency: the "
+              "end-to-end fit on published cases, 1 where none lowers it")
+        return 0
+    for r in rows:
+        moe = (f"{r['experts']} experts top-{r['experts_per_token']}" if r["experts"]
+               else "dense")
+        print(f"{r['name']:<16} {r['total_params_B']:7.1f}B total {r['active_params_B']:6.1f}B "
+              f"active  {r['attention']:<3}  {moe:<20}  {r['source']}")
+    return 0
