@@ -71,6 +71,8 @@ class ClosedForm:
     kind: str = "smooth"
     regime: Mapping[str, str] = field(default_factory=dict)
     timing: str = "kernel"
+    # the two sides of the equation (label, expression in ``variable``), for the pages' plots
+    sides: tuple = field(default=(), repr=False, compare=False)
 
     @property
     def latex(self) -> str:
@@ -106,12 +108,14 @@ def regime_at(step: StepModel, overrides: Mapping[sp.Symbol, float]) -> dict:
 
 
 def _answer(name: str, title: str, root: ModelRoot, eq: sp.Expr, values: Mapping, note: str,
-            step: StepModel | None, var: sp.Symbol, timing: str) -> ClosedForm:
+            step: StepModel | None, var: sp.Symbol, timing: str, sides: tuple = ()) -> ClosedForm:
     regime = regime_at(step, {var: root.exact}) if step is not None else {}
     vals = {k: v for k, v in values.items() if k != var and k in eq.free_symbols}
+    used = set().union(*(sp.sympify(e).free_symbols for _, e in sides)) if sides else set()
+    vals.update({k: v for k, v in values.items() if k != var and k in used})
     return ClosedForm(name, title, root.expr, vals, float(root.exact), root.condition,
                       f"{note} Closed form: {root.note}.", eq, var, root.value, root.kind,
-                      regime, timing)
+                      regime, timing, tuple(sides))
 
 
 def _all_experts_read(expr: sp.Expr) -> sp.Expr:
@@ -166,9 +170,12 @@ def crossover(model: ModelSpec, hw: HardwareSpec, dep: Deployment, lazy: bool = 
                  "tiles.")
     if len(up) > 1:
         note += f" The roofline flips {len(found)} times up to {b_max} (tile steps)."
+    mem_side = memory if lazy else _all_experts_read(memory)
     return _answer("crossover" + ("" if lazy else "_no_lazy"),
                    "Routed-expert crossover batch (memory- to compute-bound)", root, eq, vals,
-                   note, step if lazy else None, S.batch, dep.timing)
+                   note, step if lazy else None, S.batch, dep.timing,
+                   (("routed experts: tensor time", compute), ("routed experts: memory time",
+                                                               mem_side)))
 
 
 def attention_overtakes_moe(model: ModelSpec, hw: HardwareSpec, dep: Deployment,
@@ -180,7 +187,9 @@ def attention_overtakes_moe(model: ModelSpec, hw: HardwareSpec, dep: Deployment,
         raise MoesymError(f"{model.name} is dense: no MoE layer to compare with")
     step = _decode_step(model, hw, dep, context)
     t = step.terms
-    eq = t["attention_core"].total_s - smax(t["moe_routed"].total_s, t["moe_weight_load"].total_s)
+    attn, moe = t["attention_core"].total_s, smax(t["moe_routed"].total_s,
+                                                  t["moe_weight_load"].total_s)
+    eq = attn - moe
     vals = dict(step.values)
     found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True)
     if not found:
@@ -195,7 +204,7 @@ def attention_overtakes_moe(model: ModelSpec, hw: HardwareSpec, dep: Deployment,
     return _answer("attention_overtakes_moe",
                    "Batch where attention's KV read overtakes the MoE layer", root, eq, vals,
                    f"Decode at context {context}, one layer, as predict times it.", step,
-                   S.batch, dep.timing)
+                   S.batch, dep.timing, (("attention core", attn), ("MoE experts", moe)))
 
 
 def max_batch_for_tpot(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int,
@@ -223,7 +232,8 @@ def max_batch_for_tpot(model: ModelSpec, hw: HardwareSpec, dep: Deployment, cont
     root = closed_form_at(eq, S.batch, vals, (last, last + 1), last, integer=True)
     return _answer("max_batch_for_tpot", title, root, eq, vals,
                    f"Decode at context {context}: predict's step time at every batch.", step,
-                   S.batch, dep.timing)
+                   S.batch, dep.timing, (("step time", step.expr),
+                                         ("TPOT target", sp.Float(tpot_s))))
 
 
 def comm_hidden(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int,
@@ -252,7 +262,9 @@ def comm_hidden(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: in
     root = closed_form_at(eq, S.batch, vals, (a, b), b, integer=True)
     return _answer(name, title, root, eq, vals,
                    f"Decode at context {context}, {dep.micro_batches} micro-batch(es), the "
-                   "overlap schedule predict runs.", step, S.batch, dep.timing)
+                   "overlap schedule predict runs.", step, S.batch, dep.timing,
+                   (("layer, overlapped", step.layer_s), ("layer, compute only",
+                                                          step.layer_compute_s)))
 
 
 def micro_batches_pay(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int,
@@ -268,8 +280,9 @@ def micro_batches_pay(model: ModelSpec, hw: HardwareSpec, dep: Deployment, conte
                           "or --ep 1 has none to hide")
     two = _decode_step(model, hw, dep.with_(micro_batches=2), context)
     one = _decode_step(model, hw, dep.with_(micro_batches=1, overlap="auto"), context)
-    eq = (substitute(two.expr, {S.micro_batches: 2})
-          - substitute(one.expr, {S.micro_batches: 1}))
+    t2 = substitute(two.expr, {S.micro_batches: 2})
+    t1 = substitute(one.expr, {S.micro_batches: 1})
+    eq = t2 - t1
     vals = {k: v for k, v in {**one.values, **two.values}.items() if k != S.micro_batches}
     name, title = "micro_batches_pay", "Batch from which two micro-batches beat one"
     found = sign_changes(eq, S.batch, vals, 2, b_max, integer=True)
@@ -285,7 +298,8 @@ def micro_batches_pay(model: ModelSpec, hw: HardwareSpec, dep: Deployment, conte
     return _answer(name, title, root, eq, vals,
                    f"Decode at context {context}: step time with two micro-batches minus with "
                    f"one (schedules: {dep.overlap} for two, auto for one), A2A "
-                   f"{dep.resolved_a2a(Phase.DECODE).value}.", two, S.batch, dep.timing)
+                   f"{dep.resolved_a2a(Phase.DECODE).value}.", two, S.batch, dep.timing,
+                   (("step, two micro-batches", t2), ("step, one micro-batch", t1)))
 
 
 CLOSED_FORMS = ("crossover", "crossover_no_lazy", "attention_overtakes_moe", "max_batch_for_tpot",

@@ -10,7 +10,7 @@ import numpy as np
 from .errors import MoesymError
 from .model.report import BREAKDOWN_KEYS
 
-__all__ = ["breakdown_bar", "term_roofline", "pareto_plot", "timeline_gantt"]
+__all__ = ["breakdown_bar", "equation_sides", "term_roofline", "pareto_plot", "timeline_gantt"]
 
 
 def _plt():
@@ -102,5 +102,39 @@ def timeline_gantt(timeline: list[dict], path: str | Path, title: str = "") -> P
     ax.invert_yaxis()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def equation_sides(answers, path: str | Path, xlabel: str = "") -> Path | None:
+    """Both sides of a ``derive`` equation against its variable (log-log), one colour per side,
+    solid for the first answer (the kernel model) and dashed for the others (the roofline), with
+    each answer's value marked. ``answers``: ``[(label, ClosedForm)]``; None when no answer has
+    sides to draw."""
+    from .compile import evaluate
+
+    drawn = [(label, cf) for label, cf in answers if cf.sides and cf.variable is not None
+             and np.isfinite(cf.value)]
+    if not drawn:
+        return None
+    plt = _plt()
+    lo = min(cf.value for _, cf in drawn) / 8
+    hi = max(cf.value for _, cf in drawn) * 8
+    x = np.geomspace(max(lo, 1.0), hi, 200)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    colours = ("tab:blue", "tab:orange")
+    for n, (label, cf) in enumerate(drawn):
+        style = "-" if n == 0 else "--"
+        short = label.split(" (")[0]
+        for (side, expr), colour in zip(cf.sides, colours):
+            y = np.broadcast_to(evaluate(expr, cf.values, {cf.variable: x}), x.shape)
+            ax.loglog(x, y * 1e6, style, color=colour, label=f"{side} ({short})")
+        ax.axvline(cf.value, color="grey", ls=style, lw=0.8)
+    ax.set_xlabel(xlabel or str(drawn[0][1].variable))
+    ax.set_ylabel("time (us)")
+    ax.set_title(drawn[0][1].title, fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return Path(path)

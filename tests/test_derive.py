@@ -195,6 +195,12 @@ def test_committed_pages_match_the_code(tmp_path):
         assert committed.read_text() == p.read_text(), (
             f"derivations/{p.name} differs from the code: run `moesym derive pages`")
     assert {p.name for p in written} == {p.name for p in root.glob("*.md")}
+    # the figures the pages show (both sides of each equation) are committed with them
+    import re
+
+    for p in written:
+        for fig in re.findall(r"!\[[^]]*\]\(([^)]+)\)", p.read_text()):
+            assert (root / fig).is_file(), f"derivations/{fig} is missing: run moesym derive pages"
 
 
 def _instance_predict(model, hw, dep, e, batch, context=4096):
