@@ -97,6 +97,9 @@ def _both(fn, dep: Deployment, *args, **kw):
     return out
 
 
+_N_CASES = 9  # pages _cases() yields (the progress bar's total only)
+
+
 def _cases():
     ds, h800 = load_model("deepseek-v3"), load_hardware("h800")
     ep128 = Deployment(gpus=128, ep=128, weights="fp8")
@@ -146,12 +149,16 @@ def _cases():
            "context 4096", dv.gpus_for_throughput)
 
 
-def write_all(folder: Path) -> list[Path]:
-    """Write every page into ``folder``; return the paths written."""
+def write_all(folder: Path, progress: bool = False) -> list[Path]:
+    """Write every page into ``folder``; return the paths written. ``progress``: a bar on
+    stderr (a terminal only) over the pages, which take about half a minute."""
+    from .progress import progress_bar
+
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, answers, config, fn in _cases():
+    for name, answers, config, fn in progress_bar(_cases(), "derive pages", progress,
+                                                  total=_N_CASES):
         p = folder / f"{name}.md"
         figure = _figure(answers, folder / f"{name}.png")
         p.write_text(render(answers, config, fn, figure))

@@ -14,14 +14,17 @@ __all__ = ["progress_bar"]
 T = TypeVar("T")
 
 
-def progress_bar(items: Iterable[T], desc: str, enabled: bool = True) -> Iterable[T]:
-    """``items``, with a tqdm bar on stderr when ``enabled`` and stderr is a terminal."""
+def progress_bar(items: Iterable[T], desc: str, enabled: bool = True,
+                 total: int | None = None) -> Iterable[T]:
+    """``items``, with a tqdm bar on stderr when ``enabled`` and stderr is a terminal; a
+    generator stays lazy (give its ``total`` for a bar with an end)."""
     if not enabled or not sys.stderr.isatty():
         return items
     try:
         from tqdm import tqdm
     except ImportError:  # pragma: no cover - tqdm is a dependency
         return items
-    items = list(items)
-    return tqdm(items, desc=desc, total=len(items), file=sys.stderr, leave=False,
+    if total is None and hasattr(items, "__len__"):
+        total = len(items)
+    return tqdm(items, desc=desc, total=total, file=sys.stderr, leave=False,
                 mininterval=0.5, delay=1.0)

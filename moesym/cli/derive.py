@@ -225,6 +225,6 @@ def _pages(args) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise MoesymError(f"--out {out} is not a folder")
-    for p in write_all(out):
+    for p in write_all(out, progress=True):
         print(p)
     return 0
