@@ -37,6 +37,8 @@ DERIVES = {
     "tpot": f"derive tpot {V3} {DEP} --tpot-ms 50 --json",
     "optimal-ep": f"derive optimal-ep {V3} --batch 128 --gpus 128 --weights fp8 --json",
     "comm-hidden": f"derive comm-hidden {V3} {DEP} --json",
+    "micro-batches": "derive micro-batches deepseek-v3 --hardware h100 --weights fp8 --gpus 72 "
+                     "--ep 72 --redundant-experts 32 --a2a deepep-ll --context 2048 --json",
     "ep-min-tpot": f"derive ep-min-tpot {V3} --gpus 128 --weights fp8 --total-batch 4096 "
                    "--a2a allgather --json",
     "gpus-for-throughput": f"derive gpus-for-throughput {V3} {DEP} --tokens-per-s 200000 "
