@@ -139,3 +139,53 @@ def test_bad_input_is_a_one_line_exit_2_error_naming_the_field(argv, field, tmp)
     assert len(errors) == 1, text
     assert "Traceback" not in text
     assert field in errors[0], errors[0]
+
+
+# --- random argument vectors: any failure is one line, exit 2 ------------------------------------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_VALUES = ["0", "-1", "1", "2", "3", "7", "8", "64", "1.5", "nan", "inf", "x", "", "fp8", "bf16",
+           "fp4", "zipf:1", "zipf:-2", "decode", "prefill", "auto", "deepep-ll", "allgather",
+           "h800", "h20", "nosuch", "1:8", "8:1", "4,8"]
+_FLAGS = {
+    "predict": ["--hardware", "--phase", "--batch", "--tokens", "--context", "--chunk", "--gpus",
+                "--gpus-per-node", "--tp", "--ep", "--micro-batches", "--weights", "--kv",
+                "--a2a", "--routing", "--redundant-experts", "--layout", "--overlap", "--timing"],
+    "routing": ["--experts", "--topk", "--tokens", "--ep", "--groups", "--topk-groups",
+                "--routing", "--placement"],
+    "comm": ["--tokens", "--hidden", "--topk", "--experts", "--ep", "--mode", "--hardware",
+             "--groups", "--topk-groups", "--gpus-per-node"],
+}
+_HEAD = {"predict": ["predict", "qwen3-30b-a3b", "--hardware", "h20", "--phase", "decode"],
+         "routing": ["routing", "--experts", "64", "--topk", "4", "--tokens", "32", "--ep", "8"],
+         "comm": ["comm", "dispatch", "--hardware", "h800", "--mode", "normal", "--tokens", "8",
+                  "--hidden", "1024", "--topk", "2", "--experts", "16", "--ep", "4"]}
+
+
+@st.composite
+def _argv(draw):
+    cmd = draw(st.sampled_from(sorted(_FLAGS)))
+    pairs = draw(st.lists(st.tuples(st.sampled_from(_FLAGS[cmd]), st.sampled_from(_VALUES)),
+                          max_size=6))
+    return _HEAD[cmd] + [x for f, v in pairs for x in (f, v)]
+
+
+@settings(max_examples=150, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(_argv())
+def test_random_argument_vectors_fail_in_one_line_with_exit_2(argv):
+    err, out = io.StringIO(), io.StringIO()
+    with redirect_stderr(err), redirect_stdout(out):
+        try:
+            rc = main(argv + ["--json"])
+        except SystemExit as exc:
+            rc = exc.code
+    text = err.getvalue()
+    assert "Traceback" not in text
+    errors = [ln for ln in text.splitlines() if ln.startswith("moesym: error")]
+    if rc == 0:
+        assert not errors, text
+    else:
+        assert rc == 2, (argv, text)  # exit 1 would be an unexpected exception
+        assert len(errors) == 1, text
