@@ -300,3 +300,34 @@ def test_memory_option_flags_override_engine_defaults():
     bad = subprocess.run(argv + ["--memory-option", "nope=1"], capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "--memory-option" in bad.stderr
+
+
+def test_memory_options_reach_predict_sweep_and_optimize(tmp_path, capsys):
+    """--memory-option rides on the deployment: predict, sweep and optimize read it as memory
+    does. The reserve is reserve_fraction x HBM capacity, so raising it from the default 0.04 to
+    0.30 adds 0.26 x 80 GB on an H800."""
+    import csv
+    import json
+
+    from moesym.cli import main
+
+    base = ["deepseek-v3", "--hardware", "h800", "--gpus", "16", "--weights", "fp8"]
+    opt = ["--memory-option", "reserve_fraction=0.3"]
+
+    def predicted(extra):
+        assert main(["predict", *base, "--phase", "decode", "--batch", "64", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)["memory_bytes"]
+
+    assert predicted(opt) - predicted([]) == pytest.approx(0.26 * 80e9, rel=1e-9)
+    out = tmp_path / "s.csv"
+    assert main(["sweep", *base, "--phase", "decode", "--batch", "64", "--out", str(out), *opt]) == 0
+    capsys.readouterr()
+    with out.open() as f:
+        assert float(next(csv.DictReader(f))["memory_bytes"]) == pytest.approx(predicted(opt))
+
+    def best(extra):
+        assert main(["optimize", *base[:-2], "--gpus", "32", "--phase", "decode", "--context",
+                     "4096", "--tpot-ms", "100", "--weights", "fp8", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)["best"]["batch"]
+
+    assert best(opt) < best([])  # memory binds the batch here: a larger reserve, a smaller one

@@ -121,6 +121,9 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
     g.add_argument("--layout", choices=("auto", "contiguous", "masked", "batched"), default="auto",
                    help="expert activation layout (auto: masked after DeepEP low-latency "
                         "dispatch, contiguous otherwise)")
+    g.add_argument("--memory-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a serving-engine memory default (repeatable; moesym memory "
+                        "--help lists the keys): KV block size, reserve, MTP layers, buffers")
 
 
 def add_workload(p: argparse.ArgumentParser, phase: bool = True, required_phase: bool = True) -> None:
@@ -158,7 +161,23 @@ def deployment_from(args) -> Deployment:
                       weights=args.weights, kv=args.kv, a2a=A2AMode(one(args.a2a, "auto")),
                       routing=Routing.parse(args.routing),
                       redundant_experts=args.redundant_experts, layout=args.layout,
-                      overlap=args.overlap, timing=args.timing)
+                      overlap=args.overlap, timing=args.timing,
+                      memory_options=_memory_option_pairs(getattr(args, "memory_option", [])))
+
+
+def _memory_option_pairs(items: list[str]) -> tuple:
+    """``KEY=VALUE`` flags as the deployment's (name, value) pairs, checked by building the
+    options (a bad key or value is a one-line error)."""
+    if not items:
+        return ()
+    import dataclasses
+
+    from .memory import memory_options
+
+    opts = memory_options(items)
+    given = {item.partition("=")[0].strip().replace("-", "_") for item in items}
+    return tuple((f.name, getattr(opts, f.name)) for f in dataclasses.fields(opts)
+                 if f.name in given)
 
 
 def workload_from(args, phase: str | None = None) -> Workload:

@@ -27,9 +27,6 @@ def register(sub) -> None:
     add_workload(p, required_phase=False)
     add_deployment(p)
     add_json(p)
-    names = ", ".join(f.name for f in dataclasses.fields(MemoryOptions))
-    p.add_argument("--memory-option", action="append", default=[], metavar="KEY=VALUE",
-                   help=f"override a serving-engine default (repeatable): {names}")
     p.set_defaults(func=run)
 
 
@@ -76,7 +73,7 @@ def _gb(x: float) -> str:
 def run(args) -> int:
     model, hw = model_hw_from(args)
     dep, wl = deployment_from(args), workload_from(args)
-    r = memory_report(model, hw, dep, wl, memory_options(args.memory_option))
+    r = memory_report(model, hw, dep, wl)  # --memory-option rides on the deployment
     if args.json:
         out = {k: r[k] for k in CONTRACT_KEYS}
         out.update({k: v for k, v in r.items() if k not in out})

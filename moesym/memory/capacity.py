@@ -377,7 +377,7 @@ class MemoryModel:
 def memory_model(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
                  workload: Workload | None = None, options: MemoryOptions | None = None) -> MemoryModel:
     """Build the :class:`MemoryModel` (checks that ``deployment`` can shard ``model``)."""
-    opts = options or MemoryOptions()
+    opts = options or MemoryOptions(**dict(deployment.memory_options))
     wl = workload or Workload(Phase.DECODE)
     deployment.check_model(model)
     exprs = memory_expressions(model, deployment, wl.phase, opts)

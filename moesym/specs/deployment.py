@@ -124,6 +124,8 @@ class Deployment:
     layout: str = "auto"  # grouped-GEMM activation layout: auto, contiguous, masked, batched
     overlap: str = "auto"  # overlap schedule: auto, a built-in name, or a schedule .toml path
     timing: str = "kernel"  # time model: kernel (calibrated kernel model) or roofline
+    # serving-engine memory settings (moesym.memory.MemoryOptions fields), as (name, value) pairs
+    memory_options: tuple = ()
 
     def __post_init__(self) -> None:
         _pos_int("--gpus", self.gpus)
