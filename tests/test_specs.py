@@ -266,3 +266,16 @@ def test_valid_mask_is_what_a_deployment_accepts(name, a2a):
                     accepted = False
                 mask = bool(valid_mask(m, gpus, ep, tp, 0, A2AMode(a2a), 8))
                 assert mask == accepted, (gpus, ep, tp)
+
+
+@pytest.mark.parametrize("field,value", [("index_topk", 2048), ("full_attention_interval", 4),
+                                         ("attn_output_gate", True)])
+def test_an_unmodelled_cost_field_is_said_not_ignored(field, value):
+    """Config fields that change the cost and are not modelled (DeepSeek-V3.2's sparse
+    attention, Qwen3-Next's hybrid linear attention, gated attention output) warn, naming the
+    field, instead of being read as plain full attention in silence."""
+    cfg = {"hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
+           "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 1000,
+           "intermediate_size": 4096, field: value}
+    with pytest.warns(UserWarning, match=f"config field '{field}'"):
+        from_hf_config(cfg)

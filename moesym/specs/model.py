@@ -307,13 +307,38 @@ def _config_name(raw: Mapping[str, Any], path: Path) -> str:
     return named or str(raw.get("model_type") or "") or path.parent.name or path.stem
 
 
+#: config fields that change the cost of a step and that moesym does not model yet: each is said
+#: in one warning line naming the field and what is timed instead (never silently ignored)
+_UNMODELLED = (
+    ("index_topk", "DeepSeek sparse attention (an indexer keeps the top {v} KV entries per query) "
+                   "is not modelled: attention is timed over the whole context and the indexer's "
+                   "own cost is left out"),
+    ("full_attention_interval", "hybrid linear attention (gated DeltaNet in all but one of "
+                                "every {v} layers, a fixed recurrent state instead of KV) is not "
+                                "modelled: every layer is timed as full attention with a KV cache"),
+    ("attn_output_gate", "the gated attention output (an extra gate projection) is not modelled"),
+    ("vision_config", "the vision encoder is not modelled: the text decoder only"),
+)
+
+
+def _warn_unmodelled(top: Mapping[str, Any], raw: Mapping[str, Any], where: str) -> None:
+    import warnings
+
+    for key, what in _UNMODELLED:
+        v = raw.get(key, top.get(key))
+        if v not in (None, False, 0, {}):
+            warnings.warn(f"{where}: config field '{key}': " + what.format(v=v), stacklevel=3)
+
+
 def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str = "config.json") -> ModelSpec:
-    """Parse a HuggingFace ``config.json`` (as a dict) into a :class:`ModelSpec`."""
+    """Parse a HuggingFace ``config.json`` (as a dict) into a :class:`ModelSpec`; a field that
+    changes the cost and is not modelled (:data:`_UNMODELLED`) is said in a warning."""
     where = source
     top = raw
     if isinstance(raw.get("text_config"), dict):  # Llama-4, Qwen3.5 and other multimodal wrappers
         raw = {**raw["text_config"], **{k: v for k, v in raw.items()
                                          if k == "quantization_config"}}
+    _warn_unmodelled(top, raw, where)
     c = _Cfg(raw, where)
     for f in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
         if not c.has(f):
