@@ -81,9 +81,6 @@ def _check_outputs(args) -> None:
                               "choose another path")
         if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
             raise MoesymError(f"{flag} {value}: not writable; choose another path")
-        if path.exists() and hasattr(args, "force") and not args.force:
-            raise MoesymError(f"{flag} {value}: exists; add --force to overwrite it or choose "
-                              "another path")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ from ..specs.model import ModelSpec, load_model
 
 __all__ = ["add_model_hw", "add_deployment", "add_workload", "add_json", "deployment_from",
            "workload_from", "model_hw_from", "emit_json", "positive_int", "positive_float",
-           "fmt_s", "add_bench_data", "add_force"]
+           "fmt_s", "add_bench_data"]
 
 
 def positive_int(text: str) -> int:
@@ -138,11 +138,6 @@ def add_workload(p: argparse.ArgumentParser, phase: bool = True, required_phase:
     g.add_argument("--context", type=positive_int, default=4096,
                    help="prompt length (prefill) or mean KV length (decode)")
     g.add_argument("--chunk", type=positive_int, default=None, help="prefill chunk length")
-
-
-def add_force(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--force", action="store_true",
-                   help="overwrite an output file that exists (refused otherwise)")
 
 
 def add_json(p: argparse.ArgumentParser) -> None:

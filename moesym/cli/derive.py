@@ -7,7 +7,7 @@ from pathlib import Path
 from .. import derive as dv
 from ..errors import MoesymError
 from . import COMMANDS
-from .common import (add_deployment, add_force, add_json, add_model_hw, add_workload, deployment_from, emit_json,
+from .common import (add_deployment, add_json, add_model_hw, add_workload, deployment_from, emit_json,
                      model_hw_from, positive_float, positive_int)
 
 __all__ = ["register"]
@@ -34,7 +34,6 @@ def register(sub) -> None:
     c = _closed_form(s, "crossover", "decode batch per GPU where routed experts turn compute-bound",
                      _crossover)
     c.add_argument("--no-lazy", action="store_true", help="every local expert is read each step")
-    add_force(c)
     c.add_argument("--plot", default=None, metavar="FILE.png",
                    help="roofline of each term against batch with the crossover marked")
 

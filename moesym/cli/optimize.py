@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..optimize import disaggregate, optimize
 from . import COMMANDS
-from .common import (add_deployment, add_force, add_json, add_model_hw, deployment_from, emit_json, fmt_s,
+from .common import (add_deployment, add_json, add_model_hw, deployment_from, emit_json, fmt_s,
                      model_hw_from, positive_float, positive_int)
 
 __all__ = ["register"]
@@ -22,7 +22,6 @@ def register(sub) -> None:
     p.add_argument("--disaggregate", default=None, metavar="IN:OUT",
                    help="also size prefill/decode pools for prompts of IN and outputs of OUT tokens")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="write the Pareto front")
-    add_force(p)
     add_deployment(p, search=True)
     add_json(p)
     p.set_defaults(func=run)

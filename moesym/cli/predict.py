@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..model.report import BREAKDOWN_KEYS
 from . import COMMANDS
-from .common import (add_deployment, add_force, add_json, add_model_hw, add_workload, deployment_from, emit_json,
+from .common import (add_deployment, add_json, add_model_hw, add_workload, deployment_from, emit_json,
                      fmt_s, model_hw_from, workload_from)
 
 __all__ = ["register"]
@@ -18,7 +18,6 @@ def register(sub) -> None:
     add_json(p)
     p.add_argument("--show-expr", action="store_true", help="print each term's SymPy expression")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="write a breakdown bar chart")
-    add_force(p)
     p.add_argument("--timeline", nargs="?", const=True, default=None, metavar="FILE.png",
                    help="print one steady-state layer of the overlap schedule, operation by "
                         "operation (JSON key timeline); with FILE.png also draw it")

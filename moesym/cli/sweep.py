@@ -9,7 +9,7 @@ from ..specs.model import load_model
 from ..sweep import (dask_client, parse_list, sweep_columns, sweep_dask, write_sweep,
                      write_sweep_dask)
 from . import COMMANDS
-from .common import add_deployment, add_force, add_no_cache, deployment_from
+from .common import add_deployment, add_no_cache, deployment_from
 
 __all__ = ["register"]
 
@@ -34,7 +34,6 @@ def register(sub) -> None:
                         "Parquet writer encodes one chunk while the next is evaluated; "
                         "2000000 per dask partition)")
     p.add_argument("--out", required=True, help="output .csv or .parquet")
-    add_force(p)
     p.add_argument("--backend", choices=("local", "dask"), default="local",
                    help="local: stream chunks from this process; dask: one partition per chunk "
                         "on a dask cluster (needs moesym[dask]; .parquet is then a directory)")
