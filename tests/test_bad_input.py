@@ -26,8 +26,6 @@ CASES = [
     (["predict", *Q8, *DEC, "--batch", "1.5"], "--batch"),
     (["predict", *Q8, *DEC, "--context", "0"], "--context"),
     (["predict", *Q8, *DEC, "--context", "nan"], "--context"),
-    (["predict", *Q8, *DEC, "--tokens", "100"], "--tokens"),
-    (["predict", *Q8, "--phase", "prefill", "--batch", "100"], "--batch"),
     (["predict", *Q8, "--phase", "train"], "--phase"),
     (["predict", *Q8, *DEC, "--gpus", "0"], "--gpus"),
     (["predict", *Q8, *DEC, "--gpus", "16", "--gpus-per-node", "6"], "--gpus-per-node"),
@@ -84,7 +82,6 @@ CASES = [
     (["optimize", *Q8, "--gpus", "1", *DEC, "--context", "1024", "--tpot-ms", "-5"],
      "--tpot-ms"),
     # derive
-    (["derive", "crossover", *V3, "--gpus", "8", "--tokens", "5"], "--tokens"),
     (["derive", "tpot", *V3, "--gpus", "8", "--tpot-ms", "0"], "--tpot-ms"),
     (["derive", "solve", *V3, "--gpus", "8", "--equal", "step", "nosuch", "--for", "batch"],
      "nosuch"),
@@ -189,3 +186,16 @@ def test_random_argument_vectors_fail_in_one_line_with_exit_2(argv):
     else:
         assert rc == 2, (argv, text)  # exit 1 would be an unexpected exception
         assert len(errors) == 1, text
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["predict", *Q8, *DEC, "--tokens", "100"], "--tokens"),
+    (["predict", *Q8, "--phase", "prefill", "--batch", "100"], "--batch"),
+    (["derive", "crossover", *V3, "--gpus", "8", "--weights", "fp8", "--tokens", "5"], "--tokens"),
+])
+def test_a_flag_of_the_other_phase_is_said_not_ignored(argv, flag):
+    """A workload flag of the other phase has no effect; it is said in one warning line (an
+    error would break callers that pass one workload to both phases)."""
+    with pytest.warns(UserWarning, match=f"{flag} .*no effect|{flag} has no effect"):
+        with redirect_stdout(io.StringIO()):
+            assert main(argv) == 0

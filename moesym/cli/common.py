@@ -176,18 +176,23 @@ def _memory_option_pairs(items: list[str]) -> tuple:
 
 
 def workload_from(args, phase: str | None = None) -> Workload:
-    """The workload the flags name; a flag of the other phase is an error, not ignored."""
+    """The workload the flags name; a flag of the other phase is said in a one-line warning
+    (it has no effect there), never ignored in silence."""
+    import warnings
+
     ph = Phase(phase or args.phase)
     if ph is Phase.PREFILL:
         if getattr(args, "batch", None) is not None:
-            raise MoesymError("--batch counts decode requests; a prefill step takes --tokens "
-                              "(tokens per step) and --context (prompt length)")
+            warnings.warn("--batch counts decode requests and has no effect on a prefill step, "
+                          "which takes --tokens (tokens per step) and --context (prompt length)",
+                          stacklevel=2)
         return Workload(ph, tokens=args.tokens or args.context, context=args.context,
                         chunk=getattr(args, "chunk", None) or 0)
     for flag in ("tokens", "chunk"):
         if getattr(args, flag, None) is not None:
-            raise MoesymError(f"--{flag} sets a prefill step; a decode step takes --batch "
-                              "(requests) and --context (mean KV length)")
+            warnings.warn(f"--{flag} sets a prefill step and has no effect on a decode step, "
+                          "which takes --batch (requests) and --context (mean KV length)",
+                          stacklevel=2)
     return Workload(ph, batch=args.batch or 1, context=args.context)
 
 

@@ -101,14 +101,17 @@ def register(sub) -> None:
 
 def _deployment(args):
     """The deployment of the flags; closed forms are decode questions, so a pinned overlap
-    schedule must run the deployment's micro-batch count in decode, and prefill flags are an
-    error rather than ignored."""
+    schedule must run the deployment's micro-batch count in decode, and prefill flags are said
+    to have no effect rather than ignored in silence."""
     from ..specs.deployment import Phase
 
     for flag in ("tokens", "chunk"):
         if getattr(args, flag, None) is not None:
-            raise MoesymError(f"--{flag}: derive {args.what} is a decode question (batch, "
-                              "context); use derive solve --phase prefill for prefill steps")
+            import warnings
+
+            warnings.warn(f"--{flag} has no effect: derive {args.what} is a decode question "
+                          "(batch, context); derive solve --phase prefill answers prefill "
+                          "steps", stacklevel=2)
 
     dep = deployment_from(args)
     dep.check_overlap(Phase.DECODE)
