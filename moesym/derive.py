@@ -363,9 +363,9 @@ def optimal_ep(model: ModelSpec, hw: HardwareSpec, workload: Workload,
 
 
 def _instance_time(model: ModelSpec, hw: HardwareSpec, base: Deployment, context: int,
-                   per_rank_batch: sp.Expr, timing: str) -> tuple[sp.Expr, dict]:
-    """Decode step time of an instance that grows with EP (N_gpu = e_p) on the named time
-    model, with the per-attention-DP-rank batch given as an expression of e_p. Two
+                   per_rank_batch: sp.Expr) -> tuple[sp.Expr, dict]:
+    """Decode step time on the roofline (the closed forms' relaxation) of an instance that grows
+    with EP (N_gpu = e_p), with the per-attention-DP-rank batch given as an expression of e_p. Two
     approximations make it a function of a continuous e_p: lazy loading off (every local expert
     is read each step: exact once every expert gets a token, conservative below) and tile and
     wave counts relaxed (ceilings dropped); routing is balanced (the busiest rank's expected
@@ -375,7 +375,7 @@ def _instance_time(model: ModelSpec, hw: HardwareSpec, base: Deployment, context
 
     if not model.is_moe:
         raise MoesymError(f"{model.name} is dense: it has no expert parallelism to choose")
-    rep = base.with_(gpus=16, ep=16, timing=timing, routing="balanced")
+    rep = base.with_(gpus=16, ep=16, timing="roofline", routing="balanced")
     base.check_overlap(Phase.DECODE)
     step = build_step(model, hw, rep, Workload(Phase.DECODE, batch=1, context=context))
     expr = substitute(substitute(step.expr, {S.gpus: S.ep}), {S.batch: per_rank_batch})
@@ -462,7 +462,7 @@ def ep_min_tpot(model: ModelSpec, hw: HardwareSpec, total_batch: int, context: i
     if not fit:
         raise MoesymError(f"no EP up to {int(max_ep)} fits {total_batch} requests in memory")
     value = min(fit, key=lambda r: r[1])[0]
-    expr, vals = _instance_time(model, hw, base, context, per_rank, "roofline")
+    expr, vals = _instance_time(model, hw, base, context, per_rank)
     vals[S.total_batch] = float(total_batch)
     e_roof = _argmin_ep(expr, vals, lo, max_ep) if max_ep > lo else None
     root, cond, closed, extra = None, sp.true, None, ""
@@ -500,12 +500,6 @@ def gpus_for_throughput(model: ModelSpec, hw: HardwareSpec, target_tokens_s: flo
     base = base or Deployment()
     per_rank = S.target_tokens_s * S.tpot_target * S.tp / S.ep
 
-    def equation(timing):
-        expr, vals = _instance_time(model, hw, base, context, per_rank, timing)
-        vals[S.target_tokens_s] = float(target_tokens_s)
-        vals[S.tpot_target] = float(tpot_s)
-        return expr - S.tpot_target, vals
-
     title = "Smallest instance meeting a throughput target"
     rows = _instance_table(model, hw, base, context,
                            lambda e: target_tokens_s * tpot_s * base.tp / e, max_gpus)
@@ -514,7 +508,10 @@ def gpus_for_throughput(model: ModelSpec, hw: HardwareSpec, target_tokens_s: flo
         raise MoesymError(f"no instance up to {max_gpus} GPUs reaches {target_tokens_s:g} "
                           f"tokens/s at TPOT {tpot_s * 1e3:g} ms within memory: relax --tpot-ms")
     value = float(meets[0][0])
-    eq, vals = equation("roofline")
+    expr, vals = _instance_time(model, hw, base, context, per_rank)
+    vals[S.target_tokens_s] = float(target_tokens_s)
+    vals[S.tpot_target] = float(tpot_s)
+    eq = expr - S.tpot_target
     root = None
     if float(evaluate(eq, vals, {S.ep: 1.0})) > 0:
         try:

@@ -17,12 +17,20 @@ from statistics import NormalDist
 
 import numpy as np
 
-__all__ = ["DISTINCT_FUNCTIONS", "NUMPY_FUNCTIONS", "binomial_cdf", "erfinv", "load_cdf", "log_interp", "max_binomial_mean", "on_distinct",
-           "padded_rows_mean"]
+__all__ = ["DISTINCT_FUNCTIONS", "NUMPY_FUNCTIONS", "binomial_cdf", "erfinv", "load_cdf",
+           "log_interp", "max_binomial_mean", "on_distinct", "padded_rows_mean"]
 
 _SIGMAS = 10.0  # CDF window half-width in standard deviations; mass outside is < 1e-22
 _MAX_WIDTH = 4096  # widest exact summation window; wider (huge loads) uses the normal form
 _EXACT_MAX_MEAN = 64.0  # exact summation only below this mean load
+
+
+def _sps():
+    """scipy.special, imported on first use: it takes ~0.12 s to load, and compiled models do
+    not need it (:data:`DISTINCT_FUNCTIONS`, the window recurrence of :func:`max_binomial_mean`)."""
+    from scipy import special
+
+    return special
 
 
 def binomial_cdf(j, trials, p):
@@ -37,10 +45,8 @@ def binomial_cdf(j, trials, p):
     a = np.where(mid, trials - j, 1.0)
     b = np.where(mid, j + 1.0, 1.0)
     x = np.where(mid, 1.0 - p, 0.5)
-    from scipy import special as sps  # imported here: scipy.special takes ~0.12 s to load
-
     with np.errstate(invalid="ignore"):
-        out[mid] = sps.betainc(a, b, x)[mid]
+        out[mid] = _sps().betainc(a, b, x)[mid]
     out[top] = 1.0
     return out
 
@@ -49,9 +55,7 @@ def _poisson_cdf(j, mean):
     j, mean = np.broadcast_arrays(np.asarray(j, float), np.asarray(mean, float))
     out = np.zeros(j.shape)
     ok = j >= 0
-    from scipy import special as sps
-
-    out[ok] = sps.gammaincc(np.floor(j[ok]) + 1.0, mean[ok])
+    out[ok] = _sps().gammaincc(np.floor(j[ok]) + 1.0, mean[ok])
     return out
 
 
@@ -61,9 +65,7 @@ def _negbin_cdf(j, mean, p):
     out = np.zeros(j.shape)
     ok = (j >= 0) & (p < 0)
     r = mean[ok] / -p[ok]  # size parameter
-    from scipy import special as sps
-
-    out[ok] = sps.betainc(r, np.floor(j[ok]) + 1.0, 1.0 / (1.0 - p[ok]))
+    out[ok] = _sps().betainc(r, np.floor(j[ok]) + 1.0, 1.0 / (1.0 - p[ok]))
     return out
 
 
@@ -115,6 +117,7 @@ def _guard(f):
             return f(v)
         except (ValueError, OverflowError):  # poles and overflow: what SciPy returns there
             return math.inf if not math.isnan(v) else math.nan
+
     return g
 
 

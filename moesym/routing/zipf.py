@@ -89,14 +89,10 @@ def _max_of_independent(means: np.ndarray, variances: np.ndarray) -> float:
     step = max(1.0, float(np.min(sd[live])) / 10.0)
     x = np.arange(lo, hi + step, step)[:, None]
     z = (x - means[live]) / np.where(sd[live] > 0, sd[live], 1.0)
-    cdf = 0.5 * (1.0 + _erf(z / math.sqrt(2.0)))
+    from scipy.special import ndtr  # the standard normal CDF
+
+    cdf = ndtr(z)
     return float(lo + step * np.sum(1.0 - np.prod(cdf, axis=1)))
-
-
-def _erf(x: np.ndarray) -> np.ndarray:
-    from scipy.special import erf
-
-    return erf(x)
 
 
 def zipf_max_rank_load_ratio(E: int, k: int, ep: int, T: float, s: float,

@@ -16,7 +16,8 @@ from enum import Enum
 
 from ..errors import SpecError
 
-__all__ = ["Phase", "A2AMode", "Routing", "Deployment", "Workload", "DTYPE_BYTES", "VALIDITY", "valid_mask",
+__all__ = ["Phase", "A2AMode", "Routing", "Deployment", "Workload", "DTYPE_BYTES", "TOPOLOGY",
+           "VALIDITY", "valid_mask",
            "weight_bytes_per_element", "activation_dispatch_bytes"]
 
 
@@ -135,14 +136,9 @@ class Deployment:
         if self.ep is None:
             object.__setattr__(self, "ep", self.gpus)
         _pos_int("--ep", self.ep)
-        if self.gpus % self.tp:
-            raise SpecError(f"--tp {self.tp} does not divide --gpus {self.gpus}")
-        if self.gpus % self.ep:
-            raise SpecError(f"--ep {self.ep} does not divide --gpus {self.gpus}")
-        if self.gpus > self.gpus_per_node and self.gpus % self.gpus_per_node:
-            raise SpecError(f"--gpus {self.gpus} over nodes of --gpus-per-node "
-                            f"{self.gpus_per_node}: use a multiple of {self.gpus_per_node} "
-                            "(whole nodes) or fewer GPUs than a node")
+        for _, ok, message in TOPOLOGY:
+            if not bool(ok(self.gpus, self.ep, self.tp, self.gpus_per_node)):
+                raise SpecError(message(self))
         if self.weights not in DTYPE_BYTES:
             raise SpecError(f"--weights {self.weights!r}: use bf16, fp8 or fp4")
         if self.kv not in ("bf16", "fp8"):
@@ -232,6 +228,19 @@ class Deployment:
                 raise SpecError(message(model, self))
 
 
+#: The rules on GPU counts alone, once: (name, vectorised predicate over GPUs, EP, TP and GPUs
+#: per node, message). ``Deployment`` checks them on construction; :func:`valid_mask` too.
+TOPOLOGY = (
+    ("tp_divides_gpus", lambda g, ep, tp, gpn: g % tp == 0,
+     lambda d: f"--tp {d.tp} does not divide --gpus {d.gpus}"),
+    ("ep_divides_gpus", lambda g, ep, tp, gpn: g % ep == 0,
+     lambda d: f"--ep {d.ep} does not divide --gpus {d.gpus}"),
+    ("whole_nodes", lambda g, ep, tp, gpn: (g <= gpn) | (g % gpn == 0),
+     lambda d: f"--gpus {d.gpus} over nodes of --gpus-per-node {d.gpus_per_node}: use a "
+               f"multiple of {d.gpus_per_node} (whole nodes) or fewer GPUs than a node"),
+)
+
+
 def _moe(model, cond):
     return cond if model.is_moe else True
 
@@ -260,13 +269,14 @@ VALIDITY = (
 
 def valid_mask(model, gpus, ep, tp, redundant: int = 0, a2a=None, gpus_per_node: int = 8):
     """Which (GPUs, EP, TP) combinations (NumPy arrays, broadcast) shard ``model``: every rule of
-    :data:`VALIDITY`, plus what a :class:`Deployment` checks on its own (EP and TP divide the
-    GPUs, which fill whole nodes or fit in one)."""
+    :data:`TOPOLOGY` (what a :class:`Deployment` checks on its own) and of :data:`VALIDITY`."""
     import numpy as np
 
     a2a = A2AMode.AUTO if a2a is None else a2a
     g, e, t = (np.asarray(x) for x in (gpus, ep, tp))
-    ok = (g % e == 0) & (g % t == 0) & ((g <= gpus_per_node) | (g % gpus_per_node == 0))
+    ok = np.ones(np.broadcast(g, e, t).shape, dtype=bool)
+    for _, rule, _ in TOPOLOGY:
+        ok = ok & rule(g, e, t, gpus_per_node)
     e_safe = np.where(ok, e, 1)
     for _, rule, _ in VALIDITY:
         ok = ok & rule(model, g, e_safe, t, redundant, a2a)
