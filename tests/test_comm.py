@@ -139,14 +139,21 @@ def test_tp_collectives_by_hand():
     assert comm.group_bandwidth(16, 8, 400, 50) == 50
 
 
-def test_deepep_low_latency_published_h800():
-    """DeepEP README (H800, CX7 400 Gb/s RDMA): low-latency EP128, 128 tokens, top-8,
-    hidden 7168: dispatch ~192 us, combine ~369 us."""
-    for op, ref in (("dispatch", 192e-6), ("combine", 369e-6)):
+# DeepEP README (deepseek-ai/DeepEP, "Performance" / low-latency kernels; H800, CX7 400 Gb/s RDMA
+# per GPU; 128 tokens per rank, hidden 7168, top-8 of 256 experts, FP8 dispatch, BF16 combine), us
+DEEPEP_LL_H800_US = {16: (118, 195), 32: (155, 273), 64: (173, 314), 128: (192, 369), 256: (194, 360)}
+
+
+@pytest.mark.parametrize("ep", sorted(DEEPEP_LL_H800_US))
+def test_deepep_low_latency_published_h800(ep):
+    """Every multi-node row of DeepEP's published low-latency table within 10%. EP 8 (one
+    node) is left out: moesym sends it over NVLink (49 us dispatch), DeepEP's table reports 77 us
+    at 98 GB/s, a path this model does not describe."""
+    for op, ref_us in zip(("dispatch", "combine"), DEEPEP_LL_H800_US[ep]):
         r = _cli_json(["comm", op, "--tokens", "128", "--hidden", "7168", "--topk", "8",
-                       "--experts", "256", "--ep", "128", "--mode", "low-latency",
+                       "--experts", "256", "--ep", str(ep), "--mode", "low-latency",
                        "--hardware", "h800"])
-        assert r["time_s"] == pytest.approx(ref, rel=0.10)
+        assert r["time_s"] == pytest.approx(ref_us * 1e-6, rel=0.10)
 
 
 def test_seed004_ring_table_shape():
