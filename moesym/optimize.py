@@ -82,13 +82,60 @@ def pareto_front(rows: list[dict], x: str, y: str) -> list[dict]:
     return keep
 
 
-def _search(cm, capacity, ph, size_sym, context, limit, tp, ep, mb, gpus, max_size):
-    """Exhaustive search of one (tp, ep, mb): the size (a multiple of ``mb``) with the most
-    tokens per GPU per second that fits and meets ``limit``, or None; and a function giving
-    (step time, latency, feasible) at any sizes. ``cm``: the compiled predict model (step and
-    memory) of this (A2A mode, EP)."""
-    fixed = {**cm.ep_values(ep), N.tp: float(tp), N.ep: float(ep), N.micro_batches: float(mb),
-             N.gpus: float(gpus)}
+def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, serve=None):
+    """A function giving, at an array of sizes (batch or tokens per attention DP rank), the
+    step time, latency, tokens per GPU per second and feasibility (fits in memory, meets every
+    latency limit) of one (tp, ep, mb). ``cms``: the compiled predict model (step and memory)
+    of this (A2A mode, EP); for serve (``serve``: ISL, OSL, chunk) the mixed step's and the
+    decode step's with memory (:func:`moesym.model.predictor.serve_models`)."""
+    fixed = {**cms[0].ep_values(ep), N.tp: float(tp), N.ep: float(ep),
+             N.micro_batches: float(mb), N.gpus: float(gpus)}
+
+    def subset(env, keep):
+        return {k: (v[keep] if isinstance(v, np.ndarray) else v) for k, v in env.items()}
+
+    def feasible(fits, t, out):
+        ok = fits & np.isfinite(t)
+        for key, lim in limits.items():
+            if lim is not None:
+                ok &= out[key] <= lim
+        out["ok"] = ok
+        return out
+
+    if ph is Phase.SERVE:
+        from .model.serve import default_chunk_tokens, serve_point, serve_rates
+
+        cm_mix, cm_dec = cms
+        isl, osl, chunk = serve
+        chunk = chunk or default_chunk_tokens(capacity, gpus // tp)
+        ctx = isl + osl // 2
+
+        def measure(sizes):
+            p = serve_point(sizes, isl, osl, chunk, minimum=np.minimum, maximum=np.maximum,
+                            exp=np.exp)
+            mem = cm_dec.evaluate(1, {**fixed, N.batch: sizes, N.context: ctx,
+                                      N.prefill_tokens: chunk})["memory_bytes"]
+            fits = np.broadcast_to(mem, sizes.shape) <= capacity
+            t_mix, t_dec = (np.full(sizes.shape, np.inf) for _ in range(2))
+            if fits.any():
+                q = {k: v[fits] for k, v in p.items()}
+                env = {**fixed, N.batch: q["decoding"], N.context: ctx}
+                t_dec[fits] = np.broadcast_to(cm_dec.evaluate(0, env)["step_time_s"], q["decoding"].shape)
+                env.update({N.tokens: q["mixed_tokens"], N.isl: isl, N.chunk: chunk})
+                t_mix[fits] = np.broadcast_to(cm_mix.evaluate(0, env)["step_time_s"], q["decoding"].shape)
+            with np.errstate(invalid="ignore"):  # inf x 0 where nothing fits: dropped below
+                r = serve_rates(p, t_mix, t_dec, isl, chunk, tp, ceil=np.ceil)
+            out = {"step_time_s": r["step_time_s"], "tpot_s": r["tpot_s"], "ttft_s": r["ttft_s"],
+                   "tokens_per_gpu_s": np.where(fits, r["output_tokens_per_gpu_s"], 0.0),
+                   "output_tokens_per_gpu_s": r["output_tokens_per_gpu_s"],
+                   "input_tokens_per_gpu_s": r["input_tokens_per_gpu_s"],
+                   "chunk_tokens": np.full(sizes.shape, float(chunk))}
+            return feasible(fits, r["step_time_s"], out)
+
+        return measure
+
+    cm = cms[0]
+    size_sym = N.batch if ph is Phase.DECODE else N.tokens
 
     def measure(sizes):
         env = dict(fixed)
@@ -101,49 +148,71 @@ def _search(cm, capacity, ph, size_sym, context, limit, tp, ep, mb, gpus, max_si
         fits = np.broadcast_to(cm.evaluate(1, mem_env)["memory_bytes"], sizes.shape) <= capacity
         t = np.full(sizes.shape, np.inf)
         if fits.any():  # time only what fits (decode: memory binds long before max_size)
-            env = {k: (v[fits] if isinstance(v, np.ndarray) else v) for k, v in env.items()}
-            t[fits] = np.broadcast_to(cm.evaluate(0, env)["step_time_s"], (int(fits.sum()),))
+            t[fits] = np.broadcast_to(cm.evaluate(0, subset(env, fits))["step_time_s"],
+                                      (int(fits.sum()),))
         lat = t if ph is Phase.DECODE else t * np.maximum(1.0, context / sizes)
-        ok = fits & np.isfinite(t) & ((lat <= limit) if limit is not None else True)
-        return t, lat, ok
+        out = {"step_time_s": t, "tpot_s" if ph is Phase.DECODE else "ttft_s": lat,
+               "tokens_per_gpu_s": sizes / tp / np.where(np.isfinite(t), t, np.inf)}
+        return feasible(fits, t, out)
 
+    return measure
+
+
+def _search(measure, tp, mb, max_size):
+    """Exhaustive search of one (tp, ep, mb): the size (a multiple of ``mb``) with the most
+    tokens per GPU per second among the feasible ones, as (size, {quantity: value}), or None."""
     best = None
     for start in range(mb, max_size + 1, _BLOCK * mb):
         sizes = np.arange(start, min(max_size, start + (_BLOCK - 1) * mb) + 1, mb, dtype=float)
-        t, lat, ok = measure(sizes)
-        if not ok.any():
+        out = measure(sizes)
+        if not out["ok"].any():
             continue
-        thr = np.where(ok, sizes / tp / np.where(ok, t, 1.0), -np.inf)
+        thr = np.where(out["ok"], out["tokens_per_gpu_s"], -np.inf)
         i = int(np.argmax(thr))
-        if best is None or thr[i] > best[3]:
-            best = (sizes[i], t[i], lat[i], thr[i])
-    return best, measure
+        if best is None or thr[i] > best[1]["tokens_per_gpu_s"]:
+            best = (sizes[i], {k: v[i] for k, v in out.items()})
+    return best
 
 
-def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context: int,
+def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context: int = 0,
              tpot_s: float | None = None, ttft_s: float | None = None,
              base: Deployment | None = None, micro_batches=(1, 2), max_size: int = 1 << 15,
-             a2a_modes=None, tps=None, eps=None, progress: bool = False) -> OptimizeResult:
+             a2a_modes=None, tps=None, eps=None, progress: bool = False,
+             isl: int = 0, osl: int = 0, chunk: int = 0) -> OptimizeResult:
     """Best deployment of ``model`` on ``gpus`` GPUs for ``phase`` at ``context``.
 
-    ``max_size``: largest batch (decode) or tokens (prefill) per attention DP rank searched.
-    ``micro_batches``, ``a2a_modes``, ``tps``, ``eps``: the values each choice may take (None:
-    every valid one); a pinned value that no valid deployment has is an error.
+    ``max_size``: largest batch (decode, serve) or tokens (prefill) per attention DP rank
+    searched. ``micro_batches``, ``a2a_modes``, ``tps``, ``eps``: the values each choice may
+    take (None: every valid one); a pinned value that no valid deployment has is an error.
+    Serve (aggregated serving, :mod:`moesym.model.serve`) takes ``isl``, ``osl`` and ``chunk``
+    (0: the engine's default for each TP) instead of ``context``; its throughput is output
+    tokens per GPU per second, limited by TPOT (with prefill interference) and TTFT.
     ``progress``: a progress bar on stderr over the (A2A mode, EP) models.
     """
-    from .model.predictor import compiled_predict_model, ep_class
+    from .model.predictor import compiled_predict_model, ep_class, serve_models
 
     ph = Phase(phase)
     base = base or Deployment()
+    serve = ph is Phase.SERVE
     if a2a_modes is None:  # DeepEP where EP spans every GPU, the all-gather everywhere
-        a2a_modes = ([A2AMode.DEEPEP_LL, A2AMode.DEEPEP_NORMAL] if ph is Phase.DECODE
-                     else [A2AMode.DEEPEP_NORMAL]) + [A2AMode.ALLGATHER] \
-            if model.is_moe and gpus > 1 else [A2AMode.AUTO]
-    decode = ph is Phase.DECODE
-    size_sym, size_key = (N.batch, "batch") if decode else (N.tokens, "tokens")
-    lat_key, limit = ("tpot_s", tpot_s) if decode else ("ttft_s", ttft_s)
-    wl0 = (Workload(ph, batch=1, context=context) if decode
-           else Workload(ph, tokens=context, context=context))
+        if serve:  # mixed steps run DeepEP normal, decode steps low-latency: auto picks both
+            a2a_modes = [A2AMode.AUTO, A2AMode.ALLGATHER]
+        else:
+            a2a_modes = [A2AMode.DEEPEP_LL, A2AMode.DEEPEP_NORMAL] if ph is Phase.DECODE \
+                else [A2AMode.DEEPEP_NORMAL]
+            a2a_modes += [A2AMode.ALLGATHER]
+        if not (model.is_moe and gpus > 1):
+            a2a_modes = [A2AMode.AUTO]
+    decode = ph is not Phase.PREFILL
+    size_key = "batch" if decode else "tokens"
+    limits = {"tpot_s": tpot_s, "ttft_s": ttft_s} if serve else \
+        ({"tpot_s": tpot_s} if decode else {"ttft_s": ttft_s})
+    lat_key = "ttft_s" if ph is Phase.PREFILL else "tpot_s"
+    if serve:
+        wl0 = Workload(ph, batch=1, isl=isl, osl=osl, chunk=chunk)
+    else:
+        wl0 = (Workload(ph, batch=1, context=context) if decode
+               else Workload(ph, tokens=context, context=context))
     cands = [c for c in choices(model, gpus, micro_batches, base.redundant_experts,
                                 base.gpus_per_node)
              if (tps is None or c[0] in tps) and (eps is None or c[1] in eps)]
@@ -159,35 +228,40 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
                           f"{gpus} or add --a2a allgather")
     rows = []
 
-    def row(tp, ep, mb, mode, size, t, lat, front_only=False):
-        return {"tp": tp, "ep": ep, "micro_batches": mb, "a2a": mode.value, size_key: int(size),
-                "step_time_s": float(t), "tokens_per_gpu_s": float(size / tp / t),
-                lat_key: float(lat), "fits": True, "_front_only": front_only}
+    def row(tp, ep, mb, mode, size, out, front_only=False):
+        r = {"tp": tp, "ep": ep, "micro_batches": mb, "a2a": mode.value, size_key: int(size)}
+        r.update({k: float(v) for k, v in out.items() if k != "ok"})
+        if "chunk_tokens" in r:
+            r["chunk_tokens"] = int(r["chunk_tokens"])
+        r.update({"fits": True, "_front_only": front_only})
+        return r
 
-    built: dict = {}  # one compiled model per (A2A mode, EP structure class)
+    built: dict = {}  # compiled models per (A2A mode, EP structure class)
     for mode, ep in progress_bar(models, "optimize: models", progress):
         # the model predict builds for this mode and EP's class (TP, micro-batches, size, GPUs,
         # EP and the numbers that depend on EP are bound per candidate)
         rep = replace(base, gpus=gpus, ep=ep, tp=1, micro_batches=1, a2a=mode)
+        if mode is A2AMode.AUTO and ep < gpus and A2AMode.ALLGATHER in a2a_modes:
+            continue  # auto is the all-gather here: searched under its own name
         key = (mode, ep_class(rep))
         if key not in built:
-            built[key] = compiled_predict_model(model, hw, rep, wl0)
-        cm = built[key]
-        capacity = hw.hbm_capacity_bytes
+            built[key] = (serve_models(model, hw, rep, replace(wl0, chunk=chunk or 1))[1:]
+                          if serve else (compiled_predict_model(model, hw, rep, wl0),))
         for tp, _, mb in (c for c in cands if c[1] == ep):
-            best, measure = _search(cm, capacity, ph, size_sym, context, limit,
-                                    tp, ep, mb, gpus, max_size)
+            measure = _measure_fn(built[key], hw.hbm_capacity_bytes, ph, context, limits,
+                                  tp, ep, mb, gpus, (isl, osl, chunk) if serve else None)
+            best = _search(measure, tp, mb, max_size)
             if best is None:
                 continue
-            size, t, lat, _ = best
-            rows.append(row(tp, ep, mb, mode, size, t, lat))
+            size, out = best
+            rows.append(row(tp, ep, mb, mode, size, out))
             # smaller feasible sizes (mb x powers of two) for the Pareto front
             front = mb * 2.0 ** np.arange(0, max(0, int(math.log2(size / mb))) + 1)
             front = front[front < size]
             if len(front):
-                ft, flat, fok = measure(front)
-                rows += [row(tp, ep, mb, mode, s, a, b, True)
-                         for s, a, b in zip(front[fok], ft[fok], flat[fok])]
+                fo = measure(front)
+                rows += [row(tp, ep, mb, mode, s, {k: v[i] for k, v in fo.items()}, True)
+                         for i, s in enumerate(front) if fo["ok"][i]]
     if not rows:
         raise MoesymError("no deployment meets the latency limit and fits in memory; relax "
                           "--tpot-ms / --ttft-ms or add GPUs")
@@ -203,7 +277,8 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
 def disaggregate(model: ModelSpec, hw: HardwareSpec, prefill_gpus: int, decode_gpus: int,
                  input_len: int, output_len: int, ttft_s: float | None = None,
                  tpot_s: float | None = None, base: Deployment | None = None) -> dict:
-    """Prefill/decode disaggregation: instances of each kind needed to balance a request mix.
+    """Prefill/decode disaggregation: instances of each kind needed to balance a request mix,
+    and the same request mix served aggregated (``--phase serve``) for comparison.
 
     With prefill throughput P (tokens/GPU/s) and decode throughput D, a stream of requests of
     ``input_len`` prompt and ``output_len`` output tokens keeps both pools busy when
@@ -214,5 +289,18 @@ def disaggregate(model: ModelSpec, hw: HardwareSpec, prefill_gpus: int, decode_g
                  base=base)
     P, Dv = p.best["tokens_per_gpu_s"], d.best["tokens_per_gpu_s"]
     ratio = (input_len / P) / (output_len / Dv)
-    return {"prefill": p.best, "decode": d.best, "prefill_to_decode_gpu_ratio": ratio,
-            "requests_per_gpu_s": 1.0 / (input_len / P + output_len / Dv)}
+    out = {"prefill": p.best, "decode": d.best, "prefill_to_decode_gpu_ratio": ratio,
+           "requests_per_gpu_s": 1.0 / (input_len / P + output_len / Dv)}
+    # against aggregated serving on the decode pool's GPUs, under the same TPOT and TTFT
+    try:
+        a = optimize(model, hw, decode_gpus, "serve", tpot_s=tpot_s, ttft_s=ttft_s, base=base,
+                     isl=input_len, osl=output_len)
+    except MoesymError as exc:
+        out["aggregated"] = None
+        out["aggregated_note"] = str(exc)
+        return out
+    out["aggregated"] = a.best
+    out["aggregated_requests_per_gpu_s"] = a.best["output_tokens_per_gpu_s"] / output_len
+    out["disaggregated_over_aggregated"] = (out["requests_per_gpu_s"]
+                                            / out["aggregated_requests_per_gpu_s"])
+    return out

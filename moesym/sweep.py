@@ -51,7 +51,11 @@ __all__ = ["parse_list", "sweep_chunks", "sweep_columns", "sweep_frame", "write_
 
 # grid axis -> printed name of its step-model symbol
 AXIS_NAMES = {"batch": N.batch, "tokens": N.tokens, "context": N.context, "gpus": N.gpus,
-              "ep": N.ep, "tp": N.tp, "micro_batches": N.micro_batches}
+              "ep": N.ep, "tp": N.tp, "micro_batches": N.micro_batches, "isl": N.isl,
+              "osl": "osl", "chunk": N.chunk}  # serve's output length is no model symbol
+# axes of each phase's workload (the deployment axes apply to every phase)
+_PHASE_AXES = {Phase.DECODE: ("batch", "context"), Phase.PREFILL: ("tokens", "context"),
+               Phase.SERVE: ("batch", "isl", "osl", "chunk")}
 
 _NO_POINT = ("no valid grid point: check that --ep and --tp divide --gpus and the model (DeepEP "
              "--a2a modes need --ep equal to --gpus)")
@@ -137,7 +141,7 @@ class _Grid:
 
     @property
     def tok_axis(self) -> str:
-        return "batch" if self.wl.phase is Phase.DECODE else "tokens"
+        return "tokens" if self.wl.phase is Phase.PREFILL else "batch"
 
 
 def _plan(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
@@ -151,20 +155,31 @@ def _plan(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
     unknown = sorted(set(ax) - set(AXIS_NAMES))
     if unknown:
         raise MoesymError(f"unknown sweep axis {', '.join(unknown)}: use {', '.join(AXIS_NAMES)}")
-    tok_axis = "batch" if ph is Phase.DECODE else "tokens"
-    ax.setdefault(tok_axis, [1 if ph is Phase.DECODE else 4096])
-    ax.setdefault("context", [4096])
+    wanted = _PHASE_AXES[ph]
+    other = sorted(set(ax) & (set(AXIS_NAMES) - set(wanted) - {"gpus", "ep", "tp", "micro_batches"}))
+    if other:
+        raise MoesymError(f"--{other[0]} is no axis of a {ph.value} sweep: it takes "
+                          f"{', '.join('--' + a for a in wanted)}")
+    if ph is Phase.SERVE and not {"isl", "osl"} <= set(ax):
+        raise MoesymError("a serve sweep needs --isl and --osl (lists of prompt and output "
+                          "lengths)")
+    for a, default in zip(wanted, {Phase.DECODE: (1, 4096), Phase.PREFILL: (4096, 4096),
+                                   Phase.SERVE: (1, 0, 0, 0)}[ph]):
+        ax.setdefault(a, [default])
     ax.setdefault("gpus", [base.gpus])
     ax.setdefault("ep", [None])
     ax.setdefault("tp", [base.tp])
     ax.setdefault("micro_batches", [base.micro_batches])
-    ax.pop("batch" if ph is Phase.PREFILL else "tokens", None)
     names = list(ax)
     rep_g, rep_ep = ax["gpus"][0], ax["ep"][0] or ax["gpus"][0]
     rep = replace(base, gpus=rep_g, ep=rep_g if rep_g % rep_ep else rep_ep, tp=1, micro_batches=1)
-    wl = (Workload(ph, batch=1, context=ax["context"][0]) if ph is Phase.DECODE
-          else Workload(ph, tokens=ax["tokens"][0], context=ax["context"][0],
-                        chunk=min(ax["tokens"][0], ax["context"][0])))
+    if ph is Phase.DECODE:
+        wl = Workload(ph, batch=1, context=ax["context"][0])
+    elif ph is Phase.PREFILL:
+        wl = Workload(ph, tokens=ax["tokens"][0], context=ax["context"][0],
+                      chunk=min(ax["tokens"][0], ax["context"][0]))
+    else:  # chunk: the deployment's --chunk, else the engine's default per point
+        wl = Workload(ph, batch=1, isl=ax["isl"][0], osl=ax["osl"][0])  # chunk 0: the default
     first, rest = names[0], names[1:]
     grid = _Grid(model, hw, base, rep, wl, first, tuple((n, tuple(ax[n])) for n in rest))
     if not all(ax.values()):
@@ -183,11 +198,14 @@ def _plan(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
 
 def _compile(grid: _Grid, gpus: int, ep: int):
     """The compiled predict model (step and memory) of one (GPUs, EP): the one ``moesym
-    predict`` uses, from the disk cache when present."""
-    from .model.predictor import compiled_predict_model
+    predict`` uses, from the disk cache when present; for serve the mixed step's and the decode
+    step's (:func:`moesym.model.predictor.serve_models`)."""
+    from .model.predictor import compiled_predict_model, serve_models
 
-    return compiled_predict_model(grid.model, grid.hw, replace(grid.rep, gpus=gpus, ep=ep),
-                                  grid.wl)
+    dep = replace(grid.rep, gpus=gpus, ep=ep)
+    if grid.wl.phase is Phase.SERVE:
+        return serve_models(grid.model, grid.hw, dep, replace(grid.wl, chunk=grid.wl.chunk or 1))[1:]
+    return compiled_predict_model(grid.model, grid.hw, dep, grid.wl)
 
 
 class _Models:
@@ -278,8 +296,7 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
     ax = {grid.first: list(block), **{n: list(v) for n, v in grid.rest}}
     names = list(ax)
     shape = tuple(len(v) for v in ax.values())
-    t = np.full(shape, np.nan)
-    used = np.full(shape, np.nan)
+    res: dict = {}  # result name -> array over the grid
     gi, ei, mi = names.index("gpus"), names.index("ep"), names.index("micro_batches")
     others = [n for n in names if n not in ("gpus", "ep", "micro_batches")]
     sub_shape = tuple(len(ax[n]) for n in others)
@@ -288,7 +305,7 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
         view = [1] * len(others)
         view[i] = len(ax[n])
         env0[AXIS_NAMES[n]] = np.asarray(ax[n], dtype=float).reshape(view)
-    prefill = grid.wl.phase is Phase.PREFILL
+    prefill, serve = grid.wl.phase is Phase.PREFILL, grid.wl.phase is Phase.SERVE
     if prefill:
         env0[N.chunk] = np.minimum(env0[N.tokens], env0[N.context])
     tp = np.asarray(ax["tp"], dtype=np.int64)
@@ -304,21 +321,26 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
                 groups.setdefault(id(cm), (cm, []))[1].append((b, e))
         for cm, members in groups.values():
             eps = np.asarray([float(e) for _, e in members]).reshape(extra + (-1,))
-            per_ep = [cm.ep_values(e) for _, e in members]
+            per_ep = [(cm[0] if serve else cm).ep_values(e) for _, e in members]
             ep_env = {k: np.asarray([d[k] for d in per_ep]).reshape(eps.shape) for k in per_ep[0]}
             full = sub_shape + (len(members),)
             # one micro-batch count at a time: the overlap schedule of that count alone runs
             for c, mb in enumerate(ax["micro_batches"]):
                 env = {**env0, **ep_env, N.gpus: float(g), N.ep: eps, N.micro_batches: float(mb)}
-                step = np.broadcast_to(cm.evaluate(0, env)["step_time_s"], full)
-                if prefill:  # prompts whose KV is held: ceil(tokens / context)
-                    env[N.batch] = np.ceil(env[N.tokens] / env[N.context])
-                mem = np.broadcast_to(cm.evaluate(1, env)["memory_bytes"], full)
-                for j, (b, _) in enumerate(members):
-                    at = [slice(None)] * len(names)
-                    at[gi], at[ei], at[mi] = a, b, c
-                    t[tuple(at)] = step[..., j]
-                    used[tuple(at)] = mem[..., j]
+                if serve:
+                    got = _serve_point(cm, env, grid.hw, float(g))
+                else:
+                    got = {"step_time_s": cm.evaluate(0, env)["step_time_s"]}
+                    if prefill:  # prompts whose KV is held: ceil(tokens / context)
+                        env[N.batch] = np.ceil(env[N.tokens] / env[N.context])
+                    got["memory_bytes"] = cm.evaluate(1, env)["memory_bytes"]
+                for k, v in got.items():
+                    v = np.broadcast_to(v, full)
+                    dest = res.setdefault(k, np.full(shape, np.nan))
+                    for j, (b, _) in enumerate(members):
+                        at = [slice(None)] * len(names)
+                        at[gi], at[ei], at[mi] = a, b, c
+                        dest[tuple(at)] = v[..., j]
     cols = _columns(ax)
     # validity depends on GPUs, EP and TP only: test their combinations, broadcast to the grid
     small = {n: (ax[n] if n in ("gpus", "ep", "tp") else ax[n][:1]) for n in names}
@@ -328,12 +350,44 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
     out = {n: (c if everything else c[ok]) for n, c in cols.items()}
     if prefill:
         out["chunk"] = np.minimum(out["tokens"], out["context"])
-    t, used = (t.ravel(), used.ravel()) if everything else (t.ravel()[ok], used.ravel()[ok])
-    out["step_time_s"] = t
-    out["tokens_per_gpu_s"] = out[grid.tok_axis] / out["tp"] / t
-    out["memory_bytes"] = used
-    out["fits"] = used <= grid.hw.hbm_capacity_bytes
+    flat = {k: (v.ravel() if everything else v.ravel()[ok]) for k, v in res.items()}
+    if serve:
+        out["chunk"] = flat.pop("chunk").astype(np.int64)
+        out["step_time_s"] = flat.pop("step_time_s")
+        out["tokens_per_gpu_s"] = flat["output_tokens_per_gpu_s"]
+        out.update(flat)
+    else:
+        out["step_time_s"] = flat["step_time_s"]
+        out["tokens_per_gpu_s"] = out[grid.tok_axis] / out["tp"] / flat["step_time_s"]
+        out["memory_bytes"] = flat["memory_bytes"]
+    out["fits"] = out["memory_bytes"] <= grid.hw.hbm_capacity_bytes
     return out
+
+
+def _serve_point(cms, env, hw: HardwareSpec, gpus: float) -> dict:
+    """Serve quantities at broadcast grid arrays (``env``: batch, ISL, OSL, chunk (0: the
+    engine's default for the point's DP size), TP, ...) from the mixed-step and decode-step
+    models: :func:`moesym.model.serve.serve_point` and ``serve_rates`` on arrays."""
+    from .model.serve import default_chunk_tokens, serve_point, serve_rates
+
+    cm_mix, cm_dec = cms
+    env = dict(env)
+    isl, osl, tp, batch = env.pop(N.isl), env.pop("osl"), env[N.tp], env[N.batch]
+    chunk = env.pop(N.chunk)
+    dp = np.maximum(1, gpus // tp)
+    default = np.vectorize(lambda d: default_chunk_tokens(hw.hbm_capacity_bytes, int(d)))(dp)
+    chunk = np.where(chunk > 0, chunk, default).astype(float)
+    ctx = isl + np.floor(osl / 2)
+    p = serve_point(batch, isl, osl, chunk, minimum=np.minimum, maximum=np.maximum, exp=np.exp)
+    mem = cm_dec.evaluate(1, {**env, N.context: ctx, N.prefill_tokens: chunk})["memory_bytes"]
+    t_dec = cm_dec.evaluate(0, {**env, N.batch: p["decoding"], N.context: ctx})["step_time_s"]
+    t_mix = cm_mix.evaluate(0, {**env, N.batch: p["decoding"], N.tokens: p["mixed_tokens"],
+                                N.context: ctx, N.isl: isl, N.chunk: chunk})["step_time_s"]
+    r = serve_rates(p, t_mix, t_dec, isl, chunk, tp, ceil=np.ceil)
+    return {"step_time_s": r["step_time_s"], "chunk": chunk,
+            "output_tokens_per_gpu_s": r["output_tokens_per_gpu_s"],
+            "input_tokens_per_gpu_s": r["input_tokens_per_gpu_s"], "tpot_s": r["tpot_s"],
+            "ttft_s": r["ttft_s"], "memory_bytes": mem}
 
 
 def sweep_columns(model: ModelSpec, hardware: str | HardwareSpec, phase: str,

@@ -51,6 +51,15 @@ CASES = [
     (["predict", *Q8[:1], "--hardware", "{tmp}/inf.toml", *DEC], "scale_out_GBps"),
     (["predict", *Q8, *DEC, "--plot", "/nonexistent/dir/p.png"], "--plot"),
     (["predict", *Q8, *DEC, "--bogus"], "--bogus"),
+    # aggregated serving
+    (["predict", *Q8, "--phase", "serve", "--batch", "8", "--isl", "100"], "--osl"),
+    (["predict", *Q8, "--phase", "serve", "--batch", "8", "--isl", "0", "--osl", "9"], "--isl"),
+    (["sweep", *Q8, "--phase", "serve", "--batch", "8", "--out", "{tmp}/s.csv"], "--isl"),
+    (["sweep", *Q8, "--phase", "decode", "--isl", "8", "--out", "{tmp}/s.csv"], "--isl"),
+    (["optimize", *Q8, "--phase", "serve", "--isl", "100"], "--osl"),
+    (["optimize", *Q8, "--phase", "decode"], "--context"),
+    (["optimize", *Q8, "--phase", "serve", "--isl", "9", "--osl", "9", "--context", "9"],
+     "--context"),
     # memory
     (["memory", *V3, "--gpus", "8", "--memory-option", "block_size=1.7"], "block_size"),
     (["memory", *V3, "--gpus", "8", "--memory-option", "block_size=0"], "block_size"),

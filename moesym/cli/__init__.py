@@ -85,7 +85,17 @@ def _check_outputs(args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("default")
-    warnings.formatwarning = lambda msg, cat, *a, **k: f"moesym: warning: {msg}\n"
+    said: set[str] = set()
+
+    def say_once(msg, category, *rest, **kw) -> str:
+        """Each warning once per run: building a model inside ``catch_warnings`` resets the
+        default filter's memory, so a second model would repeat the first one's warnings."""
+        if str(msg) in said:
+            return ""
+        said.add(str(msg))
+        return f"moesym: warning: {msg}\n"
+
+    warnings.formatwarning = say_once
     try:
         argv = sys.argv[1:] if argv is None else list(argv)
         cmd = _command(argv)

@@ -14,7 +14,7 @@ from ..specs.model import ModelSpec, load_model
 
 __all__ = ["add_model_hw", "add_deployment", "add_workload", "add_json", "deployment_from",
            "workload_from", "model_hw_from", "emit_json", "positive_int", "positive_float",
-           "fmt_s", "add_bench_data"]
+           "fmt_s", "add_bench_data", "add_serve_lengths"]
 
 
 def positive_int(text: str) -> int:
@@ -126,18 +126,40 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
                         "--help lists the keys): KV block size, reserve, MTP layers, buffers")
 
 
+class _Given(argparse.Action):
+    """Stores the value and notes that the flag was given (``args.given``), so a flag that has
+    no effect is said even when its value equals the default."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.given = getattr(namespace, "given", set()) | {self.dest}
+
+
 def add_workload(p: argparse.ArgumentParser, phase: bool = True, required_phase: bool = True) -> None:
     g = p.add_argument_group("workload")
     if phase:
-        g.add_argument("--phase", choices=("prefill", "decode"), required=required_phase,
-                       default=None if required_phase else "decode")
+        g.add_argument("--phase", choices=("prefill", "decode", "serve"), required=required_phase,
+                       default=None if required_phase else "decode",
+                       help="serve: aggregated serving, decode steps with prefill chunks "
+                            "(needs --isl, --osl, --batch)")
     g.add_argument("--batch", type=positive_int, default=None,
                    help="decode requests per attention data-parallel rank (default 1)")
     g.add_argument("--tokens", type=positive_int, default=None,
                    help="prefill tokens per attention data-parallel rank per step")
-    g.add_argument("--context", type=positive_int, default=4096,
+    g.add_argument("--context", type=positive_int, default=4096, action=_Given,
                    help="prompt length (prefill) or mean KV length (decode)")
-    g.add_argument("--chunk", type=positive_int, default=None, help="prefill chunk length")
+    add_serve_lengths(g, "prefill chunk length (serve: ")
+
+
+def add_serve_lengths(g, chunk_help: str = "serve: ") -> None:
+    """--isl, --osl and --chunk of an aggregated-serving workload."""
+    g.add_argument("--chunk", type=positive_int, default=None,
+                   help=chunk_help + "prefill tokens per step per attention DP rank; default "
+                                     "SGLang's by GPU memory)")
+    g.add_argument("--isl", type=positive_int, default=None,
+                   help="serve: input (prompt) tokens per request")
+    g.add_argument("--osl", type=positive_int, default=None,
+                   help="serve: output tokens per request")
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
@@ -181,6 +203,24 @@ def workload_from(args, phase: str | None = None) -> Workload:
     import warnings
 
     ph = Phase(phase or args.phase)
+    if ph is not Phase.SERVE:
+        for flag in ("isl", "osl"):
+            if getattr(args, flag, None) is not None:
+                warnings.warn(f"--{flag} sets an aggregated-serving workload and has no effect "
+                              f"on a {ph.value} step (use --phase serve)", stacklevel=2)
+    if ph is Phase.SERVE:
+        missing = [f"--{f}" for f in ("isl", "osl") if getattr(args, f, None) is None]
+        if missing:
+            raise MoesymError(f"--phase serve needs {' and '.join(missing)} (prompt and output "
+                              f"tokens per request), e.g. --isl 1024 --osl 2048")
+        if getattr(args, "tokens", None) is not None:
+            warnings.warn("--tokens has no effect on --phase serve: the prefill tokens per step "
+                          "follow from --batch, --isl and --osl (--chunk caps them)", stacklevel=2)
+        if "context" in getattr(args, "given", ()):
+            warnings.warn("--context has no effect on --phase serve: the mean KV length is "
+                          "--isl + --osl / 2", stacklevel=2)
+        return Workload(ph, batch=args.batch or 1, isl=args.isl, osl=args.osl,
+                        chunk=getattr(args, "chunk", None) or 0)
     if ph is Phase.PREFILL:
         if getattr(args, "batch", None) is not None:
             warnings.warn("--batch counts decode requests and has no effect on a prefill step, "

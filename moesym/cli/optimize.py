@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..optimize import disaggregate, optimize
 from . import COMMANDS
-from .common import (add_deployment, add_json, add_model_hw, deployment_from, emit_json, fmt_s,
+from .common import (add_deployment, add_json, add_model_hw, add_serve_lengths, deployment_from,
+                     emit_json, fmt_s,
                      model_hw_from, positive_float, positive_int)
 
 __all__ = ["register"]
@@ -13,8 +14,11 @@ __all__ = ["register"]
 def register(sub) -> None:
     p = sub.add_parser("optimize", help=COMMANDS["optimize"])
     add_model_hw(p)
-    p.add_argument("--phase", choices=("prefill", "decode"), required=True)
-    p.add_argument("--context", type=positive_int, required=True)
+    p.add_argument("--phase", choices=("prefill", "decode", "serve"), required=True)
+    p.add_argument("--context", type=positive_int, default=None,
+                   help="prompt length (prefill) or mean KV length (decode); serve takes "
+                        "--isl and --osl")
+    add_serve_lengths(p, "serve (")
     p.add_argument("--tpot-ms", type=positive_float, default=None)
     p.add_argument("--ttft-ms", type=positive_float, default=None)
     p.add_argument("--max-size", type=positive_int, default=1 << 15,
@@ -35,6 +39,22 @@ def run(args) -> int:
     if args.phase == "decode" and args.ttft_ms is not None and not args.disaggregate:
         raise MoesymError("--ttft-ms limits prefill; a decode search takes --tpot-ms (or add "
                           "--disaggregate IN:OUT to size both pools)")
+    if args.phase == "serve":
+        missing = [f"--{f}" for f in ("isl", "osl") if getattr(args, f) is None]
+        if missing:
+            raise MoesymError(f"--phase serve needs {' and '.join(missing)}, e.g. --isl 1024 "
+                              "--osl 2048")
+        if args.context is not None:
+            raise MoesymError("--context has no effect on --phase serve (the mean KV length is "
+                              "--isl + --osl / 2); drop it")
+    else:
+        if args.context is None:
+            raise MoesymError(f"--phase {args.phase} needs --context (prompt length or mean KV "
+                              "length)")
+        for flag in ("isl", "osl", "chunk"):
+            if getattr(args, flag) is not None:
+                raise MoesymError(f"--{flag} sets --phase serve; a {args.phase} search takes "
+                                  "--context")
     io = None
     if args.disaggregate:  # checked before the search, which takes seconds
         try:
@@ -46,11 +66,12 @@ def run(args) -> int:
                               "token counts (prompt and output lengths), e.g. 4096:1024") from None
     model, hw = model_hw_from(args)
     base = deployment_from(args)
-    r = optimize(model, hw, args.gpus, args.phase, args.context,
+    r = optimize(model, hw, args.gpus, args.phase, args.context or 0,
                  tpot_s=args.tpot_ms / 1e3 if args.tpot_ms else None,
                  ttft_s=args.ttft_ms / 1e3 if args.ttft_ms else None, base=base,
                  max_size=args.max_size, micro_batches=tuple(args.micro_batches or (1, 2)),
-                 a2a_modes=args.a2a, tps=args.tp, eps=args.ep, progress=not args.json)
+                 a2a_modes=args.a2a, tps=args.tp, eps=args.ep, progress=not args.json,
+                 isl=args.isl or 0, osl=args.osl or 0, chunk=args.chunk or 0)
     out = {"best": r.best, "pareto": r.pareto}
     if args.plot:
         from ..plots import pareto_plot
@@ -67,13 +88,23 @@ def run(args) -> int:
         return 0
     b = r.best
     size = "batch" if "batch" in b else "tokens"
+    what = "output tokens/GPU/s" if args.phase == "serve" else "tokens/GPU/s"
     print(f"best: tp={b['tp']} ep={b['ep']} micro-batches={b['micro_batches']} a2a={b['a2a']} "
-          f"{size}={b[size]}  {b['tokens_per_gpu_s']:.1f} tokens/GPU/s  step {fmt_s(b['step_time_s'])}")
+          f"{size}={b[size]}  {b['tokens_per_gpu_s']:.1f} {what}  step {fmt_s(b['step_time_s'])}")
+    if args.phase == "serve":
+        print(f"      input {b['input_tokens_per_gpu_s']:.1f} tokens/GPU/s  TPOT "
+              f"{fmt_s(b['tpot_s'])}  TTFT {fmt_s(b['ttft_s'])} (queueing ignored)  chunk "
+              f"{b['chunk_tokens']}")
     print("pareto front (tokens/GPU/s vs tokens/user/s):")
     for p in r.pareto:
         print(f"  tp={p['tp']:<3} ep={p['ep']:<4} mb={p['micro_batches']} {size}={p[size]:<6} "
               f"{p['tokens_per_gpu_s']:10.1f} {p['tokens_per_user_s']:10.2f}")
     if "disaggregation" in out:
         d = out["disaggregation"]
-        print(f"prefill:decode GPU ratio {d['prefill_to_decode_gpu_ratio']:.3f}")
+        print(f"prefill:decode GPU ratio {d['prefill_to_decode_gpu_ratio']:.3f}, "
+              f"{d['requests_per_gpu_s']:.3f} requests/GPU/s disaggregated")
+        if d.get("aggregated"):
+            print(f"aggregated (--phase serve): {d['aggregated_requests_per_gpu_s']:.3f} "
+                  f"requests/GPU/s; disaggregated / aggregated = "
+                  f"{d['disaggregated_over_aggregated']:.2f}")
     return 0

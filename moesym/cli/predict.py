@@ -54,16 +54,31 @@ def run(args) -> int:
         return 0
     print(f"{model.name} on {dep.gpus} x {hw.name}  {wl.phase.value}  tp={dep.tp} ep={dep.ep} "
           f"micro-batches={dep.micro_batches} weights={dep.weights}")
-    print(f"  step time        {fmt_s(r['step_time_s'])}")
-    print(f"  tokens/GPU/s     {r['tokens_per_gpu_s']:.1f}")
-    key = "tpot_s" if "tpot_s" in r else "ttft_s"
-    print(f"  {key:<16} {fmt_s(r[key])}")
+    if "serve" in r:
+        sv = r["serve"]
+        print(f"  isl={wl.isl} osl={wl.osl} requests/rank={wl.batch} (decoding "
+              f"{sv['decoding_requests']:.4g}) chunk={sv['chunk_tokens']} mean KV="
+              f"{sv['kv_mean_tokens']}")
+        print(f"  output tok/GPU/s {r['output_tokens_per_gpu_s']:.1f}")
+        print(f"  input tok/GPU/s  {r['input_tokens_per_gpu_s']:.1f}")
+        print(f"  TPOT             {fmt_s(r['tpot_s'])}  (decode-only step "
+              f"{fmt_s(r['decode_step']['step_time_s'])})")
+        print(f"  TTFT             {fmt_s(r['ttft_s'])}  (queueing ignored)")
+        print(f"  mixed steps      {sv['mixed_step_share']:.1%} of steps, "
+              f"{sv['mixed_step_tokens']:.0f} prefill tokens each, "
+              f"{fmt_s(r['mixed_step']['step_time_s'])}")
+    else:
+        print(f"  step time        {fmt_s(r['step_time_s'])}")
+        print(f"  tokens/GPU/s     {r['tokens_per_gpu_s']:.1f}")
+        key = "tpot_s" if "tpot_s" in r else "ttft_s"
+        print(f"  {key:<16} {fmt_s(r[key])}")
     print(f"  bound            {r['bound']}")
     print(f"  memory per GPU   {r['memory_bytes'] / 1e9:.2f} GB  fits: {r['fits']}")
     if r["serving_frac"] != 1.0:
         print(f"  serving eff.     {r['serving_frac']:.3f} (end-to-end fit in {hw.name}'s file; "
               f"step time = kernel model / {r['serving_frac']:.3f})")
-    print("  per layer (busy time, whole per-GPU batch, before overlap):")
+    print("  per layer (busy time, whole per-GPU batch, before overlap"
+          + (", the mixed step" if "serve" in r else "") + "):")
     for k in BREAKDOWN_KEYS:
         print(f"    {k:<16} {fmt_s(r['per_layer_s'][k]):>12}")
         if args.show_expr:

@@ -17,9 +17,11 @@ def register(sub) -> None:
     p = sub.add_parser("sweep", help=COMMANDS["sweep"])
     p.add_argument("model")
     p.add_argument("--hardware", required=True, help="GPU name, or a comma list of them")
-    p.add_argument("--phase", choices=("prefill", "decode"), required=True)
-    for name in ("batch", "tokens", "context"):
-        p.add_argument(f"--{name}", dest=f"{name}_list", default=None, metavar="LIST")
+    p.add_argument("--phase", choices=("prefill", "decode", "serve"), required=True)
+    for name in ("batch", "tokens", "context", "isl", "osl", "chunk"):
+        p.add_argument(f"--{name}", dest=f"{name}_list", default=None, metavar="LIST",
+                       help="serve axis (default: the engine's chunk per point)"
+                       if name in ("isl", "osl", "chunk") else None)
     add_deployment(p)
     add_no_cache(p)
     # list-valued deployment axes replace the single-valued shared flags
@@ -53,7 +55,7 @@ def run(args) -> int:
                           f"{args.chunk_points}")
     model = load_model(args.model)
     axes = {}
-    for name in ("batch", "tokens", "context"):
+    for name in ("batch", "tokens", "context", "isl", "osl", "chunk"):
         text = getattr(args, f"{name}_list")
         if text is not None:
             axes[name] = parse_list(text, f"--{name}")

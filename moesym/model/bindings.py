@@ -23,6 +23,13 @@ def workload_values(wl: Workload) -> dict[str, float]:
     hardware and deployment (what the compiled-model cache stores)."""
     if wl.phase is Phase.DECODE:
         return {N.batch: wl.batch, N.context: wl.context}
+    if wl.phase is Phase.SERVE:  # the mixed step of the steady state (moesym.model.serve)
+        from .serve import serve_point
+
+        chunk = wl.chunk or wl.isl
+        p = serve_point(wl.batch, wl.isl, wl.osl, chunk)
+        return {N.batch: p["decoding"], N.tokens: p["mixed_tokens"], N.context: wl.context,
+                N.isl: wl.isl, N.chunk: chunk}
     return {N.tokens: wl.tokens, N.context: wl.context, N.chunk: wl.chunk}
 
 

@@ -21,7 +21,9 @@ from pathlib import Path
 
 from .. import cache
 from ..compiled import CompiledModel
-from ..specs.deployment import Deployment, Workload
+from dataclasses import replace
+
+from ..specs.deployment import Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
 from ..symtab import N
@@ -96,20 +98,76 @@ def compiled_predict_model(model: ModelSpec, hw: HardwareSpec, dep: Deployment, 
     if cm is None:
         cm = _build(model, hw, dep, wl, memory)
         cache.store(key, cm.to_payload())
-    for msg in cm.warnings:
-        warnings.warn(msg, stacklevel=2)
+    for msg in cm.warnings:  # from this one line: the default filter says each message once
+        warnings.warn(msg, stacklevel=1)
     return cm
 
 
 def predict(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
             memory: bool = True) -> dict:
     """The ``moesym predict`` report; with ``memory`` also per-GPU memory and whether it fits."""
+    if wl.phase is Phase.SERVE:
+        return predict_serve(model, hw, dep, wl, memory)
     dep.check_overlap(wl.phase)
     cm = compiled_predict_model(model, hw, dep, wl, memory)
     values = {**cm.parts[0]["static"], **workload_values(wl)}
     r = report_from_numbers(cm.evaluate(0, values), values, model, dep, wl)
     if memory:
         used = float(cm.evaluate(1, memory_workload_values(wl))["memory_bytes"])
+        r["memory_bytes"] = used
+        r["fits"] = bool(used <= hw.hbm_capacity_bytes)
+    return r
+
+
+def serve_models(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
+                 memory: bool = True) -> tuple:
+    """(chunk, mixed-step compiled model, decode-step compiled model) of a serve workload; the
+    decode model also holds the memory of the in-flight requests beside one prefill chunk."""
+    from .serve import default_chunk_tokens
+
+    dep.check_overlap(Phase.SERVE)
+    dep.check_overlap(Phase.DECODE)
+    chunk = wl.chunk or default_chunk_tokens(hw.hbm_capacity_bytes, dep.dp)
+    mixed = compiled_predict_model(model, hw, dep, replace(wl, chunk=chunk), memory=False)
+    opts = dict(dep.memory_options)
+    opts.setdefault("prefill_tokens", chunk)  # the chunk's activations sit beside the decode's
+    mem_dep = replace(dep, memory_options=tuple(sorted(opts.items())))
+    decode = compiled_predict_model(model, hw, mem_dep, Workload(Phase.DECODE, batch=wl.batch,
+                                                                 context=wl.context), memory)
+    return chunk, mixed, decode
+
+
+def predict_serve(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
+                  memory: bool = True) -> dict:
+    """Aggregated serving (``--phase serve``): the steady state of :mod:`moesym.model.serve`
+    from the mixed step's and the decode step's compiled models. ``per_layer_s`` and the
+    bounds are the mixed step's; ``decode_step`` has the decode-only step's."""
+    from .serve import serve_point, serve_rates
+
+    chunk, cm_mix, cm_dec = serve_models(model, hw, dep, wl, memory)
+    p = serve_point(wl.batch, wl.isl, wl.osl, chunk)
+    vals_mix = {**cm_mix.parts[0]["static"], N.batch: p["decoding"], N.tokens: p["mixed_tokens"],
+                N.context: wl.context, N.isl: wl.isl, N.chunk: chunk}
+    vals_dec = {**cm_dec.parts[0]["static"], N.batch: p["decoding"], N.context: wl.context}
+    mixed = report_from_numbers(cm_mix.evaluate(0, vals_mix), vals_mix, model, dep, wl)
+    dec_wl = Workload(Phase.DECODE, batch=wl.batch, context=wl.context)
+    dec = report_from_numbers(cm_dec.evaluate(0, vals_dec), vals_dec, model, dep, dec_wl)
+    rates = serve_rates(p, mixed["step_time_s"], dec["step_time_s"], wl.isl, chunk, dep.tp)
+    mixed_busy = p["mixed_share"] * mixed["step_time_s"]
+    main = mixed if mixed_busy >= rates["step_time_s"] - mixed_busy else dec
+    r = {**rates, "tokens_per_gpu_s": rates["output_tokens_per_gpu_s"],
+         "bound": main["bound"], "bound_term": main["bound_term"],
+         "per_layer_s": mixed["per_layer_s"], "layer_s": mixed["layer_s"],
+         "layer_compute_s": mixed["layer_compute_s"], "bounds": mixed["bounds"],
+         "work_per_layer": mixed.get("work_per_layer", {}), "serving_frac": mixed["serving_frac"],
+         "serve": {"chunk_tokens": chunk, "kv_mean_tokens": wl.context,
+                   "decoding_requests": p["decoding"], "prefill_tokens_per_step": p["prefill_per_step"],
+                   "mixed_step_tokens": p["mixed_tokens"], "mixed_step_share": p["mixed_share"],
+                   "queueing": "ignored: TTFT is the prompt's own chunks"},
+         "mixed_step": {k: mixed[k] for k in ("step_time_s", "bound", "bound_term")},
+         "decode_step": {k: dec[k] for k in ("step_time_s", "bound", "bound_term", "per_layer_s")}}
+    if memory:
+        used = float(cm_dec.evaluate(1, memory_workload_values(dec_wl))["memory_bytes"])
         r["memory_bytes"] = used
         r["fits"] = bool(used <= hw.hbm_capacity_bytes)
     return r

@@ -176,9 +176,10 @@ def report_from_numbers(nums, values, model, deployment, workload) -> dict:
     if workload.phase is Phase.DECODE:
         out["tokens_per_gpu_s"] = workload.batch / deployment.tp / t
         out["tpot_s"] = t
-    else:
+    elif workload.phase is Phase.PREFILL:
         out["tokens_per_gpu_s"] = workload.tokens / deployment.tp / t
         out["ttft_s"] = t * max(1.0, workload.context / workload.tokens)
+    # a mixed serving step: its rates are the steady state's (moesym.model.serve), not its own
     shares = bound_shares(nums, values, model, deployment)
     out["bound"] = max(shares, key=shares.get)
     out["bound_shares_s"] = shares

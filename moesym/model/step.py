@@ -114,7 +114,7 @@ class StepModel:
         from ..schedules import load, resolve_name, simulate
 
         dep, wl = self.deployment, self.workload
-        name = resolve_name(dep.overlap, dep.micro_batches, wl.phase.value)
+        name = resolve_name(dep.overlap, dep.micro_batches, wl.phase.engine)
         sched = load(name)
         if not self.model.is_moe:
             raise MoesymError(f"--timeline shows an MoE layer's overlap schedule; "
@@ -126,7 +126,7 @@ class StepModel:
         ops = {k: num(v) for k, v in operation_times(self.terms, S.micro_batches).items()}
         tr = {k: num(self.terms[k].total_s) for k in ("dispatch", "combine")}
         phi = num(overlap.sm_share(overlap.resolve_a2a(dep, wl.phase)))
-        ends, events = simulate(sched.layout(wl.phase.value), ops, tr, phi)
+        ends, events = simulate(sched.layout(wl.phase.engine), ops, tr, phi)
         t0, t1 = ends[1], ends[2]  # one steady-state period of the stream
         return [{"name": e.name, "stream": e.stream, "micro_batch": e.micro_batch,
                  "layer": e.layer - 2, "start_s": e.start - t0, "end_s": e.end - t0}
@@ -150,7 +150,7 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims) -
     t_moe = ffn.moe_tokens_per_gpu(D, t)
     costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
     costs["attention_proj"] = att.attention_projections(D, t, mla)
-    costs["attention_core"] = [_attention_core(model, wl, D, t)]
+    costs["attention_core"] = _attention_core(model, wl, D, t)
     lam = imbalance_expr(model, dep, D, t)
     rows = t_moe * D.topk * lam * D.expert_tp
     layout = dep.resolved_layout(wl.phase)
@@ -210,7 +210,7 @@ def _dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims)
     t = _tokens(wl) / D.micro_batches
     costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
     costs["attention_proj"] = att.attention_projections(D, t, mla)
-    costs["attention_core"] = [_attention_core(model, wl, D, t)]
+    costs["attention_core"] = _attention_core(model, wl, D, t)
     # a dense FFN stands in for the MoE: its GEMMs are moe_routed, its weight read moe_weight_load
     g_up, g_down = ffn.dense_ffn(D, t)
     w_up = g_up.shape.n * g_up.shape.k * D.w_bytes
@@ -241,21 +241,35 @@ def _work(costs: dict, n) -> dict:
 
 
 def _tokens(wl: Workload) -> sp.Expr:
-    return S.batch if wl.phase is Phase.DECODE else S.tokens
+    """Tokens of one step on one attention DP rank (a mixed serving step: the decode requests'
+    one token each and the prefill chunk's tokens)."""
+    return {Phase.DECODE: S.batch, Phase.PREFILL: S.tokens,
+            Phase.SERVE: S.batch + S.tokens}[wl.phase]
 
 
-def _attention_core(model: ModelSpec, wl: Workload, D: Dims, t) -> Cost:
-    def core(ctx):
-        if wl.phase is Phase.DECODE:
-            return att.attention_core_decode(D, t, ctx, model.is_mla)
-        return att.attention_core_prefill(D, t, ctx, smin(S.chunk, ctx), model.is_mla)
+def _attention_core(model: ModelSpec, wl: Workload, D: Dims, t) -> list[Cost]:
+    """Attention of ``t`` tokens (one micro-batch). A mixed serving step runs two kernels:
+    decode attention of its requests over their KV (L) and chunked prefill attention of its
+    prefill tokens over their prompts (L_in)."""
+    n = D.micro_batches
 
-    full = core(S.context)
-    if not model.sliding_layers:
-        return full
-    f = sp.Rational(model.sliding_layers, model.num_layers)
-    win = core(smin(S.context, model.sliding_window))
-    return full.scaled(1 - f) + win.scaled(f)
+    def core(kind, tokens, ctx):
+        if kind == "decode":
+            return att.attention_core_decode(D, tokens, ctx, model.is_mla)
+        return att.attention_core_prefill(D, tokens, ctx, smin(S.chunk, ctx), model.is_mla)
+
+    kernels = {Phase.DECODE: [("decode", t, S.context)], Phase.PREFILL: [("prefill", t, S.context)],
+               Phase.SERVE: [("decode", S.batch / n, S.context),
+                             ("prefill", S.tokens / n, S.isl)]}[wl.phase]
+    out = []
+    for kind, tokens, ctx in kernels:
+        full = core(kind, tokens, ctx)
+        if not model.sliding_layers:
+            out.append(full)
+            continue
+        f = sp.Rational(model.sliding_layers, model.num_layers)
+        out.append(full.scaled(1 - f) + core(kind, tokens, smin(ctx, model.sliding_window)).scaled(f))
+    return out
 
 
 # kernels whose schedule operation differs from their breakdown key's (data, by kernel name)
@@ -293,7 +307,7 @@ def _scheduled(name: str, terms, compute, dep: Deployment, wl: Workload, n) -> t
     if sched.ideal:
         return (overlap.layer_time(compute, d, c, n, dep, wl, shared_mb=terms["shared_expert"].total_s),
                 overlap.step_edges(d, c, n, dep, wl), None)
-    lay = sched.layout(wl.phase.value)
+    lay = sched.layout(wl.phase.engine)
     phi = overlap.sm_share(overlap.resolve_a2a(dep, wl.phase))
     period, edges = steady_state(lay, operation_times(terms, n), {"dispatch": d, "combine": c},
                                  phi, smax=smax)
@@ -318,7 +332,7 @@ def _layer_time(terms: Mapping[str, TermTime], dep: Deployment, wl: Workload, n)
     # auto: what the engine runs for the micro-batch count (moesym.schedules.resolve_name)
     from ..schedules import resolve_name
 
-    ph = wl.phase.value
+    ph = wl.phase.engine
     built = [(_scheduled(resolve_name("auto", k, ph), terms, compute, dep, wl, n), k)
              for k in (1, 2)]
     beyond = _scheduled(resolve_name("auto", 3, ph), terms, compute, dep, wl, n)
@@ -351,10 +365,10 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     per_layer = {k: n * v.total_s for k, v in main.items()}
     layer, layer_compute, edges = _layer_time(main, deployment, workload, n)
     dense_layer, _, _ = _layer_time(dense_terms, deployment, workload, n)
-    if workload.phase is Phase.DECODE:
-        tokens, logits_tokens = S.batch, S.batch
-    else:
-        tokens, logits_tokens = S.tokens, S.tokens / S.context
+    tokens = _tokens(workload)
+    # one logit row per decode request and per prompt (its last token)
+    logits_tokens = {Phase.DECODE: S.batch, Phase.PREFILL: S.tokens / S.context,
+                     Phase.SERVE: S.batch + S.tokens / S.isl}[workload.phase]
     once = (timing.time(ffn.lm_head(D, logits_tokens)).total_s
             + timing.time(ffn.embedding(D, tokens)).total_s + S.t_step)
     if model.is_moe:

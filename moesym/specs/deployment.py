@@ -24,6 +24,16 @@ __all__ = ["Phase", "A2AMode", "Routing", "Deployment", "Workload", "DTYPE_BYTES
 class Phase(str, Enum):
     PREFILL = "prefill"
     DECODE = "decode"
+    # aggregated serving: in-flight batching, decode steps and mixed steps that also prefill a
+    # chunk of new prompts (moesym.model.serve); a step model of this phase is the mixed step
+    SERVE = "serve"
+
+    @property
+    def engine(self) -> str:
+        """The mode an engine runs a step of this phase in: a mixed step (prefill chunk beside
+        decode requests) runs as an extend / prefill batch in SGLang and vLLM (DeepEP normal
+        mode, the prefill overlap layout)."""
+        return "decode" if self is Phase.DECODE else "prefill"
 
 
 class A2AMode(str, Enum):
@@ -212,10 +222,10 @@ class Deployment:
         sched = load(self.overlap)
         if sched.ideal:
             return
-        lay = sched.layout(Phase(phase).value)
+        lay = sched.layout(Phase(phase).engine)
         if lay.micro_batches != self.micro_batches:
             raise SpecError(f"--overlap {self.overlap} runs {lay.micro_batches} micro-batch(es) "
-                            f"in {Phase(phase).value}; set --micro-batches {lay.micro_batches}")
+                            f"in {Phase(phase).engine}; set --micro-batches {lay.micro_batches}")
 
     def with_(self, **changes) -> "Deployment":
         return replace(self, **changes)
@@ -290,15 +300,26 @@ class Workload:
     phase: Phase
     batch: int = 1  # decode: concurrent requests
     tokens: int = 0  # prefill: tokens per step (0 -> context, one prompt)
-    context: int = 1024  # prefill: prompt length; decode: mean KV length
-    chunk: int = 0  # prefill chunk (0 -> min(tokens, context))
+    context: int = 1024  # prefill: prompt length; decode and serve: mean KV length
+    chunk: int = 0  # prefill chunk (0 -> min(tokens, context); serve: the engine's default)
+    isl: int = 0  # serve: input (prompt) tokens per request
+    osl: int = 0  # serve: output tokens per request
 
     def __post_init__(self) -> None:
         if not isinstance(self.phase, Phase):
             try:
                 object.__setattr__(self, "phase", Phase(self.phase))
             except ValueError:
-                raise SpecError(f"--phase {self.phase!r}: use prefill or decode") from None
+                raise SpecError(f"--phase {self.phase!r}: use prefill, decode or serve") from None
+        if self.phase is Phase.SERVE:
+            _pos_int("--batch", self.batch)
+            _pos_int("--isl", self.isl)
+            _pos_int("--osl", self.osl)
+            # the running requests hold their prompt and, on average, half their output
+            object.__setattr__(self, "context", self.isl + self.osl // 2)
+            if self.chunk:
+                _pos_int("--chunk", self.chunk)
+            return
         _pos_int("--context", self.context)
         if self.phase is Phase.DECODE:
             _pos_int("--batch", self.batch)

@@ -1,0 +1,199 @@
+"""Aggregated serving (--phase serve): the steady state of in-flight batching.
+
+Goldens: a hand derivation of the steady state, an independent step-by-step simulation of an
+engine's in-flight batching (requests, a chunked-prefill budget, decode), and the limits a
+serve prediction must reach (OSL >> ISL: the decode step; ISL >> OSL: the prefill step).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from moesym import Deployment, Workload, load_hardware, load_model
+from moesym.cli import main
+from moesym.model.predictor import predict
+from moesym.model.serve import default_chunk_tokens, serve_point
+
+
+def test_steady_state_by_hand():
+    # 64 requests, 1000 in / 1000 out: each spends 1 step in prefill and 1000 decoding, so
+    # b = 64 * 1000 / 1001 decode; a = b / 1000 finish per step, b prompt tokens per step on
+    # average; a step has at least one finish with probability 1 - exp(-a)
+    b = 64 * 1000 / 1001
+    p = serve_point(64, 1000, 1000, 8192)
+    share = 1 - np.exp(-b / 1000)
+    assert p == {"decoding": pytest.approx(b), "prefill_per_step": pytest.approx(b),
+                 "mixed_share": pytest.approx(share), "mixed_tokens": pytest.approx(b / share)}
+    # 400 requests finishing every 10 steps with 100-token prompts: ~4000 prompt tokens per
+    # step, packed into every step (share 1)
+    p = serve_point(400, 100, 10, 8192)
+    assert p["mixed_tokens"] == pytest.approx(4000 * 10 / 11) and p["mixed_share"] == pytest.approx(1)
+    # prefill-bound: 8000-token prompts, 50 outputs, 8192 tokens per step -> 1.024 prompts per
+    # step, so only 1.024 * 50 = 51.2 requests decode
+    p = serve_point(64, 8000, 50, 8192)
+    assert p["decoding"] == pytest.approx(51.2) and p["mixed_share"] == 1
+    # speculative decoding emits 2 tokens per step: requests last 500 steps
+    b2 = 64 * 500 / 501
+    assert serve_point(64, 1000, 1000, 8192, accepted=2)["prefill_per_step"] == \
+        pytest.approx(b2 * 1000 / 500)
+
+
+def _simulate(batch, isl, osl, chunk, steps, seed=0):
+    """An engine step by step: ``batch`` requests in flight, finished ones replaced by new
+    prompts that wait in line for the chunked-prefill budget; decode emits one token per
+    decoding request. Starts desynchronised (random progress), as a served load is."""
+    rng = np.random.default_rng(seed)
+    out_left = rng.integers(1, osl + 1, batch)  # decoding, tokens still to emit
+    queue: list[int] = []  # prompt tokens left of each waiting request, in arrival order
+    decoding = batch
+    dec_sum = pre_sum = mixed_steps = mixed_tokens = 0
+    for _ in range(steps):
+        budget, prefilled, joined = chunk, 0, 0
+        while queue and budget:
+            take = min(budget, queue[0])
+            queue[0] -= take
+            budget -= take
+            prefilled += take
+            if queue[0] == 0:
+                queue.pop(0)
+                joined += 1
+        dec_sum += decoding
+        pre_sum += prefilled
+        if prefilled:
+            mixed_steps += 1
+            mixed_tokens += prefilled
+        out_left = out_left[:decoding] - 1
+        done = int((out_left == 0).sum())
+        out_left = np.concatenate([out_left[out_left > 0], np.full(joined, osl)])
+        decoding = len(out_left)
+        queue += [isl] * done
+    return {"decoding": dec_sum / steps, "prefill_per_step": pre_sum / steps,
+            "mixed_share": mixed_steps / steps, "mixed_tokens": mixed_tokens / max(mixed_steps, 1)}
+
+
+@pytest.mark.parametrize("batch,isl,osl,chunk", [(64, 1000, 1000, 8192), (256, 512, 64, 4096),
+                                                 (64, 8000, 50, 8192), (32, 20000, 500, 2048)])
+def test_steady_state_matches_a_simulated_engine(batch, isl, osl, chunk):
+    runs = [_simulate(batch, isl, osl, chunk, steps=6_000, seed=k) for k in range(8)]
+    sim = {k: np.mean([r[k] for r in runs]) for k in runs[0]}
+    p = serve_point(batch, isl, osl, chunk)
+    # conserved rates: exact up to the simulation's start
+    assert p["decoding"] == pytest.approx(sim["decoding"], rel=0.02)
+    assert p["prefill_per_step"] == pytest.approx(sim["prefill_per_step"], rel=0.02)
+    # the share of mixed steps (Poisson packing of the finishes, or the busy prefill queue)
+    assert p["mixed_share"] == pytest.approx(sim["mixed_share"], rel=0.03)
+    assert p["mixed_tokens"] == pytest.approx(sim["mixed_tokens"], rel=0.03)
+
+
+def test_default_chunk_is_sglangs():
+    gib = 2**30
+    assert default_chunk_tokens(80 * gib, 1) == 8192  # H100
+    assert default_chunk_tokens(141 * gib, 1) == 8192  # H200
+    assert default_chunk_tokens(180 * gib, 1) == 16384  # B200
+    assert default_chunk_tokens(80 * gib, 8) == 1024  # DP attention divides it
+
+
+CASES = [("qwen3-30b-a3b", "h20", Deployment()),
+         ("deepseek-v3", "h200", Deployment(gpus=8, ep=8, weights="fp8"))]
+
+
+@pytest.mark.parametrize("name,hw,dep", CASES)
+def test_serve_limits(name, hw, dep):
+    m, h = load_model(name), load_hardware(hw)
+    with pytest.warns(UserWarning) if hw == "h200" else _nothing():
+        # OSL >> ISL: almost no prefill, the decode step at the mean KV length
+        r = predict(m, h, dep, Workload("serve", batch=32, isl=16, osl=100_000), memory=False)
+        d = predict(m, h, dep, Workload("decode", batch=32, context=16 + 50_000), memory=False)
+        assert r["output_tokens_per_gpu_s"] == pytest.approx(d["tokens_per_gpu_s"], rel=1e-3)
+        # ISL >> OSL: every step a full chunk, the prefill step's input rate
+        r = predict(m, h, dep, Workload("serve", batch=32, isl=100_000, osl=1, chunk=4096),
+                    memory=False)
+        p = predict(m, h, dep, Workload("prefill", tokens=4096, context=100_000, chunk=4096),
+                    memory=False)
+        assert r["input_tokens_per_gpu_s"] == pytest.approx(p["tokens_per_gpu_s"], rel=0.05)
+        assert r["input_tokens_per_gpu_s"] <= p["tokens_per_gpu_s"]
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+@pytest.mark.parametrize("batch,isl,osl", [(1, 128, 128), (16, 1024, 256), (128, 4096, 1024),
+                                           (64, 1000, 4000)])
+def test_prefill_interference_never_speeds_decode(batch, isl, osl):
+    m, h = load_model("qwen3-30b-a3b"), load_hardware("h20")
+    r = predict(m, h, Deployment(gpus=4, ep=4), Workload("serve", batch=batch, isl=isl, osl=osl),
+                memory=False)
+    assert r["tpot_s"] >= r["decode_step"]["step_time_s"]
+    assert r["mixed_step"]["step_time_s"] >= r["decode_step"]["step_time_s"]
+    assert r["ttft_s"] >= r["mixed_step"]["step_time_s"]
+
+
+def test_cli_contract_keys(capsys):
+    assert main(["predict", "qwen3-30b-a3b", "--hardware", "h20", "--phase", "serve", "--isl",
+                 "1024", "--osl", "2048", "--batch", "64", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    for k in ("output_tokens_per_gpu_s", "input_tokens_per_gpu_s", "tpot_s", "ttft_s"):
+        assert r[k] > 0
+    assert set(r["per_layer_s"]) >= {"attention_core", "moe_routed", "moe_weight_load"}
+    # input / output = ISL / OSL in the steady state
+    assert r["input_tokens_per_gpu_s"] / r["output_tokens_per_gpu_s"] == pytest.approx(0.5)
+    assert r["fits"] is True
+
+
+def test_cli_serve_needs_lengths(capsys):
+    assert main(["predict", "qwen3-30b-a3b", "--hardware", "h20", "--phase", "serve",
+                 "--batch", "8", "--isl", "100"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--osl" in err[0]
+
+
+def test_sweep_and_optimize_evaluate_what_predict_does(tmp_path):
+    """A serve sweep's rows and optimize's best are predict's numbers at those points, and no
+    batch of the best deployment beats the optimizer's under its limits (brute force)."""
+    import pandas as pd
+
+    from moesym.optimize import optimize
+
+    m, h = load_model("qwen3-30b-a3b"), load_hardware("h20")
+    out = tmp_path / "s.csv"
+    assert main(["sweep", "qwen3-30b-a3b", "--hardware", "h20", "--phase", "serve", "--batch",
+                 "3,40,300", "--isl", "700,3000", "--osl", "500", "--gpus", "4", "--tp", "1,4",
+                 "--out", str(out)]) == 0
+    d = pd.read_csv(out)
+    assert len(d) == 12
+    for r in d.itertuples():
+        p = predict(m, h, Deployment(gpus=4, tp=r.tp, ep=r.ep),
+                    Workload("serve", batch=r.batch, isl=r.isl, osl=r.osl))
+        assert r.output_tokens_per_gpu_s == pytest.approx(p["output_tokens_per_gpu_s"], rel=1e-9)
+        assert r.ttft_s == pytest.approx(p["ttft_s"], rel=1e-9)
+        assert r.memory_bytes == pytest.approx(p["memory_bytes"], rel=1e-9)
+    best = optimize(m, h, 4, "serve", isl=1024, osl=1024, tpot_s=0.04, micro_batches=(1,)).best
+    dep = Deployment(gpus=4, tp=best["tp"], ep=best["ep"], a2a=best["a2a"])
+    p = predict(m, h, dep, Workload("serve", batch=best["batch"], isl=1024, osl=1024))
+    assert p["output_tokens_per_gpu_s"] == pytest.approx(best["output_tokens_per_gpu_s"], rel=1e-9)
+    assert p["tpot_s"] <= 0.04 and p["fits"]
+    for b in range(max(1, best["batch"] - 40), best["batch"] + 40, 7):
+        q = predict(m, h, dep, Workload("serve", batch=b, isl=1024, osl=1024))
+        if q["fits"] and q["tpot_s"] <= 0.04:
+            assert q["output_tokens_per_gpu_s"] <= best["output_tokens_per_gpu_s"] * (1 + 1e-9)
+
+
+def test_disaggregation_is_compared_with_aggregated_serving():
+    from moesym.optimize import disaggregate
+
+    m, h = load_model("qwen3-30b-a3b"), load_hardware("h20")
+    d = disaggregate(m, h, 4, 4, 1024, 1024, tpot_s=0.05)
+    agg = d["aggregated"]
+    assert agg["tpot_s"] <= 0.05
+    assert d["aggregated_requests_per_gpu_s"] == pytest.approx(
+        agg["output_tokens_per_gpu_s"] / 1024)
+    assert d["disaggregated_over_aggregated"] == pytest.approx(
+        d["requests_per_gpu_s"] / d["aggregated_requests_per_gpu_s"])
