@@ -82,7 +82,7 @@ def pareto_front(rows: list[dict], x: str, y: str) -> list[dict]:
     return keep
 
 
-def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, serve=None):
+def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve=None):
     """A function giving, at an array of sizes (batch or tokens per attention DP rank), the
     step time, latency, tokens per GPU per second and feasibility (fits in memory, meets every
     latency limit) of one (tp, ep, mb). ``cms``: the compiled predict model (step and memory)
@@ -102,8 +102,12 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, serve=None
         out["ok"] = ok
         return out
 
+    from .model.report import accepted_tokens
+
     if ph is Phase.SERVE:
         from .model.serve import default_chunk_tokens, serve_point, serve_rates
+
+        accepted = accepted_tokens(dep)
 
         cm_mix, cm_dec = cms
         isl, osl, chunk = serve
@@ -111,8 +115,8 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, serve=None
         ctx = isl + osl // 2
 
         def measure(sizes):
-            p = serve_point(sizes, isl, osl, chunk, minimum=np.minimum, maximum=np.maximum,
-                            exp=np.exp)
+            p = serve_point(sizes, isl, osl, chunk, accepted, minimum=np.minimum,
+                            maximum=np.maximum, exp=np.exp)
             mem = cm_dec.evaluate(1, {**fixed, N.batch: sizes, N.context: ctx,
                                       N.prefill_tokens: chunk})["memory_bytes"]
             fits = np.broadcast_to(mem, sizes.shape) <= capacity
@@ -124,7 +128,7 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, serve=None
                 env.update({N.tokens: q["mixed_tokens"], N.isl: isl, N.chunk: chunk})
                 t_mix[fits] = np.broadcast_to(cm_mix.evaluate(0, env)["step_time_s"], q["decoding"].shape)
             with np.errstate(invalid="ignore"):  # inf x 0 where nothing fits: dropped below
-                r = serve_rates(p, t_mix, t_dec, isl, chunk, tp, ceil=np.ceil)
+                r = serve_rates(p, t_mix, t_dec, isl, chunk, tp, accepted, ceil=np.ceil)
             out = {"step_time_s": r["step_time_s"], "tpot_s": r["tpot_s"], "ttft_s": r["ttft_s"],
                    "tokens_per_gpu_s": np.where(fits, r["output_tokens_per_gpu_s"], 0.0),
                    "output_tokens_per_gpu_s": r["output_tokens_per_gpu_s"],
@@ -150,9 +154,10 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, serve=None
         if fits.any():  # time only what fits (decode: memory binds long before max_size)
             t[fits] = np.broadcast_to(cm.evaluate(0, subset(env, fits))["step_time_s"],
                                       (int(fits.sum()),))
-        lat = t if ph is Phase.DECODE else t * np.maximum(1.0, context / sizes)
+        a = accepted_tokens(dep) if ph is Phase.DECODE else 1.0  # tokens per request per step
+        lat = t / a if ph is Phase.DECODE else t * np.maximum(1.0, context / sizes)
         out = {"step_time_s": t, "tpot_s" if ph is Phase.DECODE else "ttft_s": lat,
-               "tokens_per_gpu_s": sizes / tp / np.where(np.isfinite(t), t, np.inf)}
+               "tokens_per_gpu_s": sizes * a / tp / np.where(np.isfinite(t), t, np.inf)}
         return feasible(fits, t, out)
 
     return measure
@@ -249,7 +254,7 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
                           if serve else (compiled_predict_model(model, hw, rep, wl0),))
         for tp, _, mb in (c for c in cands if c[1] == ep):
             measure = _measure_fn(built[key], hw.hbm_capacity_bytes, ph, context, limits,
-                                  tp, ep, mb, gpus, (isl, osl, chunk) if serve else None)
+                                  tp, ep, mb, gpus, base, (isl, osl, chunk) if serve else None)
             best = _search(measure, tp, mb, max_size)
             if best is None:
                 continue

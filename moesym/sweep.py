@@ -328,7 +328,7 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
             for c, mb in enumerate(ax["micro_batches"]):
                 env = {**env0, **ep_env, N.gpus: float(g), N.ep: eps, N.micro_batches: float(mb)}
                 if serve:
-                    got = _serve_point(cm, env, grid.hw, float(g))
+                    got = _serve_point(cm, env, grid.hw, float(g), grid.base)
                 else:
                     got = {"step_time_s": cm.evaluate(0, env)["step_time_s"]}
                     if prefill:  # prompts whose KV is held: ceil(tokens / context)
@@ -358,16 +358,20 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
         out.update(flat)
     else:
         out["step_time_s"] = flat["step_time_s"]
-        out["tokens_per_gpu_s"] = out[grid.tok_axis] / out["tp"] / flat["step_time_s"]
+        from .model.report import accepted_tokens
+
+        a = 1.0 if prefill else accepted_tokens(grid.base)  # tokens per request per step
+        out["tokens_per_gpu_s"] = out[grid.tok_axis] * a / out["tp"] / flat["step_time_s"]
         out["memory_bytes"] = flat["memory_bytes"]
     out["fits"] = out["memory_bytes"] <= grid.hw.hbm_capacity_bytes
     return out
 
 
-def _serve_point(cms, env, hw: HardwareSpec, gpus: float) -> dict:
+def _serve_point(cms, env, hw: HardwareSpec, gpus: float, dep: Deployment) -> dict:
     """Serve quantities at broadcast grid arrays (``env``: batch, ISL, OSL, chunk (0: the
     engine's default for the point's DP size), TP, ...) from the mixed-step and decode-step
     models: :func:`moesym.model.serve.serve_point` and ``serve_rates`` on arrays."""
+    from .model.report import accepted_tokens
     from .model.serve import default_chunk_tokens, serve_point, serve_rates
 
     cm_mix, cm_dec = cms
@@ -378,12 +382,13 @@ def _serve_point(cms, env, hw: HardwareSpec, gpus: float) -> dict:
     default = np.vectorize(lambda d: default_chunk_tokens(hw.hbm_capacity_bytes, int(d)))(dp)
     chunk = np.where(chunk > 0, chunk, default).astype(float)
     ctx = isl + np.floor(osl / 2)
-    p = serve_point(batch, isl, osl, chunk, minimum=np.minimum, maximum=np.maximum, exp=np.exp)
+    a = accepted_tokens(dep)
+    p = serve_point(batch, isl, osl, chunk, a, minimum=np.minimum, maximum=np.maximum, exp=np.exp)
     mem = cm_dec.evaluate(1, {**env, N.context: ctx, N.prefill_tokens: chunk})["memory_bytes"]
     t_dec = cm_dec.evaluate(0, {**env, N.batch: p["decoding"], N.context: ctx})["step_time_s"]
     t_mix = cm_mix.evaluate(0, {**env, N.batch: p["decoding"], N.tokens: p["mixed_tokens"],
                                 N.context: ctx, N.isl: isl, N.chunk: chunk})["step_time_s"]
-    r = serve_rates(p, t_mix, t_dec, isl, chunk, tp, ceil=np.ceil)
+    r = serve_rates(p, t_mix, t_dec, isl, chunk, tp, a, ceil=np.ceil)
     return {"step_time_s": r["step_time_s"], "chunk": chunk,
             "output_tokens_per_gpu_s": r["output_tokens_per_gpu_s"],
             "input_tokens_per_gpu_s": r["input_tokens_per_gpu_s"], "tpot_s": r["tpot_s"],

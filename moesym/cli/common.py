@@ -37,6 +37,16 @@ def nonneg_int(text: str) -> int:
     return v
 
 
+def probability(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1], got {text!r}") from None
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1], got {text!r}")
+    return v
+
+
 def positive_float(text: str) -> float:
     try:
         v = float(text)
@@ -121,6 +131,12 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
     g.add_argument("--layout", choices=("auto", "contiguous", "masked", "batched"), default="auto",
                    help="expert activation layout (auto: masked after DeepEP low-latency "
                         "dispatch, contiguous otherwise)")
+    g.add_argument("--mtp", type=nonneg_int, default=0, metavar="N",
+                   help="speculative decoding: N draft tokens per decode step (DeepSeek MTP; "
+                        "an EAGLE-style one-layer draft for other models)")
+    g.add_argument("--accept", type=probability, default=None, metavar="P",
+                   help="acceptance of each draft token (default 0.85: DeepSeek-V3 report "
+                        "sec. 5.4.3)")
     g.add_argument("--memory-option", action="append", default=[], metavar="KEY=VALUE",
                    help="override a serving-engine memory default (repeatable; moesym memory "
                         "--help lists the keys): KV block size, reserve, MTP layers, buffers")
@@ -178,7 +194,8 @@ def deployment_from(args) -> Deployment:
                       weights=args.weights, kv=args.kv, a2a=A2AMode(one(args.a2a, "auto")),
                       routing=Routing.parse(args.routing),
                       redundant_experts=args.redundant_experts, layout=args.layout,
-                      overlap=args.overlap, timing=args.timing,
+                      overlap=args.overlap, timing=args.timing, mtp=getattr(args, "mtp", 0),
+                      accept=getattr(args, "accept", None),
                       memory_options=_memory_option_pairs(getattr(args, "memory_option", [])))
 
 

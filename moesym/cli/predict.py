@@ -72,6 +72,9 @@ def run(args) -> int:
         print(f"  tokens/GPU/s     {r['tokens_per_gpu_s']:.1f}")
         key = "tpot_s" if "tpot_s" in r else "ttft_s"
         print(f"  {key:<16} {fmt_s(r[key])}")
+    if "accepted_tokens_per_step" in r:
+        print(f"  speculative      {dep.mtp} draft token(s), acceptance {dep.acceptance:g}: "
+              f"{r['accepted_tokens_per_step']:.3f} tokens per request per step")
     print(f"  bound            {r['bound']}")
     print(f"  memory per GPU   {r['memory_bytes'] / 1e9:.2f} GB  fits: {r['fits']}")
     if r["serving_frac"] != 1.0:

@@ -377,7 +377,10 @@ class MemoryModel:
 def memory_model(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
                  workload: Workload | None = None, options: MemoryOptions | None = None) -> MemoryModel:
     """Build the :class:`MemoryModel` (checks that ``deployment`` can shard ``model``)."""
-    opts = options or MemoryOptions(**dict(deployment.memory_options))
+    given = dict(deployment.memory_options)
+    if deployment.mtp and "mtp_layers" not in given:  # the draft module's weights and KV
+        given["mtp_layers"] = model.mtp_layers or 1
+    opts = options or MemoryOptions(**given)
     wl = workload or Workload(Phase.DECODE)
     deployment.check_model(model)
     exprs = memory_expressions(model, deployment, wl.phase, opts)

@@ -79,7 +79,7 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
         S.n_groups: m.expert_groups, S.topk_groups: m.groups_per_token,
         S.n_moe_layers: m.moe_layers if m.is_moe else 0, S.n_dense_layers: m.dense_layers,
         S.gpus: dep.gpus, S.gpus_per_node: scale_up_domain(hw, dep), S.tp: dep.tp, S.ep: dep.ep,
-        S.micro_batches: dep.micro_batches, S.redundant: dep.redundant_experts,
+        S.micro_batches: dep.micro_batches, S.redundant: dep.redundant_experts, S.mtp: dep.mtp,
         S.w_bytes: weight_bytes_per_element(weight_storage_format(dep.weights, hw)),
         S.kv_bytes: DTYPE_BYTES[dep.kv], S.act_bytes: DTYPE_BYTES["bf16"],
         S.dispatch_bytes: activation_dispatch_bytes("fp8" if compute_fmt != "bf16" else "bf16"),

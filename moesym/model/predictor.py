@@ -28,7 +28,7 @@ from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
 from ..symtab import N
 from .bindings import memory_workload_values, workload_values
-from .report import report_from_numbers
+from .report import accepted_tokens, report_from_numbers
 
 __all__ = ["compiled_predict_model", "predict", "structure"]
 
@@ -145,14 +145,17 @@ def predict_serve(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workl
     from .serve import serve_point, serve_rates
 
     chunk, cm_mix, cm_dec = serve_models(model, hw, dep, wl, memory)
-    p = serve_point(wl.batch, wl.isl, wl.osl, chunk)
+    a = accepted_tokens(dep)
+    p = serve_point(wl.batch, wl.isl, wl.osl, chunk, a)
     vals_mix = {**cm_mix.parts[0]["static"], N.batch: p["decoding"], N.tokens: p["mixed_tokens"],
                 N.context: wl.context, N.isl: wl.isl, N.chunk: chunk}
     vals_dec = {**cm_dec.parts[0]["static"], N.batch: p["decoding"], N.context: wl.context}
     mixed = report_from_numbers(cm_mix.evaluate(0, vals_mix), vals_mix, model, dep, wl)
     dec_wl = Workload(Phase.DECODE, batch=wl.batch, context=wl.context)
     dec = report_from_numbers(cm_dec.evaluate(0, vals_dec), vals_dec, model, dep, dec_wl)
-    rates = serve_rates(p, mixed["step_time_s"], dec["step_time_s"], wl.isl, chunk, dep.tp)
+    rates = serve_rates(p, mixed["step_time_s"], dec["step_time_s"], wl.isl, chunk, dep.tp, a)
+    if dep.mtp:
+        rates["accepted_tokens_per_step"] = a
     mixed_busy = p["mixed_share"] * mixed["step_time_s"]
     main = mixed if mixed_busy >= rates["step_time_s"] - mixed_busy else dec
     r = {**rates, "tokens_per_gpu_s": rates["output_tokens_per_gpu_s"],

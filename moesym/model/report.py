@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..specs.deployment import Phase
 from ..symtab import N
 
-__all__ = ["BREAKDOWN_KEYS", "bound_shares", "key_bounds", "report_expressions", "report_from_numbers",
+__all__ = ["BREAKDOWN_KEYS", "accepted_tokens", "bound_shares", "key_bounds", "report_expressions", "report_from_numbers",
            "routed_expert_roofline", "routed_expert_roofline_expr"]
 
 # contract keys of per_layer_s (issue 2 / CONTRACT.md), in display order
@@ -168,14 +168,27 @@ def _bound_term(bound: str, nums, values, model, deployment) -> str:
     return max(parts, key=parts.get)
 
 
+def accepted_tokens(deployment) -> float:
+    """Tokens one decode step emits per request: 1, or speculative decoding's expected accepted
+    length (:func:`moesym.model.speculative.accepted_length`)."""
+    if not deployment.mtp:
+        return 1.0
+    from .speculative import accepted_length
+
+    return accepted_length(deployment.mtp, deployment.acceptance)
+
+
 def report_from_numbers(nums, values, model, deployment, workload) -> dict:
     """The ``predict`` report from the values of :func:`report_expressions` (``nums``) and the
     numbers bound to the step model's symbols (``values``, by printed name)."""
     t = float(nums["step_time_s"])
     out: dict = {"step_time_s": t}
     if workload.phase is Phase.DECODE:
-        out["tokens_per_gpu_s"] = workload.batch / deployment.tp / t
-        out["tpot_s"] = t
+        a = accepted_tokens(deployment)  # tokens a step emits per request (speculative: > 1)
+        out["tokens_per_gpu_s"] = workload.batch * a / deployment.tp / t
+        out["tpot_s"] = t / a
+        if deployment.mtp:
+            out["accepted_tokens_per_step"] = a
     elif workload.phase is Phase.PREFILL:
         out["tokens_per_gpu_s"] = workload.tokens / deployment.tp / t
         out["ttft_s"] = t * max(1.0, workload.context / workload.tokens)

@@ -146,11 +146,11 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims) -
     """Per-micro-batch costs of one MoE layer, grouped by breakdown key."""
     mla = model.is_mla
     fp8 = dep.weights != "bf16"
-    t = _tokens(wl) / D.micro_batches  # tokens of one micro-batch on one attention DP rank
+    t = _tokens(wl, dep) / D.micro_batches  # tokens of one micro-batch on one attention DP rank
     t_moe = ffn.moe_tokens_per_gpu(D, t)
     costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
     costs["attention_proj"] = att.attention_projections(D, t, mla)
-    costs["attention_core"] = _attention_core(model, wl, D, t)
+    costs["attention_core"] = _attention_core(model, dep, wl, D, t)
     lam = imbalance_expr(model, dep, D, t)
     rows = t_moe * D.topk * lam * D.expert_tp
     layout = dep.resolved_layout(wl.phase)
@@ -207,10 +207,10 @@ def _dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims)
     """Per-micro-batch costs of one dense layer, grouped by breakdown key."""
     mla = model.is_mla
     fp8 = dep.weights != "bf16"
-    t = _tokens(wl) / D.micro_batches
+    t = _tokens(wl, dep) / D.micro_batches
     costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
     costs["attention_proj"] = att.attention_projections(D, t, mla)
-    costs["attention_core"] = _attention_core(model, wl, D, t)
+    costs["attention_core"] = _attention_core(model, dep, wl, D, t)
     # a dense FFN stands in for the MoE: its GEMMs are moe_routed, its weight read moe_weight_load
     g_up, g_down = ffn.dense_ffn(D, t)
     w_up = g_up.shape.n * g_up.shape.k * D.w_bytes
@@ -240,14 +240,21 @@ def _work(costs: dict, n) -> dict:
                 "net_bytes": n * sp.Add(*[c.net_bytes for c in v])} for k, v in costs.items()}
 
 
-def _tokens(wl: Workload) -> sp.Expr:
+def _queries(dep: Deployment):
+    """Query tokens per decode request in one step: 1, or N + 1 when speculative decoding
+    verifies N draft tokens (:mod:`moesym.model.speculative`)."""
+    return 1 + S.mtp if dep.mtp else 1
+
+
+def _tokens(wl: Workload, dep: Deployment) -> sp.Expr:
     """Tokens of one step on one attention DP rank (a mixed serving step: the decode requests'
-    one token each and the prefill chunk's tokens)."""
-    return {Phase.DECODE: S.batch, Phase.PREFILL: S.tokens,
-            Phase.SERVE: S.batch + S.tokens}[wl.phase]
+    tokens and the prefill chunk's)."""
+    q = _queries(dep)
+    return {Phase.DECODE: S.batch * q, Phase.PREFILL: S.tokens,
+            Phase.SERVE: S.batch * q + S.tokens}[wl.phase]
 
 
-def _attention_core(model: ModelSpec, wl: Workload, D: Dims, t) -> list[Cost]:
+def _attention_core(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t) -> list[Cost]:
     """Attention of ``t`` tokens (one micro-batch). A mixed serving step runs two kernels:
     decode attention of its requests over their KV (L) and chunked prefill attention of its
     prefill tokens over their prompts (L_in)."""
@@ -255,10 +262,11 @@ def _attention_core(model: ModelSpec, wl: Workload, D: Dims, t) -> list[Cost]:
 
     def core(kind, tokens, ctx):
         if kind == "decode":
-            return att.attention_core_decode(D, tokens, ctx, model.is_mla)
+            return att.attention_core_decode(D, tokens, ctx, model.is_mla, _queries(dep))
         return att.attention_core_prefill(D, tokens, ctx, smin(S.chunk, ctx), model.is_mla)
 
-    kernels = {Phase.DECODE: [("decode", t, S.context)], Phase.PREFILL: [("prefill", t, S.context)],
+    kernels = {Phase.DECODE: [("decode", S.batch / n, S.context)],
+               Phase.PREFILL: [("prefill", t, S.context)],
                Phase.SERVE: [("decode", S.batch / n, S.context),
                              ("prefill", S.tokens / n, S.isl)]}[wl.phase]
     out = []
@@ -341,6 +349,42 @@ def _layer_time(terms: Mapping[str, TermTime], dep: Deployment, wl: Workload, n)
     return layer, n * compute, edges
 
 
+def _draft_s(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, timing) -> sp.Expr:
+    """Time of the speculative draft in one step: ``N`` autoregressive passes of the draft
+    module over one token per decode request, and in a step that prefills, one pass over the
+    prefill tokens (the draft extends over the prompt too). The draft module is DeepSeek's MTP
+    block: a projection of the embedding and hidden state (2d -> d), one decoder layer of the
+    model and the shared LM head; a model without MTP layers is drafted by an EAGLE-style head
+    timed the same way (one of its own layers)."""
+    if not model.mtp_layers:
+        import warnings
+
+        warnings.warn(f"{model.name} has no MTP layers: --mtp {dep.mtp} drafts with an "
+                      "EAGLE-style head timed as one of the model's own layers plus its LM head",
+                      stacklevel=2)
+    plain = replace(dep, mtp=0, accept=None)
+    costs = _moe_layer_costs if model.is_moe else _dense_layer_costs
+
+    def one_pass(phase: Phase, tokens, logits) -> sp.Expr:
+        w = Workload(phase, batch=1, tokens=1, context=2, chunk=1)
+        layer, _, edges = _layer_time(_timed(costs(model, plain, w, D), timing), plain, w,
+                                      D.micro_batches)
+        head = (att.gemm("mtp_eh_proj", tokens, D.hidden, 2 * D.hidden, D.w_bytes, D.act_bytes),
+                ffn.lm_head(D, logits))
+        return layer + edges + sum(timing.time(c).total_s for c in head)
+
+    out = sp.Integer(0)
+    if wl.phase is not Phase.PREFILL:
+        out += S.mtp * one_pass(Phase.DECODE, S.batch, S.batch)
+    if wl.phase is Phase.PREFILL:
+        out += one_pass(Phase.PREFILL, S.tokens, S.tokens / S.context)
+    elif wl.phase is Phase.SERVE:  # the chunk's prompts, at their own length
+        from ..terms.cost import substitute
+
+        out += substitute(one_pass(Phase.PREFILL, S.tokens, S.tokens / S.isl), {S.context: S.isl})
+    return out
+
+
 def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment, workload: Workload,
                timing=None) -> StepModel:
     """Compose the step model of ``model`` on ``hardware`` under ``deployment`` for ``workload``.
@@ -365,14 +409,17 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     per_layer = {k: n * v.total_s for k, v in main.items()}
     layer, layer_compute, edges = _layer_time(main, deployment, workload, n)
     dense_layer, _, _ = _layer_time(dense_terms, deployment, workload, n)
-    tokens = _tokens(workload)
-    # one logit row per decode request and per prompt (its last token)
-    logits_tokens = {Phase.DECODE: S.batch, Phase.PREFILL: S.tokens / S.context,
-                     Phase.SERVE: S.batch + S.tokens / S.isl}[workload.phase]
+    tokens = _tokens(workload, deployment)
+    q = _queries(deployment)
+    # one logit row per decode token verified and per prompt (its last token)
+    logits_tokens = {Phase.DECODE: S.batch * q, Phase.PREFILL: S.tokens / S.context,
+                     Phase.SERVE: S.batch * q + S.tokens / S.isl}[workload.phase]
     once = (timing.time(ffn.lm_head(D, logits_tokens)).total_s
             + timing.time(ffn.embedding(D, tokens)).total_s + S.t_step)
     if model.is_moe:
         once += edges
+    if deployment.mtp:
+        once += _draft_s(model, deployment, workload, D, timing)
     if model.is_moe:
         body = S.n_moe_layers * layer
         if model.dense_layers:  # a model without dense layers may have no dense FFN width

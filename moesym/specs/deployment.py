@@ -137,6 +137,8 @@ class Deployment:
     timing: str = "kernel"  # time model: kernel (calibrated kernel model) or roofline
     # serving-engine memory settings (moesym.memory.MemoryOptions fields), as (name, value) pairs
     memory_options: tuple = ()
+    mtp: int = 0  # speculative decoding: draft tokens per decode step (DeepSeek MTP, EAGLE)
+    accept: float | None = None  # acceptance of each draft token (None: the default, with --mtp)
 
     def __post_init__(self) -> None:
         _pos_int("--gpus", self.gpus)
@@ -169,6 +171,14 @@ class Deployment:
             raise SpecError(f"--layout {self.layout!r}: use auto, contiguous, masked or batched")
         if self.timing not in TIME_MODELS:
             raise SpecError(f"--timing {self.timing!r}: use {' or '.join(TIME_MODELS)}")
+        if isinstance(self.mtp, bool) or not isinstance(self.mtp, int) or self.mtp < 0:
+            raise SpecError(f"--mtp must be a non-negative integer (draft tokens per step), "
+                            f"got {self.mtp!r}")
+        if self.accept is not None:
+            if not self.mtp:
+                raise SpecError("--accept sets the draft tokens' acceptance and needs --mtp N")
+            if not (isinstance(self.accept, (int, float)) and 0 <= self.accept <= 1):
+                raise SpecError(f"--accept must be a probability in [0, 1], got {self.accept!r}")
         if self.overlap != "auto":
             from ..schedules import load
 
@@ -226,6 +236,13 @@ class Deployment:
         if lay.micro_batches != self.micro_batches:
             raise SpecError(f"--overlap {self.overlap} runs {lay.micro_batches} micro-batch(es) "
                             f"in {Phase(phase).engine}; set --micro-batches {lay.micro_batches}")
+
+    @property
+    def acceptance(self) -> float:
+        """The draft tokens' acceptance (``accept``, else the documented default)."""
+        from ..model.speculative import DEFAULT_ACCEPT
+
+        return DEFAULT_ACCEPT if self.accept is None else float(self.accept)
 
     def with_(self, **changes) -> "Deployment":
         return replace(self, **changes)

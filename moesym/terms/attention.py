@@ -75,26 +75,29 @@ def kv_bytes_per_token_layer(D: Dims, mla: bool) -> sp.Expr:
     return 2 * D.local_kv_heads * D.head_dim * D.kv_bytes
 
 
-def attention_core_decode(D: Dims, batch, context, mla: bool) -> Cost:
-    """Decode attention for ``batch`` requests with mean KV length ``context`` (one layer).
+def attention_core_decode(D: Dims, batch, context, mla: bool, queries=1) -> Cost:
+    """Decode attention for ``batch`` requests with mean KV length ``context`` (one layer),
+    ``queries`` query tokens per request (1; N + 1 when speculative decoding verifies N drafts).
 
-    Bound by the KV read: bytes = B L kv_bytes_per_token_layer + q/o activations.
-    MLA (absorbed, latent attention over r_kv + d_rope): FLOPs = 2 B h L (2 r_kv + d_rope).
-    GQA: FLOPs = 4 B h L d_h.
+    Bound by the KV read: bytes = B L kv_bytes_per_token_layer + q/o activations; the KV is read
+    once per request whatever its query tokens (they ride as extra heads, as FlashMLA's and
+    FlashInfer's decode kernels take them).
+    MLA (absorbed, latent attention over r_kv + d_rope): FLOPs = 2 B q h L (2 r_kv + d_rope).
+    GQA: FLOPs = 4 B q h L d_h.
     """
-    b, L = sym(batch), sym(context)
+    b, L, q = sym(batch), sym(context), sym(queries)
     h = D.local_heads
     if mla:
-        flops = 2 * b * h * L * (2 * D.kv_lora + D.qk_rope)
-        act = b * h * (2 * D.kv_lora + D.qk_rope) * D.act_bytes
+        flops = 2 * b * q * h * L * (2 * D.kv_lora + D.qk_rope)
+        act = b * q * h * (2 * D.kv_lora + D.qk_rope) * D.act_bytes
     else:
-        flops = 4 * b * h * L * D.head_dim
-        act = 2 * b * h * D.head_dim * D.act_bytes
+        flops = 4 * b * q * h * L * D.head_dim
+        act = 2 * b * q * h * D.head_dim * D.act_bytes
     if mla:
-        shape = AttentionShape("decode", b, L, h, 1, D.kv_lora + D.qk_rope, D.kv_lora, D.kv_bytes,
-                               shared_kv=True)
+        shape = AttentionShape("decode", b, L, h * q, 1, D.kv_lora + D.qk_rope, D.kv_lora,
+                               D.kv_bytes, shared_kv=True)
     else:
-        shape = AttentionShape("decode", b, L, h, D.local_kv_heads, D.head_dim, D.head_dim,
+        shape = AttentionShape("decode", b, L, h * q, D.local_kv_heads, D.head_dim, D.head_dim,
                                D.kv_bytes)
     return Cost("attention_core", KernelClass.ATTENTION, flops=flops,
                 hbm_bytes=b * L * kv_bytes_per_token_layer(D, mla) + act, launches=1, shape=shape)
