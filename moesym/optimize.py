@@ -122,13 +122,13 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve
             fits = np.broadcast_to(mem, sizes.shape) <= capacity
             t_mix, t_dec = (np.full(sizes.shape, np.inf) for _ in range(2))
             if fits.any():
-                q = {k: v[fits] for k, v in p.items()}
+                q = {k: np.broadcast_to(v, sizes.shape)[fits] for k, v in p.items()}
                 env = {**fixed, N.batch: q["decoding"], N.context: ctx}
                 t_dec[fits] = np.broadcast_to(cm_dec.evaluate(0, env)["step_time_s"], q["decoding"].shape)
                 env.update({N.tokens: q["mixed_tokens"], N.isl: isl, N.chunk: chunk})
                 t_mix[fits] = np.broadcast_to(cm_mix.evaluate(0, env)["step_time_s"], q["decoding"].shape)
             with np.errstate(invalid="ignore"):  # inf x 0 where nothing fits: dropped below
-                r = serve_rates(p, t_mix, t_dec, isl, chunk, tp, accepted, ceil=np.ceil)
+                r = serve_rates(p, t_mix, t_dec, chunk, tp, accepted, ceil=np.ceil)
             out = {"step_time_s": r["step_time_s"], "tpot_s": r["tpot_s"], "ttft_s": r["ttft_s"],
                    "tokens_per_gpu_s": np.where(fits, r["output_tokens_per_gpu_s"], 0.0),
                    "output_tokens_per_gpu_s": r["output_tokens_per_gpu_s"],

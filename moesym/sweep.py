@@ -388,7 +388,7 @@ def _serve_point(cms, env, hw: HardwareSpec, gpus: float, dep: Deployment) -> di
     t_dec = cm_dec.evaluate(0, {**env, N.batch: p["decoding"], N.context: ctx})["step_time_s"]
     t_mix = cm_mix.evaluate(0, {**env, N.batch: p["decoding"], N.tokens: p["mixed_tokens"],
                                 N.context: ctx, N.isl: isl, N.chunk: chunk})["step_time_s"]
-    r = serve_rates(p, t_mix, t_dec, isl, chunk, tp, a, ceil=np.ceil)
+    r = serve_rates(p, t_mix, t_dec, chunk, tp, a, ceil=np.ceil)
     return {"step_time_s": r["step_time_s"], "chunk": chunk,
             "output_tokens_per_gpu_s": r["output_tokens_per_gpu_s"],
             "input_tokens_per_gpu_s": r["input_tokens_per_gpu_s"], "tpot_s": r["tpot_s"],

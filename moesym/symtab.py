@@ -19,6 +19,7 @@ TABLE: tuple[tuple[str, str, str, str, str, dict], ...] = (
     ("context", "L", "tokens", "prompt length (prefill) or mean KV length per request (decode)", "workload", {"positive": True}),
     ("chunk", "C", "tokens", "prefill chunk length of one prompt (chunked prefill; C = L when unchunked)", "workload", {"positive": True}),
     ("mtp", "N_d", "tokens", "draft tokens per request a speculative decode step verifies (MTP / EAGLE)", "deployment", {"nonnegative": True}),
+    ("prefix_hit", "F_hit", "1", "share of each prompt found in the prefix cache (not recomputed; its KV is still read)", "workload", {"nonnegative": True}),
     ("isl", "L_in", "tokens", "prompt length of the requests a mixed serving step prefills (serve: L is the decode requests' mean KV)", "workload", {"positive": True}),
     ("total_batch", "B_tot", "requests", "decode requests in flight across the whole serving instance", "workload", {"positive": True}),
     ("target_tokens_s", "X", "tokens/s", "decode throughput target of one serving instance", "workload", {"positive": True}),

@@ -25,8 +25,9 @@ def test_steady_state_by_hand():
     b = 64 * 1000 / 1001
     p = serve_point(64, 1000, 1000, 8192)
     share = 1 - np.exp(-b / 1000)
-    assert p == {"decoding": pytest.approx(b), "prefill_per_step": pytest.approx(b),
-                 "mixed_share": pytest.approx(share), "mixed_tokens": pytest.approx(b / share)}
+    want = {"decoding": b, "prefill_per_step": b, "mixed_share": share,
+            "mixed_tokens": b / share, "prompt_per_step": b, "computed_per_prompt": 1000}
+    assert p == {k: pytest.approx(v) for k, v in want.items()}
     # 400 requests finishing every 10 steps with 100-token prompts: ~4000 prompt tokens per
     # step, packed into every step (share 1)
     p = serve_point(400, 100, 10, 8192)
@@ -197,3 +198,49 @@ def test_disaggregation_is_compared_with_aggregated_serving():
         agg["output_tokens_per_gpu_s"] / 1024)
     assert d["disaggregated_over_aggregated"] == pytest.approx(
         d["requests_per_gpu_s"] / d["aggregated_requests_per_gpu_s"])
+
+
+# --- prefix cache (--prefix-hit) ---------------------------------------------------------------
+
+def _prefill(hit, **kw):
+    m, h = load_model("deepseek-v3"), load_hardware("h800")
+    return predict(m, h, Deployment(gpus=32, ep=32, weights="fp8", micro_batches=2),
+                   Workload("prefill", tokens=16384, context=4096, prefix_hit=hit, **kw),
+                   memory=False)
+
+
+def test_prefix_hit_work_by_hand():
+    """Computed tokens (1 - F) T skip projections and experts; attention of the last (1 - F) L
+    tokens of each prompt costs (1 - F)(1 + F) of the whole prompt's causal FLOPs and reads the
+    cached prefix's KV."""
+    zero, half, tiny = _prefill(0.0), _prefill(0.5), _prefill(1e-9)
+    assert tiny["step_time_s"] == pytest.approx(zero["step_time_s"], rel=1e-6)  # continuous
+    w0, w5 = zero["work_per_layer"], half["work_per_layer"]
+    for key in ("attention_proj", "shared_expert"):  # (the experts' busiest-rank load is not
+        assert w5[key]["flop"] == pytest.approx(0.5 * w0[key]["flop"], rel=1e-12)  # linear)
+    assert w5["attention_core"]["flop"] == pytest.approx(0.75 * w0["attention_core"]["flop"])
+    # unchunked (C = computed tokens per prompt = 2048): each prompt reads its 2048 cached
+    # tokens' KV once, (2048 - 2048) / 2 of its own: 4 prompts x 2048 x 576 latent x 2 bytes
+    # per GPU-layer more than the streamed Q, K, V, O of the 8192 computed tokens
+    stream = 0.5 * w0["attention_core"]["hbm_bytes"]
+    assert w5["attention_core"]["hbm_bytes"] == pytest.approx(stream + 4 * 2048 * 576 * 2)
+    # the whole prompt cached: one token per prompt is computed (its logits), and attention
+    # reads every prompt's KV
+    full = _prefill(1.0)["work_per_layer"]
+    assert full["attention_proj"]["flop"] == pytest.approx(w0["attention_proj"]["flop"] / 4096)
+    assert full["attention_core"]["hbm_bytes"] > 4 * 4095 * 576 * 2
+    # and the input rate counts whole prompts, cached tokens included
+    assert _prefill(0.5)["tokens_per_gpu_s"] > 1.8 * zero["tokens_per_gpu_s"]
+
+
+def test_prefix_hit_in_serve():
+    m, h = load_model("qwen3-30b-a3b"), load_hardware("h20")
+    wl = dict(batch=64, isl=4096, osl=512)
+    cold = predict(m, h, Deployment(), Workload("serve", **wl), memory=False)
+    warm = predict(m, h, Deployment(), Workload("serve", prefix_hit=0.75, **wl), memory=False)
+    assert warm["serve"]["prefill_tokens_per_step"] == pytest.approx(
+        0.25 * cold["serve"]["prefill_tokens_per_step"], rel=0.02)
+    assert warm["output_tokens_per_gpu_s"] > cold["output_tokens_per_gpu_s"]
+    assert warm["ttft_s"] < cold["ttft_s"]
+    for r in (cold, warm):  # whole prompts per output token either way
+        assert r["input_tokens_per_gpu_s"] / r["output_tokens_per_gpu_s"] == pytest.approx(8)

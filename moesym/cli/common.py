@@ -165,6 +165,9 @@ def add_workload(p: argparse.ArgumentParser, phase: bool = True, required_phase:
     g.add_argument("--context", type=positive_int, default=4096, action=_Given,
                    help="prompt length (prefill) or mean KV length (decode)")
     add_serve_lengths(g, "prefill chunk length (serve: ")
+    g.add_argument("--prefix-hit", type=probability, default=0.0, metavar="F",
+                   help="prefill, serve: share of each prompt found in the prefix cache (not "
+                        "recomputed; attention still reads its KV)")
 
 
 def add_serve_lengths(g, chunk_help: str = "serve: ") -> None:
@@ -220,6 +223,10 @@ def workload_from(args, phase: str | None = None) -> Workload:
     import warnings
 
     ph = Phase(phase or args.phase)
+    hit = getattr(args, "prefix_hit", 0.0) or 0.0
+    if hit and ph is Phase.DECODE:
+        warnings.warn("--prefix-hit skips prompt tokens and has no effect on a decode step "
+                      "(use --phase prefill or serve)", stacklevel=2)
     if ph is not Phase.SERVE:
         for flag in ("isl", "osl"):
             if getattr(args, flag, None) is not None:
@@ -237,14 +244,14 @@ def workload_from(args, phase: str | None = None) -> Workload:
             warnings.warn("--context has no effect on --phase serve: the mean KV length is "
                           "--isl + --osl / 2", stacklevel=2)
         return Workload(ph, batch=args.batch or 1, isl=args.isl, osl=args.osl,
-                        chunk=getattr(args, "chunk", None) or 0)
+                        chunk=getattr(args, "chunk", None) or 0, prefix_hit=hit)
     if ph is Phase.PREFILL:
         if getattr(args, "batch", None) is not None:
             warnings.warn("--batch counts decode requests and has no effect on a prefill step, "
                           "which takes --tokens (tokens per step) and --context (prompt length)",
                           stacklevel=2)
         return Workload(ph, tokens=args.tokens or args.context, context=args.context,
-                        chunk=getattr(args, "chunk", None) or 0)
+                        chunk=getattr(args, "chunk", None) or 0, prefix_hit=hit)
     for flag in ("tokens", "chunk"):
         if getattr(args, flag, None) is not None:
             warnings.warn(f"--{flag} sets a prefill step and has no effect on a decode step, "

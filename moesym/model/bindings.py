@@ -23,14 +23,15 @@ def workload_values(wl: Workload) -> dict[str, float]:
     hardware and deployment (what the compiled-model cache stores)."""
     if wl.phase is Phase.DECODE:
         return {N.batch: wl.batch, N.context: wl.context}
+    hit = {N.prefix_hit: wl.prefix_hit} if wl.prefix_hit else {}
     if wl.phase is Phase.SERVE:  # the mixed step of the steady state (moesym.model.serve)
         from .serve import serve_point
 
         chunk = wl.chunk or wl.isl
-        p = serve_point(wl.batch, wl.isl, wl.osl, chunk)
+        p = serve_point(wl.batch, wl.isl, wl.osl, chunk, hit=wl.prefix_hit)
         return {N.batch: p["decoding"], N.tokens: p["mixed_tokens"], N.context: wl.context,
-                N.isl: wl.isl, N.chunk: chunk}
-    return {N.tokens: wl.tokens, N.context: wl.context, N.chunk: wl.chunk}
+                N.isl: wl.isl, N.chunk: chunk, **hit}
+    return {N.tokens: wl.tokens, N.context: wl.context, N.chunk: wl.chunk, **hit}
 
 
 def memory_workload_values(wl: Workload) -> dict[str, float]:

@@ -54,7 +54,7 @@ def structure(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
     The workload enters only through its phase (numeric routing statistics are tabulated
     against the token count inside the model)."""
     schedule = Path(dep.overlap).read_text() if dep.overlap.endswith(".toml") else None
-    return repr(("predict", memory, model, hw, dep, wl.phase.value, schedule))
+    return repr(("predict", memory, model, hw, dep, wl.phase.value, bool(wl.prefix_hit), schedule))
 
 
 def _build(model, hw, dep, wl, memory: bool) -> CompiledModel:
@@ -146,14 +146,15 @@ def predict_serve(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workl
 
     chunk, cm_mix, cm_dec = serve_models(model, hw, dep, wl, memory)
     a = accepted_tokens(dep)
-    p = serve_point(wl.batch, wl.isl, wl.osl, chunk, a)
+    p = serve_point(wl.batch, wl.isl, wl.osl, chunk, a, hit=wl.prefix_hit)
     vals_mix = {**cm_mix.parts[0]["static"], N.batch: p["decoding"], N.tokens: p["mixed_tokens"],
-                N.context: wl.context, N.isl: wl.isl, N.chunk: chunk}
+                N.context: wl.context, N.isl: wl.isl, N.chunk: chunk,
+                **({N.prefix_hit: wl.prefix_hit} if wl.prefix_hit else {})}
     vals_dec = {**cm_dec.parts[0]["static"], N.batch: p["decoding"], N.context: wl.context}
     mixed = report_from_numbers(cm_mix.evaluate(0, vals_mix), vals_mix, model, dep, wl)
     dec_wl = Workload(Phase.DECODE, batch=wl.batch, context=wl.context)
     dec = report_from_numbers(cm_dec.evaluate(0, vals_dec), vals_dec, model, dep, dec_wl)
-    rates = serve_rates(p, mixed["step_time_s"], dec["step_time_s"], wl.isl, chunk, dep.tp, a)
+    rates = serve_rates(p, mixed["step_time_s"], dec["step_time_s"], chunk, dep.tp, a)
     if dep.mtp:
         rates["accepted_tokens_per_step"] = a
     mixed_busy = p["mixed_share"] * mixed["step_time_s"]

@@ -51,21 +51,25 @@ def default_chunk_tokens(hbm_capacity_bytes: float, dp: int) -> int:
 
 
 def serve_point(batch, isl, osl, chunk, accepted=1, minimum=min, maximum=max,
-                exp=math.exp) -> dict:
+                exp=math.exp, hit=0) -> dict:
     """The steady state's decode requests, prompt tokens per step, share of mixed steps and
     prompt tokens in a mixed step (module docstring). ``accepted``: tokens a decode step emits
     per request (speculative decoding), so a request lasts ``OSL / accepted`` steps.
     ``minimum`` / ``maximum`` / ``exp``: the math functions on numbers, NumPy's on arrays,
-    ``smin`` / ``smax`` / ``sp.exp`` on expressions."""
+    ``smin`` / ``smax`` / ``sp.exp`` on expressions. ``hit``: share of each prompt found in
+    the prefix cache: only the rest (at least one token) is prefilled, while the input rate
+    counts whole prompts (``prompt_per_step``)."""
     steps = osl / accepted
-    decoding = minimum(batch * steps / (steps + maximum(1, isl / chunk)), chunk * steps / isl)
-    prefill = decoding * isl / steps
+    new = maximum(isl * (1 - hit), 1)  # computed prompt tokens: a prefix-cache hit skips the rest
+    decoding = minimum(batch * steps / (steps + maximum(1, new / chunk)), chunk * steps / new)
+    prefill = decoding * new / steps
     share = maximum(prefill / chunk, 1 - exp(-decoding / steps))
     return {"decoding": decoding, "prefill_per_step": prefill, "mixed_share": share,
-            "mixed_tokens": prefill / share}
+            "mixed_tokens": prefill / share, "prompt_per_step": decoding * isl / steps,
+            "computed_per_prompt": new}
 
 
-def serve_rates(point: dict, mixed_step_s, decode_step_s, isl, chunk, tp, accepted=1,
+def serve_rates(point: dict, mixed_step_s, decode_step_s, chunk, tp, accepted=1,
                 ceil=math.ceil) -> dict:
     """Throughput and latency of the steady state from the two step times (per rank; per GPU
     divides by the attention TP degree). ``accepted``: tokens each decode step emits per
@@ -74,6 +78,6 @@ def serve_rates(point: dict, mixed_step_s, decode_step_s, isl, chunk, tp, accept
     step = f * mixed_step_s + (1 - f) * decode_step_s
     return {"step_time_s": step,
             "output_tokens_per_gpu_s": point["decoding"] * accepted / tp / step,
-            "input_tokens_per_gpu_s": point["prefill_per_step"] / tp / step,
+            "input_tokens_per_gpu_s": point["prompt_per_step"] / tp / step,
             "tpot_s": step / accepted,
-            "ttft_s": ceil(isl / chunk) * mixed_step_s}
+            "ttft_s": ceil(point["computed_per_prompt"] / chunk) * mixed_step_s}

@@ -250,8 +250,16 @@ def _tokens(wl: Workload, dep: Deployment) -> sp.Expr:
     """Tokens of one step on one attention DP rank (a mixed serving step: the decode requests'
     tokens and the prefill chunk's)."""
     q = _queries(dep)
-    return {Phase.DECODE: S.batch * q, Phase.PREFILL: S.tokens,
+    return {Phase.DECODE: S.batch * q, Phase.PREFILL: _computed(S.tokens, wl),
             Phase.SERVE: S.batch * q + S.tokens}[wl.phase]
+
+
+def _computed(tokens, wl: Workload):
+    """Prompt tokens a prefill step computes: all, or with a prefix-cache hit F the last
+    (1 - F) of each prompt, and at least its last token (the one that gives the logits)."""
+    if not wl.prefix_hit:
+        return tokens
+    return tokens * smax(1 - S.prefix_hit, 1 / S.context)
 
 
 def _attention_core(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t) -> list[Cost]:
@@ -260,10 +268,14 @@ def _attention_core(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t)
     prefill tokens over their prompts (L_in)."""
     n = D.micro_batches
 
+    hit = S.prefix_hit if wl.prefix_hit else 0
+
     def core(kind, tokens, ctx):
         if kind == "decode":
             return att.attention_core_decode(D, tokens, ctx, model.is_mla, _queries(dep))
-        return att.attention_core_prefill(D, tokens, ctx, smin(S.chunk, ctx), model.is_mla)
+        new = smax(1 - hit, 1 / ctx) * ctx if wl.prefix_hit else ctx  # computed per prompt
+        return att.attention_core_prefill(D, tokens, ctx, smin(S.chunk, new), model.is_mla,
+                                          cached=1 - new / ctx if wl.prefix_hit else 0)
 
     kernels = {Phase.DECODE: [("decode", S.batch / n, S.context)],
                Phase.PREFILL: [("prefill", t, S.context)],

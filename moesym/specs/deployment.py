@@ -321,6 +321,7 @@ class Workload:
     chunk: int = 0  # prefill chunk (0 -> min(tokens, context); serve: the engine's default)
     isl: int = 0  # serve: input (prompt) tokens per request
     osl: int = 0  # serve: output tokens per request
+    prefix_hit: float = 0.0  # prefill, serve: share of each prompt found in the prefix cache
 
     def __post_init__(self) -> None:
         if not isinstance(self.phase, Phase):
@@ -328,6 +329,11 @@ class Workload:
                 object.__setattr__(self, "phase", Phase(self.phase))
             except ValueError:
                 raise SpecError(f"--phase {self.phase!r}: use prefill, decode or serve") from None
+        if not (isinstance(self.prefix_hit, (int, float)) and 0 <= self.prefix_hit <= 1):
+            raise SpecError(f"--prefix-hit must be a share in [0, 1], got {self.prefix_hit!r}")
+        if self.prefix_hit and self.phase is Phase.DECODE:
+            raise SpecError("--prefix-hit skips prompt tokens: it applies to --phase prefill "
+                            "and serve, not decode")
         if self.phase is Phase.SERVE:
             _pos_int("--batch", self.batch)
             _pos_int("--isl", self.isl)

@@ -103,16 +103,20 @@ def attention_core_decode(D: Dims, batch, context, mla: bool, queries=1) -> Cost
                 hbm_bytes=b * L * kv_bytes_per_token_layer(D, mla) + act, launches=1, shape=shape)
 
 
-def attention_core_prefill(D: Dims, tokens, context, chunk, mla: bool) -> Cost:
-    """Causal prefill attention for ``tokens`` tokens of prompts of length ``context`` (one layer).
+def attention_core_prefill(D: Dims, tokens, context, chunk, mla: bool, cached=0) -> Cost:
+    """Causal prefill attention for ``tokens`` computed tokens of prompts of length ``context``
+    (one layer), of which a share ``cached`` of each prompt (a prefix-cache hit) is not
+    recomputed: the computed tokens are the last (1 - F) L of each prompt.
 
     Per token the causal mean over a prompt gives FLOPs = h (d_qk + d_v) L (QK^T and PV, 2 FLOPs
-    per multiply-add, half the L x L square), whatever the chunk size. Bytes: Q, K, V, O streamed
-    once, plus, with chunks of C < L, each chunk re-reads the cached prefix: on average (L - C) / 2
-    tokens of KV per chunk, i.e. T (L - C) / (2 C) KV entries. MLA prefill is not absorbed:
-    d_qk = d_nope + d_rope, d_v per head.
+    per multiply-add, half the L x L square), whatever the chunk size; the last (1 - F) L tokens
+    sit at mean position L (1 + F) / 2, so FLOPs = T h (d_qk + d_v) L (1 + F). Bytes: Q, K, V, O
+    streamed once, plus, with chunks of C, each chunk reads the prompt's KV before it: the cached
+    F L and on average ((1 - F) L - C) / 2 computed tokens, i.e. T (F L + ((1 - F) L - C) / 2) / C
+    KV entries (F = 0, C = L: none). MLA prefill is not absorbed: d_qk = d_nope + d_rope, d_v per
+    head.
     """
-    t, L, c = sym(tokens), sym(context), sym(chunk)
+    t, L, c, f = sym(tokens), sym(context), sym(chunk), sym(cached)
     h = D.local_heads
     if mla:
         dqk, dv = D.qk_nope + D.qk_rope, D.v_head
@@ -120,9 +124,12 @@ def attention_core_prefill(D: Dims, tokens, context, chunk, mla: bool) -> Cost:
     else:
         dqk, dv = D.head_dim, D.head_dim
         kv_heads = D.local_kv_heads
-    flops = t * h * (dqk + dv) * L
+    flops = t * h * (dqk + dv) * L * (1 + f)
     stream = t * (h + kv_heads) * (dqk + dv) * D.act_bytes
-    prefix = t * (L - c) / (2 * c) * kv_bytes_per_token_layer(D, mla)
-    shape = AttentionShape("prefill", t / L, L, h, kv_heads, dqk, dv, D.act_bytes)
+    prefix = t * (f * L + ((1 - f) * L - c) / 2) / c * kv_bytes_per_token_layer(D, mla)
+    # a kernel's view: causal prompts of length L (1 + F), as many as give the T tokens; the
+    # same FLOPs as the last (1 - F) L of prompts of length L
+    span = L * (1 + f)
+    shape = AttentionShape("prefill", t / span, span, h, kv_heads, dqk, dv, D.act_bytes)
     return Cost("attention_core", KernelClass.ATTENTION, flops=flops, hbm_bytes=stream + prefix,
                 launches=1, shape=shape)
