@@ -625,6 +625,12 @@ def solve(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload, var
     terms, mem_values = solve_terms(step)
     sym, integer, attr = _variable(var)
     values = {**mem_values, **step.values}
+    if sym is S.flops_gemm:  # "the GPU's FLOP/s": every GEMM weight class's peak moves with it
+        from .terms.cost import substitute
+
+        tie = {s: S.flops_gemm * (float(values[s]) / float(values[S.flops_gemm]))
+               for s in (S.flops_moe, S.flops_dense) if s in values}
+        terms = {k: substitute(v, tie) for k, v in terms.items()}
     if sym not in values and sym not in (S.batch, S.tokens, S.context):
         raise MoesymError(f"--for {var}: {sym} does not enter this step model")
     if span is None:

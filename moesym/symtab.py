@@ -52,7 +52,7 @@ TABLE: tuple[tuple[str, str, str, str, str, dict], ...] = (
     ("n_groups", "G", "groups", "expert groups for group-limited routing (n_group)", "model", {"positive": True}),
     ("topk_groups", "k_G", "groups", "groups a token may route into (topk_group)", "model", {"positive": True}),
     # --- precision (bytes per element, scale-factor overhead included)
-    ("w_bytes", "b_w", "bytes", "bytes per weight element of GEMM weights (scales included)", "precision", {"positive": True}),
+    ("w_bytes", "b_w", "bytes", "bytes per weight element of attention-projection GEMM weights (scales included)", "precision", {"positive": True}),
     ("kv_bytes", "b_kv", "bytes", "bytes per KV-cache element", "precision", {"positive": True}),
     ("act_bytes", "b_a", "bytes", "bytes per activation element (bf16 = 2)", "precision", {"positive": True}),
     ("dispatch_bytes", "b_disp", "bytes", "bytes per dispatched activation element (fp8 + scales)", "precision", {"positive": True}),
@@ -85,6 +85,9 @@ TABLE: tuple[tuple[str, str, str, str, str, dict], ...] = (
     ("group_var", "rho_G", "1", "per-token load variance on one EP rank under group-limited routing over that under uniform top-k (a number at each EP; 1 without expert groups)", "routing", {"positive": True}),
     # --- memory model (moesym.memory)
     ("w_bytes_expert", "b_we", "bytes", "bytes per routed-expert weight element as stored in HBM (scales included)", "precision", {"positive": True}),
+    ("w_bytes_dense", "b_wd", "bytes", "bytes per weight element of shared experts and dense FFN layers (their format, scales included)", "precision", {"positive": True}),
+    ("flops_moe", "F_ge", "FLOP/s", "peak tensor FLOP/s of the routed experts' GEMMs (their weight format's compute format)", "hardware", {"positive": True}),
+    ("flops_dense", "F_gd", "FLOP/s", "peak tensor FLOP/s of shared-expert and dense-FFN GEMMs", "hardware", {"positive": True}),
     ("w_bytes_hp", "b_hp", "bytes", "bytes per element of high-precision weights (embeddings, LM head, router, norms)", "precision", {"positive": True}),
     ("n_sliding_layers", "N_sw", "layers", "layers with sliding-window attention", "model", {"nonnegative": True}),
     ("window", "L_sw", "tokens", "sliding-window length", "model", {"positive": True}),

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from .symbols import S
-from .terms.cost import Cost, KernelClass, smax
+from .terms.cost import Cost, KernelClass, component_symbols, smax
 
 __all__ = ["TermTime", "RooflineTiming", "time_model"]
 
@@ -63,15 +63,16 @@ class _Sum(TermTime):
 class RooflineTiming:
     """Roofline timing with per-class efficiency symbols (the default time model)."""
 
-    def peak(self, kind: KernelClass) -> sp.Expr:
+    def peak(self, kind: KernelClass, component: str = "") -> sp.Expr:
+        gemm = component_symbols(component)[0]
         return {
-            KernelClass.GEMM: S.flops_gemm * S.eff_gemm,
-            KernelClass.GROUPED_GEMM: S.flops_gemm * S.eff_grouped,
+            KernelClass.GEMM: gemm * S.eff_gemm,
+            KernelClass.GROUPED_GEMM: gemm * S.eff_grouped,
             KernelClass.ATTENTION: S.flops_attn * S.eff_attn,
-        }.get(kind, S.flops_gemm * S.eff_gemm)
+        }.get(kind, gemm * S.eff_gemm)
 
     def time(self, c: Cost) -> TermTime:
-        compute = c.flops / self.peak(c.kind) if c.flops != 0 else sp.Integer(0)
+        compute = c.flops / self.peak(c.kind, c.component) if c.flops != 0 else sp.Integer(0)
         memory = c.hbm_bytes / (S.hbm_bw * S.eff_mem) if c.hbm_bytes != 0 else sp.Integer(0)
         if c.kind is KernelClass.COMM:
             comm = (c.net_bytes / c.net_bw if c.net_bytes != 0 else sp.Integer(0)) + c.fixed_s

@@ -75,7 +75,7 @@ def test_unsharded_parameter_count_matches_model(name):
     D = symbolic_dims()
     w = weights_breakdown(D, mla=m.is_mla, q_lora=m.q_lora_rank > 0,
                           tie_embeddings=m.tie_embeddings, n_mtp_layers=0)
-    ones = {D.tp: 1, D.ep: 1, D.gpus: 1, D.redundant: 0, D.w_bytes: 1, S.w_bytes_expert: 1,
+    ones = {D.tp: 1, D.ep: 1, D.gpus: 1, D.redundant: 0, D.w_bytes: 1, S.w_bytes_expert: 1, S.w_bytes_dense: 1,
             S.w_bytes_hp: 1, D.hidden: m.hidden_size, D.vocab: m.vocab_size, D.heads: m.num_heads,
             D.kv_heads: m.num_kv_heads or m.num_heads, D.head_dim: m.head_dim,
             D.q_lora: m.q_lora_rank, D.kv_lora: m.kv_lora_rank, D.qk_nope: m.qk_nope_head_dim,

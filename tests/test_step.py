@@ -28,7 +28,9 @@ GQA_SYMS = {S.hidden, S.vocab, S.heads, S.kv_heads, S.head_dim, S.tp, S.micro_ba
 
 def test_dense_decode_free_symbols_exact_roofline():
     step = _step("qwen3-8b", "h100", timing=RooflineTiming())
-    expected = HW_SYMS | GQA_SYMS | {S.batch, S.dense_inter, S.n_dense_layers}
+    # the FFN runs in the dense component's weight format (bytes and tensor cores)
+    expected = HW_SYMS | GQA_SYMS | {S.batch, S.dense_inter, S.n_dense_layers, S.w_bytes_dense,
+                                     S.flops_dense}
     assert step.expr.free_symbols == expected
 
 
@@ -38,7 +40,8 @@ def test_dense_decode_free_symbols_exact_kernel_model():
     # TP all-reduce launches (communication keeps the roofline timing)
     step = _step("qwen3-8b", "h100")
     hw = {S.flops_gemm, S.flops_attn, S.hbm_bw, S.sms, S.t_kernel, S.t_layer, S.t_step, S.eff_serve}
-    expected = hw | GQA_SYMS | {S.batch, S.dense_inter, S.n_dense_layers}
+    expected = hw | GQA_SYMS | {S.batch, S.dense_inter, S.n_dense_layers, S.w_bytes_dense,
+                                S.flops_dense}
     assert step.expr.free_symbols == expected
 
 

@@ -115,7 +115,13 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
         g.add_argument("--tp", type=positive_int, default=1)
         g.add_argument("--ep", type=positive_int, default=None, help="default: --gpus")
         g.add_argument("--micro-batches", type=positive_int, default=1)
-    g.add_argument("--weights", choices=("bf16", "fp8", "fp4"), default="bf16")
+    g.add_argument("--weights", default="bf16", metavar="FORMAT",
+                   help="bf16, fp8, fp4, mxfp4, nvfp4, w4a16, w4a8 or int8 for every GEMM "
+                        "(fp4 family on an MoE model: the routed experts, FP8 elsewhere), or per "
+                        "component: moe=fp4,attn=fp8,dense=bf16 (README: Weight precision)")
+    g.add_argument("--group-size", type=positive_int, default=None, metavar="N",
+                   help="scale group of fp4, w4a16, w4a8 or int8 weights (default: the format's: "
+                        "32 fp4, 128 w4a16/w4a8, per channel int8)")
     g.add_argument("--kv", choices=("bf16", "fp8"), default="bf16")
     if not search:
         g.add_argument("--a2a", choices=[m.value for m in A2AMode], default="auto")
@@ -194,7 +200,8 @@ def deployment_from(args) -> Deployment:
     one = lambda v, default: default if isinstance(v, list) or v is None else v  # noqa: E731
     return Deployment(gpus=args.gpus, gpus_per_node=args.gpus_per_node, tp=one(args.tp, 1),
                       ep=one(args.ep, None), micro_batches=one(args.micro_batches, 1),
-                      weights=args.weights, kv=args.kv, a2a=A2AMode(one(args.a2a, "auto")),
+                      weights=args.weights, group_size=getattr(args, "group_size", None) or 0,
+                      kv=args.kv, a2a=A2AMode(one(args.a2a, "auto")),
                       routing=Routing.parse(args.routing),
                       redundant_experts=args.redundant_experts, layout=args.layout,
                       overlap=args.overlap, timing=args.timing, mtp=getattr(args, "mtp", 0),

@@ -30,7 +30,9 @@ def register(sub) -> None:
             action.type = str
             action.default = None
             action.metavar = "LIST"
-    p.add_argument("--weights-list", default=None, help="comma list of weight precisions")
+    p.add_argument("--weights-list", default=None,
+                   help="comma list of weight precisions (per-component recipes: a semicolon "
+                        "list, e.g. 'moe=fp4,attn=fp8;fp8')")
     p.add_argument("--chunk-points", type=int, default=None,
                    help="rows per streamed chunk (default 131072 for the local backend: the "
                         "Parquet writer encodes one chunk while the next is evaluated; "
@@ -68,7 +70,9 @@ def run(args) -> int:
     args.micro_batches = 1
     args.ep = None
     base = deployment_from(args)
-    weights = args.weights_list.split(",") if args.weights_list else [base.weights]
+    # formats separated by commas, or recipes (which hold commas) by semicolons
+    sep = ";" if args.weights_list and "=" in args.weights_list else ","
+    weights = args.weights_list.split(sep) if args.weights_list else [base.weights]
     def frames():
         for hw in args.hardware.split(","):
             for w in weights:

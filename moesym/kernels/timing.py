@@ -36,7 +36,7 @@ from functools import lru_cache
 import sympy as sp
 
 from ..symbols import S
-from ..terms.cost import AttentionShape, Cost, KernelClass, smax
+from ..terms.cost import AttentionShape, Cost, KernelClass, component_symbols, smax
 from ..timing import RooflineTiming, TermTime
 from .analytical import (attention_decode_time, attention_prefill_time, attention_time_from_cost,
                          elementwise_time, gemm_time)
@@ -75,14 +75,15 @@ class KernelTiming:
                 layout = sh.layout if sh.layout in ("contiguous", "masked", "batched") else "dense"
                 if c.kind is KernelClass.GROUPED_GEMM and layout == "dense":
                     layout = "contiguous"
-                t = gemm_time(sh.m, sh.n, sh.k, sms=S.sms, peak_flops=S.flops_gemm,
-                              hbm_bw_Bps=S.hbm_bw, calib=k, op_bytes=S.w_bytes,
+                peak, w_bytes = component_symbols(c.component)
+                t = gemm_time(sh.m, sh.n, sh.k, sms=S.sms, peak_flops=peak,
+                              hbm_bw_Bps=S.hbm_bw, calib=k, op_bytes=w_bytes,
                               out_bytes=S.act_bytes, groups=sh.groups, layout=layout,
                               hbm_bytes=c.hbm_bytes / n)
                 return TermTime(c.name, n * t.compute_s, n * t.memory_s, _ZERO,
                                 lat * t.launch_s + c.fixed_s)
             frac = k.gemm_tensor_frac if c.kind is KernelClass.GEMM else k.grouped_contiguous_tensor_frac
-            compute = c.flops / (S.flops_gemm * frac) if c.flops != 0 else _ZERO
+            compute = c.flops / (component_symbols(c.component)[0] * frac) if c.flops != 0 else _ZERO
             memory = c.hbm_bytes / (S.hbm_bw * k.gemm_hbm_frac) if c.hbm_bytes != 0 else _ZERO
             return TermTime(c.name, compute, memory, _ZERO, lat * k.launch_s + c.fixed_s)
         if c.kind is KernelClass.ATTENTION and isinstance(c.shape, AttentionShape):

@@ -25,7 +25,6 @@ from .capacity import (
                        solve_max,
 )
 from .formats import (
-                       CAPABILITY_MATRIX,
                        WeightFormats,
                        storage_format,
                        weight_bytes_per_param,
@@ -67,7 +66,6 @@ from .weights import (
 )
 
 __all__ = [
-                       "CAPABILITY_MATRIX",
                        "CONTRACT_KEYS",
                        "WEIGHT_COMPONENTS",
                        "MemoryModel",

@@ -217,8 +217,10 @@ def memory_bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Wor
     opts = options or MemoryOptions()
     v = bindings(model, hw, dep, wl)
     fmts = weight_formats(dep.weights, hw, model.is_moe)
-    v[S.w_bytes] = weight_bytes_per_param(fmts.gemm, opts.fp4_scale_group)
-    v[S.w_bytes_expert] = weight_bytes_per_param(fmts.routed, opts.fp4_scale_group)
+    g = dep.group_size
+    v[S.w_bytes] = weight_bytes_per_param(fmts.gemm, opts.fp4_scale_group, g)
+    v[S.w_bytes_expert] = weight_bytes_per_param(fmts.routed, opts.fp4_scale_group, g)
+    v[S.w_bytes_dense] = weight_bytes_per_param(fmts.dense, opts.fp4_scale_group, g)
     v[S.w_bytes_hp] = weight_bytes_per_param(fmts.high_precision)
     v.update({
         S.n_sliding_layers: model.sliding_layers, S.window: model.sliding_window or 1,
@@ -361,7 +363,7 @@ class MemoryModel:
             "activation_breakdown": act,
             "workspace_breakdown": ws,
             "comm_breakdown": comm,
-            "formats": {"routed_experts": fmts.routed, "gemm": fmts.gemm,
+            "formats": {"routed_experts": fmts.routed, "gemm": fmts.gemm, "dense": fmts.dense,
                         "high_precision": fmts.high_precision},
             "a2a": mode.value if mode else "none",
             "cluster": {

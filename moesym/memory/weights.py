@@ -152,12 +152,13 @@ def mtp_extra_params(D: Dims) -> tuple[sp.Expr, sp.Expr]:
 def weights_breakdown(D: Dims, *, mla: bool, q_lora: bool = True, tie_embeddings: bool = False,
                       n_moe_layers=S.n_moe_layers, n_dense_layers=S.n_dense_layers,
                       n_mtp_layers=S.n_mtp_layers, mtp_shares_block: bool = False,
-                      w_bytes_expert=S.w_bytes_expert, w_bytes_hp=S.w_bytes_hp) -> dict[str, sp.Expr]:
+                      w_bytes_expert=S.w_bytes_expert, w_bytes_hp=S.w_bytes_hp,
+                      w_bytes_dense=S.w_bytes_dense) -> dict[str, sp.Expr]:
     """Bytes of each weight component on one GPU (keys: ``WEIGHT_COMPONENTS``).
 
     attention = N (sharded + replicated) b_w with N = N_moe + N_dense layers; routed =
-    N_moe (E + R_e)/e_p 3 d d_e / (N_gpu/e_p) b_we; shared = N_moe 3 d d_s / t_p b_w; dense FFN =
-    N_dense 3 d d_ff / t_p b_w; router = N_moe E d b_hp; norms = (N norm + d) b_hp; embeddings and
+    N_moe (E + R_e)/e_p 3 d d_e / (N_gpu/e_p) b_we; shared = N_moe 3 d d_s / t_p b_wd; dense FFN =
+    N_dense 3 d d_ff / t_p b_wd (b_w, b_we, b_wd: the attention, expert and dense formats); router = N_moe E d b_hp; norms = (N norm + d) b_hp; embeddings and
     LM head V d / t_p b_hp each (one copy when tied); MTP = N_mtp (2 d^2 b_w + 3 d b_hp + [one
     attention + MoE layer with its norms unless the block is shared]).
 
@@ -167,11 +168,11 @@ def weights_breakdown(D: Dims, *, mla: bool, q_lora: bool = True, tie_embeddings
     V*b_hp*d/t_p
     """
     n_moe, n_dense, n_mtp = sym(n_moe_layers), sym(n_dense_layers), sym(n_mtp_layers)
-    b_w, b_we, b_hp = D.w_bytes, sym(w_bytes_expert), sym(w_bytes_hp)
+    b_w, b_we, b_hp, b_wd = D.w_bytes, sym(w_bytes_expert), sym(w_bytes_hp), sym(w_bytes_dense)
     n_layers = n_moe + n_dense
     att_s, att_r = attention_params(D, mla, q_lora)
     norms = norm_params(D, mla, q_lora)
-    moe_layer_bytes = (routed_expert_params(D) * b_we + shared_expert_params(D) * b_w
+    moe_layer_bytes = (routed_expert_params(D) * b_we + shared_expert_params(D) * b_wd
                        + router_params(D) * b_hp)
     mtp_gemm, mtp_norm = mtp_extra_params(D)
     mtp_module = mtp_gemm * b_w + mtp_norm * b_hp
@@ -181,8 +182,8 @@ def weights_breakdown(D: Dims, *, mla: bool, q_lora: bool = True, tie_embeddings
         "attention_sharded": n_layers * att_s * b_w,
         "attention_replicated": n_layers * att_r * b_w,
         "routed_experts": n_moe * routed_expert_params(D) * b_we,
-        "shared_experts": n_moe * shared_expert_params(D) * b_w,
-        "dense_ffn": n_dense * dense_ffn_params(D) * b_w,
+        "shared_experts": n_moe * shared_expert_params(D) * b_wd,
+        "dense_ffn": n_dense * dense_ffn_params(D) * b_wd,
         "router": n_moe * router_params(D) * b_hp,
         "norms": (n_layers * norms + D.hidden) * b_hp,
         "embeddings": embedding_params(D) * b_hp,

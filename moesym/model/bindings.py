@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ..specs.deployment import (DTYPE_BYTES, Deployment, Phase, Workload, activation_dispatch_bytes,
-                                weight_bytes_per_element)
+from ..specs.deployment import DTYPE_BYTES, Deployment, Phase, Workload, activation_dispatch_bytes
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
 from ..symtab import N
@@ -13,7 +12,7 @@ from ..symtab import N
 #: communication (DeepSeek-V3 technical report, section 3.2.2)
 COMM_SMS = 20
 
-__all__ = ["bindings", "weight_storage_format", "scale_up_domain", "workload_values",
+__all__ = ["bindings", "scale_up_domain", "workload_values",
            "memory_workload_values"]
 
 
@@ -43,14 +42,6 @@ def memory_workload_values(wl: Workload) -> dict[str, float]:
     return v
 
 
-def weight_storage_format(weights: str, hw: HardwareSpec) -> str:
-    """Format the weights occupy in HBM: an FP4 checkpoint on a GPU without FP4 tensor cores is
-    expanded to FP8 (seed 002 section 6: expert memory doubles on Hopper)."""
-    if weights == "fp4" and "fp4" not in hw.peaks_flops:
-        return "fp8"
-    return weights
-
-
 def scale_up_domain(hw: HardwareSpec, dep: Deployment) -> int:
     """GPUs that reach each other over the scale-up fabric (NVL72 keeps 72 on NVLink)."""
     return max(dep.gpus_per_node, hw.scale_up_domain_gpus) if hw.scale_up_domain_gpus > hw.gpus_per_node \
@@ -61,13 +52,20 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
     """``{symbol: number}`` for every symbol a step model of this configuration can contain."""
     from ..symbols import S, by_name
 
-    compute_fmt = hw.compute_format(dep.weights)
-    if compute_fmt != dep.weights:  # say what runs: the answer is not the one for that format
-        import warnings
+    from ..specs.precision import FORMATS, bytes_per_element, storage_format
 
-        warnings.warn(f"{hw.name} has no {dep.weights} tensor cores: --weights {dep.weights} "
-                      f"GEMMs run in {compute_fmt} and the weights occupy "
-                      f"{weight_storage_format(dep.weights, hw)} bytes in memory", stacklevel=2)
+    recipe = dep.weight_recipe(model.is_moe)
+    stored = {c: storage_format(getattr(recipe, c), hw.peaks_flops) for c in ("attn", "moe", "dense")}
+    compute = {c: hw.compute_format(getattr(recipe, c)) for c in ("attn", "moe", "dense")}
+    for fmt in sorted(recipe.formats()):  # say what runs: the answer is not the one for that format
+        nominal, runs = FORMATS[fmt].compute, hw.compute_format(fmt)
+        if runs != nominal:
+            import warnings
+
+            warnings.warn(f"{hw.name} has no {nominal} tensor cores: --weights {fmt} GEMMs run in "
+                          f"{runs} and the weights occupy {storage_format(fmt, hw.peaks_flops)} "
+                          "bytes in memory", stacklevel=2)
+    w_bytes = {c: bytes_per_element(f, dep.group_size) for c, f in stored.items()}
     m = model
     v = {
         S.hidden: m.hidden_size, S.vocab: m.vocab_size, S.heads: m.num_heads,
@@ -81,11 +79,13 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
         S.n_moe_layers: m.moe_layers if m.is_moe else 0, S.n_dense_layers: m.dense_layers,
         S.gpus: dep.gpus, S.gpus_per_node: scale_up_domain(hw, dep), S.tp: dep.tp, S.ep: dep.ep,
         S.micro_batches: dep.micro_batches, S.redundant: dep.redundant_experts, S.mtp: dep.mtp,
-        S.w_bytes: weight_bytes_per_element(weight_storage_format(dep.weights, hw)),
+        S.w_bytes: w_bytes["attn"], S.w_bytes_expert: w_bytes["moe"],
+        S.w_bytes_dense: w_bytes["dense"],
         S.kv_bytes: DTYPE_BYTES[dep.kv], S.act_bytes: DTYPE_BYTES["bf16"],
-        S.dispatch_bytes: activation_dispatch_bytes("fp8" if compute_fmt != "bf16" else "bf16"),
+        S.dispatch_bytes: activation_dispatch_bytes("fp8" if compute["moe"] != "bf16" else "bf16"),
         S.combine_bytes: DTYPE_BYTES["bf16"],
-        S.flops_gemm: hw.peak_flops(compute_fmt), S.flops_attn: hw.peak_flops("bf16"),
+        S.flops_gemm: hw.peak_flops(compute["attn"]), S.flops_moe: hw.peak_flops(compute["moe"]),
+        S.flops_dense: hw.peak_flops(compute["dense"]), S.flops_attn: hw.peak_flops("bf16"),
         S.hbm_bw: hw.hbm_bw_Bps, S.hbm_capacity: hw.hbm_capacity_bytes,
         S.bw_up: hw.scale_up_Bps, S.bw_out: hw.scale_out_Bps, S.sms: hw.sms,
         S.eff_gemm: hw.efficiency.gemm, S.eff_grouped: hw.efficiency.grouped_gemm,

@@ -142,10 +142,25 @@ class StepModel:
                                    self.workload)
 
 
+def _quantized(model: ModelSpec, dep: Deployment) -> dict:
+    """Per GEMM weight class, whether its GEMMs take 8- or 4-bit inputs (cast kernels before
+    them): the recipe's formats on their own tensor cores (``--weights``, per component)."""
+    from ..specs.precision import FORMATS, quantizes_activations
+
+    r = dep.weight_recipe(model.is_moe)
+    return {c: quantizes_activations(FORMATS[getattr(r, c)].compute) for c in ("attn", "moe", "dense")}
+
+
+def _tagged(costs: list, component: str) -> list:
+    """The costs with ``component``'s weights (bytes and tensor cores, ``Cost.as_component``)."""
+    return [c.as_component(component) for c in costs]
+
+
 def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims) -> dict:
     """Per-micro-batch costs of one MoE layer, grouped by breakdown key."""
     mla = model.is_mla
-    fp8 = dep.weights != "bf16"
+    q = _quantized(model, dep)
+    fp8 = q["moe"]
     t = _tokens(wl, dep) / D.micro_batches  # tokens of one micro-batch on one attention DP rank
     t_moe = ffn.moe_tokens_per_gpu(D, t)
     costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
@@ -157,12 +172,12 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims) -
     padded = None
     if layout == "batched":  # the whole (local experts x max tokens) buffer is computed
         padded = D.local_experts * group_tokens(D, t)
-    costs["moe_routed"] = ffn.routed_expert_compute(D, t, imbalance=lam, padded_rows=padded,
-                                                    layout=layout)
+    costs["moe_routed"] = _tagged(ffn.routed_expert_compute(D, t, imbalance=lam, padded_rows=padded,
+                                                            layout=layout), "moe")
     touched = touched_local_experts_expr(model, dep, D, t)
-    costs["moe_weight_load"] = [ffn.routed_expert_weight_load(D, touched)]
+    costs["moe_weight_load"] = _tagged([ffn.routed_expert_weight_load(D, touched)], "moe")
     if model.shared_intermediate_size:
-        costs["shared_expert"] = ffn.shared_expert(D, t) + [
+        costs["shared_expert"] = _tagged(ffn.shared_expert(D, t), "dense") + [
             ew.swiglu_activation("shared_act", t, D.shared_inter / D.tp, D.act_bytes)]
     bw_up, bw_out = S.bw_up * S.eff_up, S.bw_out * S.eff_out
     if model.is_moe:
@@ -178,7 +193,7 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims) -
     tp_bw = comm.group_bandwidth(D.tp, D.gpus_per_node, bw_up, bw_out)
     tp_lat = comm.group_latency(D.tp, D.gpus_per_node, S.lat_up, S.lat_out)
     costs["tp_comm"] = [comm.tp_allreduce(D, t, tp_bw, tp_lat)] + comm.tp_moe_boundary(D, t, tp_bw, tp_lat)
-    costs["other"] = [ew.norm_residual(D, t).scaled(2), ew.attention_elementwise(D, t, mla, fp8),
+    costs["other"] = [ew.norm_residual(D, t).scaled(2), ew.attention_elementwise(D, t, mla, q["attn"]),
                       ew.swiglu_activation("experts_act", rows, D.moe_inter / D.expert_tp, D.act_bytes)]
     if model.num_experts > 1:  # a single expert needs no routing: it is a dense FFN
         # DeepEP low-latency dispatch writes tokens straight into the experts' buffers and its
@@ -197,7 +212,7 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims) -
         if fp8:  # as a dense FFN's block-FP8 linears: gate_up's and down's inputs are cast
             costs["other"] += [ew.fp8_input_cast("ffn_cast", t, D.hidden + D.moe_inter / D.expert_tp,
                                                  D.act_bytes)]
-    if fp8 and model.shared_intermediate_size:
+    if q["dense"] and model.shared_intermediate_size:
         costs["other"] += [ew.fp8_input_cast("shared_cast", t, D.hidden + D.shared_inter / D.tp,
                                              D.act_bytes)]
     return costs
@@ -206,7 +221,7 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims) -
 def _dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims) -> dict:
     """Per-micro-batch costs of one dense layer, grouped by breakdown key."""
     mla = model.is_mla
-    fp8 = dep.weights != "bf16"
+    q = _quantized(model, dep)
     t = _tokens(wl, dep) / D.micro_batches
     costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
     costs["attention_proj"] = att.attention_projections(D, t, mla)
@@ -215,13 +230,14 @@ def _dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims)
     g_up, g_down = ffn.dense_ffn(D, t)
     w_up = g_up.shape.n * g_up.shape.k * D.w_bytes
     w_down = g_down.shape.n * g_down.shape.k * D.w_bytes
-    costs["moe_routed"] = [replace(g_up, hbm_bytes=g_up.hbm_bytes - w_up),
-                           replace(g_down, hbm_bytes=g_down.hbm_bytes - w_down)]
-    costs["moe_weight_load"] = [Cost("ffn_weight_load", g_up.kind, hbm_bytes=w_up + w_down)]
+    costs["moe_routed"] = _tagged([replace(g_up, hbm_bytes=g_up.hbm_bytes - w_up),
+                                   replace(g_down, hbm_bytes=g_down.hbm_bytes - w_down)], "dense")
+    costs["moe_weight_load"] = _tagged([Cost("ffn_weight_load", g_up.kind, hbm_bytes=w_up + w_down)],
+                                       "dense")
     costs["tp_comm"] = [comm.tp_allreduce(D, t, S.bw_up * S.eff_up, S.lat_up).scaled(2)]
-    costs["other"] = [ew.norm_residual(D, t).scaled(2), ew.attention_elementwise(D, t, mla, fp8),
+    costs["other"] = [ew.norm_residual(D, t).scaled(2), ew.attention_elementwise(D, t, mla, q["attn"]),
                       ew.swiglu_activation("ffn_act", t, D.dense_inter / D.tp, D.act_bytes)]
-    if fp8:  # block-FP8 linears quantize their inputs: gate_up's (hidden) and down's (inter)
+    if q["dense"]:  # block-FP8 linears quantize their inputs: gate_up's (hidden) and down's (inter)
         costs["other"] += [ew.fp8_input_cast("ffn_cast", t, D.hidden + D.dense_inter / D.tp,
                                              D.act_bytes)]
     return costs

@@ -18,7 +18,7 @@ from ..errors import SpecError
 
 __all__ = ["Phase", "A2AMode", "Routing", "Deployment", "Workload", "DTYPE_BYTES", "TOPOLOGY",
            "VALIDITY", "valid_mask",
-           "weight_bytes_per_element", "activation_dispatch_bytes"]
+           "activation_dispatch_bytes"]
 
 
 class Phase(str, Enum):
@@ -50,23 +50,7 @@ class A2AMode(str, Enum):
         return self in (A2AMode.DEEPEP_NORMAL, A2AMode.DEEPEP_LL)
 
 
-DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
-
-# Scale-factor overhead in bytes per element of each storage format.
-#  fp8: DeepSeek-style 128x128 weight blocks with one fp32 scale -> 4 / 16384
-#  fp4: MXFP4 (per-32 E8M0 scale, 1 byte) -> 1 / 32
-_WEIGHT_SCALE_BYTES = {"bf16": 0.0, "fp8": 4.0 / (128 * 128), "fp4": 1.0 / 32}
-
-
-def weight_bytes_per_element(fmt: str) -> float:
-    """Bytes per weight element in storage format ``fmt``, scale factors included.
-
-    >>> weight_bytes_per_element("fp8")
-    1.000244140625
-    >>> weight_bytes_per_element("fp4")
-    0.53125
-    """
-    return DTYPE_BYTES[fmt] + _WEIGHT_SCALE_BYTES[fmt]
+DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0}  # activations and KV cache (weights: moesym.specs.precision)
 
 
 def activation_dispatch_bytes(fmt: str) -> float:
@@ -137,6 +121,7 @@ class Deployment:
     timing: str = "kernel"  # time model: kernel (calibrated kernel model) or roofline
     # serving-engine memory settings (moesym.memory.MemoryOptions fields), as (name, value) pairs
     memory_options: tuple = ()
+    group_size: int = 0  # weight-scale group of grouped formats (0: the format's default)
     mtp: int = 0  # speculative decoding: draft tokens per decode step (DeepSeek MTP, EAGLE)
     accept: float | None = None  # acceptance of each draft token (None: the default, with --mtp)
 
@@ -151,8 +136,15 @@ class Deployment:
         for _, ok, message in TOPOLOGY:
             if not bool(ok(self.gpus, self.ep, self.tp, self.gpus_per_node)):
                 raise SpecError(message(self))
-        if self.weights not in DTYPE_BYTES:
-            raise SpecError(f"--weights {self.weights!r}: use bf16, fp8 or fp4")
+        from .precision import FORMATS, WeightRecipe
+
+        recipe = WeightRecipe.parse(self.weights)  # a one-line error for a bad value
+        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) \
+                or self.group_size < 0:
+            raise SpecError(f"--group-size must be a positive integer, got {self.group_size!r}")
+        if self.group_size and not any(FORMATS[f].grouped for f in recipe.formats()):
+            raise SpecError(f"--group-size sets the scale group of fp4, w4a16, w4a8 or int8 "
+                            f"weights; --weights {self.weights} has none")
         if self.kv not in ("bf16", "fp8"):
             raise SpecError(f"--kv {self.kv!r}: use bf16 or fp8")
         if not isinstance(self.a2a, A2AMode):
@@ -236,6 +228,12 @@ class Deployment:
         if lay.micro_batches != self.micro_batches:
             raise SpecError(f"--overlap {self.overlap} runs {lay.micro_batches} micro-batch(es) "
                             f"in {Phase(phase).engine}; set --micro-batches {lay.micro_batches}")
+
+    def weight_recipe(self, is_moe: bool = True):
+        """The weight format of each GEMM component (:class:`moesym.specs.precision.WeightRecipe`)."""
+        from .precision import WeightRecipe
+
+        return WeightRecipe.parse(self.weights, is_moe)
 
     @property
     def acceptance(self) -> float:

@@ -32,7 +32,7 @@ _INTERCONNECT_KEYS = {"scale_up_GBps", "scale_out_GBps", "scale_up_domain_gpus",
 _EFF_KEYS = {"gemm", "grouped_gemm", "attention", "memory", "scale_up", "scale_out"}
 _EFF_OPTIONAL = {"serving"}
 _LAT_KEYS = {"kernel", "layer", "step", "scale_up", "scale_out"}
-_DTYPES = {"bf16", "fp8", "fp4"}
+_DTYPES = {"bf16", "fp8", "fp4", "int8"}
 
 
 @dataclass(frozen=True)
@@ -87,17 +87,14 @@ class HardwareSpec:
         return self.peaks_flops[dtype]
 
     def compute_format(self, weight_dtype: str) -> str:
-        """Format the GEMMs run in for weights stored as ``weight_dtype`` (seed 002 section 6).
-
-        An FP4 checkpoint on Hopper has no FP4 tensor cores: it runs as FP8.
-        """
+        """Tensor-core format the GEMMs of ``weight_dtype`` weights run in on this GPU: the
+        file's ``[compute_formats]`` override, else :func:`moesym.specs.precision.compute_format`
+        (an FP4 checkpoint on Hopper runs as FP8, seed 002 section 6; W4A16 on BF16 cores)."""
         if weight_dtype in self.compute_formats:
             return self.compute_formats[weight_dtype]
-        if weight_dtype in self.peaks_flops:
-            return weight_dtype
-        if weight_dtype == "fp4" and "fp8" in self.peaks_flops:
-            return "fp8"
-        return "bf16"
+        from .precision import compute_format
+
+        return compute_format(weight_dtype, self.peaks_flops)
 
 
 def _req(d: Mapping, key: str, where: str):
@@ -160,8 +157,10 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
         return float(x)
 
     formats = dict(raw.get("compute_formats", {}))
+    from .precision import FORMATS
+
     for k, v in formats.items():
-        if k not in _DTYPES or v not in peaks:
+        if k not in FORMATS or v not in peaks:
             raise SpecError(f"{where} [compute_formats]: {k} = {v!r} must map a weight dtype to a "
                             f"supported peak ({', '.join(sorted(peaks))})")
     return HardwareSpec(

@@ -247,6 +247,9 @@ class Cost:
     launches: sp.Expr = sp.Integer(0)
     fixed_s: sp.Expr = sp.Integer(0)
     shape: GemmShape | AttentionShape | None = field(default=None, compare=False)
+    # the GEMM weight class whose format it runs in: "" attention projections (and anything
+    # without weights), "moe" routed experts, "dense" shared experts and dense FFN layers
+    component: str = ""
 
     def __post_init__(self) -> None:
         for f in ("flops", "hbm_bytes", "net_bytes", "net_bw", "launches", "fixed_s"):
@@ -270,6 +273,24 @@ class Cost:
 
     def renamed(self, name: str) -> "Cost":
         return replace(self, name=name)
+
+    def as_component(self, component: str) -> "Cost":
+        """This cost with the weights of ``component`` (its bytes per element and its tensor
+        cores, :func:`component_symbols`): the weight bytes b_w in its HBM bytes become the
+        component's."""
+        from ..symbols import S
+
+        w = component_symbols(component)[1]
+        return replace(self, hbm_bytes=self.hbm_bytes.xreplace({S.w_bytes: w}),
+                       component=component)
+
+
+def component_symbols(component: str) -> tuple:
+    """(peak tensor FLOP/s, bytes per weight element) symbols of a GEMM weight class."""
+    from ..symbols import S
+
+    return {"": (S.flops_gemm, S.w_bytes), "moe": (S.flops_moe, S.w_bytes_expert),
+            "dense": (S.flops_dense, S.w_bytes_dense)}[component]
 
 
 def total(costs: Iterable[Cost], attr: str) -> sp.Expr:
