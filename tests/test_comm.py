@@ -320,3 +320,19 @@ def test_comm_allgather_mode_runs_and_counts_the_ring(op, elem, capsys):
     assert r["inter_bytes"] == 0 and r["time_s"] > 0
     assert main(argv + ["--ep", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["bytes"] == 0
+
+
+def test_ring_mcast_table_from_the_cli():
+    """CONTRACT item 14: seed 004's dispatch table through the CLI, beside the seed's values."""
+    r = _cli_json(["comm", "dispatch", "--mode", "ring-mcast", "--table"])
+    assert r["active_experts"] == list(range(1, 9))
+    for case in ("best", "average", "worst"):
+        assert len(r[case]) == 8 and all(np.diff(r[case]) > 0)
+        for i, (got, ratio) in enumerate(zip(r[case], r["ratio_to_seed004"][case])):
+            if (case, i) == ("best", 1):
+                assert ratio is None  # the seed's copy slip, reported and not compared
+                continue
+            assert ratio == pytest.approx(got / (comm.SEED004_DISPATCH_US[case][i] * 1e-6))
+            # best and worst rows fitted (1%); the average row is the expected farthest of E
+            # random devices on the ring, a derivation, not a fit: within 15%
+            assert abs(ratio - 1) < (0.15 if case == "average" else 0.01)

@@ -24,26 +24,44 @@ _MODES = {"normal": A2AMode.DEEPEP_NORMAL, "low-latency": A2AMode.DEEPEP_LL,
           "allgather": A2AMode.ALLGATHER}
 
 
+_GPU_FLAGS = ("tokens", "hidden", "topk", "experts", "ep", "hardware")
+
+
 def register(sub) -> None:
     p = sub.add_parser("comm", help=COMMANDS["comm"])
     p.add_argument("op", choices=("dispatch", "combine"))
-    p.add_argument("--tokens", type=positive_int, required=True, help="tokens per rank")
-    p.add_argument("--hidden", type=positive_int, required=True)
-    p.add_argument("--topk", type=positive_int, required=True)
-    p.add_argument("--experts", type=positive_int, required=True)
-    p.add_argument("--ep", type=positive_int, required=True)
+    p.add_argument("--tokens", type=positive_int, default=None, help="tokens per rank")
+    p.add_argument("--hidden", type=positive_int, default=None)
+    p.add_argument("--topk", type=positive_int, default=None)
+    p.add_argument("--experts", type=positive_int, default=None)
+    p.add_argument("--ep", type=positive_int, default=None)
     p.add_argument("--gpus-per-node", type=positive_int, default=8)
-    p.add_argument("--mode", choices=tuple(_MODES), required=True)
+    p.add_argument("--mode", choices=(*_MODES, "ring-mcast"), required=True,
+                   help="DeepEP normal / low-latency, the all-gather, or a mesh ring's sparse "
+                        "multicast (seed 004; with --table)")
+    p.add_argument("--table", action="store_true",
+                   help="ring-mcast: the dispatch time for 1..8 active experts in the best, "
+                        "average and worst placement, beside seed 004's table")
+    p.add_argument("--ring", type=positive_int, default=16,
+                   help="ring-mcast: devices on the dispatch ring (default 16, seed 004)")
     p.add_argument("--groups", type=positive_int, default=None,
                    help="expert groups of group-limited routing (n_group)")
     p.add_argument("--topk-groups", type=positive_int, default=None,
                    help="groups a token may route into (topk_group)")
-    p.add_argument("--hardware", required=True, help="built-in GPU name or path to a hardware .toml")
+    p.add_argument("--hardware", default=None, help="built-in GPU name or path to a hardware .toml")
     add_json(p)
     p.set_defaults(func=run)
 
 
 def _check(args) -> None:
+    if args.mode == "ring-mcast" or args.table:
+        if not (args.mode == "ring-mcast" and args.table and args.op == "dispatch"):
+            raise MoesymError("--mode ring-mcast gives the dispatch table of seed 004: use "
+                              "`moesym comm dispatch --mode ring-mcast --table`")
+        return
+    missing = [f"--{f}" for f in _GPU_FLAGS if getattr(args, f) is None]
+    if missing:
+        raise MoesymError(f"--mode {args.mode} needs {', '.join(missing)}")
     if args.topk > args.experts:
         raise MoesymError(f"--topk {args.topk} exceeds --experts {args.experts}")
     if args.experts % args.ep:
@@ -95,7 +113,43 @@ def comm_report(args) -> dict:
             "mode": args.mode, "op": args.op}
 
 
+def ring_table_report(args) -> dict:
+    """Seed 004's ring sparse-multicast dispatch table (best / average / worst placement of the
+    active experts, 1..8) from :func:`moesym.terms.comm.ring_dispatch_table`, each beside the
+    seed's value and the ratio (the seed's best E = 2 entry is reported, not compared)."""
+    fabric = comm.RingFabric(ring=args.ring)
+    table = comm.ring_dispatch_table(fabric)
+    out = {**table, "active_experts": list(range(1, 9)), "ring": args.ring, "mode": "ring-mcast",
+           "op": "dispatch"}
+    if args.ring == 16:
+        seed = {k: [x * 1e-6 for x in v] for k, v in comm.SEED004_DISPATCH_US.items()}
+        out["seed004"] = seed
+        out["ratio_to_seed004"] = {k: [None if (k, i) == ("best", 1) else m / s
+                                       for i, (m, s) in enumerate(zip(table[k], seed[k]))]
+                                   for k in table}
+        out["seed004_note"] = ("seed 004's best-case E=2 entry (96.183 us) equals its worst-case "
+                               "E=2 entry and breaks its row's +3.068 us steps: not compared")
+    return out
+
+
 def run(args) -> int:
+    if args.mode == "ring-mcast" or args.table:
+        _check(args)
+        r = ring_table_report(args)
+        if args.json:
+            emit_json(r)
+            return 0
+        print(f"ring sparse-multicast dispatch, {args.ring}-device ring (us; seed 004 in brackets)")
+        print("  E  " + "".join(f"{c:>22}" for c in ("best", "average", "worst")))
+        for i, e in enumerate(r["active_experts"]):
+            cells = []
+            for c in ("best", "average", "worst"):
+                seed = f" [{r['seed004'][c][i] * 1e6:7.1f}]" if "seed004" in r else ""
+                cells.append(f"{r[c][i] * 1e6:12.1f}{seed}")
+            print(f"  {e}  " + "".join(f"{x:>22}" for x in cells))
+        if "seed004_note" in r:
+            print(f"  note: {r['seed004_note']}")
+        return 0
     r = comm_report(args)
     if args.json:
         emit_json(r)

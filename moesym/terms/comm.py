@@ -368,6 +368,17 @@ def ring_dispatch_time(active_experts, case: str = "average", fabric: RingFabric
     return f.base_s + f.hop_s * H + f.device_s * D + f.expert_s * E
 
 
+#: Seed 004's dispatch table (DeepSeek-V3 on a Tenstorrent mesh, a 16-device ring; microseconds
+#: per number of active experts E = 1..8). Its best-case E = 2 entry, 96.183, equals the
+#: worst-case E = 2 entry and breaks the arithmetic progression of its row (every other step is
+#: +3.068 us): a copy slip in the seed, so it is reported but not compared.
+SEED004_DISPATCH_US = {
+    "best": [26.868, 96.183, 33.005, 36.073, 39.141, 42.209, 45.277, 48.345],
+    "average": [55.258, 66.713, 78.169, 89.624, 101.079, 112.535, 123.990, 135.445],
+    "worst": [88.238, 96.183, 104.129, 112.074, 120.020, 127.965, 135.911, 143.856],
+}
+
+
 def ring_dispatch_table(fabric: RingFabric = RingFabric(), max_active: int = 8) -> dict:
     """{case: [seconds for E = 1..max_active]} in the layout of seed 004's dispatch table.
 
