@@ -85,6 +85,9 @@ TABLE: tuple[tuple[str, str, str, str, str, dict], ...] = (
     ("group_var", "rho_G", "1", "per-token load variance on one EP rank under group-limited routing over that under uniform top-k (a number at each EP; 1 without expert groups)", "routing", {"positive": True}),
     # --- memory model (moesym.memory)
     ("w_bytes_expert", "b_we", "bytes", "bytes per routed-expert weight element as stored in HBM (scales included)", "precision", {"positive": True}),
+    ("host_bw", "W_host", "bytes/s", "host-to-device link bandwidth per GPU (PCIe, NVLink-C2C; expert offload)", "hardware", {"positive": True}),
+    ("host_dram_bw", "W_cpu", "bytes/s", "host CPU memory bandwidth (experts computed on the host)", "hardware", {"positive": True}),
+    ("host_flops", "F_cpu", "FLOP/s", "host CPU matrix throughput (experts computed on the host)", "hardware", {"positive": True}),
     ("w_bytes_dense", "b_wd", "bytes", "bytes per weight element of shared experts and dense FFN layers (their format, scales included)", "precision", {"positive": True}),
     ("flops_moe", "F_ge", "FLOP/s", "peak tensor FLOP/s of the routed experts' GEMMs (their weight format's compute format)", "hardware", {"positive": True}),
     ("flops_dense", "F_gd", "FLOP/s", "peak tensor FLOP/s of shared-expert and dense-FFN GEMMs", "hardware", {"positive": True}),

@@ -16,8 +16,8 @@ def test_bytes_per_element_by_hand():
     assert bytes_per_element("fp8") == 1 + 4 / (128 * 128)  # fp32 scale per 128 x 128 block
     assert bytes_per_element("fp4") == 0.5 + 1 / 32  # E8M0 per 32 (MXFP4)
     assert bytes_per_element("nvfp4") == 0.5 + 1 / 16  # E4M3 per 16
-    assert bytes_per_element("w4a16") == 0.5 + 2 / 128  # fp16 scale per group of 128
-    assert bytes_per_element("w4a16", group_size=64) == 0.5 + 2 / 64
+    assert bytes_per_element("w4a16") == 0.5 + 4 / 128  # fp16 scale + fp16 zero per 128
+    assert bytes_per_element("w4a16", group_size=64) == 0.5 + 4 / 64
     assert bytes_per_element("w4a8") == 0.5 + 2 / 128
     assert bytes_per_element("int8") == 1  # one scale per output channel: negligible
     assert bytes_per_element("int8", group_size=128) == 1 + 4 / 128

@@ -137,6 +137,16 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
     g.add_argument("--layout", choices=("auto", "contiguous", "masked", "batched"), default="auto",
                    help="expert activation layout (auto: masked after DeepEP low-latency "
                         "dispatch, contiguous otherwise)")
+    g.add_argument("--expert-cache", type=nonneg_int, default=None, metavar="C",
+                   help="experts per MoE layer resident in device memory, the rest in host "
+                        "memory (one device, --ep 1; default: all resident)")
+    g.add_argument("--cache-policy", choices=("static-top", "lfu", "lru"), default="static-top",
+                   help="which experts the cache holds (default static-top: the most popular)")
+    g.add_argument("--prefetch", action="store_true",
+                   help="expert copies overlap the layer's compute (the next router is known)")
+    g.add_argument("--expert-placement", choices=("stream", "host-compute"), default="stream",
+                   help="cold experts copied to the device per use (stream) or computed by the "
+                        "host CPU (host-compute, needs a [host] section in the hardware file)")
     g.add_argument("--mtp", type=nonneg_int, default=0, metavar="N",
                    help="speculative decoding: N draft tokens per decode step (DeepSeek MTP; "
                         "an EAGLE-style one-layer draft for other models)")
@@ -205,6 +215,10 @@ def deployment_from(args) -> Deployment:
                       routing=Routing.parse(args.routing),
                       redundant_experts=args.redundant_experts, layout=args.layout,
                       overlap=args.overlap, timing=args.timing, mtp=getattr(args, "mtp", 0),
+                      expert_cache=getattr(args, "expert_cache", None),
+                      cache_policy=getattr(args, "cache_policy", "static-top"),
+                      prefetch=getattr(args, "prefetch", False),
+                      expert_placement=getattr(args, "expert_placement", "stream"),
                       accept=getattr(args, "accept", None),
                       memory_options=_memory_option_pairs(getattr(args, "memory_option", [])))
 

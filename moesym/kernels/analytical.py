@@ -98,18 +98,22 @@ class KernelTime:
 _TILE_M_MIN = 64  # the smallest M block of Hopper FP8/BF16 GEMM kernels (one warpgroup pair)
 
 
-def tile_m_rows(m, calib: KernelCalib = DEFAULTS):
-    """The M block a GEMM kernel picks: the calibrated block, or 64 rows when M fits in 64.
+def tile_m_rows(m, calib: KernelCalib = DEFAULTS, floor: int = _TILE_M_MIN):
+    """The M block a GEMM kernel picks: the calibrated block, or the smallest multiple of
+    ``floor`` rows that holds M (64 for Hopper FP8/BF16 GEMMs; 16 for Marlin-style weight-only
+    kernels, whose thread blocks tile M by 16 at small batch).
 
     >>> from dataclasses import replace
     >>> c = replace(DEFAULTS, tile_m_rows=128)
     >>> [float(tile_m_rows(m, c)) for m in (16, 64, 65, 4096)]
     [64.0, 64.0, 128.0, 128.0]
+    >>> [float(tile_m_rows(m, c, floor=16)) for m in (1, 17, 4096)]
+    [16.0, 32.0, 128.0]
     """
-    return _min(calib.tile_m_rows, _max(_TILE_M_MIN, _TILE_M_MIN * _ceil(m / _TILE_M_MIN)))
+    return _min(calib.tile_m_rows, _max(floor, floor * _ceil(m / floor)))
 
 
-def gemm_tiles(m, n, groups, sms, calib: KernelCalib = DEFAULTS):
+def gemm_tiles(m, n, groups, sms, calib: KernelCalib = DEFAULTS, tile_m_min: int = _TILE_M_MIN):
     """``(tiles, waves, tile_n)`` of a (grouped) GEMM (see the module docstring).
 
     >>> [float(x) for x in gemm_tiles(4096, 4096, 1, 132)]  # 64 M tiles x 2 -> 256-wide tiles
@@ -117,7 +121,7 @@ def gemm_tiles(m, n, groups, sms, calib: KernelCalib = DEFAULTS):
     >>> [float(x) for x in gemm_tiles(16, 1536, 1, 132)]  # one M tile: 16-column tiles fill SMs
     [96.0, 1.0, 16.0]
     """
-    tm, tmin, tmax = tile_m_rows(m, calib), calib.tile_n_min_cols, calib.tile_n_max_cols
+    tm, tmin, tmax = tile_m_rows(m, calib, tile_m_min), calib.tile_n_min_cols, calib.tile_n_max_cols
     m_tiles = groups * _ceil(m / tm)
     n_alloc = _max(1, _floor(sms / m_tiles))
     tile_n = _min(_max(tmin * _ceil(n / n_alloc / tmin), tmin), tmax)
@@ -137,7 +141,7 @@ def gemm_bytes(m, n, k, groups=1, op_bytes=1, out_bytes=2):
 
 def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFAULTS,
               op_bytes=1, out_bytes=2, groups=1, layout: str = "dense",
-              hbm_bytes=None) -> KernelTime:
+              hbm_bytes=None, tile_m_min: int = _TILE_M_MIN) -> KernelTime:
     """Time of ``groups`` GEMMs of M x N x K in one kernel (module docstring formulas).
 
     ``op_bytes`` is bytes per operand element (FP8 = 1, BF16 = 2), ``out_bytes`` per output
@@ -152,8 +156,8 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     >>> ts.compute_s.has(sp.ceiling), float(ts.total_s.subs(S.batch, 4096))  # doctest: +ELLIPSIS
     (True, ...)
     """
-    _tiles, waves, tile_n = gemm_tiles(m, n, groups, sms, calib)
-    tm = tile_m_rows(m, calib)
+    _tiles, waves, tile_n = gemm_tiles(m, n, groups, sms, calib, tile_m_min)
+    tm = tile_m_rows(m, calib, tile_m_min)
     per_sm_flops = peak_flops / sms * calib.tensor_frac(layout)
     compute = waves * (2 * tm * tile_n * k / per_sm_flops + calib.tile_overhead_s)
     tile_bytes = (tm + tile_n) * k * op_bytes + tm * tile_n * out_bytes

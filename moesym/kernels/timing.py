@@ -79,7 +79,7 @@ class KernelTiming:
                 t = gemm_time(sh.m, sh.n, sh.k, sms=S.sms, peak_flops=peak,
                               hbm_bw_Bps=S.hbm_bw, calib=k, op_bytes=w_bytes,
                               out_bytes=S.act_bytes, groups=sh.groups, layout=layout,
-                              hbm_bytes=c.hbm_bytes / n)
+                              hbm_bytes=c.hbm_bytes / n, tile_m_min=sh.tile_m_min)
                 return TermTime(c.name, n * t.compute_s, n * t.memory_s, _ZERO,
                                 lat * t.launch_s + c.fixed_s)
             frac = k.gemm_tensor_frac if c.kind is KernelClass.GEMM else k.grouped_contiguous_tensor_frac

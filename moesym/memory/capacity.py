@@ -170,6 +170,10 @@ def memory_expressions(model: ModelSpec, dep: Deployment, phase: Phase,
     n_sw = S.n_sliding_layers if model.sliding_layers else 0
     weights = weights_breakdown(D, mla=mla, q_lora=q_lora, tie_embeddings=model.tie_embeddings,
                                 mtp_shares_block=opts.mtp_shares_block)
+    if dep.expert_cache is not None and model.is_moe:  # only the cached experts stay on device
+        cached = sp.Integer(min(dep.expert_cache, model.num_experts))
+        weights["routed_experts"] = (S.n_moe_layers * cached * 3 * D.hidden * D.moe_inter
+                                     / D.expert_tp * S.w_bytes_expert)
     per_token = (kv_bytes_per_token(D, mla, n_layers, n_sw)
                  + S.n_mtp_layers * kv_bytes_per_token_layer(D, mla))
     per_request = (kv_bytes_per_request(D, mla, S.context, n_layers, n_sw, S.window, S.block_size,
@@ -341,7 +345,13 @@ class MemoryModel:
         pool = hbm - non_kv
         fmts = weight_formats(dep.weights, self.hardware, self.model.is_moe)
         mode = a2a_mode(self.model, dep, wl.phase)
-        return {
+        m = self.model
+        host = {}
+        if dep.expert_cache is not None and m.is_moe:  # the cold experts wait in host memory
+            cold = max(m.num_experts - dep.expert_cache, 0)
+            host["host_expert_bytes"] = (m.moe_layers * cold * 3 * m.hidden_size
+                                         * m.moe_intermediate_size * self.values[S.w_bytes_expert])
+        return {**host,
             "weights_bytes": sum(weights.values()),
             "kv_bytes_per_token": kv_tok,
             "activation_bytes": sum(act.values()),

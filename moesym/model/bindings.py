@@ -94,7 +94,8 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
         S.eff_serve: hw.efficiency.serving,
         S.lat_up: hw.latency.scale_up_s, S.lat_out: hw.latency.scale_out_s,
         S.t_kernel: hw.latency.kernel_s, S.t_layer: hw.latency.layer_s, S.t_step: hw.latency.step_s,
-        S.zipf_s: dep.routing.s,
+        S.zipf_s: dep.routing.s, S.host_bw: hw.host_link_Bps,
+        S.host_dram_bw: hw.host_dram_Bps or 1.0, S.host_flops: hw.host_flops or 1.0,
         S.comm_sms: float(COMM_SMS),
     }
     from .routing_hooks import group_var_factor

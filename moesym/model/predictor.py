@@ -112,6 +112,8 @@ def predict(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
     cm = compiled_predict_model(model, hw, dep, wl, memory)
     values = {**cm.parts[0]["static"], **workload_values(wl)}
     r = report_from_numbers(cm.evaluate(0, values), values, model, dep, wl)
+    if dep.expert_cache is not None and model.is_moe:
+        r.update(expert_cache_report(model, dep, wl))
     if memory:
         used = float(cm.evaluate(1, memory_workload_values(wl))["memory_bytes"])
         r["memory_bytes"] = used
@@ -175,3 +177,19 @@ def predict_serve(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workl
         r["memory_bytes"] = used
         r["fits"] = bool(used <= hw.hbm_capacity_bytes)
     return r
+
+
+def expert_cache_report(model: ModelSpec, dep: Deployment, wl: Workload) -> dict:
+    """Hit rate and cold experts per MoE layer of ``--expert-cache`` at this workload's tokens
+    per micro-batch (:mod:`moesym.routing.cache`)."""
+    from ..routing.cache import hit_rate, misses_per_step
+
+    tokens = (wl.batch * (1 + dep.mtp) if wl.phase is not Phase.PREFILL else wl.tokens)
+    T = tokens * dep.gpus / dep.tp / dep.micro_batches  # routed through the layer per pass
+    s = dep.routing.s if dep.routing.kind == "zipf" else 0.0
+    args = (model.num_experts, model.experts_per_token, dep.expert_cache, s, dep.cache_policy, T)
+    return {"expert_cache_hit_rate": hit_rate(*args),
+            "expert_cache": {"resident_experts_per_layer": min(dep.expert_cache, model.num_experts),
+                             "cold_experts_per_pass": misses_per_step(*args),
+                             "policy": dep.cache_policy, "placement": dep.expert_placement,
+                             "prefetch": dep.prefetch}}

@@ -26,7 +26,7 @@ from ..specs.model import ModelSpec
 from ..symbols import S, by_name, check_bindings
 from ..terms import attention as att
 from ..terms import comm, elementwise as ew, ffn
-from ..terms.cost import Cost, KernelClass, smax, smin
+from ..terms.cost import Cost, GemmShape, KernelClass, smax, smin
 from ..terms.dims import Dims, symbolic_dims
 from ..timing import TermTime
 from . import overlap
@@ -142,6 +142,59 @@ class StepModel:
                                    self.workload)
 
 
+def _cache_tables(model: ModelSpec, dep: Deployment, D: Dims, tokens_mb) -> dict:
+    """Cold experts a micro-batch activates per MoE layer and the share of its token-expert
+    assignments they take (:mod:`moesym.routing.cache`), tabulated in the tokens routed and
+    interpolated in log T (as the load imbalance is), for ``--expert-cache``."""
+    from ..routing.cache import inclusion, misses_table, residency
+    from ..routing.zipf import TABLE_TOKENS
+    from ..special import LogInterp
+
+    E, k, C = model.num_experts, model.experts_per_token, dep.expert_cache
+    s = dep.routing.s if dep.routing.kind == "zipf" else 0.0
+    ts, cold = misses_table(E, k, C, s, dep.cache_policy)
+    pi = inclusion(E, k, s)
+    share = np.array([float(np.sum(pi * (1 - residency(E, k, C, s, dep.cache_policy, T)))
+                            / np.sum(pi)) for T in TABLE_TOKENS])
+    T = group_tokens(D, tokens_mb)
+
+    def table(ys):
+        if not np.any(ys):
+            return sp.Integer(0)
+        return LogInterp(T, *[sp.Float(float(v)) for pair in zip(np.log(ts), ys) for v in pair])
+
+    return {"cold": table(cold), "miss_share": table(share)}
+
+
+def _host_computed(model: ModelSpec, dep: Deployment, D: Dims, tokens_mb):
+    """The cache tables when cold experts are computed on the host CPU, else None."""
+    if dep.expert_cache is None or dep.expert_placement != "host-compute" or not model.is_moe:
+        return None
+    return _cache_tables(model, dep, D, tokens_mb)
+
+
+def _offload_s(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims):
+    """Time the expert tiers add to one MoE layer (all micro-batches), or None without a cache.
+
+    ``stream``: each cold expert a micro-batch activates is copied over the host link,
+    3 d d_e b_we / W_host (seed 003). ``host-compute``: the host CPU runs the cold experts'
+    share of the assignments, reading each cold expert once from its DRAM and doing its
+    GEMMs: cold x 3 d d_e b_we / W_cpu + rows x 6 d d_e / F_cpu (llama.cpp's CPU-MoE offload,
+    KTransformers); the device does the rest (:func:`_moe_layer_costs`)."""
+    if dep.expert_cache is None or not model.is_moe:
+        return None
+    t = _tokens(wl, dep) / D.micro_batches
+    tab = _cache_tables(model, dep, D, t)
+    expert_bytes = 3 * D.hidden * D.moe_inter / D.expert_tp * S.w_bytes_expert
+    if dep.expert_placement == "stream":
+        one = tab["cold"] * expert_bytes / S.host_bw
+    else:
+        rows = ffn.moe_tokens_per_gpu(D, t) * D.topk * tab["miss_share"]
+        one = (tab["cold"] * expert_bytes / S.host_dram_bw
+               + rows * 6 * D.hidden * D.moe_inter / D.expert_tp / S.host_flops)
+    return D.micro_batches * one
+
+
 def _quantized(model: ModelSpec, dep: Deployment) -> dict:
     """Per GEMM weight class, whether its GEMMs take 8- or 4-bit inputs (cast kernels before
     them): the recipe's formats on their own tensor cores (``--weights``, per component)."""
@@ -151,15 +204,35 @@ def _quantized(model: ModelSpec, dep: Deployment) -> dict:
     return {c: quantizes_activations(FORMATS[getattr(r, c)].compute) for c in ("attn", "moe", "dense")}
 
 
-def _tagged(costs: list, component: str) -> list:
-    """The costs with ``component``'s weights (bytes and tensor cores, ``Cost.as_component``)."""
-    return [c.as_component(component) for c in costs]
+def _tagged(costs: list, component: str, weight_only: frozenset = frozenset()) -> list:
+    """The costs with ``component``'s weights (bytes and tensor cores, ``Cost.as_component``);
+    a component in ``weight_only`` runs Marlin-style kernels that tile M by 16 rows."""
+    out = [c.as_component(component) for c in costs]
+    if component in weight_only:
+        out = [replace(c, shape=replace(c.shape, tile_m_min=16)) if isinstance(c.shape, GemmShape)
+               else c for c in out]
+    return out
 
 
-def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims) -> dict:
-    """Per-micro-batch costs of one MoE layer, grouped by breakdown key."""
+def _weight_only(model: ModelSpec, dep: Deployment, hw: HardwareSpec | None) -> frozenset:
+    """Weight classes whose GEMMs dequantize sub-8-bit weights in the kernel and run on BF16
+    tensor cores (w4a16; mxfp4 / nvfp4 on a GPU without FP4 tensor cores)."""
+    if hw is None:
+        return frozenset()
+    from ..specs.precision import FORMATS
+
+    r = dep.weight_recipe(model.is_moe)
+    return frozenset(c for c in ("attn", "moe", "dense")
+                     if FORMATS[getattr(r, c)].bits < 8 and hw.compute_format(getattr(r, c)) == "bf16")
+
+
+def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
+                     hw: HardwareSpec | None = None) -> dict:
+    """Per-micro-batch costs of one MoE layer, grouped by breakdown key (``hw``: decides which
+    weight classes run weight-only kernels, :func:`_weight_only`)."""
     mla = model.is_mla
     q = _quantized(model, dep)
+    wo = _weight_only(model, dep, hw)
     fp8 = q["moe"]
     t = _tokens(wl, dep) / D.micro_batches  # tokens of one micro-batch on one attention DP rank
     t_moe = ffn.moe_tokens_per_gpu(D, t)
@@ -172,12 +245,19 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims) -
     padded = None
     if layout == "batched":  # the whole (local experts x max tokens) buffer is computed
         padded = D.local_experts * group_tokens(D, t)
-    costs["moe_routed"] = _tagged(ffn.routed_expert_compute(D, t, imbalance=lam, padded_rows=padded,
-                                                            layout=layout), "moe")
+    on_host = _host_computed(model, dep, D, t)  # experts the host CPU computes (offload)
+    if on_host is not None:  # the device computes and reads only its resident experts' share
+        lam = lam * (1 - on_host["miss_share"])
     touched = touched_local_experts_expr(model, dep, D, t)
-    costs["moe_weight_load"] = _tagged([ffn.routed_expert_weight_load(D, touched)], "moe")
+    active = None if layout == "batched" else touched  # a batched buffer computes every expert
+    costs["moe_routed"] = _tagged(ffn.routed_expert_compute(D, t, imbalance=lam, padded_rows=padded,
+                                                            layout=layout, active_experts=active),
+                                  "moe", wo)
+    if on_host is not None:
+        touched = smax(touched - on_host["cold"], 0)
+    costs["moe_weight_load"] = _tagged([ffn.routed_expert_weight_load(D, touched)], "moe", wo)
     if model.shared_intermediate_size:
-        costs["shared_expert"] = _tagged(ffn.shared_expert(D, t), "dense") + [
+        costs["shared_expert"] = _tagged(ffn.shared_expert(D, t), "dense", wo) + [
             ew.swiglu_activation("shared_act", t, D.shared_inter / D.tp, D.act_bytes)]
     bw_up, bw_out = S.bw_up * S.eff_up, S.bw_out * S.eff_out
     if model.is_moe:
@@ -218,10 +298,12 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims) -
     return costs
 
 
-def _dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims) -> dict:
+def _dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
+                       hw: HardwareSpec | None = None) -> dict:
     """Per-micro-batch costs of one dense layer, grouped by breakdown key."""
     mla = model.is_mla
     q = _quantized(model, dep)
+    wo = _weight_only(model, dep, hw)
     t = _tokens(wl, dep) / D.micro_batches
     costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
     costs["attention_proj"] = att.attention_projections(D, t, mla)
@@ -231,9 +313,10 @@ def _dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims)
     w_up = g_up.shape.n * g_up.shape.k * D.w_bytes
     w_down = g_down.shape.n * g_down.shape.k * D.w_bytes
     costs["moe_routed"] = _tagged([replace(g_up, hbm_bytes=g_up.hbm_bytes - w_up),
-                                   replace(g_down, hbm_bytes=g_down.hbm_bytes - w_down)], "dense")
+                                   replace(g_down, hbm_bytes=g_down.hbm_bytes - w_down)],
+                                  "dense", wo)
     costs["moe_weight_load"] = _tagged([Cost("ffn_weight_load", g_up.kind, hbm_bytes=w_up + w_down)],
-                                       "dense")
+                                       "dense", wo)
     costs["tp_comm"] = [comm.tp_allreduce(D, t, S.bw_up * S.eff_up, S.lat_up).scaled(2)]
     costs["other"] = [ew.norm_residual(D, t).scaled(2), ew.attention_elementwise(D, t, mla, q["attn"]),
                       ew.swiglu_activation("ffn_act", t, D.dense_inter / D.tp, D.act_bytes)]
@@ -377,7 +460,8 @@ def _layer_time(terms: Mapping[str, TermTime], dep: Deployment, wl: Workload, n)
     return layer, n * compute, edges
 
 
-def _draft_s(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, timing) -> sp.Expr:
+def _draft_s(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, timing,
+             hw: HardwareSpec | None = None) -> sp.Expr:
     """Time of the speculative draft in one step: ``N`` autoregressive passes of the draft
     module over one token per decode request, and in a step that prefills, one pass over the
     prefill tokens (the draft extends over the prompt too). The draft module is DeepSeek's MTP
@@ -395,7 +479,7 @@ def _draft_s(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, timing) -
 
     def one_pass(phase: Phase, tokens, logits) -> sp.Expr:
         w = Workload(phase, batch=1, tokens=1, context=2, chunk=1)
-        layer, _, edges = _layer_time(_timed(costs(model, plain, w, D), timing), plain, w,
+        layer, _, edges = _layer_time(_timed(costs(model, plain, w, D, hw), timing), plain, w,
                                       D.micro_batches)
         head = (att.gemm("mtp_eh_proj", tokens, D.hidden, 2 * D.hidden, D.w_bytes, D.act_bytes),
                 ffn.lm_head(D, logits))
@@ -429,13 +513,23 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
         timing = time_model(deployment.timing, hardware)
     D = symbolic_dims()
     n = D.micro_batches
-    moe_costs = _moe_layer_costs(model, deployment, workload, D) if model.is_moe else None
-    dense_costs = _dense_layer_costs(model, deployment, workload, D)
+    moe_costs = _moe_layer_costs(model, deployment, workload, D, hardware) if model.is_moe else None
+    dense_costs = _dense_layer_costs(model, deployment, workload, D, hardware)
     main_costs = moe_costs if moe_costs is not None else dense_costs
     dense_terms = _timed(dense_costs, timing)
     main = _timed(moe_costs, timing) if moe_costs is not None else dense_terms
     per_layer = {k: n * v.total_s for k, v in main.items()}
     layer, layer_compute, edges = _layer_time(main, deployment, workload, n)
+    offload = _offload_s(model, deployment, workload, D)
+    if offload is not None:  # expert tiers: copies (or host compute) beside or after the layer
+        if deployment.expert_placement == "host-compute" and not hardware.host_dram_Bps:
+            from ..errors import SpecError
+
+            raise SpecError(f"--expert-placement host-compute needs the host CPU's figures: "
+                            f"hardware {hardware.name} has no [host] section (dram_GBps, "
+                            "peak_TFLOPs)")
+        per_layer["expert_offload"] = offload
+        layer = smax(layer, offload) if deployment.prefetch else layer + offload
     dense_layer, _, _ = _layer_time(dense_terms, deployment, workload, n)
     tokens = _tokens(workload, deployment)
     q = _queries(deployment)
@@ -447,7 +541,7 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     if model.is_moe:
         once += edges
     if deployment.mtp:
-        once += _draft_s(model, deployment, workload, D, timing)
+        once += _draft_s(model, deployment, workload, D, timing, hardware)
     if model.is_moe:
         body = S.n_moe_layers * layer
         if model.dense_layers:  # a model without dense layers may have no dense FFN width

@@ -122,6 +122,12 @@ class Deployment:
     # serving-engine memory settings (moesym.memory.MemoryOptions fields), as (name, value) pairs
     memory_options: tuple = ()
     group_size: int = 0  # weight-scale group of grouped formats (0: the format's default)
+    # expert tiers (one device): experts per MoE layer resident in device memory (None: all),
+    # how the resident set is chosen, whether copies overlap compute, where cold experts run
+    expert_cache: int | None = None
+    cache_policy: str = "static-top"
+    prefetch: bool = False
+    expert_placement: str = "stream"
     mtp: int = 0  # speculative decoding: draft tokens per decode step (DeepSeek MTP, EAGLE)
     accept: float | None = None  # acceptance of each draft token (None: the default, with --mtp)
 
@@ -163,6 +169,18 @@ class Deployment:
             raise SpecError(f"--layout {self.layout!r}: use auto, contiguous, masked or batched")
         if self.timing not in TIME_MODELS:
             raise SpecError(f"--timing {self.timing!r}: use {' or '.join(TIME_MODELS)}")
+        if self.expert_cache is not None and (isinstance(self.expert_cache, bool) or not isinstance(
+                self.expert_cache, int) or self.expert_cache < 0):
+            raise SpecError(f"--expert-cache must be a number of experts per layer (>= 0), got "
+                            f"{self.expert_cache!r}")
+        if self.cache_policy not in ("static-top", "lfu", "lru"):
+            raise SpecError(f"--cache-policy {self.cache_policy!r}: use static-top, lfu or lru")
+        if self.expert_placement not in ("stream", "host-compute"):
+            raise SpecError(f"--expert-placement {self.expert_placement!r}: use stream or "
+                            "host-compute")
+        if self.expert_cache is not None and self.ep != 1:
+            raise SpecError("--expert-cache models one device's expert tiers (experts in host "
+                            f"memory): it needs --ep 1, got --ep {self.ep}")
         if isinstance(self.mtp, bool) or not isinstance(self.mtp, int) or self.mtp < 0:
             raise SpecError(f"--mtp must be a non-negative integer (draft tokens per step), "
                             f"got {self.mtp!r}")

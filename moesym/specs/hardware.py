@@ -27,7 +27,7 @@ __all__ = ["HardwareSpec", "Efficiency", "Latency", "load_hardware", "builtin_ha
 
 _TOP_KEYS = {"name", "description", "source", "vendor", "sms", "gpus_per_node", "hbm_capacity_GB",
              "hbm_bandwidth_TBps", "peak_TFLOPs", "interconnect", "efficiency", "latency_us", "kernel",
-             "compute_formats"}
+             "compute_formats", "host"}
 _INTERCONNECT_KEYS = {"scale_up_GBps", "scale_out_GBps", "scale_up_domain_gpus", "host_link_GBps"}
 _EFF_KEYS = {"gemm", "grouped_gemm", "attention", "memory", "scale_up", "scale_out"}
 _EFF_OPTIONAL = {"serving"}
@@ -77,6 +77,9 @@ class HardwareSpec:
     latency: Latency
     compute_formats: Mapping[str, str] = field(default_factory=dict)
     kernel: Mapping[str, object] = field(default_factory=dict)
+    # the host CPU ([host]: DRAM bandwidth and matrix throughput), for experts computed there
+    host_dram_Bps: float = 0.0
+    host_flops: float = 0.0
     path: str = ""
 
     def peak_flops(self, dtype: str) -> float:
@@ -157,6 +160,11 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
         return float(x)
 
     formats = dict(raw.get("compute_formats", {}))
+    host = raw.get("host")
+    if host is not None:
+        _check_keys(host, {"dram_GBps", "peak_TFLOPs", "source"}, f"{where} [host]")
+        for k in ("dram_GBps", "peak_TFLOPs"):
+            _req(host, k, f"{where} [host]")
     from .precision import FORMATS
 
     for k, v in formats.items():
@@ -181,6 +189,8 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
                               serving=_serving(eff, where)),
         latency=Latency(**{f"{k}_s": nonneg(lat[k], f"{where} latency_us.{k}") * 1e-6 for k in _LAT_KEYS}),
         compute_formats=MappingProxyType(formats),
+        host_dram_Bps=_positive(host["dram_GBps"], f"{where} [host] dram_GBps") * 1e9 if host else 0.0,
+        host_flops=_positive(host["peak_TFLOPs"], f"{where} [host] peak_TFLOPs") * 1e12 if host else 0.0,
         kernel=MappingProxyType(dict(raw.get("kernel", {}))),
         path=where,
     )

@@ -13,15 +13,16 @@ tensor-core input format of their GEMMs.
 * ``mxfp4`` / ``nvfp4``: the same 4-bit floats with their own groups (32 and 16), held in 4 bits
   on any GPU: where no FP4 tensor cores exist the kernel dequantizes them to BF16 on the fly
   (gpt-oss's MXFP4 experts on Hopper, seed 003), so the GEMMs run at the BF16 peak.
-* ``w4a16``: 4-bit integer weights with an fp16 scale per group (default 128, GPTQ / AWQ),
-  dequantized in the kernel (Marlin-style): 4-bit reads, BF16 tensor cores.
+* ``w4a16``: 4-bit integer weights with an fp16 scale and an fp16 zero point per group (default
+  128, asymmetric GPTQ / AWQ: 4.25 bits per weight), dequantized in the kernel (Marlin-style,
+  16-row M tiles): 4-bit reads, BF16 tensor cores.
 * ``w4a8``: 4-bit integer weights, 8-bit activations (FP8 where the GPU has it, else INT8).
 * ``int8``: 8-bit integer weights and activations (W8A8), one fp32 scale per output channel.
 
 >>> bytes_per_element("fp8"), bytes_per_element("fp4"), bytes_per_element("w4a16")
-(1.000244140625, 0.53125, 0.515625)
+(1.000244140625, 0.53125, 0.53125)
 >>> bytes_per_element("w4a16", group_size=32)
-0.5625
+0.625
 >>> r = WeightRecipe.parse("moe=fp4,attn=fp8,dense=bf16", is_moe=True)
 >>> r.moe, r.attn, r.dense
 ('fp4', 'fp8', 'bf16')
@@ -55,7 +56,7 @@ FORMATS = {
     "fp4": WeightFormat(4, 1, 32, "fp4", "expand", True),
     "mxfp4": WeightFormat(4, 1, 32, "fp4", "bf16", False),
     "nvfp4": WeightFormat(4, 1, 16, "fp4", "bf16", False),
-    "w4a16": WeightFormat(4, 2, 128, "bf16", "bf16", True),
+    "w4a16": WeightFormat(4, 4, 128, "bf16", "bf16", True),
     "w4a8": WeightFormat(4, 2, 128, "fp8", "int8", True),
     "int8": WeightFormat(8, 4, 0, "int8", "bf16", True),
 }

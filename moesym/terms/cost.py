@@ -211,6 +211,9 @@ class GemmShape:
     k: sp.Expr
     groups: sp.Expr = sp.Integer(1)
     layout: str = "dense"  # 'dense', 'contiguous', 'masked'
+    # smallest M block of the kernel: 64 (Hopper FP8/BF16 GEMMs), 16 for weight-only quantized
+    # GEMMs that dequantize in the kernel (Marlin-style, 16-row tiles at small batch)
+    tile_m_min: int = 64
 
 
 @dataclass(frozen=True)

@@ -38,18 +38,21 @@ def moe_tokens_per_gpu(D: Dims, tokens) -> sp.Expr:
 
 
 def routed_expert_compute(D: Dims, tokens, imbalance=1, padded_rows=None,
-                          layout: str = "contiguous") -> list[Cost]:
+                          layout: str = "contiguous", active_experts=None) -> list[Cost]:
     """Grouped GEMMs of the routed experts on the busiest GPU (weights excluded: see load term).
 
     Rows per GPU = (tokens / tp) x k x imbalance (expert-TP ranks see gpus/ep times the rows at
     1/(gpus/ep) of the width, so FLOPs per GPU do not depend on the EP x expert-TP split).
     FLOPs = 6 x rows x d x d_e / expert_tp ... summed over gate+up (4) and down (2).
     ``padded_rows`` replaces the rows when tile padding or a batched layout computes more rows.
+    ``active_experts``: the local experts with at least one row (default all): grouped-GEMM
+    kernels launch no tiles for an empty expert (DeepGEMM's contiguous and masked layouts), so
+    the rows spread over those.
     """
     rows_real = moe_tokens_per_gpu(D, tokens) * D.topk * sym(imbalance) * D.expert_tp
     rows = rows_real if padded_rows is None else sym(padded_rows)
     inter = D.moe_inter / D.expert_tp
-    g = D.local_experts
+    g = D.local_experts if active_experts is None else sym(active_experts)
     m = rows / g
     up = gemm("experts_gate_up", m, 2 * inter, D.hidden, 0, D.act_bytes, KernelClass.GROUPED_GEMM,
               groups=g, layout=layout)

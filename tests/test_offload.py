@@ -1,0 +1,119 @@
+"""Expert tiers (--expert-cache): hit rates against a simulated cache, offload time by hand,
+limits and monotonicity, memory."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from moesym import Deployment, Workload, load_hardware, load_model
+from moesym.cli import main
+from moesym.model.predictor import predict
+from moesym.routing.cache import hit_rate, misses_per_step
+from moesym.routing.zipf import zipf_popularity
+
+
+def _simulate(E, k, C, s, policy, T, steps=3000, seed=1):
+    """Token-level hit rate of a real cache: each token draws k distinct experts by Zipf
+    weights (successive sampling); static-top pins the C most popular, LRU keeps the C most
+    recently active experts (recency updated after each step, ties in random order)."""
+    rng = np.random.default_rng(seed)
+    p = zipf_popularity(E, s)
+    last = np.full(E, -1.0)  # step an expert was last active (LRU)
+    hits = total = 0
+    for step in range(steps):
+        picks = np.array([rng.choice(E, size=k, replace=False, p=p) for _ in range(T)]).ravel()
+        if policy == "static-top":
+            cached = set(range(C))
+        else:
+            cached = set(np.argsort(-last, kind="stable")[:C]) if step else set()
+        if step >= 200 or policy == "static-top":  # LRU after its warm-up
+            hits += sum(e in cached for e in picks)
+            total += len(picks)
+        active = np.unique(picks)  # ties within a step broken at random, as token order does
+        last[active] = step + 0.5 * rng.random(len(active))
+    return hits / total
+
+
+@pytest.mark.parametrize("policy", ["static-top", "lru"])
+@pytest.mark.parametrize("E,k,C,s,T", [(8, 2, 4, 1.0, 1), (64, 4, 16, 0.8, 4), (32, 2, 8, 1.2, 2)])
+def test_hit_rate_within_two_points_of_a_simulated_cache(E, k, C, s, T, policy):
+    sim = _simulate(E, k, C, s, policy, T)
+    assert hit_rate(E, k, C, s, policy, T) == pytest.approx(sim, abs=0.02)
+
+
+def test_uniform_static_top_by_hand():
+    # uniform routing: C / E of the assignments hit; the E - C cold experts are each active
+    # with probability 1 - (1 - k/E)^T
+    assert hit_rate(8, 2, 2, 0.0, "static-top", 3) == pytest.approx(2 / 8)
+    assert misses_per_step(8, 2, 2, 0.0, "static-top", 3) == pytest.approx(6 * (1 - (6 / 8) ** 3))
+
+
+@pytest.fixture(scope="module")
+def mix():
+    return load_model("mixtral-8x7b"), load_hardware("rtx-4090")
+
+
+def _tpot(mix, **dep):
+    m, h = mix
+    return predict(m, h, Deployment(weights="w4a16", **dep),
+                   Workload("decode", batch=1, context=4096), memory=False)
+
+
+def test_full_cache_is_no_offload(mix):
+    base = _tpot(mix)["step_time_s"]
+    assert _tpot(mix, expert_cache=8)["step_time_s"] == pytest.approx(base, rel=1e-9)
+
+
+def test_empty_cache_streams_every_active_expert_by_hand(mix):
+    """Cache 0, one token, top-2 of 8: two experts cross PCIe per layer, each 3 d d_e weights
+    at 4.25 bits: 2 x 3 x 4096 x 14336 x 0.53125 B / 31.5 GB/s."""
+    r = _tpot(mix, expert_cache=0)
+    assert r["expert_cache_hit_rate"] == 0
+    want = 2 * 3 * 4096 * 14336 * 0.53125 / 31.5e9
+    assert r["per_layer_s"]["expert_offload"] == pytest.approx(want, rel=1e-9)
+    assert r["step_time_s"] - _tpot(mix)["step_time_s"] == pytest.approx(32 * want, rel=1e-6)
+
+
+def test_more_cache_is_never_slower(mix):
+    for placement in ("stream", "host-compute"):
+        for policy in ("static-top", "lru"):
+            times = [_tpot(mix, expert_cache=c, cache_policy=policy, expert_placement=placement,
+                           routing="zipf:1.0")["step_time_s"] for c in range(9)]
+            assert all(b <= a * (1 + 1e-12) for a, b in zip(times, times[1:]))
+
+
+def test_prefetch_hides_copies_under_compute(mix):
+    plain, pre = _tpot(mix, expert_cache=6), _tpot(mix, expert_cache=6, prefetch=True)
+    assert pre["step_time_s"] < plain["step_time_s"]
+    assert pre["step_time_s"] >= _tpot(mix)["step_time_s"]
+
+
+def test_memory_holds_only_the_cache(capsys):
+    args = ["memory", "mixtral-8x7b", "--hardware", "rtx-4090", "--weights", "w4a16", "--json"]
+    assert main(args) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert main(args + ["--expert-cache", "2"]) == 0
+    part = json.loads(capsys.readouterr().out)
+    routed = full["weights_breakdown"]["routed_experts"]
+    assert part["weights_breakdown"]["routed_experts"] == pytest.approx(routed * 2 / 8)
+    assert part["host_expert_bytes"] == pytest.approx(routed * 6 / 8)
+    assert part["free_bytes"] - full["free_bytes"] == pytest.approx(routed * 6 / 8, rel=1e-6)
+
+
+def test_deepseek_w4a16_is_about_four_and_a_quarter_bits(capsys):
+    assert main(["memory", "deepseek-v3", "--hardware", "h200", "--gpus", "8", "--weights",
+                 "w4a16", "--group-size", "128", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    params = 58 * 256 * 3 * 7168 * 2048 / 8  # routed experts of one GPU of 8
+    assert r["weights_breakdown"]["routed_experts"] * 8 / params == pytest.approx(4.25)
+
+
+def test_contract_command_runs(capsys):
+    assert main(["predict", "mixtral-8x7b", "--hardware", "rtx-4090", "--phase", "decode",
+                 "--batch", "1", "--context", "4096", "--weights", "w4a16", "--group-size", "128",
+                 "--expert-cache", "4", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert 0 < r["expert_cache_hit_rate"] < 1 and r["tokens_per_gpu_s"] > 0
