@@ -244,3 +244,28 @@ def test_prefix_hit_in_serve():
     assert warm["ttft_s"] < cold["ttft_s"]
     for r in (cold, warm):  # whole prompts per output token either way
         assert r["input_tokens_per_gpu_s"] / r["output_tokens_per_gpu_s"] == pytest.approx(8)
+
+
+# --- pipeline parallelism (--pp) -------------------------------------------------------------
+
+def test_pipeline_stages_hold_their_share_of_the_layers(capsys):
+    """16 GPUs as 2 stages of 8 against 8 GPUs without PP: each GPU holds half the layers'
+    weights and KV; tokens per GPU per second stay close (the same work per GPU, plus the sends
+    between stages and the once-per-step work every stage repeats)."""
+    def mem(*extra):
+        assert main(["memory", "deepseek-v3", "--hardware", "h200", "--weights", "fp8",
+                     "--batch", "32", "--context", "4096", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    one, two = mem("--gpus", "8"), mem("--gpus", "16", "--pp", "2")
+    for part in ("attention_sharded", "routed_experts", "shared_experts", "dense_ffn"):
+        assert two["weights_breakdown"][part] == pytest.approx(one["weights_breakdown"][part] / 2)
+    assert two["kv_bytes_per_token"] == pytest.approx(one["kv_bytes_per_token"] / 2)
+    m, h = load_model("deepseek-v3"), load_hardware("h200")
+    flat = predict(m, h, Deployment(gpus=8, weights="fp8"), Workload("decode", batch=32, context=4096))
+    piped = predict(m, h, Deployment(gpus=16, pp=2, weights="fp8"),
+                    Workload("decode", batch=64, context=4096))
+    assert piped["tokens_per_gpu_s"] == pytest.approx(flat["tokens_per_gpu_s"], rel=0.10)
+    assert piped["tokens_per_gpu_s"] < flat["tokens_per_gpu_s"]
+    # a token crosses both stages: the TPOT is two stage slots, each more than half a flat step
+    assert piped["tpot_s"] > flat["tpot_s"]

@@ -115,6 +115,9 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
         g.add_argument("--tp", type=positive_int, default=1)
         g.add_argument("--ep", type=positive_int, default=None, help="default: --gpus")
         g.add_argument("--micro-batches", type=positive_int, default=1)
+        g.add_argument("--pp", type=positive_int, default=1,
+                       help="pipeline-parallel stages: each holds gpus / pp GPUs and 1 / pp of "
+                            "the layers; pp micro-batches in flight")
     g.add_argument("--weights", default="bf16", metavar="FORMAT",
                    help="bf16, fp8, fp4, mxfp4, nvfp4, w4a16, w4a8 or int8 for every GEMM "
                         "(fp4 family on an MoE model: the routed experts, FP8 elsewhere), or per "
@@ -210,6 +213,7 @@ def deployment_from(args) -> Deployment:
     one = lambda v, default: default if isinstance(v, list) or v is None else v  # noqa: E731
     return Deployment(gpus=args.gpus, gpus_per_node=args.gpus_per_node, tp=one(args.tp, 1),
                       ep=one(args.ep, None), micro_batches=one(args.micro_batches, 1),
+                      pp=getattr(args, "pp", 1),
                       weights=args.weights, group_size=getattr(args, "group_size", None) or 0,
                       kv=args.kv, a2a=A2AMode(one(args.a2a, "auto")),
                       routing=Routing.parse(args.routing),

@@ -70,6 +70,8 @@ def run(args) -> int:
     args.micro_batches = 1
     args.ep = None
     base = deployment_from(args)
+    if base.pp > 1:
+        raise MoesymError("--pp is not a sweep axis yet: run moesym predict per pipeline depth")
     # formats separated by commas, or recipes (which hold commas) by semicolons
     sep = ";" if args.weights_list and "=" in args.weights_list else ","
     weights = args.weights_list.split(sep) if args.weights_list else [base.weights]

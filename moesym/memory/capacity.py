@@ -227,7 +227,7 @@ def memory_bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Wor
     v[S.w_bytes_dense] = weight_bytes_per_param(fmts.dense, opts.fp4_scale_group, g)
     v[S.w_bytes_hp] = weight_bytes_per_param(fmts.high_precision)
     v.update({
-        S.n_sliding_layers: model.sliding_layers, S.window: model.sliding_window or 1,
+        S.n_sliding_layers: model.sliding_layers / dep.pp, S.window: model.sliding_window or 1,
         S.n_mtp_layers: opts.mtp_layers, S.hc_mult: opts.hc_mult, S.block_size: opts.block_size,
         S.max_dispatch_tokens: opts.max_dispatch_tokens, S.max_rank_tokens: opts.max_rank_tokens,
         S.prefill_tokens: opts.prefill_tokens, S.imbalance: opts.load_factor,

@@ -76,8 +76,10 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
         S.moe_inter: m.moe_intermediate_size or m.dense_intermediate_size,
         S.shared_inter: m.shared_intermediate_size, S.dense_inter: m.dense_intermediate_size,
         S.n_groups: m.expert_groups, S.topk_groups: m.groups_per_token,
-        S.n_moe_layers: m.moe_layers if m.is_moe else 0, S.n_dense_layers: m.dense_layers,
-        S.gpus: dep.gpus, S.gpus_per_node: scale_up_domain(hw, dep), S.tp: dep.tp, S.ep: dep.ep,
+        # one pipeline stage's layers (the model's / pp: every stage alike)
+        S.n_moe_layers: (m.moe_layers if m.is_moe else 0) / dep.pp,
+        S.n_dense_layers: m.dense_layers / dep.pp,
+        S.gpus: dep.stage_gpus, S.pp: dep.pp, S.gpus_per_node: scale_up_domain(hw, dep), S.tp: dep.tp, S.ep: dep.ep,
         S.micro_batches: dep.micro_batches, S.redundant: dep.redundant_experts, S.mtp: dep.mtp,
         S.w_bytes: w_bytes["attn"], S.w_bytes_expert: w_bytes["moe"],
         S.w_bytes_dense: w_bytes["dense"],

@@ -44,7 +44,7 @@ def ep_class(dep: Deployment):
     count (expert tensor parallelism, the all-gather) or not; the EP itself only where routing
     statistics are computed numerically at it (Zipf routing, redundant experts). Deployments of
     one class share one compiled model, the EP a bound number."""
-    return (dep.ep == 1, dep.ep < dep.gpus, dep.ep if numeric_routing(dep) else None)
+    return (dep.ep == 1, dep.ep < dep.stage_gpus, dep.ep if numeric_routing(dep) else None)
 
 
 def structure(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
@@ -185,7 +185,7 @@ def expert_cache_report(model: ModelSpec, dep: Deployment, wl: Workload) -> dict
     from ..routing.cache import hit_rate, misses_per_step
 
     tokens = (wl.batch * (1 + dep.mtp) if wl.phase is not Phase.PREFILL else wl.tokens)
-    T = tokens * dep.gpus / dep.tp / dep.micro_batches  # routed through the layer per pass
+    T = tokens * dep.stage_gpus / dep.tp / dep.micro_batches / dep.pp  # through a layer per pass
     s = dep.routing.s if dep.routing.kind == "zipf" else 0.0
     args = (model.num_experts, model.experts_per_token, dep.expert_cache, s, dep.cache_policy, T)
     return {"expert_cache_hit_rate": hit_rate(*args),

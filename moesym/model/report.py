@@ -185,12 +185,12 @@ def report_from_numbers(nums, values, model, deployment, workload) -> dict:
     out: dict = {"step_time_s": t}
     if workload.phase is Phase.DECODE:
         a = accepted_tokens(deployment)  # tokens a step emits per request (speculative: > 1)
-        out["tokens_per_gpu_s"] = workload.batch * a / deployment.tp / t
+        out["tokens_per_gpu_s"] = workload.batch * a / deployment.tp / deployment.pp / t
         out["tpot_s"] = t / a
         if deployment.mtp:
             out["accepted_tokens_per_step"] = a
     elif workload.phase is Phase.PREFILL:
-        out["tokens_per_gpu_s"] = workload.tokens / deployment.tp / t
+        out["tokens_per_gpu_s"] = workload.tokens / deployment.tp / deployment.pp / t
         out["ttft_s"] = t * max(1.0, workload.context / workload.tokens)
     # a mixed serving step: its rates are the steady state's (moesym.model.serve), not its own
     shares = bound_shares(nums, values, model, deployment)

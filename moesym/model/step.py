@@ -497,6 +497,29 @@ def _draft_s(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, timing,
     return out
 
 
+def _pipelined(stage, per_layer, work, layer, layer_compute, dep: Deployment, wl: Workload,
+               D: Dims) -> tuple:
+    """Pipeline parallelism over ``pp`` stages: the batch runs as ``pp`` micro-batches in flight
+    (one per stage), each stage holding 1 / pp of the layers (the bindings' layer counts). A
+    stage's step on ``B / pp`` requests (``T / pp`` tokens) plus the send of its activations to
+    the next stage, ``t_s``, repeats every slot: a token crosses all stages in ``pp t_s`` (the
+    TPOT, or the prefill step), in which every slot's ``B / pp`` requests advance. The send goes
+    over RDMA when a stage fills whole nodes, else over the scale-up link. Busy times and work
+    per layer cover all the rank's micro-batches (``pp`` slots)."""
+    from ..terms.cost import substitute
+
+    slot = {S.batch: S.batch / S.pp, S.tokens: S.tokens / S.pp}
+    tokens = _tokens(wl, dep)
+    on_fabric = dep.stage_gpus >= dep.gpus_per_node
+    bw, lat = ((S.bw_out * S.eff_out, S.lat_out) if on_fabric else (S.bw_up * S.eff_up, S.lat_up))
+    send = tokens * D.hidden * D.act_bytes / bw + lat
+    t_s = substitute(stage + send / S.eff_serve, slot)
+    scale = lambda e: S.pp * substitute(e, slot)  # noqa: E731
+    per_layer = {k: scale(v) for k, v in per_layer.items()}
+    work = {k: {f: scale(e) for f, e in w.items()} for k, w in work.items()}
+    return S.pp * t_s, per_layer, work, scale(layer), scale(layer_compute)
+
+
 def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment, workload: Workload,
                timing=None) -> StepModel:
     """Compose the step model of ``model`` on ``hardware`` under ``deployment`` for ``workload``.
@@ -552,6 +575,9 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     # fitted per GPU on end-to-end measurements (moesym.validate); 1 where none exist
     expr = (body + once) / S.eff_serve
     work = _work(main_costs, n)
+    if deployment.pp > 1:
+        expr, per_layer, work, layer, layer_compute = _pipelined(
+            expr, per_layer, work, layer, layer_compute, deployment, workload, D)
     vals = bindings(model, hardware, deployment, workload)
     exprs = [expr, *(e for w in work.values() for e in w.values())]
     used = set().union(*(e.free_symbols for e in exprs))

@@ -129,6 +129,7 @@ class Deployment:
     prefetch: bool = False
     expert_placement: str = "stream"
     mtp: int = 0  # speculative decoding: draft tokens per decode step (DeepSeek MTP, EAGLE)
+    pp: int = 1  # pipeline-parallel stages (each holds gpus / pp GPUs and 1 / pp of the layers)
     accept: float | None = None  # acceptance of each draft token (None: the default, with --mtp)
 
     def __post_init__(self) -> None:
@@ -136,11 +137,15 @@ class Deployment:
         _pos_int("--gpus-per-node", self.gpus_per_node)
         _pos_int("--tp", self.tp)
         _pos_int("--micro-batches", self.micro_batches)
+        _pos_int("--pp", self.pp)
+        if self.gpus % self.pp:
+            raise SpecError(f"--pp {self.pp} does not divide --gpus {self.gpus}: each pipeline "
+                            "stage holds gpus / pp GPUs")
         if self.ep is None:
-            object.__setattr__(self, "ep", self.gpus)
+            object.__setattr__(self, "ep", self.stage_gpus)
         _pos_int("--ep", self.ep)
         for _, ok, message in TOPOLOGY:
-            if not bool(ok(self.gpus, self.ep, self.tp, self.gpus_per_node)):
+            if not bool(ok(self.stage_gpus, self.ep, self.tp, self.gpus_per_node)):
                 raise SpecError(message(self))
         from .precision import FORMATS, WeightRecipe
 
@@ -199,7 +204,7 @@ class Deployment:
         instance; all-gather when the experts are also tensor-parallel (ep < gpus: DeepEP has no
         expert tensor parallelism, so every GPU gathers the tokens). Other modes unchanged."""
         if self.a2a is A2AMode.AUTO:
-            if self.ep < self.gpus:
+            if self.ep < self.stage_gpus:
                 return A2AMode.ALLGATHER
             return A2AMode.DEEPEP_LL if Phase(phase) is Phase.DECODE else A2AMode.DEEPEP_NORMAL
         return self.a2a
@@ -221,13 +226,18 @@ class Deployment:
 
     @property
     def dp(self) -> int:
-        """Attention data-parallel degree."""
-        return self.gpus // self.tp
+        """Attention data-parallel degree (within one pipeline stage)."""
+        return self.stage_gpus // self.tp
+
+    @property
+    def stage_gpus(self) -> int:
+        """GPUs of one pipeline stage (all of them without pipeline parallelism)."""
+        return self.gpus // self.pp
 
     @property
     def expert_tp(self) -> int:
-        """Tensor-parallel split of each routed expert (gpus / ep)."""
-        return self.gpus // self.ep
+        """Tensor-parallel split of each routed expert (stage GPUs / ep)."""
+        return self.stage_gpus // self.ep
 
     @property
     def nodes(self) -> int:
@@ -267,7 +277,7 @@ class Deployment:
         """Raise if this deployment cannot shard ``model`` (the first of :data:`VALIDITY` that
         fails, with its message)."""
         for _, ok, message in VALIDITY:
-            if not bool(ok(model, self.gpus, self.ep, self.tp, self.redundant_experts, self.a2a)):
+            if not bool(ok(model, self.stage_gpus, self.ep, self.tp, self.redundant_experts, self.a2a)):
                 raise SpecError(message(model, self))
 
 
