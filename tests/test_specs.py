@@ -268,12 +268,24 @@ def test_valid_mask_is_what_a_deployment_accepts(name, a2a):
                 assert mask == accepted, (gpus, ep, tp)
 
 
-@pytest.mark.parametrize("field,value", [("index_topk", 2048), ("full_attention_interval", 4),
+def test_sparse_attention_fields_are_read():
+    cfg = {"hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
+           "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 1000,
+           "intermediate_size": 4096, "index_topk": 2048, "index_n_heads": 64,
+           "index_head_dim": 128}
+    m = from_hf_config(cfg)
+    assert (m.index_topk, m.index_heads, m.index_head_dim) == (2048, 64, 128)
+    del cfg["index_n_heads"]
+    with pytest.raises(MoesymError, match="index_n_heads"):
+        from_hf_config(cfg)
+
+
+@pytest.mark.parametrize("field,value", [("full_attention_interval", 4),
                                          ("attn_output_gate", True)])
 def test_an_unmodelled_cost_field_is_said_not_ignored(field, value):
-    """Config fields that change the cost and are not modelled (DeepSeek-V3.2's sparse
-    attention, Qwen3-Next's hybrid linear attention, gated attention output) warn, naming the
-    field, instead of being read as plain full attention in silence."""
+    """Config fields that change the cost and are not modelled (Qwen3-Next's hybrid linear
+    attention, gated attention output) warn, naming the field, instead of being read as plain
+    full attention in silence."""
     cfg = {"hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
            "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 1000,
            "intermediate_size": 4096, field: value}

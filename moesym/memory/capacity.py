@@ -179,6 +179,10 @@ def memory_expressions(model: ModelSpec, dep: Deployment, phase: Phase,
     per_request = (kv_bytes_per_request(D, mla, S.context, n_layers, n_sw, S.window, S.block_size,
                                         fragmentation=opts.kv_fragmentation)
                    + speculative_kv_bytes_per_request(D, mla, S.n_mtp_layers, S.context, n_layers))
+    if model.index_topk:  # DeepSeek sparse attention caches the indexer's FP8 key + fp32 scale
+        index_key = sp.Integer(model.index_head_dim + 4)
+        per_token += n_layers * index_key
+        per_request += n_layers * index_key * S.context
     ffn_i = ffn_intermediate(D, is_moe=model.is_moe, has_dense=model.dense_layers > 0)
     act_kw = {"mla": mla, "ffn_inter": ffn_i, "hc_mult": S.hc_mult,
               "residual_bytes": sp.Float(opts.residual_bytes)}

@@ -237,7 +237,7 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     t = _tokens(wl, dep) / D.micro_batches  # tokens of one micro-batch on one attention DP rank
     t_moe = ffn.moe_tokens_per_gpu(D, t)
     costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
-    costs["attention_proj"] = att.attention_projections(D, t, mla)
+    costs["attention_proj"] = att.attention_projections(D, t, mla) + _indexer_projections(model, D, t)
     costs["attention_core"] = _attention_core(model, dep, wl, D, t)
     lam = imbalance_expr(model, dep, D, t)
     rows = t_moe * D.topk * lam * D.expert_tp
@@ -306,7 +306,7 @@ def _dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     wo = _weight_only(model, dep, hw)
     t = _tokens(wl, dep) / D.micro_batches
     costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
-    costs["attention_proj"] = att.attention_projections(D, t, mla)
+    costs["attention_proj"] = att.attention_projections(D, t, mla) + _indexer_projections(model, D, t)
     costs["attention_core"] = _attention_core(model, dep, wl, D, t)
     # a dense FFN stands in for the MoE: its GEMMs are moe_routed, its weight read moe_weight_load
     g_up, g_down = ffn.dense_ffn(D, t)
@@ -380,6 +380,9 @@ def _attention_core(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t)
                Phase.PREFILL: [("prefill", t, S.context)],
                Phase.SERVE: [("decode", S.batch / n, S.context),
                              ("prefill", S.tokens / n, S.isl)]}[wl.phase]
+    if model.index_topk:  # DeepSeek sparse attention: the selected KV entries, and the indexer
+        return [_sparse_core(model, dep, kind, tokens, ctx, D) for kind, tokens, ctx in kernels] + \
+            [_indexer(model, dep, kind, tokens, ctx, D) for kind, tokens, ctx in kernels]
     out = []
     for kind, tokens, ctx in kernels:
         full = core(kind, tokens, ctx)
@@ -389,6 +392,48 @@ def _attention_core(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t)
         f = sp.Rational(model.sliding_layers, model.num_layers)
         out.append(full.scaled(1 - f) + core(kind, tokens, smin(ctx, model.sliding_window)).scaled(f))
     return out
+
+
+def _indexer_projections(model: ModelSpec, D: Dims, t) -> list[Cost]:
+    """The indexer's own GEMMs (DeepSeek-V3.2): queries from the q latent (r_q -> H_I d_I), one
+    key per token (d -> d_I) and the head weights (d -> H_I); none without sparse attention."""
+    if not model.index_topk:
+        return []
+    hi, di = model.index_heads, model.index_head_dim
+    wb, ab = D.w_bytes, D.act_bytes
+    return [att.gemm("indexer_wq", t, hi * di, D.q_lora, wb, ab),
+            att.gemm("indexer_wk", t, di, D.hidden, wb, ab),
+            att.gemm("indexer_weights", t, hi, D.hidden, wb, ab)]
+
+
+def _sparse_core(model: ModelSpec, dep: Deployment, kind: str, tokens, ctx, D: Dims) -> Cost:
+    """DeepSeek sparse attention (V3.2): each query attends to the ``k = index_topk`` KV entries
+    its indexer selects. Decode reads min(L, k) entries per request; in prefill a query at
+    position p attends to min(p, k) keys, a causal mean of k - k^2 / (2L) for L > k, timed as
+    causal prompts of length 2k - k^2 / L (the same FLOPs)."""
+    k = sp.Integer(model.index_topk)
+    if kind == "decode":
+        return att.attention_core_decode(D, tokens, smin(ctx, k), model.is_mla, _queries(dep))
+    span = sp.Piecewise((ctx, ctx <= k), (2 * k - k ** 2 / ctx, True))
+    return att.attention_core_prefill(D, tokens, span, smin(S.chunk, span), model.is_mla)
+
+
+def _indexer(model: ModelSpec, dep: Deployment, kind: str, tokens, ctx, D: Dims) -> Cost:
+    """The lightning indexer of DeepSeek sparse attention: per query, H_I heads of d_I score
+    every earlier key (FP8 keys of d_I + a 4-byte scale per token, cached per layer) and the
+    top k are selected. Decode: 2 q H_I L d_I FLOPs per request, the keys read once and the
+    logits written and read for the selection; prefill: the causal mean L / 2 keys per query.
+    Timed at the BF16 attention rate (the FP8 logits kernel is faster; a conservative bound)."""
+    hi, di = sp.Integer(model.index_heads), sp.Integer(model.index_head_dim)
+    if kind == "decode":
+        q = _queries(dep)
+        keys, reads = ctx, tokens * ctx * (di + 4)
+        queries = tokens * q
+    else:
+        keys, reads = ctx / 2, tokens * (di + 4) * smax(1, ctx / S.chunk)
+        queries = tokens
+    return Cost("indexer", KernelClass.ATTENTION, flops=2 * queries * hi * keys * di,
+                hbm_bytes=reads + 2 * 4 * queries * keys, launches=2)
 
 
 # kernels whose schedule operation differs from their breakdown key's (data, by kernel name)

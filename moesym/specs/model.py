@@ -62,6 +62,10 @@ class ModelSpec:
     weight_dtype: str = "bf16"  # checkpoint precision of the GEMM weights
     sliding_window: int = 0  # tokens; 0 = none
     sliding_layers: int = 0  # layers that use the sliding window
+    # DeepSeek sparse attention (V3.2): a lightning indexer keeps the top index_topk KV entries
+    index_topk: int = 0  # 0: dense attention
+    index_heads: int = 0
+    index_head_dim: int = 0
     published_total_params: float = 0.0
     published_active_params: float = 0.0
 
@@ -310,9 +314,6 @@ def _config_name(raw: Mapping[str, Any], path: Path) -> str:
 #: config fields that change the cost of a step and that moesym does not model yet: each is said
 #: in one warning line naming the field and what is timed instead (never silently ignored)
 _UNMODELLED = (
-    ("index_topk", "DeepSeek sparse attention (an indexer keeps the top {v} KV entries per query) "
-                   "is not modelled: attention is timed over the whole context and the indexer's "
-                   "own cost is left out"),
     ("full_attention_interval", "hybrid linear attention (gated DeltaNet in all but one of "
                                 "every {v} layers, a fixed recurrent state instead of KV) is not "
                                 "modelled: every layer is timed as full attention with a KV cache"),
@@ -394,6 +395,9 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
             raise SpecError(f"{where}: missing field 'intermediate_size'")
         kw["dense_layers"] = n_layers
     kw["mtp_layers"] = c.int("num_nextn_predict_layers", "mtp_num_hidden_layers", default=0)
+    if c.int("index_topk", default=0):  # DeepSeek-V3.2 sparse attention
+        kw.update(index_topk=c.int("index_topk"), index_heads=c.int("index_n_heads"),
+                  index_head_dim=c.int("index_head_dim"))
     kw["tie_embeddings"] = bool(top.get("tie_word_embeddings", raw.get("tie_word_embeddings", False)))
     kw["weight_dtype"] = _hf_weight_dtype(raw.get("quantization_config"), where)
     sw = c.int("sliding_window", default=0)
