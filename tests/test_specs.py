@@ -276,7 +276,7 @@ def test_sparse_attention_fields_are_read():
     m = from_hf_config(cfg)
     assert (m.index_topk, m.index_heads, m.index_head_dim) == (2048, 64, 128)
     del cfg["index_n_heads"]
-    with pytest.raises(MoesymError, match="index_n_heads"):
+    with pytest.raises(SpecError, match="index_n_heads"):
         from_hf_config(cfg)
 
 
