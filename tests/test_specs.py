@@ -280,12 +280,22 @@ def test_sparse_attention_fields_are_read():
         from_hf_config(cfg)
 
 
-@pytest.mark.parametrize("field,value", [("full_attention_interval", 4),
-                                         ("attn_output_gate", True)])
+def test_hybrid_linear_attention_fields_are_read():
+    cfg = {"hidden_size": 1024, "num_hidden_layers": 8, "num_attention_heads": 8,
+           "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 1000,
+           "intermediate_size": 4096, "full_attention_interval": 4, "linear_num_key_heads": 4,
+           "linear_num_value_heads": 8, "linear_key_head_dim": 64, "linear_value_head_dim": 64}
+    m = from_hf_config(cfg)
+    assert (m.linear_layers, m.linear_v_heads, m.linear_conv) == (6, 8, 4)
+    del cfg["linear_num_value_heads"]
+    with pytest.raises(SpecError, match="linear_num_value_heads"):
+        from_hf_config(cfg)
+
+
+@pytest.mark.parametrize("field,value", [("attn_output_gate", True)])
 def test_an_unmodelled_cost_field_is_said_not_ignored(field, value):
-    """Config fields that change the cost and are not modelled (Qwen3-Next's hybrid linear
-    attention, gated attention output) warn, naming the field, instead of being read as plain
-    full attention in silence."""
+    """Config fields that change the cost and are not modelled (the gated attention output)
+    warn, naming the field, instead of being read as plain attention in silence."""
     cfg = {"hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
            "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 1000,
            "intermediate_size": 4096, field: value}

@@ -179,6 +179,16 @@ def memory_expressions(model: ModelSpec, dep: Deployment, phase: Phase,
     per_request = (kv_bytes_per_request(D, mla, S.context, n_layers, n_sw, S.window, S.block_size,
                                         fragmentation=opts.kv_fragmentation)
                    + speculative_kv_bytes_per_request(D, mla, S.n_mtp_layers, S.context, n_layers))
+    if model.linear_layers:  # hybrid: KV in the full-attention layers, a fixed state elsewhere
+        m = model
+        f = sp.Rational(m.linear_layers, m.num_layers)
+        per_token = kv_bytes_per_token(D, mla, n_layers * (1 - f), n_sw) \
+            + S.n_mtp_layers * kv_bytes_per_token_layer(D, mla)
+        per_request = (kv_bytes_per_request(D, mla, S.context, n_layers * (1 - f), n_sw, S.window,
+                                            S.block_size, fragmentation=opts.kv_fragmentation)
+                       + speculative_kv_bytes_per_request(D, mla, S.n_mtp_layers, S.context,
+                                                          n_layers * (1 - f))
+                       + n_layers * f * gdn_state_bytes(D, m))
     if model.index_topk:  # DeepSeek sparse attention caches the indexer's FP8 key + fp32 scale
         index_key = sp.Integer(model.index_head_dim + 4)
         per_token += n_layers * index_key
@@ -215,6 +225,15 @@ def memory_expressions(model: ModelSpec, dep: Deployment, phase: Phase,
     return {"weights": weights, "kv_per_token": per_token, "kv_per_request": per_request,
             "kv": S.batch * per_request, "activation": activation, "workspace": workspace,
             "comm": comm, "reserve": runtime_reserve_bytes()}
+
+
+def gdn_state_bytes(D, model) -> sp.Expr:
+    """One request's state in one gated DeltaNet layer on one GPU: h_v d_k d_v fp32 values and
+    the convolution's last (conv - 1) positions of the q, k, v channels (BF16), heads over TP."""
+    m = model
+    hv, hk = m.linear_v_heads / D.tp, m.linear_k_heads / D.tp
+    channels = 2 * hk * m.linear_k_dim + hv * m.linear_v_dim
+    return hv * m.linear_k_dim * m.linear_v_dim * 4 + channels * (m.linear_conv - 1) * D.act_bytes
 
 
 def memory_bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,

@@ -26,7 +26,7 @@ from ..specs.model import ModelSpec
 from ..symbols import S, by_name, check_bindings
 from ..terms import attention as att
 from ..terms import comm, elementwise as ew, ffn
-from ..terms.cost import Cost, GemmShape, KernelClass, smax, smin
+from ..terms.cost import AttentionShape, Cost, GemmShape, KernelClass, smax, smin
 from ..terms.dims import Dims, symbolic_dims
 from ..timing import TermTime
 from . import overlap
@@ -237,7 +237,7 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     t = _tokens(wl, dep) / D.micro_batches  # tokens of one micro-batch on one attention DP rank
     t_moe = ffn.moe_tokens_per_gpu(D, t)
     costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
-    costs["attention_proj"] = att.attention_projections(D, t, mla) + _indexer_projections(model, D, t)
+    costs["attention_proj"] = _attention_projections(model, D, t)
     costs["attention_core"] = _attention_core(model, dep, wl, D, t)
     lam = imbalance_expr(model, dep, D, t)
     rows = t_moe * D.topk * lam * D.expert_tp
@@ -306,7 +306,7 @@ def _dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     wo = _weight_only(model, dep, hw)
     t = _tokens(wl, dep) / D.micro_batches
     costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
-    costs["attention_proj"] = att.attention_projections(D, t, mla) + _indexer_projections(model, D, t)
+    costs["attention_proj"] = _attention_projections(model, D, t)
     costs["attention_core"] = _attention_core(model, dep, wl, D, t)
     # a dense FFN stands in for the MoE: its GEMMs are moe_routed, its weight read moe_weight_load
     g_up, g_down = ffn.dense_ffn(D, t)
@@ -391,7 +391,37 @@ def _attention_core(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t)
             continue
         f = sp.Rational(model.sliding_layers, model.num_layers)
         out.append(full.scaled(1 - f) + core(kind, tokens, smin(ctx, model.sliding_window)).scaled(f))
+    if model.linear_layers:  # hybrid: the full-attention layers' share, and the DeltaNet layers'
+        f = sp.Rational(model.linear_layers, model.num_layers)
+        m = model
+        out = [_layer_share(c, 1 - f) for c in out] + [
+            att.gdn_core(D, kind, tokens, m.linear_k_heads, m.linear_v_heads, m.linear_k_dim,
+                         m.linear_v_dim, m.linear_conv, _queries(dep) if kind == "decode" else 1
+                         ).scaled(f) for kind, tokens, _ in kernels]
     return out
+
+
+def _layer_share(c: Cost, share) -> Cost:
+    """An attention kernel run in a ``share`` of the layers, as one average layer: its work
+    scaled and, for a kernel timed by its shape, the shape's requests or prompts scaled (the
+    kernel model times shapes, not FLOP counts)."""
+    out = c.scaled(share)
+    if isinstance(c.shape, AttentionShape):
+        out = replace(out, shape=replace(c.shape, batch=c.shape.batch * share))
+    return out
+
+
+def _attention_projections(model: ModelSpec, D: Dims, t) -> list[Cost]:
+    """Attention projections of an average layer: the model's own (MHA/GQA or MLA, plus the
+    sparse-attention indexer's), and for a hybrid model the DeltaNet layers' share."""
+    full = att.attention_projections(D, t, model.is_mla) + _indexer_projections(model, D, t)
+    if not model.linear_layers:
+        return full
+    f = sp.Rational(model.linear_layers, model.num_layers)
+    m = model
+    lin = att.gdn_projections(D, t, m.linear_k_heads, m.linear_v_heads, m.linear_k_dim,
+                              m.linear_v_dim)
+    return [c.scaled(1 - f) for c in full] + [c.scaled(f) for c in lin]
 
 
 def _indexer_projections(model: ModelSpec, D: Dims, t) -> list[Cost]:

@@ -66,6 +66,14 @@ class ModelSpec:
     index_topk: int = 0  # 0: dense attention
     index_heads: int = 0
     index_head_dim: int = 0
+    # hybrid linear attention (Qwen3-Next, Qwen3.5): gated DeltaNet layers with a fixed
+    # recurrent state instead of a KV cache, interleaved with full-attention layers
+    linear_layers: int = 0
+    linear_k_heads: int = 0
+    linear_v_heads: int = 0
+    linear_k_dim: int = 0
+    linear_v_dim: int = 0
+    linear_conv: int = 0  # causal convolution width
     published_total_params: float = 0.0
     published_active_params: float = 0.0
 
@@ -314,9 +322,6 @@ def _config_name(raw: Mapping[str, Any], path: Path) -> str:
 #: config fields that change the cost of a step and that moesym does not model yet: each is said
 #: in one warning line naming the field and what is timed instead (never silently ignored)
 _UNMODELLED = (
-    ("full_attention_interval", "hybrid linear attention (gated DeltaNet in all but one of "
-                                "every {v} layers, a fixed recurrent state instead of KV) is not "
-                                "modelled: every layer is timed as full attention with a KV cache"),
     ("attn_output_gate", "the gated attention output (an extra gate projection) is not modelled"),
     ("vision_config", "the vision encoder is not modelled: the text decoder only"),
 )
@@ -398,6 +403,20 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
     if c.int("index_topk", default=0):  # DeepSeek-V3.2 sparse attention
         kw.update(index_topk=c.int("index_topk"), index_heads=c.int("index_n_heads"),
                   index_head_dim=c.int("index_head_dim"))
+    layer_types = raw.get("layer_types")
+    interval = c.int("full_attention_interval", default=0)
+    if isinstance(layer_types, list) and "linear_attention" in layer_types:
+        n_linear = sum(t == "linear_attention" for t in layer_types)
+    elif interval:
+        n_linear = n_layers - n_layers // interval
+    else:
+        n_linear = 0
+    if n_linear:  # gated DeltaNet layers (Qwen3-Next, Qwen3.5)
+        kw.update(linear_layers=n_linear, linear_k_heads=c.int("linear_num_key_heads"),
+                  linear_v_heads=c.int("linear_num_value_heads"),
+                  linear_k_dim=c.int("linear_key_head_dim"),
+                  linear_v_dim=c.int("linear_value_head_dim"),
+                  linear_conv=c.int("linear_conv_kernel_dim", default=4))
     kw["tie_embeddings"] = bool(top.get("tie_word_embeddings", raw.get("tie_word_embeddings", False)))
     kw["weight_dtype"] = _hf_weight_dtype(raw.get("quantization_config"), where)
     sw = c.int("sliding_window", default=0)

@@ -133,3 +133,38 @@ def attention_core_prefill(D: Dims, tokens, context, chunk, mla: bool, cached=0)
     shape = AttentionShape("prefill", t / span, span, h, kv_heads, dqk, dv, D.act_bytes)
     return Cost("attention_core", KernelClass.ATTENTION, flops=flops, hbm_bytes=stream + prefix,
                 launches=1, shape=shape)
+
+
+def gdn_projections(D: Dims, tokens, hk, hv, dk, dv) -> list[Cost]:
+    """Gated DeltaNet projections (Qwen3-Next): q, k (h_k d_k each), v and the output gate z
+    (h_v d_v each) and the decay / write gates a, b (h_v each) from d; the output h_v d_v -> d.
+    Heads split over TP."""
+    t, wb, ab = sym(tokens), D.w_bytes, D.act_bytes
+    width = (2 * hk * dk + 2 * hv * dv + 2 * hv) / D.tp
+    return [gemm("gdn_in_proj", t, width, D.hidden, wb, ab),
+            gemm("gdn_out_proj", t, D.hidden, hv * dv / D.tp, wb, ab)]
+
+
+GDN_CHUNK = 64  # tokens per chunk of the chunked delta-rule prefill (flash-linear-attention)
+
+
+def gdn_core(D: Dims, kind: str, tokens, hk, hv, dk, dv, conv, queries=1) -> Cost:
+    """Gated DeltaNet core of one layer: a recurrent state of h_v d_k x d_v per request (fp32)
+    instead of a KV cache, and a causal convolution of width ``conv`` over the q, k, v channels.
+
+    Decode (``tokens`` requests, ``queries`` tokens each): the state is read and written once per
+    request, 6 d_k d_v FLOPs per head and token (decay, delta update, readout); the convolution
+    state (conv - 1 positions) likewise. Prefill (chunks of 64): per token and head the
+    intra-chunk attention 2 x 64 (d_k + d_v) and the state terms 4 d_k d_v FLOPs; q, k, v, o
+    streamed, the state read and written once per chunk."""
+    t = sym(tokens)
+    hk_l, hv_l = hk / D.tp, hv / D.tp
+    state = hv_l * dk * dv * 4
+    channels = 2 * hk_l * dk + hv_l * dv
+    if kind == "decode":
+        flops = t * queries * hv_l * 6 * dk * dv
+        hbm = 2 * t * (state + channels * (conv - 1) * D.act_bytes)
+    else:
+        flops = t * hv_l * (2 * GDN_CHUNK * (dk + dv) + 4 * dk * dv)
+        hbm = t * (channels + 2 * hv_l * dv) * D.act_bytes + 2 * t / GDN_CHUNK * state
+    return Cost("gdn_core", KernelClass.ATTENTION, flops=flops, hbm_bytes=hbm, launches=2)
