@@ -156,7 +156,7 @@ def predict_serve(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workl
     mixed = report_from_numbers(cm_mix.evaluate(0, vals_mix), vals_mix, model, dep, wl)
     dec_wl = Workload(Phase.DECODE, batch=wl.batch, context=wl.context)
     dec = report_from_numbers(cm_dec.evaluate(0, vals_dec), vals_dec, model, dep, dec_wl)
-    rates = serve_rates(p, mixed["step_time_s"], dec["step_time_s"], chunk, dep.tp, a)
+    rates = serve_rates(p, mixed["step_time_s"], dec["step_time_s"], chunk, dep.tp * dep.pp, a)
     if dep.mtp:
         rates["accepted_tokens_per_step"] = a
     mixed_busy = p["mixed_share"] * mixed["step_time_s"]
