@@ -269,3 +269,34 @@ def test_pipeline_stages_hold_their_share_of_the_layers(capsys):
     assert piped["tokens_per_gpu_s"] < flat["tokens_per_gpu_s"]
     # a token crosses both stages: the TPOT is two stage slots, each more than half a flat step
     assert piped["tpot_s"] > flat["tpot_s"]
+
+
+# --- request-length distributions (--context-dist, --isl-dist) ----------------------------------
+
+def test_a_length_distribution_averages_the_step_over_its_lengths():
+    """The step's per-request costs add over its requests, so a batch whose KV lengths follow
+    a distribution costs the mean of the step at each representative length: checked against
+    one prediction per length (brute force) and against a fixed distribution."""
+    from moesym.specs.lengths import representative
+
+    m, h = load_model("qwen3-30b-a3b"), load_hardware("h20")
+    dep = Deployment(gpus=4, ep=4)
+    pts = representative("uniform:300:9000")
+    dist = predict(m, h, dep, Workload("decode", batch=48, context=1, lengths=pts))
+    each = [predict(m, h, dep, Workload("decode", batch=48, context=L)) for L in pts]
+    assert dist["step_time_s"] == pytest.approx(np.mean([r["step_time_s"] for r in each]), rel=1e-9)
+    assert dist["memory_bytes"] == pytest.approx(np.mean([r["memory_bytes"] for r in each]), rel=1e-9)
+    fixed = predict(m, h, dep, Workload("decode", batch=48, context=1,
+                                        lengths=representative("fixed:2048")))
+    plain = predict(m, h, dep, Workload("decode", batch=48, context=2048))
+    assert fixed["step_time_s"] == pytest.approx(plain["step_time_s"], rel=1e-12)
+
+
+def test_length_distribution_flags(capsys):
+    assert main(["predict", "qwen3-30b-a3b", "--hardware", "h20", "--phase", "serve", "--batch",
+                 "32", "--osl", "256", "--isl-dist", "lognormal:2000:0.8", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["output_tokens_per_gpu_s"] > 0
+    assert main(["predict", "qwen3-30b-a3b", "--hardware", "h20", "--phase", "decode",
+                 "--context-dist", "uniform:9:3"]) == 2
+    assert "--context-dist" in capsys.readouterr().err

@@ -184,6 +184,11 @@ def add_workload(p: argparse.ArgumentParser, phase: bool = True, required_phase:
     g.add_argument("--context", type=positive_int, default=4096, action=_Given,
                    help="prompt length (prefill) or mean KV length (decode)")
     add_serve_lengths(g, "prefill chunk length (serve: ")
+    g.add_argument("--context-dist", default=None, metavar="DIST",
+                   help="decode: KV lengths as a distribution (fixed:N, uniform:A:B, "
+                        "lognormal:MEAN:SIGMA or a file of lengths) instead of one --context")
+    g.add_argument("--isl-dist", default=None, metavar="DIST",
+                   help="prefill and serve: prompt lengths as a distribution (as --context-dist)")
     g.add_argument("--prefix-hit", type=probability, default=0.0, metavar="F",
                    help="prefill, serve: share of each prompt found in the prefix cache (not "
                         "recomputed; attention still reads its KV)")
@@ -249,6 +254,7 @@ def workload_from(args, phase: str | None = None) -> Workload:
 
     ph = Phase(phase or args.phase)
     hit = getattr(args, "prefix_hit", 0.0) or 0.0
+    lengths = _lengths_from(args, ph)
     if hit and ph is Phase.DECODE:
         warnings.warn("--prefix-hit skips prompt tokens and has no effect on a decode step "
                       "(use --phase prefill or serve)", stacklevel=2)
@@ -269,20 +275,39 @@ def workload_from(args, phase: str | None = None) -> Workload:
             warnings.warn("--context has no effect on --phase serve: the mean KV length is "
                           "--isl + --osl / 2", stacklevel=2)
         return Workload(ph, batch=args.batch or 1, isl=args.isl, osl=args.osl,
-                        chunk=getattr(args, "chunk", None) or 0, prefix_hit=hit)
+                        chunk=getattr(args, "chunk", None) or 0, prefix_hit=hit, lengths=lengths)
     if ph is Phase.PREFILL:
         if getattr(args, "batch", None) is not None:
             warnings.warn("--batch counts decode requests and has no effect on a prefill step, "
                           "which takes --tokens (tokens per step) and --context (prompt length)",
                           stacklevel=2)
         return Workload(ph, tokens=args.tokens or args.context, context=args.context,
-                        chunk=getattr(args, "chunk", None) or 0, prefix_hit=hit)
+                        chunk=getattr(args, "chunk", None) or 0, prefix_hit=hit, lengths=lengths)
     for flag in ("tokens", "chunk"):
         if getattr(args, flag, None) is not None:
             warnings.warn(f"--{flag} sets a prefill step and has no effect on a decode step, "
                           "which takes --batch (requests) and --context (mean KV length)",
                           stacklevel=2)
-    return Workload(ph, batch=args.batch or 1, context=args.context)
+    return Workload(ph, batch=args.batch or 1, context=args.context, lengths=lengths)
+
+
+def _lengths_from(args, ph: Phase) -> tuple:
+    """The representative lengths of the phase's distribution flag (the other phase's flag
+    is said to have no effect)."""
+    import warnings
+
+    from ..specs.lengths import representative
+
+    own, other = ("context_dist", "isl_dist") if ph is Phase.DECODE else ("isl_dist", "context_dist")
+    if getattr(args, other, None) is not None:
+        warnings.warn(f"--{other.replace('_', '-')} has no effect on a {ph.value} step (it takes "
+                      f"--{own.replace('_', '-')})", stacklevel=3)
+    text = getattr(args, own, None)
+    if text is None:
+        return ()
+    if ph is Phase.SERVE and getattr(args, "isl", None) is None:
+        args.isl = 1  # replaced by the distribution's mean
+    return representative(text, "--" + own.replace("_", "-"))
 
 
 def emit_json(obj) -> None:

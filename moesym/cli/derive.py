@@ -99,11 +99,28 @@ def register(sub) -> None:
     g.set_defaults(func=_pages)
 
 
+def _one_step_only(args) -> None:
+    """derive solves one prefill or decode step: the serving steady state, length
+    distributions and the prefix cache are predict's, refused here rather than ignored."""
+    given = [f for f, on in (("--phase serve", getattr(args, "phase", None) == "serve"),
+                             ("--context-dist", getattr(args, "context_dist", None) is not None),
+                             ("--isl-dist", getattr(args, "isl_dist", None) is not None),
+                             ("--isl", getattr(args, "isl", None) is not None),
+                             ("--osl", getattr(args, "osl", None) is not None),
+                             ("--prefix-hit", bool(getattr(args, "prefix_hit", 0.0)))) if on]
+    if given:
+        raise MoesymError(f"{given[0]}: moesym derive solves one prefill or decode step; the "
+                          "serving steady state, length distributions and the prefix cache are "
+                          "moesym predict's (and sweep's)")
+
+
 def _deployment(args):
     """The deployment of the flags; closed forms are decode questions, so a pinned overlap
     schedule must run the deployment's micro-batch count in decode, and prefill flags are said
     to have no effect rather than ignored in silence."""
     from ..specs.deployment import Phase
+
+    _one_step_only(args)
 
     for flag in ("tokens", "chunk"):
         if getattr(args, flag, None) is not None:
@@ -215,6 +232,7 @@ def _solve(args) -> int:
         except ValueError:
             raise MoesymError(f"--range {args.range!r}: use LO:HI, e.g. 1e9:1e12") from None
         span = (lo, hi)
+    _one_step_only(args)
     m, h = model_hw_from(args)
     dep = deployment_from(args)
     cf = dv.solve(m, h, dep, workload_from(args), args.var, equal=args.equal,

@@ -6,6 +6,7 @@ import dataclasses
 
 from ..errors import MoesymError
 from ..memory import CONTRACT_KEYS, MemoryOptions, memory_report
+from ..specs.deployment import Phase, Workload
 from . import COMMANDS
 from .common import (
     add_deployment,
@@ -73,6 +74,16 @@ def _gb(x: float) -> str:
 def run(args) -> int:
     model, hw = model_hw_from(args)
     dep, wl = deployment_from(args), workload_from(args)
+    if wl.phase is Phase.SERVE:  # the in-flight requests at their mean KV beside one chunk
+        from dataclasses import replace
+
+        from ..model.serve import default_chunk_tokens
+
+        opts = dict(dep.memory_options)
+        opts.setdefault("prefill_tokens", wl.chunk or default_chunk_tokens(hw.hbm_capacity_bytes,
+                                                                           dep.dp))
+        dep = replace(dep, memory_options=tuple(sorted(opts.items())))
+        wl = Workload(Phase.DECODE, batch=wl.batch, context=wl.context, lengths=())
     r = memory_report(model, hw, dep, wl)  # --memory-option rides on the deployment
     if args.json:
         out = {k: r[k] for k in CONTRACT_KEYS}

@@ -110,15 +110,36 @@ def predict(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
         return predict_serve(model, hw, dep, wl, memory)
     dep.check_overlap(wl.phase)
     cm = compiled_predict_model(model, hw, dep, wl, memory)
-    values = {**cm.parts[0]["static"], **workload_values(wl)}
-    r = report_from_numbers(cm.evaluate(0, values), values, model, dep, wl)
+    values = {**cm.parts[0]["static"], **workload_values(wl), **_lengths(wl)}
+    r = report_from_numbers(_averaged(cm.evaluate(0, values)), values, model, dep, wl)
     if dep.expert_cache is not None and model.is_moe:
         r.update(expert_cache_report(model, dep, wl))
+    if wl.lengths:
+        r["lengths"] = {"mean": wl.context, "points": len(wl.lengths),
+                        "min": min(wl.lengths), "max": max(wl.lengths)}
     if memory:
-        used = float(cm.evaluate(1, memory_workload_values(wl))["memory_bytes"])
+        mem_values = {**memory_workload_values(wl), **_lengths(wl)}
+        used = float(_averaged(cm.evaluate(1, mem_values))["memory_bytes"])
         r["memory_bytes"] = used
         r["fits"] = bool(used <= hw.hbm_capacity_bytes)
     return r
+
+
+def _lengths(wl: Workload) -> dict:
+    """A length distribution's representative values bound to the length symbol (the model is
+    evaluated at each and averaged: a step's per-request costs add over its requests)."""
+    if not wl.lengths:
+        return {}
+    import numpy as np
+
+    return {N.isl if wl.phase is Phase.SERVE else N.context: np.asarray(wl.lengths, dtype=float)}
+
+
+def _averaged(nums: dict) -> dict:
+    """Each output averaged over the representative lengths (scalars unchanged)."""
+    import numpy as np
+
+    return {k: float(np.mean(v)) for k, v in nums.items()}
 
 
 def serve_models(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
@@ -153,7 +174,8 @@ def predict_serve(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workl
                 N.context: wl.context, N.isl: wl.isl, N.chunk: chunk,
                 **({N.prefix_hit: wl.prefix_hit} if wl.prefix_hit else {})}
     vals_dec = {**cm_dec.parts[0]["static"], N.batch: p["decoding"], N.context: wl.context}
-    mixed = report_from_numbers(cm_mix.evaluate(0, vals_mix), vals_mix, model, dep, wl)
+    vals_mix.update(_lengths(wl))  # the chunk's prompts drawn from the ISL distribution
+    mixed = report_from_numbers(_averaged(cm_mix.evaluate(0, vals_mix)), vals_mix, model, dep, wl)
     dec_wl = Workload(Phase.DECODE, batch=wl.batch, context=wl.context)
     dec = report_from_numbers(cm_dec.evaluate(0, vals_dec), vals_dec, model, dep, dec_wl)
     rates = serve_rates(p, mixed["step_time_s"], dec["step_time_s"], chunk, dep.tp * dep.pp, a)

@@ -348,6 +348,9 @@ class Workload:
     isl: int = 0  # serve: input (prompt) tokens per request
     osl: int = 0  # serve: output tokens per request
     prefix_hit: float = 0.0  # prefill, serve: share of each prompt found in the prefix cache
+    # a length distribution's representative values (moesym.specs.lengths), equal weights: decode
+    # KV lengths, prefill prompt lengths, serve ISLs; () for the one length above
+    lengths: tuple = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.phase, Phase):
@@ -360,6 +363,11 @@ class Workload:
         if self.prefix_hit and self.phase is Phase.DECODE:
             raise SpecError("--prefix-hit skips prompt tokens: it applies to --phase prefill "
                             "and serve, not decode")
+        if self.lengths:  # the distribution's mean stands for its one length
+            mean = max(1, round(sum(self.lengths) / len(self.lengths)))
+            object.__setattr__(self, "isl" if self.phase is Phase.SERVE else "context", mean)
+            if self.phase is Phase.PREFILL and self.chunk and self.chunk > mean:
+                object.__setattr__(self, "chunk", mean)
         if self.phase is Phase.SERVE:
             _pos_int("--batch", self.batch)
             _pos_int("--isl", self.isl)
