@@ -29,6 +29,7 @@ TABLE: tuple[tuple[str, str, str, str, str, dict], ...] = (
     ("gpus_per_node", "N_node", "GPUs", "GPUs per node (scale-up domain)", "deployment", {"positive": True}),
     ("tp", "t_p", "GPUs", "attention tensor-parallel degree", "deployment", {"positive": True}),
     ("ep", "e_p", "GPUs", "expert-parallel degree", "deployment", {"positive": True}),
+    ("cp", "c_p", "1", "context-parallel GPUs sharing each prompt (ring attention, prefill)", "deployment", {"positive": True}),
     ("pp", "p_p", "1", "pipeline-parallel stages (each holds 1 / p_p of the layers; p_p micro-batches in flight)", "deployment", {"positive": True}),
     ("micro_batches", "n_mb", "1", "micro-batches pipelined through a layer", "deployment", {"positive": True}),
     ("redundant", "R_e", "experts", "redundant expert replicas added for load balancing (EPLB)", "deployment", {"nonnegative": True}),

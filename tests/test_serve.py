@@ -300,3 +300,23 @@ def test_length_distribution_flags(capsys):
     assert main(["predict", "qwen3-30b-a3b", "--hardware", "h20", "--phase", "decode",
                  "--context-dist", "uniform:9:3"]) == 2
     assert "--context-dist" in capsys.readouterr().err
+
+
+# --- context parallelism (--cp) --------------------------------------------------------------
+
+def test_context_parallel_prefill_splits_each_prompt():
+    """A 128K prompt over cp GPUs: each computes 1/cp of its tokens (attention over the whole
+    prompt, zigzag-balanced) and holds 1/cp of its KV; the ring sends cp - 1 shares of KV per
+    layer: (cp - 1) x 16384 tokens x 576 latent x 2 bytes at cp = 8."""
+    m, h = load_model("deepseek-v3"), load_hardware("h200")
+    wl = Workload("prefill", tokens=131072, context=131072)
+    run = {cp: predict(m, h, Deployment(gpus=8, weights="fp8", cp=cp), wl) for cp in (1, 2, 8)}
+    assert run[8]["ttft_s"] < run[2]["ttft_s"] < run[1]["ttft_s"]
+    assert run[8]["tokens_per_gpu_s"] == pytest.approx(run[1]["tokens_per_gpu_s"], rel=0.03)
+    w1, w8 = run[1]["work_per_layer"], run[8]["work_per_layer"]
+    assert w8["attention_core"]["flop"] == pytest.approx(w1["attention_core"]["flop"] / 8)
+    assert w8["tp_comm"]["net_bytes"] == pytest.approx(7 * 16384 * 576 * 2)
+    assert not run[1]["fits"] and run[8]["fits"]  # the prompt's KV and activations shard
+    with pytest.raises(Exception, match="--cp"):
+        predict(m, h, Deployment(gpus=8, weights="fp8", cp=2),
+                Workload("decode", batch=8, context=4096))

@@ -115,6 +115,9 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
         g.add_argument("--tp", type=positive_int, default=1)
         g.add_argument("--ep", type=positive_int, default=None, help="default: --gpus")
         g.add_argument("--micro-batches", type=positive_int, default=1)
+        g.add_argument("--cp", type=positive_int, default=1,
+                       help="context parallelism (prefill): GPUs sharing each prompt, ring "
+                            "attention between them")
         g.add_argument("--pp", type=positive_int, default=1,
                        help="pipeline-parallel stages: each holds gpus / pp GPUs and 1 / pp of "
                             "the layers; pp micro-batches in flight")
@@ -218,7 +221,7 @@ def deployment_from(args) -> Deployment:
     one = lambda v, default: default if isinstance(v, list) or v is None else v  # noqa: E731
     return Deployment(gpus=args.gpus, gpus_per_node=args.gpus_per_node, tp=one(args.tp, 1),
                       ep=one(args.ep, None), micro_batches=one(args.micro_batches, 1),
-                      pp=getattr(args, "pp", 1),
+                      pp=getattr(args, "pp", 1), cp=getattr(args, "cp", 1),
                       weights=args.weights, group_size=getattr(args, "group_size", None) or 0,
                       kv=args.kv, a2a=A2AMode(one(args.a2a, "auto")),
                       routing=Routing.parse(args.routing),

@@ -258,7 +258,7 @@ def memory_bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Wor
         S.deepep_normal_bytes: opts.deepep_normal_bytes,
         S.reserve_frac: opts.reserve_fraction, S.reserve_bytes: opts.reserve_fixed_bytes,
     })
-    v.update({by_name(k): x for k, x in memory_workload_values(wl).items()})
+    v.update({by_name(k): x for k, x in memory_workload_values(wl, dep).items()})
     return v
 
 

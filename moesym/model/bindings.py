@@ -33,12 +33,15 @@ def workload_values(wl: Workload) -> dict[str, float]:
     return {N.tokens: wl.tokens, N.context: wl.context, N.chunk: wl.chunk, **hit}
 
 
-def memory_workload_values(wl: Workload) -> dict[str, float]:
+def memory_workload_values(wl: Workload, dep: Deployment | None = None) -> dict[str, float]:
     """:func:`workload_values` for the memory model: a prefill step also holds the KV of
     ceil(tokens / context) prompts (B)."""
     v = workload_values(wl)
     if wl.phase is Phase.PREFILL:
-        v[N.batch] = max(1, -(-wl.tokens // wl.context))
+        # with context parallelism each GPU holds 1 / cp of each prompt's KV and tokens
+        cp = dep.cp if dep is not None else 1
+        v[N.batch] = max(1, -(-wl.tokens // wl.context)) / cp
+        v[N.tokens] = wl.tokens / cp
     return v
 
 
@@ -79,7 +82,7 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
         # one pipeline stage's layers (the model's / pp: every stage alike)
         S.n_moe_layers: (m.moe_layers if m.is_moe else 0) / dep.pp,
         S.n_dense_layers: m.dense_layers / dep.pp,
-        S.gpus: dep.stage_gpus, S.pp: dep.pp, S.gpus_per_node: scale_up_domain(hw, dep), S.tp: dep.tp, S.ep: dep.ep,
+        S.gpus: dep.stage_gpus, S.pp: dep.pp, S.cp: dep.cp, S.gpus_per_node: scale_up_domain(hw, dep), S.tp: dep.tp, S.ep: dep.ep,
         S.micro_batches: dep.micro_batches, S.redundant: dep.redundant_experts, S.mtp: dep.mtp,
         S.w_bytes: w_bytes["attn"], S.w_bytes_expert: w_bytes["moe"],
         S.w_bytes_dense: w_bytes["dense"],

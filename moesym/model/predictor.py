@@ -118,7 +118,7 @@ def predict(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
         r["lengths"] = {"mean": wl.context, "points": len(wl.lengths),
                         "min": min(wl.lengths), "max": max(wl.lengths)}
     if memory:
-        mem_values = {**memory_workload_values(wl), **_lengths(wl)}
+        mem_values = {**memory_workload_values(wl, dep), **_lengths(wl)}
         used = float(_averaged(cm.evaluate(1, mem_values))["memory_bytes"])
         r["memory_bytes"] = used
         r["fits"] = bool(used <= hw.hbm_capacity_bytes)

@@ -195,6 +195,20 @@ def _offload_s(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims):
     return D.micro_batches * one
 
 
+def _cp_ring(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t) -> list[Cost]:
+    """Ring attention's KV exchange (context parallelism, prefill): each GPU's KV share passes
+    every other GPU of the group, cp - 1 sends of its t tokens' KV per layer, over the scale-up
+    link within a node, else RDMA. Counted in full, not hidden under the attention it overlaps
+    in the engines (an upper bound; at long prompts it is a small share of that attention)."""
+    if dep.cp <= 1 or wl.phase is not Phase.PREFILL:
+        return []
+    inside = dep.cp * dep.tp <= dep.gpus_per_node
+    bw, lat = (S.bw_up * S.eff_up, S.lat_up) if inside else (S.bw_out * S.eff_out, S.lat_out)
+    kv = att.kv_bytes_per_token_layer(D, model.is_mla)
+    return [Cost("cp_ring", KernelClass.COMM, net_bytes=(S.cp - 1) * t * kv, net_bw=bw,
+                 fixed_s=(S.cp - 1) * lat)]
+
+
 def _quantized(model: ModelSpec, dep: Deployment) -> dict:
     """Per GEMM weight class, whether its GEMMs take 8- or 4-bit inputs (cast kernels before
     them): the recipe's formats on their own tensor cores (``--weights``, per component)."""
@@ -272,7 +286,8 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     # attention output all-reduce + seed 004's all-gather before / reduce-scatter after the MoE
     tp_bw = comm.group_bandwidth(D.tp, D.gpus_per_node, bw_up, bw_out)
     tp_lat = comm.group_latency(D.tp, D.gpus_per_node, S.lat_up, S.lat_out)
-    costs["tp_comm"] = [comm.tp_allreduce(D, t, tp_bw, tp_lat)] + comm.tp_moe_boundary(D, t, tp_bw, tp_lat)
+    costs["tp_comm"] = ([comm.tp_allreduce(D, t, tp_bw, tp_lat)] + comm.tp_moe_boundary(D, t, tp_bw, tp_lat)
+                        + _cp_ring(model, dep, wl, D, t))
     costs["other"] = [ew.norm_residual(D, t).scaled(2), ew.attention_elementwise(D, t, mla, q["attn"]),
                       ew.swiglu_activation("experts_act", rows, D.moe_inter / D.expert_tp, D.act_bytes)]
     if model.num_experts > 1:  # a single expert needs no routing: it is a dense FFN
@@ -317,7 +332,8 @@ def _dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
                                   "dense", wo)
     costs["moe_weight_load"] = _tagged([Cost("ffn_weight_load", g_up.kind, hbm_bytes=w_up + w_down)],
                                        "dense", wo)
-    costs["tp_comm"] = [comm.tp_allreduce(D, t, S.bw_up * S.eff_up, S.lat_up).scaled(2)]
+    costs["tp_comm"] = ([comm.tp_allreduce(D, t, S.bw_up * S.eff_up, S.lat_up).scaled(2)]
+                        + _cp_ring(model, dep, wl, D, t))
     costs["other"] = [ew.norm_residual(D, t).scaled(2), ew.attention_elementwise(D, t, mla, q["attn"]),
                       ew.swiglu_activation("ffn_act", t, D.dense_inter / D.tp, D.act_bytes)]
     if q["dense"]:  # block-FP8 linears quantize their inputs: gate_up's (hidden) and down's (inter)
@@ -349,8 +365,13 @@ def _tokens(wl: Workload, dep: Deployment) -> sp.Expr:
     """Tokens of one step on one attention DP rank (a mixed serving step: the decode requests'
     tokens and the prefill chunk's)."""
     q = _queries(dep)
-    return {Phase.DECODE: S.batch * q, Phase.PREFILL: _computed(S.tokens, wl),
+    return {Phase.DECODE: S.batch * q, Phase.PREFILL: _computed(S.tokens, wl) / _cp(dep),
             Phase.SERVE: S.batch * q + S.tokens}[wl.phase]
+
+
+def _cp(dep: Deployment):
+    """Context-parallel GPUs sharing each prompt: each computes 1 / cp of its tokens."""
+    return S.cp if dep.cp > 1 else 1
 
 
 def _computed(tokens, wl: Workload):
@@ -373,8 +394,10 @@ def _attention_core(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t)
         if kind == "decode":
             return att.attention_core_decode(D, tokens, ctx, model.is_mla, _queries(dep))
         new = smax(1 - hit, 1 / ctx) * ctx if wl.prefix_hit else ctx  # computed per prompt
-        return att.attention_core_prefill(D, tokens, ctx, smin(S.chunk, new), model.is_mla,
-                                          cached=1 - new / ctx if wl.prefix_hit else 0)
+        # context parallelism: a GPU's share of a prompt is 1 / cp of it (zigzag-balanced), and
+        # its queries read the other shares' KV as a chunked prefill reads its prefix
+        return att.attention_core_prefill(D, tokens, ctx, smin(S.chunk, new) / _cp(dep),
+                                          model.is_mla, cached=1 - new / ctx if wl.prefix_hit else 0)
 
     kernels = {Phase.DECODE: [("decode", S.batch / n, S.context)],
                Phase.PREFILL: [("prefill", t, S.context)],
@@ -605,6 +628,11 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     symbols, :class:`moesym.timing.RooflineTiming`).
     """
     deployment.check_model(model)
+    if deployment.cp > 1 and workload.phase is not Phase.PREFILL:
+        from ..errors import SpecError
+
+        raise SpecError(f"--cp {deployment.cp} splits prompts across GPUs in prefill; a "
+                        f"{workload.phase.value} step takes --cp 1")
     if timing is None:  # the deployment's time model (default: the calibrated kernel model)
         from ..timing import time_model
 
@@ -632,7 +660,7 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     tokens = _tokens(workload, deployment)
     q = _queries(deployment)
     # one logit row per decode token verified and per prompt (its last token)
-    logits_tokens = {Phase.DECODE: S.batch * q, Phase.PREFILL: S.tokens / S.context,
+    logits_tokens = {Phase.DECODE: S.batch * q, Phase.PREFILL: S.tokens / S.context / _cp(deployment),
                      Phase.SERVE: S.batch * q + S.tokens / S.isl}[workload.phase]
     once = (timing.time(ffn.lm_head(D, logits_tokens)).total_s
             + timing.time(ffn.embedding(D, tokens)).total_s + S.t_step)

@@ -130,6 +130,7 @@ class Deployment:
     expert_placement: str = "stream"
     mtp: int = 0  # speculative decoding: draft tokens per decode step (DeepSeek MTP, EAGLE)
     pp: int = 1  # pipeline-parallel stages (each holds gpus / pp GPUs and 1 / pp of the layers)
+    cp: int = 1  # context parallelism: GPUs sharing each prompt (prefill, ring attention)
     accept: float | None = None  # acceptance of each draft token (None: the default, with --mtp)
 
     def __post_init__(self) -> None:
@@ -141,6 +142,10 @@ class Deployment:
         if self.gpus % self.pp:
             raise SpecError(f"--pp {self.pp} does not divide --gpus {self.gpus}: each pipeline "
                             "stage holds gpus / pp GPUs")
+        _pos_int("--cp", self.cp)
+        if (self.stage_gpus // self.tp) % self.cp if self.stage_gpus % self.tp == 0 else False:
+            raise SpecError(f"--cp {self.cp} does not divide the attention data-parallel ranks "
+                            f"(gpus / pp / tp = {self.stage_gpus // self.tp})")
         if self.ep is None:
             object.__setattr__(self, "ep", self.stage_gpus)
         _pos_int("--ep", self.ep)
@@ -226,8 +231,9 @@ class Deployment:
 
     @property
     def dp(self) -> int:
-        """Attention data-parallel degree (within one pipeline stage)."""
-        return self.stage_gpus // self.tp
+        """Attention data-parallel degree (within one pipeline stage; a context-parallel group
+        of ``cp`` GPUs is one rank)."""
+        return self.stage_gpus // self.tp // self.cp
 
     @property
     def stage_gpus(self) -> int:
