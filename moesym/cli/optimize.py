@@ -26,6 +26,8 @@ def register(sub) -> None:
     p.add_argument("--disaggregate", default=None, metavar="IN:OUT",
                    help="also size prefill/decode pools for prompts of IN and outputs of OUT tokens")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="write the Pareto front")
+    p.add_argument("--emit", choices=("sglang", "vllm", "trtllm"), default=None,
+                   help="also print the engine's launch command for the best deployment")
     add_deployment(p, search=True)
     add_json(p)
     p.set_defaults(func=run)
@@ -83,6 +85,8 @@ def run(args) -> int:
                                              ttft_s=args.ttft_ms / 1e3 if args.ttft_ms else None,
                                              tpot_s=args.tpot_ms / 1e3 if args.tpot_ms else None,
                                              base=base)
+    if args.emit:
+        out["launch"] = _launch(args, model, base, r.best)
     if args.json:
         emit_json(out)
         return 0
@@ -99,6 +103,10 @@ def run(args) -> int:
     for p in r.pareto:
         print(f"  tp={p['tp']:<3} ep={p['ep']:<4} mb={p['micro_batches']} {size}={p[size]:<6} "
               f"{p['tokens_per_gpu_s']:10.1f} {p['tokens_per_user_s']:10.2f}")
+    if "launch" in out:
+        print(f"{out['launch']['engine']}: {out['launch']['command']}")
+        for note in out["launch"]["notes"]:
+            print(f"  note: {note}")
     if "disaggregation" in out:
         d = out["disaggregation"]
         print(f"prefill:decode GPU ratio {d['prefill_to_decode_gpu_ratio']:.3f}, "
@@ -108,3 +116,23 @@ def run(args) -> int:
                   f"requests/GPU/s; disaggregated / aggregated = "
                   f"{d['disaggregated_over_aggregated']:.2f}")
     return 0
+
+
+def _launch(args, model, base, best: dict) -> dict:
+    """The launch command of the optimizer's best deployment at its batch (or tokens)."""
+    from dataclasses import replace
+
+    from ..emit import launch_command
+    from ..specs.deployment import A2AMode, Phase, Workload
+
+    dep = replace(base, gpus=args.gpus, tp=best["tp"], ep=best["ep"],
+                  micro_batches=best["micro_batches"], a2a=A2AMode(best["a2a"]))
+    ph = Phase(args.phase)
+    if ph is Phase.PREFILL:
+        wl = Workload(ph, tokens=best["tokens"], context=args.context)
+    elif ph is Phase.SERVE:
+        wl = Workload(ph, batch=best["batch"], isl=args.isl, osl=args.osl,
+                      chunk=best.get("chunk_tokens", 0))
+    else:
+        wl = Workload(ph, batch=best["batch"], context=args.context)
+    return launch_command(args.emit, model, dep, wl)

@@ -21,6 +21,9 @@ def register(sub) -> None:
     p.add_argument("--timeline", nargs="?", const=True, default=None, metavar="FILE.png",
                    help="print one steady-state layer of the overlap schedule, operation by "
                         "operation (JSON key timeline); with FILE.png also draw it")
+    p.add_argument("--emit", choices=("sglang", "vllm", "trtllm"), default=None,
+                   help="also print the engine's launch command for this deployment (JSON key "
+                        "launch)")
     p.set_defaults(func=run)
 
 
@@ -45,6 +48,14 @@ def run(args) -> int:
                            f"{model.name} on {hw.name}, {wl.phase.value}, {dep.micro_batches} "
                            f"micro-batch(es), schedule "
                            f"{resolve_name(dep.overlap, dep.micro_batches, wl.phase.value)}")
+    if args.emit:
+        from ..emit import launch_command
+
+        from dataclasses import replace
+
+        if "serve" in r:  # the chunk the prediction used (the engine's default when not given)
+            wl = replace(wl, chunk=r["serve"]["chunk_tokens"])
+        r["launch"] = launch_command(args.emit, model, dep, wl)
     if args.plot:
         from ..plots import breakdown_bar
 
@@ -87,6 +98,10 @@ def run(args) -> int:
         if args.show_expr:
             print(f"      = {step.per_layer_s[k]}")
     print(f"    {'layer (overlap)':<16} {fmt_s(r['layer_s']):>12}")
+    if "launch" in r:
+        print(f"  {r['launch']['engine']}: {r['launch']['command']}")
+        for note in r["launch"]["notes"]:
+            print(f"    note: {note}")
     if "timeline" in r:
         print("  one steady-state layer (start - end, us):")
         for e in r["timeline"]:
