@@ -105,11 +105,12 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve
     from .model.report import accepted_tokens
 
     if ph is Phase.SERVE:
+        from .model.predictor import serve_step_times
         from .model.serve import default_chunk_tokens, serve_point, serve_rates
 
         accepted = accepted_tokens(dep)
 
-        cm_mix, cm_dec = cms
+        cm_dec = cms[1]
         isl, osl, chunk = serve
         chunk = chunk or default_chunk_tokens(capacity, gpus // tp)
         ctx = isl + osl // 2
@@ -121,12 +122,11 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve
                                       N.prefill_tokens: chunk})["memory_bytes"]
             fits = np.broadcast_to(mem, sizes.shape) <= capacity
             t_mix, t_dec = (np.full(sizes.shape, np.inf) for _ in range(2))
-            if fits.any():
+            if fits.any():  # time only what fits
                 q = {k: np.broadcast_to(v, sizes.shape)[fits] for k, v in p.items()}
-                env = {**fixed, N.batch: q["decoding"], N.context: ctx}
-                t_dec[fits] = np.broadcast_to(cm_dec.evaluate(0, env)["step_time_s"], q["decoding"].shape)
-                env.update({N.tokens: q["mixed_tokens"], N.isl: isl, N.chunk: chunk})
-                t_mix[fits] = np.broadcast_to(cm_mix.evaluate(0, env)["step_time_s"], q["decoding"].shape)
+                tm, td = serve_step_times(cms, fixed, q, isl, osl, chunk)
+                t_mix[fits] = np.broadcast_to(tm, q["decoding"].shape)
+                t_dec[fits] = np.broadcast_to(td, q["decoding"].shape)
             with np.errstate(invalid="ignore"):  # inf x 0 where nothing fits: dropped below
                 r = serve_rates(p, t_mix, t_dec, chunk, tp, accepted, ceil=np.ceil)
             out = {"step_time_s": r["step_time_s"], "tpot_s": r["tpot_s"], "ttft_s": r["ttft_s"],

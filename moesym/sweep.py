@@ -371,10 +371,11 @@ def _serve_point(cms, env, hw: HardwareSpec, gpus: float, dep: Deployment) -> di
     """Serve quantities at broadcast grid arrays (``env``: batch, ISL, OSL, chunk (0: the
     engine's default for the point's DP size), TP, ...) from the mixed-step and decode-step
     models: :func:`moesym.model.serve.serve_point` and ``serve_rates`` on arrays."""
+    from .model.predictor import serve_step_times
     from .model.report import accepted_tokens
     from .model.serve import default_chunk_tokens, serve_point, serve_rates
 
-    cm_mix, cm_dec = cms
+    cm_dec = cms[1]
     env = dict(env)
     isl, osl, tp, batch = env.pop(N.isl), env.pop("osl"), env[N.tp], env[N.batch]
     chunk = env.pop(N.chunk)
@@ -385,9 +386,7 @@ def _serve_point(cms, env, hw: HardwareSpec, gpus: float, dep: Deployment) -> di
     a = accepted_tokens(dep)
     p = serve_point(batch, isl, osl, chunk, a, minimum=np.minimum, maximum=np.maximum, exp=np.exp)
     mem = cm_dec.evaluate(1, {**env, N.context: ctx, N.prefill_tokens: chunk})["memory_bytes"]
-    t_dec = cm_dec.evaluate(0, {**env, N.batch: p["decoding"], N.context: ctx})["step_time_s"]
-    t_mix = cm_mix.evaluate(0, {**env, N.batch: p["decoding"], N.tokens: p["mixed_tokens"],
-                                N.context: ctx, N.isl: isl, N.chunk: chunk})["step_time_s"]
+    t_mix, t_dec = serve_step_times(cms, env, p, isl, osl, chunk)
     r = serve_rates(p, t_mix, t_dec, chunk, tp, a, ceil=np.ceil)
     return {"step_time_s": r["step_time_s"], "chunk": chunk,
             "output_tokens_per_gpu_s": r["output_tokens_per_gpu_s"],

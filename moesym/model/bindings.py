@@ -55,11 +55,11 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
     """``{symbol: number}`` for every symbol a step model of this configuration can contain."""
     from ..symbols import S, by_name
 
-    from ..specs.precision import FORMATS, bytes_per_element, storage_format
+    from ..specs.precision import COMPONENTS, FORMATS, bytes_per_element, storage_format
 
     recipe = dep.weight_recipe(model.is_moe)
-    stored = {c: storage_format(getattr(recipe, c), hw.peaks_flops) for c in ("attn", "moe", "dense")}
-    compute = {c: hw.compute_format(getattr(recipe, c)) for c in ("attn", "moe", "dense")}
+    stored = {c: storage_format(getattr(recipe, c), hw.peaks_flops) for c in COMPONENTS}
+    compute = {c: hw.compute_format(getattr(recipe, c)) for c in COMPONENTS}
     for fmt in sorted(recipe.formats()):  # say what runs: the answer is not the one for that format
         nominal, runs = FORMATS[fmt].compute, hw.compute_format(fmt)
         if runs != nominal:

@@ -160,6 +160,22 @@ def serve_models(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Worklo
     return chunk, mixed, decode
 
 
+def serve_step_times(cms, env: dict, point: dict, isl, osl, chunk) -> tuple:
+    """(mixed-step, decode-step) times at the steady state ``point`` of
+    :func:`moesym.model.serve.serve_point` (numbers or arrays, as ``env`` binds the rest), from
+    :func:`serve_models`' two compiled models: the decode requests at their mean KV
+    ``ISL + OSL / 2`` and the mixed step's prompt tokens beside them. ``sweep`` and
+    ``optimize`` both evaluate the serve phase through it."""
+    import numpy as np
+
+    cm_mix, cm_dec = cms
+    dec = {**env, N.batch: point["decoding"], N.context: isl + np.floor(np.asarray(osl) / 2)}
+    t_dec = cm_dec.evaluate(0, dec)["step_time_s"]
+    t_mix = cm_mix.evaluate(0, {**dec, N.tokens: point["mixed_tokens"], N.isl: isl,
+                                N.chunk: chunk})["step_time_s"]
+    return t_mix, t_dec
+
+
 def predict_serve(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
                   memory: bool = True) -> dict:
     """Aggregated serving (``--phase serve``): the steady state of :mod:`moesym.model.serve`

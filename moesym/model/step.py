@@ -146,16 +146,12 @@ def _cache_tables(model: ModelSpec, dep: Deployment, D: Dims, tokens_mb) -> dict
     """Cold experts a micro-batch activates per MoE layer and the share of its token-expert
     assignments they take (:mod:`moesym.routing.cache`), tabulated in the tokens routed and
     interpolated in log T (as the load imbalance is), for ``--expert-cache``."""
-    from ..routing.cache import inclusion, misses_table, residency
-    from ..routing.zipf import TABLE_TOKENS
+    from ..routing.cache import cache_tables
     from ..special import LogInterp
 
-    E, k, C = model.num_experts, model.experts_per_token, dep.expert_cache
     s = dep.routing.s if dep.routing.kind == "zipf" else 0.0
-    ts, cold = misses_table(E, k, C, s, dep.cache_policy)
-    pi = inclusion(E, k, s)
-    share = np.array([float(np.sum(pi * (1 - residency(E, k, C, s, dep.cache_policy, T)))
-                            / np.sum(pi)) for T in TABLE_TOKENS])
+    ts, cold, share = cache_tables(model.num_experts, model.experts_per_token, dep.expert_cache,
+                                   s, dep.cache_policy)
     T = group_tokens(D, tokens_mb)
 
     def table(ys):
@@ -212,10 +208,10 @@ def _cp_ring(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t) -> lis
 def _quantized(model: ModelSpec, dep: Deployment) -> dict:
     """Per GEMM weight class, whether its GEMMs take 8- or 4-bit inputs (cast kernels before
     them): the recipe's formats on their own tensor cores (``--weights``, per component)."""
-    from ..specs.precision import FORMATS, quantizes_activations
+    from ..specs.precision import COMPONENTS, FORMATS, quantizes_activations
 
     r = dep.weight_recipe(model.is_moe)
-    return {c: quantizes_activations(FORMATS[getattr(r, c)].compute) for c in ("attn", "moe", "dense")}
+    return {c: quantizes_activations(FORMATS[getattr(r, c)].compute) for c in COMPONENTS}
 
 
 def _tagged(costs: list, component: str, weight_only: frozenset = frozenset()) -> list:
@@ -233,10 +229,10 @@ def _weight_only(model: ModelSpec, dep: Deployment, hw: HardwareSpec | None) -> 
     tensor cores (w4a16; mxfp4 / nvfp4 on a GPU without FP4 tensor cores)."""
     if hw is None:
         return frozenset()
-    from ..specs.precision import FORMATS
+    from ..specs.precision import COMPONENTS, FORMATS
 
     r = dep.weight_recipe(model.is_moe)
-    return frozenset(c for c in ("attn", "moe", "dense")
+    return frozenset(c for c in COMPONENTS
                      if FORMATS[getattr(r, c)].bits < 8 and hw.compute_format(getattr(r, c)) == "bf16")
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["POLICIES", "inclusion", "residency", "hit_rate", "misses_per_step", "misses_table"]
+__all__ = ["POLICIES", "inclusion", "residency", "hit_rate", "misses_per_step", "cache_tables"]
 
 POLICIES = ("static-top", "lfu", "lru")
 
@@ -89,9 +89,11 @@ def misses_per_step(E: int, k: int, C: int, s: float, policy: str, T: float) -> 
     return float(np.sum(a * (1.0 - residency(E, k, C, s, policy, T))))
 
 
-def misses_table(E: int, k: int, C: int, s: float, policy: str):
-    """(T, misses per step) at the routing tables' token counts, for the step model to
-    interpolate in log T as it does the load imbalance."""
+def cache_tables(E: int, k: int, C: int, s: float, policy: str):
+    """(T, cold experts per step, share of the assignments they take) at the routing tables'
+    token counts, for the step model to interpolate in log T as it does the load imbalance."""
     from .zipf import TABLE_TOKENS
 
-    return TABLE_TOKENS, np.array([misses_per_step(E, k, C, s, policy, T) for T in TABLE_TOKENS])
+    cold = [misses_per_step(E, k, C, s, policy, T) for T in TABLE_TOKENS]
+    miss = [1.0 - hit_rate(E, k, C, s, policy, T) for T in TABLE_TOKENS]
+    return TABLE_TOKENS, np.array(cold), np.array(miss)
