@@ -93,6 +93,8 @@ def _node_source(e: sp.Basic, a: list[str]) -> str:
         return out
     if e.is_Relational:
         return f"({a[0]} {_RELATIONS[e.rel_op]} {a[1]})"
+    if isinstance(e, sp.ITE):  # SymPy's form of a condition on a Piecewise (measured tables)
+        return f"_np.where({a[0]}, {a[1]}, {a[2]})"
     for cls, fn in _REDUCE.items():
         if isinstance(e, cls):
             return _reduce(fn, a)

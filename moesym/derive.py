@@ -12,14 +12,14 @@ two parts (:mod:`moesym.solve.model_root`):
   or, where the answer is a step of the model (a tile or wave count, or a change of form),
   where that step happens (``kind = step``); ``closed_value`` is its number.
 
-``--timing roofline`` runs the same code on the roofline (peaks x efficiencies), the teaching
+``--timing roofline`` runs the same code on the roofline (peaks x the [kernel] fractions), the teaching
 form of the same equations (derivations/ shows both).
 
 >>> import moesym as ms
 >>> cf = crossover(ms.load_model("deepseek-v3"), ms.load_hardware("h800"),
 ...                ms.Deployment(gpus=128, ep=128, weights="fp8", timing="roofline"))
 >>> cf.value, cf.kind  # the first decode batch per GPU whose routed experts are compute-bound
-(49.0, 'step')
+(51.0, 'step')
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ def render(answers, config: str, source_fn, figure: str | None = None) -> str:
 
 
 _TIMINGS = (("Kernel model (what predict evaluates)", "kernel"),
-            ("Roofline (peaks x efficiencies, the teaching form)", "roofline"))
+            ("Roofline (peaks x the same fitted fractions, no tiles or launch floors: the teaching form)", "roofline"))
 
 
 def _both(fn, dep: Deployment, *args, **kw):

@@ -1,9 +1,12 @@
 """Turn a :class:`~moesym.terms.cost.Cost` into time: the roofline with named efficiencies.
 
-time = max(FLOPs / (peak x eta_class), HBM bytes / (W x eta_m)) + network bytes / bandwidth
+time = max(FLOPs / (peak x eta_class), HBM bytes / (W x eta_m,class)) + network bytes / bandwidth
        + launches x tau_k + fixed latency
 
-Each kernel class has its own efficiency symbol (eta_g, eta_gg, eta_a; eta_m for memory).
+Each kernel class has its own compute and memory efficiency symbol: eta_g / eta_m for GEMMs,
+eta_gg / eta_m for grouped GEMMs, eta_a / eta_ma for attention, eta_me for elementwise kernels.
+Their values are the hardware file's ``[kernel]`` fractions, the same numbers the kernel model
+reads (one set per GPU); the roofline leaves out tiles, waves and launch floors.
 
 >>> from moesym.timing import RooflineTiming
 >>> from moesym.terms.attention import gemm
@@ -59,6 +62,11 @@ class _Sum(TermTime):
         return sp.Add(*(p.total_s for p in self.parts))
 
 
+#: HBM efficiency symbol per kernel class (others: the elementwise one)
+_MEM_EFF = {KernelClass.GEMM: S.eff_mem, KernelClass.GROUPED_GEMM: S.eff_mem,
+            KernelClass.ATTENTION: S.eff_mem_attn}
+
+
 @dataclass(frozen=True)
 class RooflineTiming:
     """Roofline timing with per-class efficiency symbols (the default time model)."""
@@ -73,7 +81,8 @@ class RooflineTiming:
 
     def time(self, c: Cost) -> TermTime:
         compute = c.flops / self.peak(c.kind, c.component) if c.flops != 0 else sp.Integer(0)
-        memory = c.hbm_bytes / (S.hbm_bw * S.eff_mem) if c.hbm_bytes != 0 else sp.Integer(0)
+        memory = c.hbm_bytes / (S.hbm_bw * _MEM_EFF.get(c.kind, S.eff_mem_ew)) \
+            if c.hbm_bytes != 0 else sp.Integer(0)
         if c.kind is KernelClass.COMM:
             comm = (c.net_bytes / c.net_bw if c.net_bytes != 0 else sp.Integer(0)) + c.fixed_s
             overhead = c.launches * S.t_kernel
@@ -86,7 +95,13 @@ class RooflineTiming:
 def time_model(name: str, hw):
     """The time model a deployment names (``Deployment.timing``), for GPU ``hw``: ``kernel``, the
     analytical kernel model with this GPU's calibration (what every command uses by default),
-    or ``roofline``, the plain roofline with named efficiency symbols (the teaching form)."""
+    ``roofline``, the plain roofline with named efficiency symbols (the teaching form), or
+    ``tables:DIR``, measured kernel tables over the kernel model (bound to one configuration by
+    ``build_step``)."""
+    if name.startswith("tables:"):
+        from .kernels.table_timing import TableTiming, tables_folder
+
+        return TableTiming.for_hardware(hw, tables_folder(name))
     if name == "roofline":
         return RooflineTiming()
     if name == "kernel":

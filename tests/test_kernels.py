@@ -223,7 +223,7 @@ def test_cli_gemm_json_and_bad_inputs(capsys):
                        (["kernel", "gemm", "--m", "1", "--n", "1", "--k", "1", "--hardware", "a100",
                          "--dtype", "fp8"], "--dtype"),
                        (["kernel", "gemm", "--m", "1", "--n", "1", "--k", "1", "--hardware", "h800",
-                         "--bench-data", "/nonexistent/dir"], "--bench-data")):
+                         "--timing", "tables:/nonexistent/dir"], "--timing")):
         assert main(argv) != 0
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and flag in err
@@ -234,7 +234,7 @@ def test_cli_uses_table_when_it_covers_the_shape(tmp_path, capsys):
     (tmp_path / "gemm" / "h800" / "data.csv").write_text(
         "m,k,n,latency_us,mfu\n16,512,256,10,0.1\n64,512,256,30,0.1\n")
     base = ["kernel", "gemm", "--n", "256", "--k", "512", "--hardware", "h800", "--dtype", "fp8",
-            "--json", "--bench-data", str(tmp_path)]
+            "--json", "--timing", f"tables:{tmp_path}"]
     assert main(base + ["--m", "32"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["source"] == "table" and r["time_s"] == pytest.approx(20e-6)

@@ -162,7 +162,7 @@ def test_hardware_files_load_and_units():
     assert h.compute_format("fp4") == "fp8" and load_hardware("b200").compute_format("fp4") == "fp4"
     for name in names:
         e = load_hardware(name).efficiency
-        assert 0 < e.gemm <= 1 and 0 < e.memory <= 1 and 0 < e.serving <= 1
+        assert 0 < e.scale_up <= 1 and 0 < e.scale_out <= 1 and 0 < e.serving <= 1
 
 
 GOOD_TOML = """name = "x"
@@ -178,10 +178,6 @@ scale_up_GBps = 450
 scale_out_GBps = 50
 scale_up_domain_gpus = 8
 [efficiency]
-gemm = 0.7
-grouped_gemm = 0.6
-attention = 0.5
-memory = 0.8
 scale_up = 0.8
 scale_out = 0.8
 [latency_us]
@@ -215,7 +211,10 @@ def test_missing_serving_efficiency_warns_and_names_the_default(tmp_path):
 @pytest.mark.parametrize("text, match", [
     ("sms = 132\n", "missing key"),
     (GOOD_TOML.replace("hbm_bandwidth_TBps = 3.35", "hbm_bandwidth_TBps = -1"), "hbm_bandwidth_TBps"),
-    (GOOD_TOML.replace("gemm = 0.7", "gemm = 1.5"), "efficiency.gemm"),
+    (GOOD_TOML.replace("scale_up = 0.8", "scale_up = 1.5"), "efficiency.scale_up"),
+    # the compute/memory efficiencies moved to [kernel]: the old key names the new one
+    (GOOD_TOML.replace("[efficiency]", "[efficiency]\ngemm = 0.7"), r"\[kernel\] gemm_tensor_frac"),
+    (GOOD_TOML.replace("[efficiency]", "[efficiency]\nmemory = 0.8"), r"\[kernel\] gemm_hbm_frac"),
     (GOOD_TOML.replace("[latency_us]", "[latency_us]\nfoo = 1"), "unknown key"),
     ("this is not toml =", "malformed TOML"),
     ('name = "x"\nbogus_key = 1\n', "unknown key"),

@@ -21,7 +21,7 @@ def _step(model="deepseek-v3", hw="h800", phase="decode", timing=None, **dep):
 
 
 HW_SYMS = {S.flops_gemm, S.flops_attn, S.hbm_bw, S.eff_gemm, S.eff_attn, S.eff_mem,
-           S.t_kernel, S.t_layer, S.t_step, S.eff_serve}
+           S.eff_mem_attn, S.eff_mem_ew, S.t_kernel, S.t_layer, S.t_step, S.eff_serve}
 GQA_SYMS = {S.hidden, S.vocab, S.heads, S.kv_heads, S.head_dim, S.tp, S.micro_batches,
             S.w_bytes, S.kv_bytes, S.act_bytes, S.context, S.bw_up, S.eff_up, S.lat_up}
 
@@ -168,7 +168,7 @@ def test_fp8_adds_ffn_input_casts_and_moe_keeps_grouped_gemms():
     # FP8 (block-quantized) linears quantize their BF16 inputs: for Qwen3-8B prefill the FFN
     # adds a cast of t (d + I) elements per layer: read 2 B, write 1 B + 4/128 B of scale, at
     # the elementwise fraction of HBM bandwidth, plus one launch. Roofline timing, so the
-    # extra "other" time is exactly bytes / (eta_mem W) + tau_k.
+    # extra "other" time is exactly bytes / (eta_me W) + tau_k.
     def other_s(weights):
         st = _step("qwen3-8b", "h20", "prefill", timing=RooflineTiming(), weights=weights)
         return float(st.terms["other"].total_s.subs(st.values))
@@ -176,11 +176,11 @@ def test_fp8_adds_ffn_input_casts_and_moe_keeps_grouped_gemms():
     st = _step("qwen3-8b", "h20", "prefill", timing=RooflineTiming(), weights="fp8")
     t, d, inter = 8192, 4096, 12288
     cast_bytes = t * (d + inter) * (2 + 1 + 4 / 128)
-    expected = cast_bytes / float((S.eff_mem * S.hbm_bw).subs(st.values)) + float(
+    expected = cast_bytes / float((S.eff_mem_ew * S.hbm_bw).subs(st.values)) + float(
         S.t_kernel.subs(st.values))
     # fp8 also casts the attention inputs (already counted in both), so compare the difference
     # against the BF16 run with the attention casts removed: t (d + h d_h) (b_a + 1) bytes
-    attn_cast = t * (d + 32 * 128) * 3 / float((S.eff_mem * S.hbm_bw).subs(st.values)) + float(
+    attn_cast = t * (d + 32 * 128) * 3 / float((S.eff_mem_ew * S.hbm_bw).subs(st.values)) + float(
         S.t_kernel.subs(st.values))
     assert other_s("fp8") - other_s("bf16") == pytest.approx(expected + attn_cast, rel=1e-9)
 

@@ -79,11 +79,15 @@ def bench_gemm(args, peak):
     shapes = [(256, 512), (512, 128)] if args.tiny else [(7168, 2048), (2048, 7168), (4096, 4096),
                                                          (7168, 1536), (1536, 24576), (7168, 576)]
     rows = []
+    # the dtype the GEMM actually ran in (moesym --timing tables:DIR matches it per weight class)
+    ran = ("fp8" if args.dtype == "fp8" and _fp8_ok(args.device) else "bf16") \
+        if args.device == "cuda" else "fp32"
     for k, n in shapes:
         for m in ms:
             t = _timer(args.device, _matmul_fn(m, n, k, args.dtype, args.device), args.repeats)
-            rows.append([m, k, n, round(t * 1e6, 3), round(2 * m * n * k / t / peak, 6)])
-    _write(args.out / "gemm" / args.gpu / "data.csv", ["m", "k", "n", "latency_us", "mfu"], rows)
+            rows.append([m, k, n, round(t * 1e6, 3), round(2 * m * n * k / t / peak, 6), ran])
+    _write(args.out / "gemm" / args.gpu / "data.csv", ["m", "k", "n", "latency_us", "mfu", "dtype"],
+           rows)
 
 
 def _grouped_fn(g, m, n, k, device, contiguous: bool):
@@ -121,12 +125,13 @@ def bench_grouped(args, peak):
                 fl_up, fl_dn = 2 * local * m * 2 * inter * hidden, 2 * local * m * hidden * inter
                 rows.append([experts, gpus, local, topk, hidden, inter, tok, m,
                              round(up * 1e6, 3), round(fl_up / up / peak, 6),
-                             round(dn * 1e6, 3), round(fl_dn / dn / peak, 6)])
+                             round(dn * 1e6, 3), round(fl_dn / dn / peak, 6),
+                             "bf16" if args.device == "cuda" else "fp32"])
         tok_col = "batch_size_per_gpu" if phase == "decode" else "seq_len_per_gpu"
         _write(args.out / "grouped_gemm" / phase / args.gpu / "data.csv",
                ["num_experts", "num_gpus", "num_local_experts", "topk", "hidden_size",
                 "intermediate_size", tok_col, "tokens_per_expert", "up_proj_us", "up_mfu",
-                "down_proj_us", "down_mfu"], rows)
+                "down_proj_us", "down_mfu", "dtype"], rows)
 
 
 def bench_attention(args, peak_bf16):

@@ -14,7 +14,7 @@ from ..specs.model import ModelSpec, load_model
 
 __all__ = ["add_model_hw", "add_deployment", "add_workload", "add_json", "deployment_from",
            "workload_from", "model_hw_from", "emit_json", "positive_int", "positive_float",
-           "fmt_s", "add_bench_data", "add_serve_lengths"]
+           "fmt_s", "add_serve_lengths", "add_timing", "timing_name"]
 
 
 def positive_int(text: str) -> int:
@@ -69,9 +69,27 @@ def add_no_cache(p: argparse.ArgumentParser) -> None:
                    help="neither read nor write the compiled-model cache")
 
 
-def add_bench_data(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bench-data", default=None, metavar="DIR",
-                   help="folder of kernel tables (InferSim CSV layout) to calibrate kernel times")
+def timing_name(text: str) -> str:
+    """``--timing``: kernel, roofline or tables:DIR (the folder must exist)."""
+    if text in ("kernel", "roofline"):
+        return text
+    if text.startswith("tables:") and len(text) > len("tables:"):
+        from pathlib import Path
+
+        if not Path(text[len("tables:"):]).expanduser().is_dir():
+            raise argparse.ArgumentTypeError(f"{text}: folder not found (tables:DIR names a folder "
+                                             "of measured kernel tables, see bench_data/README.md)")
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: use kernel, roofline or tables:DIR")
+
+
+def add_timing(p) -> None:
+    p.add_argument("--timing", type=timing_name, default="kernel",
+                   metavar="{kernel,roofline,tables:DIR}",
+                   help="time model: kernel (the analytical kernel model calibrated per GPU, "
+                        "default), roofline (peaks x the same fitted fractions; the teaching "
+                        "form) or tables:DIR (measured kernel tables in DIR where they cover a "
+                        "kernel, the kernel model elsewhere; bench_data/README.md)")
 
 
 def positive_int_list(text: str) -> list[int]:
@@ -137,9 +155,7 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
                    help="overlap schedule: auto (sbo for one micro-batch, tbo-sglang for two), "
                         "none, sbo, tbo-sglang, deepseek, ideal, or a schedule .toml "
                         "(README: Overlap schedules)")
-    g.add_argument("--timing", choices=("kernel", "roofline"), default="kernel",
-                   help="time model: kernel (the analytical kernel model calibrated per GPU, "
-                        "default) or roofline (peaks x efficiencies; the teaching form)")
+    add_timing(g)
     g.add_argument("--layout", choices=("auto", "contiguous", "masked", "batched"), default="auto",
                    help="expert activation layout (auto: masked after DeepEP low-latency "
                         "dispatch, contiguous otherwise)")

@@ -1,7 +1,9 @@
 """``moesym kernel {gemm,grouped-gemm,attention}``: time of one kernel (CONTRACT.md command 4).
 
-The analytical kernel model answers unless ``--bench-data DIR`` holds a measured table that
-covers the shape (interpolated in log M between measured rows); ``source`` says which.
+``--timing kernel`` (default): the analytical kernel model; ``--timing roofline``: the roofline
+with the same fitted fractions; ``--timing tables:DIR``: a measured table in DIR where one covers
+the shape (interpolated in log M between measured rows), the kernel model otherwise. ``source``
+says which answered.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from ..kernels.calib import kernel_calib
 from ..kernels.tables import KernelTables
 from ..specs.hardware import load_hardware
 from . import COMMANDS
-from .common import add_bench_data, add_json, emit_json, fmt_s, positive_int
+from .common import add_json, add_timing, emit_json, fmt_s, positive_int
 
 __all__ = ["register"]
 
@@ -33,7 +35,7 @@ def register(sub) -> None:
     def common(q):
         q.add_argument("--hardware", required=True, help="built-in GPU name or hardware .toml")
         q.add_argument("--dtype", choices=tuple(_BYTES), default="bf16")
-        add_bench_data(q)
+        add_timing(q)
         add_json(q)
 
     g = ks.add_parser("gemm", help="dense GEMM (M x K) @ (K x N)")
@@ -78,7 +80,17 @@ def _hw(args):
 
 
 def _tables(args, hw):
-    return KernelTables.load(args.bench_data, hw.name) if args.bench_data else None
+    from ..kernels.table_timing import tables_folder
+
+    folder = tables_folder(args.timing)
+    return KernelTables.load(folder, hw.name) if folder is not None else None
+
+
+def _roofline_s(args, calib, hw, flops: float, nbytes: float, tensor_frac: float,
+                hbm_frac: float) -> float:
+    """max(FLOP / (peak x tensor fraction), bytes / (W x HBM fraction)): the roofline time model
+    with the same [kernel] fractions the kernel model reads."""
+    return max(flops / (hw.peak_flops(args.dtype) * tensor_frac), nbytes / (hw.hbm_bw_Bps * hbm_frac))
 
 
 def _run_gemm(args) -> int:
@@ -92,6 +104,9 @@ def _run_gemm(args) -> int:
     if tables is not None and args.dtype == "fp8":  # the InferSim tables are FP8 DeepGEMM
         time_s = tables.gemm_latency_s(m, n, k, g, args.layout)
         source = "table" if time_s is not None else source
+    if args.timing == "roofline":
+        time_s, source = _roofline_s(args, calib, hw, flops, nbytes, calib.tensor_frac(args.layout),
+                                     calib.gemm_hbm_frac), "roofline"
     if time_s is None:
         t = gemm_time(m, n, k, sms=hw.sms, peak_flops=hw.peak_flops(args.dtype),
                       hbm_bw_Bps=hw.hbm_bw_Bps, calib=calib, op_bytes=b, out_bytes=2,
@@ -137,6 +152,9 @@ def _run_attention(args) -> int:
     if tables is not None and (B == 1 or args.phase == "decode"):
         time_s = tables.attention_latency_s(family, args.phase, key, batch=B, length=L)
         source = "table" if time_s is not None else source
+    if args.timing == "roofline":
+        frac = calib.attention_tensor_frac if args.phase == "decode" else calib.attention_prefill_tensor_frac
+        time_s, source = _roofline_s(args, calib, hw, flops, nbytes, frac, calib.attention_hbm_frac), "roofline"
     if time_s is None:
         time_s = float(t.total_s)
     return _emit(args, {"time_s": time_s, "flops": flops, "bytes": nbytes,

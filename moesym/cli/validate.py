@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from ..validate import CASES, load_cases, serving_fits, validate
 from . import COMMANDS
-from .common import add_json, add_no_cache, emit_json
+from .common import add_json, add_no_cache, add_timing, emit_json
 
 __all__ = ["register"]
 
 
 def register(sub) -> None:
     p = sub.add_parser("validate", help=COMMANDS["validate"])
-    p.add_argument("--timing", choices=("kernel", "roofline"), default="kernel",
-                   help="time model: the calibrated analytical kernel model (default) or the "
-                        "plain roofline")
+    add_timing(p)
     p.add_argument("--cases", default=None, metavar="FILE.json",
                    help="validate your own measurements instead of the built-in published cases "
                         "(a JSON list; see moesym.validate.load_cases)")

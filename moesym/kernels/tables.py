@@ -105,6 +105,8 @@ def gemm_rows(df: pd.DataFrame) -> pd.DataFrame:
     out["groups"] = 1.0
     out["layout"] = "dense"
     out["latency_s"] = df.latency_us.astype(float) * 1e-6
+    if "dtype" in df.columns:  # optional: the GEMM's compute dtype (InferSim's tables are FP8)
+        out["dtype"] = df.dtype.astype(str).str.lower()
     return out
 
 
@@ -117,6 +119,8 @@ def grouped_rows(df: pd.DataFrame, layout: str) -> pd.DataFrame:
                        "latency_s": df.up_proj_us.astype(float) * 1e-6})
     down = pd.DataFrame({"m": m, "n": h, "k": i, "groups": g, "layout": layout,
                          "latency_s": df.down_proj_us.astype(float) * 1e-6})
+    if "dtype" in df.columns:
+        up["dtype"] = down["dtype"] = df.dtype.astype(str).str.lower()
     return pd.concat([up, down], ignore_index=True)
 
 
@@ -156,7 +160,7 @@ class KernelTables:
         """Read every table of ``gpu`` under ``root``; an absent folder raises MoesymError."""
         root = Path(root)
         if not root.is_dir():
-            raise MoesymError(f"--bench-data: folder {root} not found")
+            raise MoesymError(f"--timing tables:{root}: folder not found")
         gpu = gpu.lower()
         t = cls(root, gpu)
         p = root / "gemm" / gpu / "data.csv"

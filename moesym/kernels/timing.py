@@ -15,8 +15,8 @@ calibration (tiles, achieved fractions, latencies) enters as numbers from the ha
 - ELEMENTWISE: bytes / (eta_ew W) + launches tau_ew.
 - COMM and OVERHEAD: exactly as RooflineTiming.
 
-Symbolic path: always analytical (shapes may hold symbols). Measured tables are used on the
-command-line path (``moesym kernel ... --bench-data DIR``), where shapes are numbers.
+Always analytical (shapes may hold symbols); measured tables sit on top of it in
+:class:`moesym.kernels.table_timing.TableTiming` (``--timing tables:DIR``).
 
 >>> from moesym.kernels.timing import KernelTiming
 >>> from moesym.specs.hardware import load_hardware

@@ -51,12 +51,31 @@ def scale_up_domain(hw: HardwareSpec, dep: Deployment) -> int:
         else dep.gpus_per_node
 
 
+def gemm_table_dtypes(model: ModelSpec, hw: HardwareSpec, dep: Deployment) -> dict:
+    """{GEMM weight class: dtype a measured GEMM table must hold} (None: no table applies).
+
+    A class whose weights are stored as they compute (bf16, fp8) runs a plain GEMM of that
+    dtype; weight-only and 4-bit formats run other kernels (dequantising, FP4) that no table of
+    the bench-data layout describes."""
+    from ..specs.precision import COMPONENTS, storage_format
+
+    recipe = dep.weight_recipe(model.is_moe)
+    out = {}
+    for c in COMPONENTS:
+        stored = storage_format(getattr(recipe, c), hw.peaks_flops)
+        compute = hw.compute_format(getattr(recipe, c))
+        out[c] = compute if stored == compute and compute in ("bf16", "fp8") else None
+    return out
+
+
 def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) -> dict:
     """``{symbol: number}`` for every symbol a step model of this configuration can contain."""
     from ..symbols import S, by_name
 
+    from ..kernels.calib import kernel_calib
     from ..specs.precision import COMPONENTS, FORMATS, bytes_per_element, storage_format
 
+    calib = kernel_calib(hw)
     recipe = dep.weight_recipe(model.is_moe)
     stored = {c: storage_format(getattr(recipe, c), hw.peaks_flops) for c in COMPONENTS}
     compute = {c: hw.compute_format(getattr(recipe, c)) for c in COMPONENTS}
@@ -93,8 +112,10 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
         S.flops_dense: hw.peak_flops(compute["dense"]), S.flops_attn: hw.peak_flops("bf16"),
         S.hbm_bw: hw.hbm_bw_Bps, S.hbm_capacity: hw.hbm_capacity_bytes,
         S.bw_up: hw.scale_up_Bps, S.bw_out: hw.scale_out_Bps, S.sms: hw.sms,
-        S.eff_gemm: hw.efficiency.gemm, S.eff_grouped: hw.efficiency.grouped_gemm,
-        S.eff_attn: hw.efficiency.attention, S.eff_mem: hw.efficiency.memory,
+        # the roofline's efficiencies are the kernel model's fractions: one set per GPU
+        S.eff_gemm: calib.gemm_tensor_frac, S.eff_grouped: calib.grouped_contiguous_tensor_frac,
+        S.eff_attn: calib.attention_tensor_frac, S.eff_mem: calib.gemm_hbm_frac,
+        S.eff_mem_attn: calib.attention_hbm_frac, S.eff_mem_ew: calib.elementwise_hbm_frac,
         S.eff_up: hw.efficiency.scale_up, S.eff_out: hw.efficiency.scale_out,
         S.eff_serve: hw.efficiency.serving,
         S.lat_up: hw.latency.scale_up_s, S.lat_out: hw.latency.scale_out_s,

@@ -54,7 +54,13 @@ def structure(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
     The workload enters only through its phase (numeric routing statistics are tabulated
     against the token count inside the model)."""
     schedule = Path(dep.overlap).read_text() if dep.overlap.endswith(".toml") else None
-    return repr(("predict", memory, model, hw, dep, wl.phase.value, bool(wl.prefix_hit), schedule))
+    tables = None
+    if dep.timing.startswith("tables:"):
+        from ..kernels.table_timing import tables_digest, tables_folder
+
+        tables = tables_digest(tables_folder(dep.timing))
+    return repr(("predict", memory, model, hw, dep, wl.phase.value, bool(wl.prefix_hit), schedule,
+                 tables))
 
 
 def _build(model, hw, dep, wl, memory: bool) -> CompiledModel:

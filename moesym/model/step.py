@@ -633,6 +633,12 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
         from ..timing import time_model
 
         timing = time_model(deployment.timing, hardware)
+    if hasattr(timing, "bind"):  # measured tables match shapes: they need the numbers
+        from .bindings import gemm_table_dtypes
+
+        fixed = {by_name(k) for k in workload_values(workload)}
+        timing = timing.bind({s: v for s, v in bindings(model, hardware, deployment, workload).items()
+                              if s not in fixed}, gemm_table_dtypes(model, hardware, deployment))
     D = symbolic_dims()
     n = D.micro_batches
     moe_costs = _moe_layer_costs(model, deployment, workload, D, hardware) if model.is_moe else None
@@ -677,6 +683,10 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     if deployment.pp > 1:
         expr, per_layer, work, layer, layer_compute = _pipelined(
             expr, per_layer, work, layer, layer_compute, deployment, workload, D)
+    if hasattr(timing, "report"):  # measured tables: say which kernels they timed
+        import warnings
+
+        warnings.warn(timing.report(), stacklevel=2)
     vals = bindings(model, hardware, deployment, workload)
     exprs = [expr, *(e for w in work.values() for e in w.values())]
     used = set().union(*(e.free_symbols for e in exprs))

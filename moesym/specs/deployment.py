@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from pathlib import Path
 
 from ..errors import SpecError
 
@@ -94,7 +95,7 @@ def _pos_int(name: str, v) -> int:
     return v
 
 
-TIME_MODELS = ("kernel", "roofline")  # moesym.timing.time_model builds each
+TIME_MODELS = ("kernel", "roofline")  # moesym.timing.time_model builds each (and tables:DIR)
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ class Deployment:
     redundant_experts: int = 0
     layout: str = "auto"  # grouped-GEMM activation layout: auto, contiguous, masked, batched
     overlap: str = "auto"  # overlap schedule: auto, a built-in name, or a schedule .toml path
-    timing: str = "kernel"  # time model: kernel (calibrated kernel model) or roofline
+    timing: str = "kernel"  # time model: kernel (calibrated kernel model), roofline or tables:DIR
     # serving-engine memory settings (moesym.memory.MemoryOptions fields), as (name, value) pairs
     memory_options: tuple = ()
     group_size: int = 0  # weight-scale group of grouped formats (0: the format's default)
@@ -177,8 +178,12 @@ class Deployment:
                             f"got {self.redundant_experts!r}")
         if self.layout not in ("auto", "contiguous", "masked", "batched"):
             raise SpecError(f"--layout {self.layout!r}: use auto, contiguous, masked or batched")
-        if self.timing not in TIME_MODELS:
-            raise SpecError(f"--timing {self.timing!r}: use {' or '.join(TIME_MODELS)}")
+        if self.timing.startswith("tables:"):
+            if not Path(self.timing[len("tables:"):]).expanduser().is_dir():
+                raise SpecError(f"--timing {self.timing}: folder not found (tables:DIR names a folder "
+                                "of measured kernel tables, see bench_data/README.md)")
+        elif self.timing not in TIME_MODELS:
+            raise SpecError(f"--timing {self.timing!r}: use {', '.join(TIME_MODELS)} or tables:DIR")
         if self.expert_cache is not None and (isinstance(self.expert_cache, bool) or not isinstance(
                 self.expert_cache, int) or self.expert_cache < 0):
             raise SpecError(f"--expert-cache must be a number of experts per layer (>= 0), got "

@@ -29,7 +29,11 @@ _TOP_KEYS = {"name", "description", "source", "vendor", "sms", "gpus_per_node", 
              "hbm_bandwidth_TBps", "peak_TFLOPs", "interconnect", "efficiency", "latency_us", "kernel",
              "compute_formats", "host"}
 _INTERCONNECT_KEYS = {"scale_up_GBps", "scale_out_GBps", "scale_up_domain_gpus", "host_link_GBps"}
-_EFF_KEYS = {"gemm", "grouped_gemm", "attention", "memory", "scale_up", "scale_out"}
+_EFF_KEYS = {"scale_up", "scale_out"}
+# compute and memory efficiencies live in the [kernel] table, read by both time models
+_EFF_MOVED = {"gemm": "gemm_tensor_frac", "grouped_gemm": "grouped_contiguous_tensor_frac",
+              "attention": "attention_tensor_frac", "memory": "gemm_hbm_frac (and attention_hbm_frac, "
+              "elementwise_hbm_frac)"}
 _EFF_OPTIONAL = {"serving"}
 _LAT_KEYS = {"kernel", "layer", "step", "scale_up", "scale_out"}
 _DTYPES = {"bf16", "fp8", "fp4", "int8"}
@@ -37,12 +41,12 @@ _DTYPES = {"bf16", "fp8", "fp4", "int8"}
 
 @dataclass(frozen=True)
 class Efficiency:
-    """Achieved fractions of peak, per kernel class (dimensionless, 0 < x <= 1)."""
+    """Achieved fractions of the network peaks and the end-to-end serving factor (0 < x <= 1).
 
-    gemm: float
-    grouped_gemm: float
-    attention: float
-    memory: float
+    Compute and HBM efficiencies per kernel class are the ``[kernel]`` table's fractions
+    (:class:`moesym.kernels.calib.KernelCalib`): one set per GPU, read by both time models.
+    """
+
     scale_up: float
     scale_out: float
     serving: float = 1.0  # end-to-end: modeled step speed a serving engine sustains (optional key)
@@ -146,6 +150,10 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
     ic = _req(raw, "interconnect", where)
     _check_keys(ic, _INTERCONNECT_KEYS, f"{where} [interconnect]")
     eff = _req(raw, "efficiency", where)
+    for old, new in _EFF_MOVED.items():
+        if old in eff:
+            raise SpecError(f"{where} [efficiency] {old}: compute and memory efficiencies are the "
+                            f"[kernel] table's fractions now; write it as [kernel] {new}")
     _check_keys(eff, _EFF_KEYS | _EFF_OPTIONAL, f"{where} [efficiency]")
     lat = _req(raw, "latency_us", where)
     _check_keys(lat, _LAT_KEYS, f"{where} [latency_us]")
