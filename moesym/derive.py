@@ -43,6 +43,7 @@ from .terms.cost import smax, substitute
 
 __all__ = ["ClosedForm", "crossover", "attention_overtakes_moe", "max_batch_for_tpot",
            "optimal_ep", "comm_hidden", "ep_min_tpot", "gpus_for_throughput", "solve",
+           "expert_cache_hides",
            "regime_at", "CLOSED_FORMS"]
 
 B_MAX = 1 << 16  # widest decode batch per attention-DP rank scanned
@@ -302,9 +303,87 @@ def micro_batches_pay(model: ModelSpec, hw: HardwareSpec, dep: Deployment, conte
                    (("step, two micro-batches", t2), ("step, one micro-batch", t1)))
 
 
+def expert_cache_hides(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload
+                       ) -> ClosedForm:
+    """Smallest expert cache (experts per MoE layer resident on the device, ``--expert-cache``)
+    at which the expert tier's traffic fits under the layer's device compute: the cold experts a
+    pass activates, copied over the host link (``stream``) or run on the host CPU
+    (``host-compute``), take no longer than the layer's compute, so ``--prefetch`` hides them.
+
+    Exact value: the step model ``predict`` builds at each cache size (one structure per size;
+    bisection, since more cache is never slower), its ``expert_offload`` against
+    ``layer_compute``. Closed form: uniform routing and a static cache, where a pass of
+    T = B (1 + n_mtp) / n_mb tokens activates each cold expert with probability
+    a = 1 - (1 - k/E)^T, so the tier costs n_mb (E - C) a c_x with c_x the time per cold expert
+    (3 d d_e b_we / W_host streamed; on the host 3 d d_e b_we / W_dram + 6 d d_e T k / (E F_cpu)
+    / a), and C* = E - t_c / (n_mb a c_x), t_c the layer's device compute at the root."""
+    from .model.predictor import predict
+
+    if not model.is_moe:
+        raise MoesymError(f"{model.name} is dense: it has no experts to cache")
+    if wl.phase is not Phase.DECODE:
+        raise MoesymError("derive expert-cache answers for a decode step (--phase decode)")
+    if dep.expert_cache is None:
+        dep = dep.with_(expert_cache=0)
+    E = model.num_experts
+
+    def at(c: int) -> dict:
+        return predict(model, hw, dep.with_(expert_cache=int(c)), wl, memory=True)
+
+    def gap(r: dict) -> float:
+        return r["per_layer_s"].get("expert_offload", 0.0) - r["layer_compute_s"]
+
+    seen: dict[int, dict] = {}
+    lo, hi = 0, E  # gap(E) <= 0: a full cache moves nothing
+    seen[0] = at(0)
+    if gap(seen[0]) <= 0:
+        hi = 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        seen[mid] = at(mid)
+        lo, hi = (mid, hi) if gap(seen[mid]) > 0 else (lo, mid)
+    root = hi
+    r = seen.get(root) or at(root)
+    # closed form (uniform routing, static cache) with the device compute t_c named
+    C, t_c = sp.Symbol("C", nonnegative=True), sp.Symbol("t_c", positive=True)
+    T = S.batch * (1 + S.mtp) / S.micro_batches
+    a = 1 - (1 - S.topk / S.experts) ** T
+    expert_bytes = 3 * S.hidden * S.moe_inter * S.w_bytes_expert
+    if dep.expert_placement == "stream":
+        per_cold = expert_bytes / S.host_bw
+    else:
+        per_cold = expert_bytes / S.host_dram_bw + 6 * S.hidden * S.moe_inter * T * S.topk / (
+            S.experts * S.host_flops) / a
+    expr = S.experts - t_c / (S.micro_batches * a * per_cold)
+    from .model.bindings import bindings
+
+    vals = {k: v for k, v in bindings(model, hw, dep, wl).items() if k in expr.free_symbols}
+    vals.update({S.batch: wl.batch, t_c: r["layer_compute_s"]})
+    for sym_, v in ((S.mtp, dep.mtp), (S.micro_batches, dep.micro_batches)):
+        vals.setdefault(sym_, v)
+    closed = float(expr.subs(vals))
+    mem = "fits" if r.get("fits") else "does NOT fit"
+    routing = "uniform" if dep.routing.kind != "zipf" else f"zipf:{dep.routing.s:g}"
+    note = (f"Decode, batch {wl.batch}, context {wl.context}, {dep.expert_placement} placement, "
+            f"{dep.cache_policy} cache, {routing} routing. Exact: the model predict evaluates at "
+            f"each cache size (C={root}: tier {r['per_layer_s'].get('expert_offload', 0) * 1e6:.1f} "
+            f"us vs device compute {r['layer_compute_s'] * 1e6:.1f} us per layer; memory "
+            f"{r.get('memory_bytes', 0) / 1e9:.2f} GB, {mem} in {hw.hbm_capacity_bytes / 1e9:.0f} GB). "
+            f"Closed form: uniform routing and a static cache with t_c = {r['layer_compute_s'] * 1e6:.1f} "
+            f"us (the layer's device compute at C={root}), continuous in C; "
+            + ("it is the model's own arithmetic for uniform routing." if routing == "uniform"
+               and dep.cache_policy != "lru" else
+               "the model's routing and cache policy differ from it, hence the gap to the exact value."))
+    tier = S.micro_batches * smax(S.experts - C, 0) * a * per_cold
+    return ClosedForm("expert_cache_hides", "Expert cache size from which the tier hides under compute",
+                      expr, vals, float(root), sp.true, note, expr - C, C, closed, "smooth", {},
+                      dep.timing, (("expert tier, uniform relaxation", tier),
+                                   ("layer device compute t_c", t_c + 0 * C)))
+
+
 CLOSED_FORMS = ("crossover", "crossover_no_lazy", "attention_overtakes_moe", "max_batch_for_tpot",
                 "optimal_ep", "comm_hidden", "micro_batches_pay", "ep_min_tpot",
-                "gpus_for_throughput")
+                "gpus_for_throughput", "expert_cache_hides")
 
 
 def optimal_ep(model: ModelSpec, hw: HardwareSpec, workload: Workload,

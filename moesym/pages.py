@@ -97,7 +97,7 @@ def _both(fn, dep: Deployment, *args, **kw):
     return out
 
 
-_N_CASES = 9  # pages _cases() yields (the progress bar's total only)
+_N_CASES = 10  # pages _cases() yields (the progress bar's total only)
 
 
 def _cases():
@@ -147,6 +147,12 @@ def _cases():
                  Deployment(weights="fp8", a2a="deepep-ll"), ds, h800),
            "DeepSeek-V3 on H800, FP8, DeepEP low-latency, 200,000 tokens/s at TPOT 50 ms, "
            "context 4096", dv.gpus_for_throughput)
+    yield ("expert_cache_hides",
+           _both(dv.expert_cache_hides, Deployment(prefetch=True, expert_cache=0),
+                 load_model("qwen3-30b-a3b"), load_hardware("h100"),
+                 Workload(Phase.DECODE, batch=256, context=2048)),
+           "Qwen3-30B-A3B BF16 on one H100, experts streamed over PCIe (64 GB/s) with prefetch, "
+           "256 requests, context 2048", dv.expert_cache_hides)
 
 
 def write_all(folder: Path, progress: bool = False) -> list[Path]:

@@ -4,6 +4,7 @@ limits and monotonicity, memory."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -117,3 +118,27 @@ def test_contract_command_runs(capsys):
                  "--expert-cache", "4", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert 0 < r["expert_cache_hit_rate"] < 1 and r["tokens_per_gpu_s"] > 0
+
+
+def test_derive_expert_cache_is_where_the_streamed_tier_fits_under_compute():
+    # issue 17 item 4: the cache size from which the expert tier hides under the layer's compute.
+    # Qwen3-30B-A3B BF16 on one H100 (PCIe host link), batch 256, uniform routing, static cache:
+    # a pass activates each cold expert with a = 1 - (1 - 8/128)^256 and streams
+    # 3 x 2048 x 768 x 2 bytes for it, so the tier costs (E - C) a bytes / W_host, by hand.
+    from moesym import derive as dv
+
+    m, h = load_model("qwen3-30b-a3b"), load_hardware("h100")
+    dep = Deployment(prefetch=True, expert_cache=0)
+    wl = Workload("decode", batch=256, context=2048)
+    cf = dv.expert_cache_hides(m, h, dep, wl)
+    per_expert_s = 3 * 2048 * 768 * 2 / h.host_link_Bps
+    a = 1 - (1 - 8 / 128) ** 256
+    t_c = predict(m, h, dep.with_(expert_cache=100), wl)["layer_compute_s"]
+    # streaming leaves the device's work alone: the compute is the same at every cache size
+    assert predict(m, h, dep.with_(expert_cache=10), wl)["layer_compute_s"] == pytest.approx(t_c, rel=1e-12)
+    want = math.ceil(128 - t_c / (a * per_expert_s))
+    assert 0 < want < 128 and cf.value == want
+    assert cf.closed_value == pytest.approx(128 - t_c / (a * per_expert_s), rel=1e-9)
+    # and the model agrees on both sides of it
+    off = lambda c: predict(m, h, dep.with_(expert_cache=c), wl)["per_layer_s"]["expert_offload"]  # noqa: E731
+    assert off(want) <= t_c < off(want - 1)

@@ -70,6 +70,10 @@ def register(sub) -> None:
     x.add_argument("--tpot-ms", type=positive_float, required=True)
     x.add_argument("--max-gpus", type=positive_int, default=4096)
 
+    _closed_form(s, "expert-cache",
+                 "smallest expert cache (experts per layer on the device) whose tier traffic "
+                 "hides under the layer's compute", _expert_cache)
+
     v = s.add_parser("solve", help="any equation over the step model: TERM_A = TERM_B, or the "
                                    "minimum of a TERM, as one variable varies")
     add_model_hw(v)
@@ -201,6 +205,14 @@ def _micro_batches(args) -> int:
     m, h = model_hw_from(args)
     dep = deployment_from(args).with_(micro_batches=2)  # --overlap names the two-batch schedule
     return show(dv.micro_batches_pay(m, h, dep, args.context), args)
+
+
+def _expert_cache(args) -> int:
+    from ..specs.deployment import Phase, Workload
+
+    m, h = model_hw_from(args)
+    wl = Workload(Phase.DECODE, batch=args.batch or 1, context=args.context)
+    return show(dv.expert_cache_hides(m, h, _deployment(args), wl), args)
 
 
 def _comm_hidden(args) -> int:
