@@ -363,7 +363,7 @@ def expert_cache_hides(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: 
         vals.setdefault(sym_, v)
     closed = float(expr.subs(vals))
     mem = "fits" if r.get("fits") else "does NOT fit"
-    routing = "uniform" if dep.routing.kind != "zipf" else f"zipf:{dep.routing.s:g}"
+    routing = str(dep.routing)
     note = (f"Decode, batch {wl.batch}, context {wl.context}, {dep.expert_placement} placement, "
             f"{dep.cache_policy} cache, {routing} routing. Exact: the model predict evaluates at "
             f"each cache size (C={root}: tier {r['per_layer_s'].get('expert_offload', 0) * 1e6:.1f} "

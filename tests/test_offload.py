@@ -142,3 +142,59 @@ def test_derive_expert_cache_is_where_the_streamed_tier_fits_under_compute():
     # and the model agrees on both sides of it
     off = lambda c: predict(m, h, dep.with_(expert_cache=c), wl)["per_layer_s"]["expert_offload"]  # noqa: E731
     assert off(want) <= t_c < off(want - 1)
+
+
+def _freq_file(tmp_path, shares, header=True):
+    p = tmp_path / "freq.csv"
+    rows = [f"{i},{float(x)!r}" for i, x in enumerate(shares)]
+    p.write_text(("expert,count\n" if header else "") + "\n".join(rows) + "\n")
+    return p
+
+
+def test_measured_frequencies_are_the_inclusion_probabilities(tmp_path):
+    # issue 19: a per-expert frequency file. A token takes k distinct experts, so the share of
+    # assignments s_i gives the inclusion probability k s_i exactly; static-top's token hit
+    # rate is then the sum of the C largest shares (by hand).
+    from moesym.routing.cache import hit_rate
+    from moesym.specs.deployment import Routing
+
+    counts = [40, 10, 30, 20, 5, 5, 60, 30]  # Mixtral's 8 experts, top-2: shares count / 200
+    r = Routing.parse(f"freq:{_freq_file(tmp_path, counts)}")
+    shares = np.array(counts) / 200
+    assert r.kind == "freq" and np.allclose(r.freqs, shares)
+    assert hit_rate(8, 2, 3, r.skew, "static-top", 1) == pytest.approx(
+        np.sort(shares)[::-1][:3].sum(), rel=1e-12)
+    m, h = load_model("mixtral-8x7b"), load_hardware("rtx-4090")
+    dep = Deployment(weights="w4a16", expert_cache=3, routing=r)
+    got = predict(m, h, dep, Workload("decode", batch=1, context=1024))
+    assert got["expert_cache_hit_rate"] == pytest.approx(np.sort(shares)[::-1][:3].sum(), rel=1e-9)
+
+
+def test_a_frequency_file_of_zipf_shares_reproduces_zipf_routing(tmp_path):
+    # the file path and the Zipf path meet in the same inclusion probabilities: a file holding
+    # Zipf(1.0)'s inclusion probabilities / k must give zipf:1.0's prediction
+    from moesym.routing.zipf import zipf_inclusion_probabilities
+
+    m, h = load_model("qwen3-30b-a3b"), load_hardware("h20")
+    pi = zipf_inclusion_probabilities(128, 8, 1.0)
+    f = _freq_file(tmp_path, list(pi / 8), header=False)
+    wl = Workload("decode", batch=64, context=2048)
+    a = predict(m, h, Deployment(gpus=4, ep=4, routing=f"freq:{f}"), wl)
+    b = predict(m, h, Deployment(gpus=4, ep=4, routing="zipf:1.0"), wl)
+    assert a["step_time_s"] == pytest.approx(b["step_time_s"], rel=1e-9)
+    assert a["step_time_s"] > predict(m, h, Deployment(gpus=4, ep=4), wl)["step_time_s"]
+
+
+@pytest.mark.parametrize("text, field", [
+    ("1\n2\n3\n", "3 experts in the file"),           # Qwen3-30B-A3B routes over 128
+    ("a,b\n1,x\n", "is not a number"),
+    ("-1\n" * 128, ">= 0"),
+    ("1000\n" + "1\n" * 127, "more than 1/k"),       # one expert in more than every token
+])
+def test_bad_frequency_files_are_one_line_exit_2(tmp_path, capsys, text, field):
+    p = tmp_path / "f.csv"
+    p.write_text(text)
+    rc = main(["predict", "qwen3-30b-a3b", "--hardware", "h20", "--phase", "decode", "--batch",
+               "8", "--context", "1024", "--routing", f"freq:{p}"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err and field in err and "--routing" in err

@@ -149,7 +149,7 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
     g.add_argument("--kv", choices=("bf16", "fp8"), default="bf16")
     if not search:
         g.add_argument("--a2a", choices=[m.value for m in A2AMode], default="auto")
-    g.add_argument("--routing", default="uniform", help="uniform, balanced or zipf:S")
+    g.add_argument("--routing", default="uniform", help="uniform, balanced, zipf:S or freq:FILE.csv (measured per-expert assignment counts)")
     g.add_argument("--redundant-experts", type=nonneg_int, default=0)
     g.add_argument("--overlap", default="auto", metavar="SCHEDULE",
                    help="overlap schedule: auto (sbo for one micro-batch, tbo-sglang for two), "

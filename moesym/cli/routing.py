@@ -18,7 +18,7 @@ def register(sub) -> None:
     p.add_argument("--ep", type=positive_int, required=True)
     p.add_argument("--groups", type=positive_int, default=None)
     p.add_argument("--topk-groups", type=positive_int, default=None)
-    p.add_argument("--routing", default="uniform", help="uniform, balanced or zipf:S")
+    p.add_argument("--routing", default="uniform", help="uniform, balanced, zipf:S or freq:FILE.csv (measured per-expert assignment counts)")
     p.add_argument("--placement", choices=("round_robin", "contiguous"), default="round_robin",
                    help="how experts map to ranks (matters for zipf)")
     add_json(p)

@@ -36,7 +36,7 @@ __all__ = ["compiled_predict_model", "predict", "structure"]
 def numeric_routing(dep: Deployment) -> bool:
     """Routing statistics computed numerically at the workload's token count and EP (Zipf
     routing, redundant experts), so baked into the model rather than bound per point."""
-    return dep.routing.kind == "zipf" or dep.redundant_experts > 0
+    return dep.routing.numeric or dep.redundant_experts > 0
 
 
 def ep_class(dep: Deployment):
@@ -230,7 +230,7 @@ def expert_cache_report(model: ModelSpec, dep: Deployment, wl: Workload) -> dict
 
     tokens = (wl.batch * (1 + dep.mtp) if wl.phase is not Phase.PREFILL else wl.tokens)
     T = tokens * dep.stage_gpus / dep.tp / dep.micro_batches / dep.pp  # through a layer per pass
-    s = dep.routing.s if dep.routing.kind == "zipf" else 0.0
+    s = dep.routing.skew
     args = (model.num_experts, model.experts_per_token, dep.expert_cache, s, dep.cache_policy, T)
     return {"expert_cache_hit_rate": hit_rate(*args),
             "expert_cache": {"resident_experts_per_layer": min(dep.expert_cache, model.num_experts),

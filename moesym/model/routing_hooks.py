@@ -28,7 +28,7 @@ def imbalance_expr(model, deployment, D: Dims, tokens_mb) -> sp.Expr:
 
     balanced: 1. uniform: the closed form of :func:`moesym.routing.max_rank_load_ratio` in
     E, k, ep and the tokens routed across the group (group-limited when the model has expert
-    groups). zipf:S and redundant experts (EPLB): the numeric estimators of
+    groups). zipf:S, freq:FILE and redundant experts (EPLB): the numeric estimators of
     :mod:`moesym.routing` tabulated against the tokens routed in the step
     (:func:`moesym.routing.zipf.rank_imbalance_table`, within 0.1% of the estimator between
     its knots) and interpolated in log T, so the imbalance follows the batch in sweeps,
@@ -37,13 +37,13 @@ def imbalance_expr(model, deployment, D: Dims, tokens_mb) -> sp.Expr:
     kind = deployment.routing.kind
     if kind == "balanced" or not model.is_moe or model.num_experts == 1:
         return sp.Integer(1)
-    if kind == "zipf" or deployment.redundant_experts:
+    if deployment.routing.numeric or deployment.redundant_experts:
         if deployment.ep == 1:
             return sp.Integer(1)
         from ..routing.zipf import rank_imbalance_table
         from ..special import LogInterp
 
-        s = deployment.routing.s if kind == "zipf" else 0.0
+        s = deployment.routing.skew
         ts, ys = rank_imbalance_table(model.num_experts, model.experts_per_token, deployment.ep,
                                       deployment.redundant_experts, s)
         knots = [sp.Float(float(v)) for pair in zip(np.log(ts), ys) for v in pair]

@@ -149,7 +149,7 @@ def _cache_tables(model: ModelSpec, dep: Deployment, D: Dims, tokens_mb) -> dict
     from ..routing.cache import cache_tables
     from ..special import LogInterp
 
-    s = dep.routing.s if dep.routing.kind == "zipf" else 0.0
+    s = dep.routing.skew
     ts, cold, share = cache_tables(model.num_experts, model.experts_per_token, dep.expert_cache,
                                    s, dep.cache_policy)
     T = group_tokens(D, tokens_mb)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-import re
 
 import numpy as np
 
@@ -26,20 +24,13 @@ def _positive_int(value, flag: str) -> int:
     return int(value)
 
 
-def _parse_routing(routing: str) -> tuple[str, float]:
-    text = str(routing).strip().lower()
-    if text in ("uniform", "balanced"):
-        return text, 0.0
-    m = re.fullmatch(r"zipf:([0-9.eE+-]+)", text)
-    if m:
-        try:
-            s = float(m.group(1))
-        except ValueError:
-            s = float("nan")
-        if math.isfinite(s) and s >= 0:
-            return "zipf", s
-        raise MoesymError(f"--routing {routing!r}: the Zipf exponent must be a number >= 0")
-    raise MoesymError(f"--routing {routing!r}: use uniform, balanced or zipf:S (e.g. zipf:1.0)")
+def _parse_routing(routing: str) -> tuple[str, object]:
+    """(kind, skew) of a ``--routing`` text, parsed as every command parses it
+    (:meth:`moesym.specs.deployment.Routing.parse`)."""
+    from ..specs.deployment import Routing
+
+    r = Routing.parse(str(routing))
+    return ("zipf" if r.numeric else r.kind), r.skew
 
 
 def _validate(E, k, T, ep, groups, topk_groups) -> tuple[int, int, int, int, int | None, int | None]:
@@ -76,7 +67,8 @@ def routing_report(E, k, T, ep, groups=None, topk_groups=None, routing: str = "u
     (experts with >= 1 token), ``distinct_ranks_per_token`` (EP ranks one token reaches),
     ``max_rank_load_ratio`` and ``max_expert_load_ratio`` (busiest over mean). 'balanced':
     ratios 1 and min(E, T*k) experts. 'zipf:S': Zipf popularity, experts placed on ranks by
-    ``placement`` (popularity order dealt 'round_robin' or in 'contiguous' blocks).
+    ``placement`` (popularity order dealt 'round_robin' or in 'contiguous' blocks);
+    'freq:FILE': measured per-expert shares, experts placed by their index the same way.
 
     >>> routing_report(256, 8, 1, 1)["distinct_experts"]
     8.0

@@ -24,15 +24,42 @@ def zipf_popularity(E: int, s: float) -> np.ndarray:
     return w / w.sum()
 
 
-def zipf_inclusion_probabilities(E: int, k: int, s: float) -> np.ndarray:
+def is_uniform(s) -> bool:
+    """``s`` (a Zipf exponent, or measured frequencies as a tuple) describes uniform routing."""
+    return not isinstance(s, tuple) and float(s) == 0.0
+
+
+def measured_inclusion(E: int, k: int, shares: tuple) -> np.ndarray:
+    """Per-token inclusion probabilities from measured shares of the token-expert assignments
+    (``--routing freq:FILE``): a token picks k distinct experts, so expert i is in a token's
+    top-k with probability k x share_i, exactly (no sampling model needed).
+
+    >>> measured_inclusion(4, 2, (0.4, 0.3, 0.2, 0.1))
+    array([0.8, 0.6, 0.4, 0.2])
+    """
+    p = np.asarray(shares, dtype=float)
+    if p.size != int(E):
+        raise MoesymError(f"--routing freq: {p.size} experts in the file, the layer routes over {E}")
+    pi = int(k) * p / p.sum()
+    if pi.max() > 1 + 1e-9:
+        i = int(np.argmax(pi))
+        raise MoesymError(f"--routing freq: expert {i} takes {p[i] / p.sum():.3f} of the assignments, "
+                          f"more than 1/k = {1 / k:.3f}: not a top-{k} routing count")
+    return np.minimum(pi, 1.0)
+
+
+def zipf_inclusion_probabilities(E: int, k: int, s) -> np.ndarray:
     """Per-token inclusion probabilities pi_i of a top-k draw under Zipf(s) popularity.
 
     Successive-sampling (Rosen / Hajek) approximation: pi_i = 1 - exp(-L*p_i) with L solving
     sum_i (1 - exp(-L*p_i)) = k (scipy brentq). Exact for s = 0 (k/E) and k = 1 (p_i); sums to k.
+    A tuple ``s`` holds measured shares instead (:func:`measured_inclusion`).
 
     >>> zipf_inclusion_probabilities(4, 2, 0.0)
     array([0.5, 0.5, 0.5, 0.5])
     """
+    if isinstance(s, tuple):
+        return measured_inclusion(E, k, s)
     E, k = int(E), int(k)
     p = zipf_popularity(E, s)
     if k >= E:
@@ -129,7 +156,7 @@ def zipf_distinct_ranks_per_token(E: int, k: int, ep: int, s: float,
     """
     if int(ep) == 1:
         return 1.0
-    if float(s) == 0.0:
+    if is_uniform(s):
         return float(distinct_destinations(E, k, ep))
     pi = zipf_inclusion_probabilities(E, k, s)
     rank = _placement(int(E), int(ep), placement)
@@ -183,7 +210,8 @@ def eplb_imbalance(E: int, k: int, ep: int, R: int, s: float, T: float | None = 
     spread: each rank's load is a sum of binomials (a token's traffic to a replicated expert
     picks one replica uniformly), maxed with :func:`_max_of_independent`.
     """
-    rank_load, rank_var = _eplb_ranks(int(E), int(k), int(ep), int(R), float(s))
+    rank_load, rank_var = _eplb_ranks(int(E), int(k), int(ep), int(R),
+                                      s if isinstance(s, tuple) else float(s))
     mean_share = k / ep
     if T is None:
         return float(rank_load.max() / mean_share)

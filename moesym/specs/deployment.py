@@ -65,10 +65,13 @@ def activation_dispatch_bytes(fmt: str) -> float:
 
 @dataclass(frozen=True)
 class Routing:
-    """Routing distribution: 'uniform', 'balanced' or 'zipf' with exponent ``s``."""
+    """Routing distribution: 'uniform', 'balanced', 'zipf' with exponent ``s``, or 'freq': the
+    measured share of token-expert assignments of each expert (``freqs``, from a file)."""
 
     kind: str = "uniform"
     s: float = 0.0
+    freqs: tuple = ()
+    source: str = ""
 
     @staticmethod
     def parse(text: str) -> "Routing":
@@ -83,10 +86,66 @@ class Routing:
             if not (s >= 0 and math.isfinite(s)):
                 raise SpecError(f"--routing {text!r}: the Zipf exponent must be >= 0")
             return Routing("zipf", s)
-        raise SpecError(f"--routing {text!r}: use uniform, balanced or zipf:S")
+        if t.startswith("freq:"):
+            path = text.strip()[len("freq:"):]
+            return Routing("freq", freqs=read_expert_frequencies(path), source=path)
+        raise SpecError(f"--routing {text!r}: use uniform, balanced, zipf:S or freq:FILE.csv")
+
+    @property
+    def skew(self):
+        """What the numeric routing estimators take: the Zipf exponent, the measured
+        frequencies (a tuple), or 0.0 (uniform)."""
+        return {"zipf": self.s, "freq": self.freqs}.get(self.kind, 0.0)
+
+    @property
+    def numeric(self) -> bool:
+        """Skewed routing, timed by the numeric estimators of :mod:`moesym.routing.zipf`."""
+        return self.kind in ("zipf", "freq")
+
+    def check_experts(self, experts: int, topk: int) -> None:
+        """A frequency file must list one value per routed expert of the model, none above
+        1/k of the assignments (a token picks an expert at most once)."""
+        if self.kind != "freq":
+            return
+        if len(self.freqs) != experts:
+            raise SpecError(f"--routing freq:{self.source}: {len(self.freqs)} experts in the file, "
+                            f"the model routes over {experts}; give one value per expert")
+        top = max(self.freqs)
+        if top * topk > 1 + 1e-9:
+            raise SpecError(f"--routing freq:{self.source}: expert {self.freqs.index(top)} takes "
+                            f"{top:.3f} of the assignments, more than 1/k = {1 / topk:.3f}: not a "
+                            f"top-{topk} routing count")
 
     def __str__(self) -> str:
+        if self.kind == "freq":
+            return f"freq:{self.source}"
         return f"zipf:{self.s:g}" if self.kind == "zipf" else self.kind
+
+
+def read_expert_frequencies(path: str) -> tuple:
+    """Per-expert routing counts or shares from a text/CSV file: one value per line, or
+    ``expert,count`` rows (an optional header row is skipped); normalised to sum 1."""
+    p = Path(path).expanduser()
+    try:
+        lines = [ln.strip() for ln in p.read_text().splitlines() if ln.strip()]
+    except OSError:
+        raise SpecError(f"--routing freq:{path}: cannot read the file") from None
+    vals = []
+    for n, ln in enumerate(lines):
+        cell = ln.split(",")[-1].strip()
+        try:
+            v = float(cell)
+        except ValueError:
+            if n == 0:  # a header row
+                continue
+            raise SpecError(f"--routing freq:{path}: line {n + 1} {ln!r} is not a number") from None
+        if not (math.isfinite(v) and v >= 0):
+            raise SpecError(f"--routing freq:{path}: line {n + 1}: counts must be finite and >= 0")
+        vals.append(v)
+    if len(vals) < 2 or sum(vals) <= 0:
+        raise SpecError(f"--routing freq:{path}: needs one count per expert (at least 2, not all 0)")
+    total = sum(vals)
+    return tuple(v / total for v in vals)
 
 
 def _pos_int(name: str, v) -> int:
@@ -290,6 +349,8 @@ class Deployment:
         for _, ok, message in VALIDITY:
             if not bool(ok(model, self.stage_gpus, self.ep, self.tp, self.redundant_experts, self.a2a)):
                 raise SpecError(message(model, self))
+        if model.is_moe:
+            self.routing.check_experts(model.num_experts, model.experts_per_token)
 
 
 #: The rules on GPU counts alone, once: (name, vectorised predicate over GPUs, EP, TP and GPUs
