@@ -183,7 +183,7 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
              tpot_s: float | None = None, ttft_s: float | None = None,
              base: Deployment | None = None, micro_batches=(1, 2), max_size: int = 1 << 15,
              a2a_modes=None, tps=None, eps=None, progress: bool = False,
-             isl: int = 0, osl: int = 0, chunk: int = 0) -> OptimizeResult:
+             isl: int = 0, osl: int = 0, chunk: int = 0, expert_caches=None) -> OptimizeResult:
     """Best deployment of ``model`` on ``gpus`` GPUs for ``phase`` at ``context``.
 
     ``max_size``: largest batch (decode, serve) or tokens (prefill) per attention DP rank
@@ -193,6 +193,10 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     (0: the engine's default for each TP) instead of ``context``; its throughput is output
     tokens per GPU per second, limited by TPOT (with prefill interference) and TTFT.
     ``progress``: a progress bar on stderr over the (A2A mode, EP) models.
+    ``expert_caches``: expert-cache sizes to search (experts per MoE layer resident on the
+    device, the rest in host memory; one device), a list or ``"auto"`` (0, powers of two, the
+    quarters of E and E); each is its own model, and a larger cache leaves less memory for the
+    batch, so the search weighs the cache against the batch it displaces.
     """
     from .model.predictor import compiled_predict_model, ep_class, serve_models
 
@@ -231,41 +235,46 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     if not models:
         raise MoesymError("DeepEP --a2a modes need --ep equal to --gpus; pin --ep "
                           f"{gpus} or add --a2a allgather")
+    caches = _cache_sizes(model, gpus, expert_caches)
     rows = []
 
-    def row(tp, ep, mb, mode, size, out, front_only=False):
+    def row(tp, ep, mb, mode, size, out, front_only=False, cache=None):
         r = {"tp": tp, "ep": ep, "micro_batches": mb, "a2a": mode.value, size_key: int(size)}
+        if cache is not None:
+            r["expert_cache"] = int(cache)
         r.update({k: float(v) for k, v in out.items() if k != "ok"})
         if "chunk_tokens" in r:
             r["chunk_tokens"] = int(r["chunk_tokens"])
         r.update({"fits": True, "_front_only": front_only})
         return r
 
-    built: dict = {}  # compiled models per (A2A mode, EP structure class)
-    for mode, ep in progress_bar(models, "optimize: models", progress):
+    built: dict = {}  # compiled models per (A2A mode, EP structure class, expert cache)
+    for mode, ep, cache in progress_bar([(m, e, c) for m, e in models for c in caches],
+                                        "optimize: models", progress):
         # the model predict builds for this mode and EP's class (TP, micro-batches, size, GPUs,
         # EP and the numbers that depend on EP are bound per candidate)
-        rep = replace(base, gpus=gpus, ep=ep, tp=1, micro_batches=1, a2a=mode)
+        dep_c = base if cache is None else replace(base, expert_cache=cache)
+        rep = replace(dep_c, gpus=gpus, ep=ep, tp=1, micro_batches=1, a2a=mode)
         if mode is A2AMode.AUTO and ep < gpus and A2AMode.ALLGATHER in a2a_modes:
             continue  # auto is the all-gather here: searched under its own name
-        key = (mode, ep_class(rep))
+        key = (mode, ep_class(rep), cache)
         if key not in built:
             built[key] = (serve_models(model, hw, rep, replace(wl0, chunk=chunk or 1))[1:]
                           if serve else (compiled_predict_model(model, hw, rep, wl0),))
         for tp, _, mb in (c for c in cands if c[1] == ep):
             measure = _measure_fn(built[key], hw.hbm_capacity_bytes, ph, context, limits,
-                                  tp, ep, mb, gpus, base, (isl, osl, chunk) if serve else None)
+                                  tp, ep, mb, gpus, dep_c, (isl, osl, chunk) if serve else None)
             best = _search(measure, tp, mb, max_size)
             if best is None:
                 continue
             size, out = best
-            rows.append(row(tp, ep, mb, mode, size, out))
+            rows.append(row(tp, ep, mb, mode, size, out, cache=cache))
             # smaller feasible sizes (mb x powers of two) for the Pareto front
             front = mb * 2.0 ** np.arange(0, max(0, int(math.log2(size / mb))) + 1)
             front = front[front < size]
             if len(front):
                 fo = measure(front)
-                rows += [row(tp, ep, mb, mode, s, {k: v[i] for k, v in fo.items()}, True)
+                rows += [row(tp, ep, mb, mode, s, {k: v[i] for k, v in fo.items()}, True, cache)
                          for i, s in enumerate(front) if fo["ok"][i]]
     if not rows:
         raise MoesymError("no deployment meets the latency limit and fits in memory; relax "
@@ -277,6 +286,23 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     table = [clean(r) for r in rows]
     return OptimizeResult(clean(best), [clean(r) for r in pareto_front(rows, "tokens_per_gpu_s",
                                                                       "tokens_per_user_s")], table)
+
+
+def _cache_sizes(model: ModelSpec, gpus: int, expert_caches) -> list:
+    """The expert-cache sizes an optimize searches ([None]: the base deployment's own)."""
+    if expert_caches is None:
+        return [None]
+    if not model.is_moe or gpus != 1:
+        raise MoesymError("--expert-cache searches the experts kept on one device: it takes "
+                          "--gpus 1 and an MoE model")
+    E = model.num_experts
+    if expert_caches == "auto":
+        pow2 = [1 << i for i in range(E.bit_length()) if 1 << i <= E]
+        return sorted({0, E, *pow2, *(E * q // 4 for q in (1, 2, 3))})
+    bad = [c for c in expert_caches if c > E]
+    if bad:
+        raise MoesymError(f"--expert-cache {bad[0]}: {model.name} has {E} experts per layer")
+    return sorted(set(expert_caches))
 
 
 def disaggregate(model: ModelSpec, hw: HardwareSpec, prefill_gpus: int, decode_gpus: int,

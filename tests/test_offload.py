@@ -198,3 +198,24 @@ def test_bad_frequency_files_are_one_line_exit_2(tmp_path, capsys, text, field):
                "8", "--context", "1024", "--routing", f"freq:{p}"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "\n" not in err and field in err and "--routing" in err
+
+
+def test_optimize_chooses_the_expert_cache_against_the_batch_it_displaces():
+    # issue 19: optimize searches the cache size; checked against a brute force of predict over
+    # every (cache, batch): a bigger cache is faster per step but leaves less memory for KV
+    from moesym.optimize import optimize
+
+    m, h = load_model("mixtral-8x7b"), load_hardware("rtx-4090")
+    base = Deployment(weights="w4a16", prefetch=True)
+    r = optimize(m, h, 1, "decode", context=4096, tpot_s=2.0, base=base, max_size=48,
+                 micro_batches=(1,), expert_caches=[1, 4, 6])
+    best = None
+    for c in (1, 4, 6):
+        for b in range(1, 49):
+            p = predict(m, h, base.with_(expert_cache=c), Workload("decode", batch=b, context=4096))
+            if p["fits"] and p["tpot_s"] <= 2.0 and (best is None or p["tokens_per_gpu_s"] > best[0]):
+                best = (p["tokens_per_gpu_s"], c, b)
+    assert (r.best["expert_cache"], r.best["batch"]) == best[1:]
+    assert r.best["tokens_per_gpu_s"] == pytest.approx(best[0], rel=1e-9)
+    with pytest.raises(Exception, match="--gpus 1"):
+        optimize(m, h, 2, "decode", context=4096, tpot_s=2.0, base=base, expert_caches="auto")

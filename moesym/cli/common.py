@@ -104,6 +104,20 @@ def positive_int_list(text: str) -> list[int]:
     return vals
 
 
+def cache_sizes(text: str):
+    """optimize's --expert-cache: 'auto' or a comma list of non-negative integers."""
+    if text == "auto":
+        return "auto"
+    try:
+        vals = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected auto or a comma list of expert counts, got "
+                                         f"{text!r}") from None
+    if not vals or any(v < 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"expert counts must be >= 0, got {text!r}")
+    return vals
+
+
 def a2a_list(text: str) -> list[A2AMode]:
     modes = [m.value for m in A2AMode]
     out = []
@@ -159,9 +173,15 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
     g.add_argument("--layout", choices=("auto", "contiguous", "masked", "batched"), default="auto",
                    help="expert activation layout (auto: masked after DeepEP low-latency "
                         "dispatch, contiguous otherwise)")
-    g.add_argument("--expert-cache", type=nonneg_int, default=None, metavar="C",
-                   help="experts per MoE layer resident in device memory, the rest in host "
-                        "memory (one device, --ep 1; default: all resident)")
+    if search:
+        g.add_argument("--expert-cache", type=cache_sizes, default=None, metavar="C[,C...]|auto",
+                       help="expert-cache sizes to search (experts per MoE layer on the device, "
+                            "the rest in host memory; --gpus 1): a list, or auto (0, powers of "
+                            "two, quarters of E, E); default: all resident")
+    else:
+        g.add_argument("--expert-cache", type=nonneg_int, default=None, metavar="C",
+                       help="experts per MoE layer resident in device memory, the rest in host "
+                            "memory (one device, --ep 1; default: all resident)")
     g.add_argument("--cache-policy", choices=("static-top", "lfu", "lru"), default="static-top",
                    help="which experts the cache holds (default static-top: the most popular)")
     g.add_argument("--prefetch", action="store_true",
@@ -243,7 +263,8 @@ def deployment_from(args) -> Deployment:
                       routing=Routing.parse(args.routing),
                       redundant_experts=args.redundant_experts, layout=args.layout,
                       overlap=args.overlap, timing=args.timing, mtp=getattr(args, "mtp", 0),
-                      expert_cache=getattr(args, "expert_cache", None),
+                      expert_cache=one(getattr(args, "expert_cache", None), None)
+                      if getattr(args, "expert_cache", None) != "auto" else None,
                       cache_policy=getattr(args, "cache_policy", "static-top"),
                       prefetch=getattr(args, "prefetch", False),
                       expert_placement=getattr(args, "expert_placement", "stream"),

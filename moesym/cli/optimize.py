@@ -73,7 +73,8 @@ def run(args) -> int:
                  ttft_s=args.ttft_ms / 1e3 if args.ttft_ms else None, base=base,
                  max_size=args.max_size, micro_batches=tuple(args.micro_batches or (1, 2)),
                  a2a_modes=args.a2a, tps=args.tp, eps=args.ep, progress=not args.json,
-                 isl=args.isl or 0, osl=args.osl or 0, chunk=args.chunk or 0)
+                 isl=args.isl or 0, osl=args.osl or 0, chunk=args.chunk or 0,
+                 expert_caches=args.expert_cache)
     out = {"best": r.best, "pareto": r.pareto}
     if args.plot:
         from ..plots import pareto_plot
@@ -93,7 +94,8 @@ def run(args) -> int:
     b = r.best
     size = "batch" if "batch" in b else "tokens"
     what = "output tokens/GPU/s" if args.phase == "serve" else "tokens/GPU/s"
-    print(f"best: tp={b['tp']} ep={b['ep']} micro-batches={b['micro_batches']} a2a={b['a2a']} "
+    cache = f" expert-cache={b['expert_cache']}" if "expert_cache" in b else ""
+    print(f"best: tp={b['tp']} ep={b['ep']} micro-batches={b['micro_batches']} a2a={b['a2a']}{cache} "
           f"{size}={b[size]}  {b['tokens_per_gpu_s']:.1f} {what}  step {fmt_s(b['step_time_s'])}")
     if args.phase == "serve":
         print(f"      input {b['input_tokens_per_gpu_s']:.1f} tokens/GPU/s  TPOT "
@@ -101,7 +103,8 @@ def run(args) -> int:
               f"{b['chunk_tokens']}")
     print("pareto front (tokens/GPU/s vs tokens/user/s):")
     for p in r.pareto:
-        print(f"  tp={p['tp']:<3} ep={p['ep']:<4} mb={p['micro_batches']} {size}={p[size]:<6} "
+        cache = f" cache={p['expert_cache']:<4}" if "expert_cache" in p else ""
+        print(f"  tp={p['tp']:<3} ep={p['ep']:<4} mb={p['micro_batches']}{cache} {size}={p[size]:<6} "
               f"{p['tokens_per_gpu_s']:10.1f} {p['tokens_per_user_s']:10.2f}")
     if "launch" in out:
         print(f"{out['launch']['engine']}: {out['launch']['command']}")
