@@ -95,3 +95,24 @@ def test_mxfp4_stays_four_bit_on_hopper_where_fp4_expands():
     assert mx["weights_breakdown"]["routed_experts"] == pytest.approx(
         f8["weights_breakdown"]["routed_experts"] * bytes_per_element("mxfp4")
         / bytes_per_element("fp8"))
+
+
+def test_separate_dequant_kernel_moves_the_weight_bytes_by_hand():
+    # issue 19: --dequant separate runs a dequantisation kernel (read the packed weights, b_w per
+    # element, write BF16) before a plain BF16 GEMM that reads 2 B per element. The routed
+    # experts' weight traffic goes from b_w to b_w + 2 + 2 per element: x (b_w + 4) / b_w, with
+    # b_w = (4 + 32/128) / 8 for w4a16 at group 128 (a 16-bit scale and zero per 128 weights).
+    import moesym as ms
+
+    m, h = ms.load_model("qwen3-30b-a3b"), ms.load_hardware("rtx-4090")
+    wl = ms.Workload("decode", batch=8, context=2048)
+    fused = ms.predict(m, h, ms.Deployment(weights="w4a16"), wl)
+    sep = ms.predict(m, h, ms.Deployment(weights="w4a16", dequant="separate"), wl)
+    bw = (4 + 32 / 128) / 8
+    assert sep["work_per_layer"]["moe_weight_load"]["hbm_bytes"] == pytest.approx(
+        fused["work_per_layer"]["moe_weight_load"]["hbm_bytes"] * (bw + 4) / bw, rel=1e-12)
+    assert sep["step_time_s"] > fused["step_time_s"]
+    # BF16 weights run no weight-only kernel: the flag changes nothing and says so
+    with pytest.warns(UserWarning, match="--dequant separate has no effect"):
+        a = ms.predict(m, h, ms.Deployment(weights="bf16", dequant="separate"), wl)
+    assert a["step_time_s"] == ms.predict(m, h, ms.Deployment(weights="bf16"), wl)["step_time_s"]

@@ -160,6 +160,10 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
     g.add_argument("--group-size", type=positive_int, default=None, metavar="N",
                    help="scale group of fp4, w4a16, w4a8 or int8 weights (default: the format's: "
                         "32 fp4, 128 w4a16/w4a8, per channel int8)")
+    g.add_argument("--dequant", choices=("fused", "separate"), default="fused",
+                   help="weight-only formats (w4a16, w4a8 weights, fp4 without FP4 cores): "
+                        "dequantize inside the GEMM (Marlin-style, default) or in a kernel of "
+                        "its own before a BF16 GEMM")
     g.add_argument("--kv", choices=("bf16", "fp8"), default="bf16")
     if not search:
         g.add_argument("--a2a", choices=[m.value for m in A2AMode], default="auto")
@@ -268,6 +272,7 @@ def deployment_from(args) -> Deployment:
                       cache_policy=getattr(args, "cache_policy", "static-top"),
                       prefetch=getattr(args, "prefetch", False),
                       expert_placement=getattr(args, "expert_placement", "stream"),
+                      dequant=getattr(args, "dequant", "fused"),
                       accept=getattr(args, "accept", None),
                       memory_options=_memory_option_pairs(getattr(args, "memory_option", [])))
 

@@ -26,7 +26,7 @@ from ..specs.model import ModelSpec
 from ..symbols import S, by_name, check_bindings
 from ..terms import attention as att
 from ..terms import comm, elementwise as ew, ffn
-from ..terms.cost import AttentionShape, Cost, GemmShape, KernelClass, smax, smin
+from ..terms.cost import AttentionShape, Cost, GemmShape, KernelClass, component_symbols, smax, smin
 from ..terms.dims import Dims, symbolic_dims
 from ..timing import TermTime
 from . import overlap
@@ -214,14 +214,40 @@ def _quantized(model: ModelSpec, dep: Deployment) -> dict:
     return {c: quantizes_activations(FORMATS[getattr(r, c)].compute) for c in COMPONENTS}
 
 
-def _tagged(costs: list, component: str, weight_only: frozenset = frozenset()) -> list:
+def _tagged(costs: list, component: str, weight_only: frozenset = frozenset(),
+            dequant: str = "fused") -> list:
     """The costs with ``component``'s weights (bytes and tensor cores, ``Cost.as_component``);
-    a component in ``weight_only`` runs Marlin-style kernels that tile M by 16 rows."""
-    out = [c.as_component(component) for c in costs]
-    if component in weight_only:
-        out = [replace(c, shape=replace(c.shape, tile_m_min=16)) if isinstance(c.shape, GemmShape)
-               else c for c in out]
-    return out
+    a component in ``weight_only`` runs Marlin-style kernels that tile M by 16 rows, or with
+    ``dequant`` = "separate" a dequantisation kernel before a plain BF16 GEMM
+    (:func:`_dequantized`)."""
+    out = [c.as_component("" if component == "attn" else component) for c in costs]
+    if component not in weight_only:
+        return out
+    if dequant == "separate":
+        return [x for c in out for x in _dequantized(c)]
+    return [replace(c, shape=replace(c.shape, tile_m_min=16)) if isinstance(c.shape, GemmShape)
+            else c for c in out]
+
+
+def _dequantized(c: Cost) -> list:
+    """A weight-only GEMM run as a separate dequantisation kernel and a BF16 GEMM (``--dequant
+    separate``): the kernel reads the packed weights (b_w per element, scales included) and
+    writes them as BF16 (2 B); the GEMM then reads 2 B per weight element instead of b_w. Weight
+    elements: N x K x groups of a GEMM, or the weight-load term's bytes over b_w."""
+    w = component_symbols(c.component)[1]
+    bf16 = sp.Integer(2)
+    if isinstance(c.shape, GemmShape):
+        elems = c.shape.n * c.shape.k * c.shape.groups
+        if not c.hbm_bytes.has(w):  # routed expert GEMMs: their weights are the load term's
+            return [c]
+    elif c.hbm_bytes.has(w):
+        elems = c.hbm_bytes.xreplace({w: 1}) - c.hbm_bytes.xreplace({w: 0})
+    else:
+        return [c]
+    gemm = replace(c, hbm_bytes=c.hbm_bytes + elems * (bf16 - w))
+    kernels = 2 if c.shape is None else 1  # the expert load term covers gate/up and down
+    return [gemm, Cost(f"{c.name}_dequant", KernelClass.ELEMENTWISE, hbm_bytes=elems * (w + bf16),
+                       launches=kernels)]
 
 
 def _weight_only(model: ModelSpec, dep: Deployment, hw: HardwareSpec | None) -> frozenset:
@@ -243,11 +269,12 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     mla = model.is_mla
     q = _quantized(model, dep)
     wo = _weight_only(model, dep, hw)
+    dq = dep.dequant
     fp8 = q["moe"]
     t = _tokens(wl, dep) / D.micro_batches  # tokens of one micro-batch on one attention DP rank
     t_moe = ffn.moe_tokens_per_gpu(D, t)
     costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
-    costs["attention_proj"] = _attention_projections(model, D, t)
+    costs["attention_proj"] = _tagged(_attention_projections(model, D, t), "attn", wo, dq)
     costs["attention_core"] = _attention_core(model, dep, wl, D, t)
     lam = imbalance_expr(model, dep, D, t)
     rows = t_moe * D.topk * lam * D.expert_tp
@@ -262,12 +289,12 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     active = None if layout == "batched" else touched  # a batched buffer computes every expert
     costs["moe_routed"] = _tagged(ffn.routed_expert_compute(D, t, imbalance=lam, padded_rows=padded,
                                                             layout=layout, active_experts=active),
-                                  "moe", wo)
+                                  "moe", wo, dq)
     if on_host is not None:
         touched = smax(touched - on_host["cold"], 0)
-    costs["moe_weight_load"] = _tagged([ffn.routed_expert_weight_load(D, touched)], "moe", wo)
+    costs["moe_weight_load"] = _tagged([ffn.routed_expert_weight_load(D, touched)], "moe", wo, dq)
     if model.shared_intermediate_size:
-        costs["shared_expert"] = _tagged(ffn.shared_expert(D, t), "dense", wo) + [
+        costs["shared_expert"] = _tagged(ffn.shared_expert(D, t), "dense", wo, dq) + [
             ew.swiglu_activation("shared_act", t, D.shared_inter / D.tp, D.act_bytes)]
     bw_up, bw_out = S.bw_up * S.eff_up, S.bw_out * S.eff_out
     if model.is_moe:
@@ -315,9 +342,10 @@ def _dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     mla = model.is_mla
     q = _quantized(model, dep)
     wo = _weight_only(model, dep, hw)
+    dq = dep.dequant
     t = _tokens(wl, dep) / D.micro_batches
     costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
-    costs["attention_proj"] = _attention_projections(model, D, t)
+    costs["attention_proj"] = _tagged(_attention_projections(model, D, t), "attn", wo, dq)
     costs["attention_core"] = _attention_core(model, dep, wl, D, t)
     # a dense FFN stands in for the MoE: its GEMMs are moe_routed, its weight read moe_weight_load
     g_up, g_down = ffn.dense_ffn(D, t)
@@ -325,9 +353,9 @@ def _dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     w_down = g_down.shape.n * g_down.shape.k * D.w_bytes
     costs["moe_routed"] = _tagged([replace(g_up, hbm_bytes=g_up.hbm_bytes - w_up),
                                    replace(g_down, hbm_bytes=g_down.hbm_bytes - w_down)],
-                                  "dense", wo)
+                                  "dense", wo, dq)
     costs["moe_weight_load"] = _tagged([Cost("ffn_weight_load", g_up.kind, hbm_bytes=w_up + w_down)],
-                                       "dense", wo)
+                                       "dense", wo, dq)
     costs["tp_comm"] = ([comm.tp_allreduce(D, t, S.bw_up * S.eff_up, S.lat_up).scaled(2)]
                         + _cp_ring(model, dep, wl, D, t))
     costs["other"] = [ew.norm_residual(D, t).scaled(2), ew.attention_elementwise(D, t, mla, q["attn"]),
@@ -624,6 +652,11 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     symbols, :class:`moesym.timing.RooflineTiming`).
     """
     deployment.check_model(model)
+    if deployment.dequant == "separate" and not _weight_only(model, deployment, hardware):
+        import warnings
+
+        warnings.warn(f"--dequant separate has no effect: no weight class of --weights "
+                      f"{deployment.weights} runs weight-only GEMMs on {hardware.name}", stacklevel=2)
     if deployment.cp > 1 and workload.phase is not Phase.PREFILL:
         from ..errors import SpecError
 

@@ -188,6 +188,9 @@ class Deployment:
     cache_policy: str = "static-top"
     prefetch: bool = False
     expert_placement: str = "stream"
+    # weight-only (w4a16, ...) GEMMs: dequantize inside the GEMM (Marlin-style, "fused") or in a
+    # kernel of their own before a plain BF16 GEMM ("separate")
+    dequant: str = "fused"
     mtp: int = 0  # speculative decoding: draft tokens per decode step (DeepSeek MTP, EAGLE)
     pp: int = 1  # pipeline-parallel stages (each holds gpus / pp GPUs and 1 / pp of the layers)
     cp: int = 1  # context parallelism: GPUs sharing each prompt (prefill, ring attention)
@@ -249,6 +252,8 @@ class Deployment:
                             f"{self.expert_cache!r}")
         if self.cache_policy not in ("static-top", "lfu", "lru"):
             raise SpecError(f"--cache-policy {self.cache_policy!r}: use static-top, lfu or lru")
+        if self.dequant not in ("fused", "separate"):
+            raise SpecError(f"--dequant {self.dequant!r}: use fused or separate")
         if self.expert_placement not in ("stream", "host-compute"):
             raise SpecError(f"--expert-placement {self.expert_placement!r}: use stream or "
                             "host-compute")
