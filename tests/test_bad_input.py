@@ -120,6 +120,13 @@ CASES = [
     # validate
     (["validate", "--cases", "{tmp}/bad.json"], "bad.json"),
     (["validate", "--cases", "{tmp}/missing.json"], "missing.json"),
+    # report, timing, dequant (this session)
+    (["report", *Q8, *DEC, "--out", "{tmp}/no/such/folder/r.html"], "--out"),
+    (["report", *Q8, *DEC], "--out"),
+    (["optimize", *Q8, *DEC, "--context", "1024", "--report", "{tmp}/none/r.html"], "--report"),
+    (["predict", *Q8, *DEC, "--timing", "tables:{tmp}/missing"], "--timing"),
+    (["predict", *Q8, *DEC, "--dequant", "later"], "--dequant"),
+    (["optimize", *Q8, *DEC, "--context", "1024", "--expert-cache", "-1"], "--expert-cache"),
 ]
 
 

@@ -25,6 +25,7 @@ COMMANDS = {
     "sweep": "grid of step times (CSV or Parquet)",
     "optimize": "best TP/EP/micro-batch/batch under TPOT/TTFT and memory",
     "validate": "error against published end-to-end measurements",
+    "report": "one self-contained HTML page of a prediction (charts, timeline, formulas)",
     "list": "built-in models and GPUs, their sources and calibration state",
 }
 
@@ -60,7 +61,7 @@ def _command(argv: list[str]) -> str:
     return next((a for a in argv if not a.startswith("-")), "")
 
 
-_OUTPUT_FLAGS = ("out", "plot", "timeline")  # argument names that are files to write
+_OUTPUT_FLAGS = ("out", "plot", "timeline", "report")  # argument names that are files to write
 
 
 def _check_outputs(args) -> None:
@@ -108,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return 0
         _check_outputs(args)
+        args.argv = argv  # the command as given (a report page shows how to reproduce it)
         return int(args.func(args) or 0)
     except MoesymError as exc:
         print(f"moesym: error: {exc}", file=sys.stderr)

@@ -28,6 +28,8 @@ def register(sub) -> None:
     p.add_argument("--plot", default=None, metavar="FILE.png", help="write the Pareto front")
     p.add_argument("--emit", choices=("sglang", "vllm", "trtllm"), default=None,
                    help="also print the engine's launch command for the best deployment")
+    p.add_argument("--report", default=None, metavar="FILE.html",
+                   help="also write the report page of the best deployment, with the Pareto front")
     add_deployment(p, search=True)
     add_json(p)
     p.set_defaults(func=run)
@@ -88,6 +90,11 @@ def run(args) -> int:
                                              base=base)
     if args.emit:
         out["launch"] = _launch(args, model, base, r.best)
+    if args.report:
+        from .report import write_report
+
+        dep, wl = _best_deployment(args, model, base, r.best)
+        out["report"] = str(write_report(args.report, model, hw, dep, wl, args.argv, r))
     if args.json:
         emit_json(out)
         return 0
@@ -106,6 +113,8 @@ def run(args) -> int:
         cache = f" cache={p['expert_cache']:<4}" if "expert_cache" in p else ""
         print(f"  tp={p['tp']:<3} ep={p['ep']:<4} mb={p['micro_batches']}{cache} {size}={p[size]:<6} "
               f"{p['tokens_per_gpu_s']:10.1f} {p['tokens_per_user_s']:10.2f}")
+    if "report" in out:
+        print(f"wrote {out['report']}")
     if "launch" in out:
         print(f"{out['launch']['engine']}: {out['launch']['command']}")
         for note in out["launch"]["notes"]:
@@ -121,15 +130,16 @@ def run(args) -> int:
     return 0
 
 
-def _launch(args, model, base, best: dict) -> dict:
-    """The launch command of the optimizer's best deployment at its batch (or tokens)."""
+def _best_deployment(args, model, base, best: dict):
+    """(deployment, workload) of the optimizer's best answer at its batch (or tokens)."""
     from dataclasses import replace
 
-    from ..emit import launch_command
     from ..specs.deployment import A2AMode, Phase, Workload
 
     dep = replace(base, gpus=args.gpus, tp=best["tp"], ep=best["ep"],
                   micro_batches=best["micro_batches"], a2a=A2AMode(best["a2a"]))
+    if "expert_cache" in best:
+        dep = replace(dep, expert_cache=best["expert_cache"])
     ph = Phase(args.phase)
     if ph is Phase.PREFILL:
         wl = Workload(ph, tokens=best["tokens"], context=args.context)
@@ -138,4 +148,12 @@ def _launch(args, model, base, best: dict) -> dict:
                       chunk=best.get("chunk_tokens", 0))
     else:
         wl = Workload(ph, batch=best["batch"], context=args.context)
+    return dep, wl
+
+
+def _launch(args, model, base, best: dict) -> dict:
+    """The launch command of the optimizer's best deployment at its batch (or tokens)."""
+    from ..emit import launch_command
+
+    dep, wl = _best_deployment(args, model, base, best)
     return launch_command(args.emit, model, dep, wl)

@@ -1,0 +1,44 @@
+"""``moesym report``: one self-contained HTML page of a prediction (:mod:`moesym.html_report`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from . import COMMANDS
+from .common import add_deployment, add_model_hw, add_workload, deployment_from, model_hw_from, workload_from
+
+__all__ = ["register", "write_report"]
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help=COMMANDS["report"])
+    add_model_hw(p)
+    add_workload(p)
+    add_deployment(p)
+    p.add_argument("--out", required=True, metavar="FILE.html",
+                   help="the page to write (one file: styles, SVG charts and MathML inline)")
+    p.set_defaults(func=run)
+
+
+def _say(name: str) -> None:
+    """Progress on stderr, a terminal only (the page takes a few seconds: models, derive)."""
+    if sys.stderr.isatty():
+        print(f"moesym report: {name} ...", file=sys.stderr, flush=True)
+
+
+def write_report(path: str, model, hw, dep, wl, argv, optimize_result=None) -> Path:
+    from ..html_report import report_html
+
+    out = Path(path).expanduser()
+    out.write_text(report_html(model, hw, dep, wl, argv, optimize_result, progress=_say),
+                   encoding="utf-8")
+    return out
+
+
+def run(args) -> int:
+    model, hw = model_hw_from(args)
+    out = write_report(args.out, model, hw, deployment_from(args), workload_from(args),
+                       args.argv)
+    print(f"wrote {out}")
+    return 0
