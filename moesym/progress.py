@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Iterable, TypeVar
 
-__all__ = ["progress_bar"]
+__all__ = ["progress_bar", "status"]
 
 T = TypeVar("T")
 
@@ -28,3 +28,9 @@ def progress_bar(items: Iterable[T], desc: str, enabled: bool = True,
         total = len(items)
     return tqdm(items, desc=desc, total=total, file=sys.stderr, leave=False,
                 mininterval=0.5, delay=1.0)
+
+
+def status(message: str, enabled: bool = True) -> None:
+    """One line on stderr saying what a long step is doing (a terminal only, as the bars)."""
+    if enabled and sys.stderr.isatty():
+        print(f"moesym: {message} ...", file=sys.stderr, flush=True)

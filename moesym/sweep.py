@@ -225,6 +225,9 @@ class _Models:
         key = ep_class(dep)
         with self._lock:  # threads of one dask worker wait for the first compile
             if key not in self._cache:
+                from .progress import status
+
+                status(f"sweep: building the model for {gpus} GPUs, EP {ep}")
                 self._cache[key] = _compile(self.grid, int(gpus), int(ep))
             return self._cache[key]
 
@@ -404,9 +407,11 @@ def sweep_columns(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
 
 
 def _blocks(model, hardware, phase, axes, deployment, chunk_points):
+    from .progress import progress_bar
+
     grid, blocks = _plan(model, hardware, phase, axes, deployment, chunk_points)
     models = _Models(grid)
-    for block in blocks:
+    for block in progress_bar(blocks, "sweep: blocks", len(blocks) > 1):
         yield grid, _block(grid, models, block)
 
 

@@ -101,3 +101,24 @@ def test_committed_cli_reference_matches_the_parsers():
 
     committed = (Path(__file__).resolve().parent.parent / "CLI.md").read_text()
     assert committed == reference_text(), "CLI.md drifted: python -m moesym.cli.reference > CLI.md"
+
+
+def test_status_lines_only_on_a_terminal(monkeypatch, capsys):
+    # issue 21: long commands say what they are doing on stderr, a terminal only
+    import io
+    import sys
+
+    from moesym.progress import status
+
+    status("derive crossover: building")
+    assert capsys.readouterr().err == ""  # pytest's stderr is not a terminal
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    fake = Tty()
+    monkeypatch.setattr(sys, "stderr", fake)
+    status("derive crossover: building")
+    status("hidden", enabled=False)  # --json
+    assert fake.getvalue() == "moesym: derive crossover: building ...\n"

@@ -136,6 +136,9 @@ def _deployment(args):
 
     dep = deployment_from(args)
     dep.check_overlap(Phase.DECODE)
+    from ..progress import status
+
+    status(f"derive {args.what}: building and solving the step model", not args.json)
     return dep
 
 
@@ -247,6 +250,9 @@ def _solve(args) -> int:
     _one_step_only(args)
     m, h = model_hw_from(args)
     dep = deployment_from(args)
+    from ..progress import status
+
+    status(f"derive solve: building the step model and solving for {args.var}", not args.json)
     cf = dv.solve(m, h, dep, workload_from(args), args.var, equal=args.equal,
                   minimize=args.minimize, span=span)
     return show(cf, args)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from . import COMMANDS
@@ -23,8 +22,9 @@ def register(sub) -> None:
 
 def _say(name: str) -> None:
     """Progress on stderr, a terminal only (the page takes a few seconds: models, derive)."""
-    if sys.stderr.isatty():
-        print(f"moesym report: {name} ...", file=sys.stderr, flush=True)
+    from ..progress import status
+
+    status(f"report: {name}")
 
 
 def write_report(path: str, model, hw, dep, wl, argv, optimize_result=None) -> Path:
