@@ -43,3 +43,35 @@ def test_cheaper_than_full_attention_at_long_context(nxt):
     # the attention work per layer: a quarter of the full layers' KV reads plus the states
     kv = plain["work_per_layer"]["attention_core"]["hbm_bytes"]
     assert hybrid["work_per_layer"]["attention_core"]["hbm_bytes"] < 0.3 * kv
+
+
+def test_gated_attention_output_by_hand():
+    # issue 18 item 7: Qwen3.5's attn_output_gate (and Qwen3-Next, which always gates): q_proj
+    # also emits a gate of h d_h per token, and an elementwise kernel multiplies the attention
+    # output by sigmoid(gate). Per layer and t tokens that adds 2 t d h d_h FLOP, the gate's
+    # weights d h d_h b_w and its output t h d_h b_a to q_proj, and 3 t h d_h b_a (read output
+    # and gate, write) to the elementwise kernel; memory holds the gate's weights in every layer.
+    import moesym as ms
+    from moesym.specs.model import from_hf_config
+
+    cfg = {"hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
+           "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 1000, "intermediate_size": 4096}
+    plain = from_hf_config(cfg)
+    gated = from_hf_config({**cfg, "attn_output_gate": True})
+    assert gated.attn_output_gate and not plain.attn_output_gate
+    hw = ms.load_hardware("h100")
+    wl = ms.Workload("decode", batch=32, context=2048)
+    a, b = (ms.predict(m, hw, ms.Deployment(), wl) for m in (plain, gated))
+    t, d, hhd, bw, ba = 32, 1024, 8 * 128, 2, 2
+    fa, fb = a["work_per_layer"]["attention_proj"], b["work_per_layer"]["attention_proj"]
+    assert fb["flop"] - fa["flop"] == pytest.approx(2 * t * d * hhd, rel=1e-12)
+    assert fb["hbm_bytes"] - fa["hbm_bytes"] == pytest.approx(d * hhd * bw + t * hhd * ba
+                                                              + 3 * t * hhd * ba, rel=1e-12)
+    assert b["step_time_s"] > a["step_time_s"]
+    mem = [memory_report(m, hw, ms.Deployment(), wl)["weights_bytes"] for m in (plain, gated)]
+    assert mem[1] - mem[0] == pytest.approx(4 * d * hhd * bw, rel=1e-12)
+    # Qwen3-Next gates without a config field: its model type says so
+    assert from_hf_config({**cfg, "model_type": "qwen3_next", "full_attention_interval": 4,
+                           "linear_num_key_heads": 4, "linear_num_value_heads": 8,
+                           "linear_key_head_dim": 64, "linear_value_head_dim": 64}).attn_output_gate
+    assert ms.load_model("qwen3-next-80b-a3b").attn_output_gate

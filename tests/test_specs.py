@@ -291,10 +291,10 @@ def test_hybrid_linear_attention_fields_are_read():
         from_hf_config(cfg)
 
 
-@pytest.mark.parametrize("field,value", [("attn_output_gate", True)])
+@pytest.mark.parametrize("field,value", [("vision_config", {"depth": 27})])
 def test_an_unmodelled_cost_field_is_said_not_ignored(field, value):
-    """Config fields that change the cost and are not modelled (the gated attention output)
-    warn, naming the field, instead of being read as plain attention in silence."""
+    """Config fields that change the cost and are not modelled (a vision encoder) warn, naming
+    the field, instead of being dropped in silence."""
     cfg = {"hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
            "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 1000,
            "intermediate_size": 4096, field: value}

@@ -169,7 +169,7 @@ def memory_expressions(model: ModelSpec, dep: Deployment, phase: Phase,
     n_layers = S.n_moe_layers + S.n_dense_layers
     n_sw = S.n_sliding_layers if model.sliding_layers else 0
     weights = weights_breakdown(D, mla=mla, q_lora=q_lora, tie_embeddings=model.tie_embeddings,
-                                mtp_shares_block=opts.mtp_shares_block)
+                                mtp_shares_block=opts.mtp_shares_block, gate=model.attn_output_gate)
     if dep.expert_cache is not None and model.is_moe:  # only the cached experts stay on device
         cached = sp.Integer(min(dep.expert_cache, model.num_experts))
         weights["routed_experts"] = (S.n_moe_layers * cached * 3 * D.hidden * D.moe_inter

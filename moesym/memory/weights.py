@@ -47,7 +47,8 @@ WEIGHT_COMPONENTS = ("attention_sharded", "attention_replicated", "routed_expert
                      "mtp")
 
 
-def attention_params(D: Dims, mla: bool, q_lora: bool = True) -> tuple[sp.Expr, sp.Expr]:
+def attention_params(D: Dims, mla: bool, q_lora: bool = True, gate: bool = False
+                     ) -> tuple[sp.Expr, sp.Expr]:
     """GEMM weights of one attention layer on one GPU: ``(tp-sharded, replicated)`` elements.
 
     MLA: sharded = r_q h (d_nope + d_rope) + r_kv h (d_nope + d_v) + h d_v d with h = n_h / t_p,
@@ -70,7 +71,8 @@ def attention_params(D: Dims, mla: bool, q_lora: bool = True) -> tuple[sp.Expr, 
         sharded += D.kv_lora * h * (D.qk_nope + D.v_head) + h * D.v_head * d
         replicated += d * (D.kv_lora + D.qk_rope)
         return sharded, replicated
-    return 2 * h * D.head_dim * d + 2 * d * D.local_kv_heads * D.head_dim, sp.Integer(0)
+    q_and_o = (3 if gate else 2) * h * D.head_dim * d  # a gated output adds the gate's h d_h x d
+    return q_and_o + 2 * d * D.local_kv_heads * D.head_dim, sp.Integer(0)
 
 
 def routed_expert_params(D: Dims) -> sp.Expr:
@@ -153,7 +155,7 @@ def weights_breakdown(D: Dims, *, mla: bool, q_lora: bool = True, tie_embeddings
                       n_moe_layers=S.n_moe_layers, n_dense_layers=S.n_dense_layers,
                       n_mtp_layers=S.n_mtp_layers, mtp_shares_block: bool = False,
                       w_bytes_expert=S.w_bytes_expert, w_bytes_hp=S.w_bytes_hp,
-                      w_bytes_dense=S.w_bytes_dense) -> dict[str, sp.Expr]:
+                      w_bytes_dense=S.w_bytes_dense, gate: bool = False) -> dict[str, sp.Expr]:
     """Bytes of each weight component on one GPU (keys: ``WEIGHT_COMPONENTS``).
 
     attention = N (sharded + replicated) b_w with N = N_moe + N_dense layers; routed =
@@ -170,7 +172,7 @@ def weights_breakdown(D: Dims, *, mla: bool, q_lora: bool = True, tie_embeddings
     n_moe, n_dense, n_mtp = sym(n_moe_layers), sym(n_dense_layers), sym(n_mtp_layers)
     b_w, b_we, b_hp, b_wd = D.w_bytes, sym(w_bytes_expert), sym(w_bytes_hp), sym(w_bytes_dense)
     n_layers = n_moe + n_dense
-    att_s, att_r = attention_params(D, mla, q_lora)
+    att_s, att_r = attention_params(D, mla, q_lora, gate)
     norms = norm_params(D, mla, q_lora)
     moe_layer_bytes = (routed_expert_params(D) * b_we + shared_expert_params(D) * b_wd
                        + router_params(D) * b_hp)

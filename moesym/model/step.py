@@ -461,7 +461,8 @@ def _layer_share(c: Cost, share) -> Cost:
 def _attention_projections(model: ModelSpec, D: Dims, t) -> list[Cost]:
     """Attention projections of an average layer: the model's own (MHA/GQA or MLA, plus the
     sparse-attention indexer's), and for a hybrid model the DeltaNet layers' share."""
-    full = att.attention_projections(D, t, model.is_mla) + _indexer_projections(model, D, t)
+    full = (att.attention_projections(D, t, model.is_mla, model.attn_output_gate)
+            + _indexer_projections(model, D, t))
     if not model.linear_layers:
         return full
     f = sp.Rational(model.linear_layers, model.num_layers)

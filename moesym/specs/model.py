@@ -74,6 +74,9 @@ class ModelSpec:
     linear_k_dim: int = 0
     linear_v_dim: int = 0
     linear_conv: int = 0  # causal convolution width
+    # gated attention output (Qwen3-Next, Qwen3.5): q_proj also emits a gate of h d_h per token
+    # and the attention output is multiplied by sigmoid(gate) before o_proj
+    attn_output_gate: bool = False
     published_total_params: float = 0.0
     published_active_params: float = 0.0
 
@@ -113,7 +116,8 @@ class ModelSpec:
                   + self.kv_lora_rank * h * (self.qk_nope_head_dim + self.v_head_dim))
             return q + kv + h * self.v_head_dim * d
         hd = self.head_dim
-        return d * h * hd + 2 * d * self.num_kv_heads * hd + h * hd * d
+        gate = d * h * hd if self.attn_output_gate else 0
+        return d * h * hd + 2 * d * self.num_kv_heads * hd + h * hd * d + gate
 
     def expert_params(self) -> int:
         """One routed expert (gate, up, down)."""
@@ -322,7 +326,6 @@ def _config_name(raw: Mapping[str, Any], path: Path) -> str:
 #: config fields that change the cost of a step and that moesym does not model yet: each is said
 #: in one warning line naming the field and what is timed instead (never silently ignored)
 _UNMODELLED = (
-    ("attn_output_gate", "the gated attention output (an extra gate projection) is not modelled"),
     ("vision_config", "the vision encoder is not modelled: the text decoder only"),
 )
 
@@ -411,6 +414,11 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
         n_linear = n_layers - n_layers // interval
     else:
         n_linear = 0
+    # gated attention output: Qwen3.5 says so in its config; Qwen3-Next always gates (HF
+    # transformers 5.23 modeling_qwen3_next.py: q_proj of 2 n_h d_h, output x sigmoid(gate))
+    model_type = str(top.get("model_type", raw.get("model_type", "")))
+    if raw.get("attn_output_gate", top.get("attn_output_gate")) or model_type.startswith("qwen3_next"):
+        kw["attn_output_gate"] = True
     if n_linear:  # gated DeltaNet layers (Qwen3-Next, Qwen3.5)
         kw.update(linear_layers=n_linear, linear_k_heads=c.int("linear_num_key_heads"),
                   linear_v_heads=c.int("linear_num_value_heads"),

@@ -36,8 +36,12 @@ def gemm(name: str, m, n, k, w_bytes, act_bytes, kind: KernelClass = KernelClass
                 launches=1, shape=GemmShape(m, n, k, g, layout))
 
 
-def attention_projections(D: Dims, tokens, mla: bool) -> list[Cost]:
+def attention_projections(D: Dims, tokens, mla: bool, gate: bool = False) -> list[Cost]:
     """Q/K/V/O projection GEMMs for ``tokens`` tokens on one GPU.
+
+    ``gate`` (Qwen3-Next, Qwen3.5 gated attention): q_proj also emits a gate of h d_h per token
+    (q_proj width 2 h d_h), and an elementwise kernel multiplies the attention output by
+    sigmoid(gate) before o_proj: read the output and the gate, write the product, 3 t h d_h b_a.
 
     GQA: q = d x (h d_h), k and v = d x (h_kv d_h) each, o = (h d_h) x d, with h = n_h / tp and
     h_kv = max(n_kv / tp, 1). MLA (DeepSeek): q_a = d x r_q and kv_a = d x (r_kv + d_rope) are
@@ -61,8 +65,13 @@ def attention_projections(D: Dims, tokens, mla: bool) -> list[Cost]:
         out.append(gemm("o_proj", t, d, h * D.v_head, wb, ab))
         return out
     hd = D.head_dim
-    return [gemm("qkv_proj", t, (h + 2 * D.local_kv_heads) * hd, d, wb, ab),
-            gemm("o_proj", t, d, h * hd, wb, ab)]
+    q_width = (2 if gate else 1) * h
+    out = [gemm("qkv_proj", t, (q_width + 2 * D.local_kv_heads) * hd, d, wb, ab),
+           gemm("o_proj", t, d, h * hd, wb, ab)]
+    if gate:
+        out.append(Cost("attn_output_gate", KernelClass.ELEMENTWISE, hbm_bytes=3 * t * h * hd * ab,
+                        launches=1))
+    return out
 
 
 def kv_bytes_per_token_layer(D: Dims, mla: bool) -> sp.Expr:
