@@ -5,17 +5,20 @@ deployment sets that an engine cannot say as a flag is listed under ``notes`` in
 dropped.
 
 Flag names: SGLang 0.5.23 (``srt/arg_groups``: each field ``x_y`` is the flag ``--x-y``; the
-attention-DP, DeepEP, two-batch-overlap and speculative fields read there); vLLM's ``vllm serve``
-engine arguments; TensorRT-LLM's ``trtllm-serve``.
+attention-DP, DeepEP, two-batch-overlap and speculative fields read there; attention DP is
+``--attn-dp-size N``, which replaced the deprecated ``--dp-size N --enable-dp-attention``); vLLM
+0.33's ``vllm serve`` engine arguments; TensorRT-LLM's ``trtllm-serve``. ``tests/test_emit.py``
+checks every emitted flag against ``tests/data/engine_flags.json``, the flag names read from the
+engines' sources by ``benchmarks/engine_flags.py``.
 
 >>> from moesym.specs.deployment import Deployment, Workload
 >>> from moesym.specs.model import load_model
 >>> c = launch_command("sglang", load_model("deepseek-v3"), Deployment(gpus=8, weights="fp8",
 ...                    micro_batches=2), Workload("decode", batch=64, context=4096))
 >>> c["command"]  # doctest: +NORMALIZE_WHITESPACE
-'python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp-size 8 --dp-size 8
- --enable-dp-attention --ep-size 8 --moe-a2a-backend deepep --deepep-mode auto
- --enable-two-batch-overlap --max-running-requests 512'
+'python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp-size 8 --attn-dp-size 8
+ --ep-size 8 --moe-a2a-backend deepep --deepep-mode auto --enable-two-batch-overlap
+ --max-running-requests 512'
 """
 
 from __future__ import annotations
@@ -49,8 +52,8 @@ def _requests(dep: Deployment, wl: Workload) -> int | None:
 def _sglang(model, dep, wl, notes) -> list[str]:
     cmd = ["python", "-m", "sglang.launch_server", "--model-path", _model_path(model),
            "--tp-size", str(dep.stage_gpus)]
-    if dep.dp > 1:  # SGLang's TP size is the instance; attention runs TP tp_size / dp_size
-        cmd += ["--dp-size", str(dep.dp), "--enable-dp-attention"]
+    if dep.dp > 1:  # SGLang's TP size is the instance; attention runs TP tp_size / attn_dp_size
+        cmd += ["--attn-dp-size", str(dep.dp)]  # SGLang's --dp-size counts model replicas
     if dep.pp > 1:
         cmd += ["--pp-size", str(dep.pp)]
     if model.is_moe and dep.ep > 1:
@@ -96,7 +99,7 @@ def _vllm(model, dep, wl, notes) -> list[str]:
     if dep.kv == "fp8":
         cmd += ["--kv-cache-dtype", "fp8"]
     if dep.mtp:
-        method = "deepseek_mtp" if model.mtp_layers else "eagle"
+        method = "mtp" if model.mtp_layers else "eagle"  # vLLM 0.33: deepseek_mtp etc. -> mtp
         cmd += ["--speculative-config",
                 f'{{"method": "{method}", "num_speculative_tokens": {dep.mtp}}}']
         if not model.mtp_layers:
