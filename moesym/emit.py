@@ -35,6 +35,9 @@ ENGINES = ("sglang", "vllm", "trtllm")
 
 _DEEPEP_MODE = {A2AMode.AUTO: "auto", A2AMode.DEEPEP_NORMAL: "normal",
                 A2AMode.DEEPEP_LL: "low_latency"}
+# vLLM 0.33 --all2all-backend for the DeepEP mode moesym resolves for the phase
+_VLLM_A2A = {A2AMode.DEEPEP_NORMAL: "deepep_high_throughput",
+             A2AMode.DEEPEP_LL: "deepep_low_latency"}
 
 
 def _model_path(model: ModelSpec) -> str:
@@ -90,12 +93,16 @@ def _vllm(model, dep, wl, notes) -> list[str]:
         if dep.ep != dep.stage_gpus:
             notes.append(f"vLLM's expert parallelism spans tp x dp = {dep.stage_gpus} GPUs; "
                          f"EP {dep.ep} with expert TP has no vLLM flag")
-        if dep.a2a in _DEEPEP_MODE:
-            notes.append("DeepEP kernels: choose vLLM's all-to-all backend (deepep_high_"
-                         "throughput / deepep_low_latency) as your vLLM version spells it")
+        backend = _VLLM_A2A.get(dep.resolved_a2a(wl.phase))
+        if backend and dep.ep == dep.stage_gpus:  # DeepEP kernels, as moesym timed them
+            cmd += ["--all2all-backend", backend]
+        if dep.redundant_experts:
+            cmd += ["--enable-eplb", "--eplb-config",
+                    f'{{"num_redundant_experts": {dep.redundant_experts}}}']
     if dep.micro_batches > 1:
-        notes.append("micro-batch overlap: vLLM's dual-batch overlap is a separate option of "
-                     "recent versions")
+        cmd += ["--enable-dbo"]  # vLLM's dual-batch overlap: two micro-batches
+        if dep.micro_batches > 2:
+            notes.append(f"vLLM overlaps two micro-batches; {dep.micro_batches} have no flag")
     if dep.kv == "fp8":
         cmd += ["--kv-cache-dtype", "fp8"]
     if dep.mtp:

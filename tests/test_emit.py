@@ -190,3 +190,17 @@ def test_a_renamed_flag_fails(engine):
         f"{engine} {fixture['version']}: {flag} is not a flag"]
     assert _flag_problems(engine, "serve m --kv-cache-dtype fp9", fixture)
     assert _flag_problems(engine, f"serve m {fixture['deprecated'][0]}", fixture)
+
+
+def test_vllm_says_deepep_dbo_and_eplb_as_flags(capsys):
+    """vLLM 0.33 has flags for what moesym models: the DeepEP mode of the phase, dual-batch
+    overlap for two micro-batches, EPLB with its redundant experts (checked against the fixture
+    by the test above; here that they are emitted)."""
+    seen = {}
+    for case in ("lmsys-decode", "prefill-deepep-tbo"):
+        assert main([*DEPLOYMENTS[case], "--emit", "vllm", "--json"]) == 0
+        seen[case] = _pairs(json.loads(capsys.readouterr().out)["launch"]["command"])
+    assert ("--all2all-backend", "deepep_low_latency") in seen["lmsys-decode"]
+    assert ("--all2all-backend", "deepep_high_throughput") in seen["prefill-deepep-tbo"]
+    assert ("--enable-dbo", None) in seen["lmsys-decode"] and ("--enable-eplb", None) in seen["lmsys-decode"]
+    assert ("--eplb-config", '{"num_redundant_experts": 32}') in seen["lmsys-decode"]
