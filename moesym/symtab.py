@@ -120,6 +120,15 @@ TABLE: tuple[tuple[str, str, str, str, str, dict], ...] = (
     ("t_gemm_tile", "tau_gt", "s", "grouped-GEMM time added per extra M tile of one expert", "calibration", {"nonnegative": True}),
     # --- communication / overlap (moesym.terms.comm, moesym.model.overlap)
     ("comm_sms", "N_SM_comm", "SMs", "SMs a communication kernel holds while it overlaps compute (DeepEP normal: 20-24)", "calibration", {"nonnegative": True}),
+    # --- 2D device meshes (moesym.specs.mesh, moesym.terms.mesh; seed 004)
+    ("mesh_bw_disp", "W_ax", "bytes/s", "link bandwidth per direction between neighbouring devices along the mesh's dispatch (EP) axis", "hardware", {"positive": True}),
+    ("mesh_bw_tp", "W_tx", "bytes/s", "link bandwidth per direction between neighbouring devices along the mesh's TP axis", "hardware", {"positive": True}),
+    ("mesh_lat_tp", "tau_tx", "s", "fixed latency of one hop along the mesh's TP axis", "calibration", {"nonnegative": True}),
+    ("mc_base", "tau_mc0", "s", "ring sparse-multicast dispatch: fixed cost of one chain", "calibration", {"nonnegative": True}),
+    ("mc_hop", "tau_mch", "s", "ring sparse-multicast dispatch: cost per hop to the farthest destination", "calibration", {"nonnegative": True}),
+    ("mc_device", "tau_mcd", "s", "ring sparse-multicast dispatch: cost per destination device (one write)", "calibration", {"nonnegative": True}),
+    ("mc_expert", "tau_mce", "s", "ring sparse-multicast dispatch: cost per expert entry", "calibration", {"nonnegative": True}),
+    ("mesh_rows", "R_m", "devices", "devices along a mesh's dispatch axis (derive mesh-rows)", "deployment", {"positive": True}),
 )
 
 NAME_OF: dict[str, str] = {row[0]: row[1] for row in TABLE}

@@ -145,12 +145,12 @@ DEEPEP_LL_H800_US = {16: (118, 195), 32: (155, 273), 64: (173, 314), 128: (192, 
 
 
 @pytest.mark.parametrize("ep", sorted(DEEPEP_LL_H800_US))
-def test_deepep_low_latency_published_h800(ep):
+def test_deepep_low_latency_published_h800(ep, cli_json):
     """Every multi-node row of DeepEP's published low-latency table within 10%. EP 8 (one
     node) is left out: moesym sends it over NVLink (49 us dispatch), DeepEP's table reports 77 us
     at 98 GB/s, a path this model does not describe."""
     for op, ref_us in zip(("dispatch", "combine"), DEEPEP_LL_H800_US[ep]):
-        r = _cli_json(["comm", op, "--tokens", "128", "--hidden", "7168", "--topk", "8",
+        r = cli_json(["comm", op, "--tokens", "128", "--hidden", "7168", "--topk", "8",
                        "--experts", "256", "--ep", str(ep), "--mode", "low-latency",
                        "--hardware", "h800"])
         assert r["time_s"] == pytest.approx(ref_us * 1e-6, rel=0.10)
@@ -162,10 +162,12 @@ def test_seed004_ring_table_shape():
         "average": [55.258, 66.713, 78.169, 89.624, 101.079, 112.535, 123.990, 135.445],
         "worst": [88.238, 96.183, 104.129, 112.074, 120.020, 127.965, 135.911, 143.856]}
     table = comm.ring_dispatch_table()
-    for case, tol in (("best", 0.01), ("worst", 0.01), ("average", 0.15)):  # avg not fitted
+    # four constants fitted to all three rows (the average row through its derivation, QUAD's
+    # 16-device ring with 2 experts per device): issue 20 asks for every entry within 10%
+    for case in ("best", "worst", "average"):
         for got, ref in zip(table[case], seed[case]):
             if ref is not None:
-                assert got * 1e6 == pytest.approx(ref, rel=tol)
+                assert got * 1e6 == pytest.approx(ref, rel=0.10)
     for case in table:
         assert all(np.diff(table[case]) > 0)
     for e in range(8):
@@ -262,18 +264,9 @@ def test_two_micro_batches_lose_small_win_large(a2a):
 
 # --- CLI ----------------------------------------------------------------------------------------
 
-def _cli_json(argv):
-    import contextlib
-    import io
-
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        rc = main(argv + ["--json"])
-    assert rc == 0
-    return json.loads(buf.getvalue())
 
 
-def test_cli_comm_json_keys(capsys):
+def test_cli_comm_json_keys(capsys, cli_json):
     rc = main(["comm", "dispatch", "--tokens", "1", "--hidden", "1", "--topk", "2", "--experts",
                "16", "--ep", "4", "--gpus-per-node", "2", "--mode", "normal", "--hardware", "h100",
                "--json"])
@@ -283,7 +276,7 @@ def test_cli_comm_json_keys(capsys):
     # hand: fp8 + scales = 1.03125 B/element; bytes = (23/30 + 9/10) x 1.03125
     assert r["bytes"] == pytest.approx((23 / 30 + 9 / 10) * 1.03125)
     assert r["distinct_nodes_per_token"] == pytest.approx(23 / 15)
-    r = _cli_json(["comm", "combine", "--tokens", "1", "--hidden", "1", "--topk", "2", "--experts",
+    r = cli_json(["comm", "combine", "--tokens", "1", "--hidden", "1", "--topk", "2", "--experts",
                    "16", "--ep", "4", "--gpus-per-node", "2", "--mode", "low-latency",
                    "--hardware", "h100"])
     assert r["bytes"] == pytest.approx(1.5 * 2) and math.isfinite(r["time_s"])
@@ -322,9 +315,9 @@ def test_comm_allgather_mode_runs_and_counts_the_ring(op, elem, capsys):
     assert json.loads(capsys.readouterr().out)["bytes"] == 0
 
 
-def test_ring_mcast_table_from_the_cli():
+def test_ring_mcast_table_from_the_cli(cli_json):
     """CONTRACT item 14: seed 004's dispatch table through the CLI, beside the seed's values."""
-    r = _cli_json(["comm", "dispatch", "--mode", "ring-mcast", "--table"])
+    r = cli_json(["comm", "dispatch", "--mode", "ring-mcast", "--table"])
     assert r["active_experts"] == list(range(1, 9))
     for case in ("best", "average", "worst"):
         assert len(r[case]) == 8 and all(np.diff(r[case]) > 0)
@@ -333,6 +326,6 @@ def test_ring_mcast_table_from_the_cli():
                 assert ratio is None  # the seed's copy slip, reported and not compared
                 continue
             assert ratio == pytest.approx(got / (comm.SEED004_DISPATCH_US[case][i] * 1e-6))
-            # best and worst rows fitted (1%); the average row is the expected farthest of E
-            # random devices on the ring, a derivation, not a fit: within 15%
-            assert abs(ratio - 1) < (0.15 if case == "average" else 0.01)
+            # the fabric's four constants fitted to all three rows (the average row through the
+            # expected farthest of E experts drawn from the column): every entry within 10%
+            assert abs(ratio - 1) < 0.10

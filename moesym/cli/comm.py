@@ -38,7 +38,8 @@ def register(sub) -> None:
     p.add_argument("--gpus-per-node", type=positive_int, default=8)
     p.add_argument("--mode", choices=(*_MODES, "ring-mcast"), required=True,
                    help="DeepEP normal / low-latency, the all-gather, or a mesh ring's sparse "
-                        "multicast (seed 004; with --table)")
+                        "multicast (seed 004: --table, or one batch of --tokens per device along "
+                        "a column of --ring of --ep devices on a mesh --hardware)")
     p.add_argument("--table", action="store_true",
                    help="ring-mcast: the dispatch time for 1..8 active experts in the best, "
                         "average and worst placement, beside seed 004's table")
@@ -55,9 +56,19 @@ def register(sub) -> None:
 
 def _check(args) -> None:
     if args.mode == "ring-mcast" or args.table:
-        if not (args.mode == "ring-mcast" and args.table and args.op == "dispatch"):
-            raise MoesymError("--mode ring-mcast gives the dispatch table of seed 004: use "
+        if args.table and not (args.mode == "ring-mcast" and args.op == "dispatch"):
+            raise MoesymError("--table gives seed 004's ring dispatch table: use "
                               "`moesym comm dispatch --mode ring-mcast --table`")
+        if args.table:
+            return
+        missing = [f"--{f}" for f in _GPU_FLAGS if getattr(args, f) is None]
+        if missing:
+            raise MoesymError(f"--mode ring-mcast needs {', '.join(missing)} (a mesh hardware "
+                              "file; --ep: devices of the mesh, --ring: those along the dispatch "
+                              "axis), or --table for seed 004's table")
+        if args.ep % args.ring or args.experts % args.ep or args.topk > args.experts:
+            raise MoesymError(f"--ring {args.ring} must divide --ep {args.ep}, which must divide "
+                              f"--experts {args.experts} (at least --topk {args.topk})")
         return
     missing = [f"--{f}" for f in _GPU_FLAGS if getattr(args, f) is None]
     if missing:
@@ -118,6 +129,14 @@ def ring_table_report(args) -> dict:
     active experts, 1..8) from :func:`moesym.terms.comm.ring_dispatch_table`, each beside the
     seed's value and the ratio (the seed's best E = 2 entry is reported, not compared)."""
     fabric = comm.RingFabric(ring=args.ring)
+    if args.hardware is not None:  # the fabric of a mesh hardware file ([mesh.multicast])
+        hw = load_hardware(args.hardware)
+        mc = hw.mesh.multicast if hw.mesh is not None else None
+        if mc is None:
+            raise MoesymError(f"--hardware {args.hardware}: no [mesh.multicast] section (a mesh "
+                              "system such as wormhole-tg)")
+        fabric = comm.RingFabric(ring=args.ring, base_s=mc.base_s, hop_s=mc.hop_s,
+                                 device_s=mc.device_s, expert_s=mc.expert_s)
     table = comm.ring_dispatch_table(fabric)
     out = {**table, "active_experts": list(range(1, 9)), "ring": args.ring, "mode": "ring-mcast",
            "op": "dispatch"}
@@ -132,7 +151,54 @@ def ring_table_report(args) -> dict:
     return out
 
 
+def mesh_report(args) -> dict:
+    """One ring sparse-multicast dispatch (or locally reduced combine) of ``--tokens`` tokens per
+    device along a column of ``--ring`` devices of a mesh hardware file
+    (:mod:`moesym.terms.mesh`): the fabric and the rows axis's link from the file."""
+    from ..specs.mesh import mesh_values
+    from ..terms import mesh
+
+    hw = load_hardware(args.hardware)
+    cols = args.ep // args.ring
+    if hw.mesh is None:
+        raise MoesymError(f"--hardware {args.hardware}: no [mesh] section (a mesh system such "
+                          "as wormhole-tg)")
+    mesh_shape = (args.ring, cols)
+    hw_all = replace(hw, mesh=replace(hw.mesh, shapes=hw.mesh.shapes + (mesh_shape,)))
+    mv = mesh_values(hw_all, Deployment(gpus=args.ep, tp=cols, mesh=mesh_shape))
+    col = mesh.ColumnRouting(args.experts, args.topk, args.experts // args.ep, args.ring,
+                             hw.mesh.rows.wrap, cols)
+    bw = mv["mesh_bw_disp"] * hw.efficiency.scale_up
+    if args.op == "dispatch":
+        c = mesh.mesh_dispatch(col, args.tokens, args.hidden, activation_dispatch_bytes("fp8"), bw,
+                               mv["mc_base"], mv["mc_hop"], mv["mc_device"], mv["mc_expert"])
+    else:
+        c = mesh.mesh_combine(col, args.tokens, args.hidden, DTYPE_BYTES["bf16"], bw,
+                              mv["mc_base"], mv["mc_hop"], mv["mc_device"])
+    n = args.tokens * args.ring
+    num = lambda e: float(sp.sympify(e).evalf())  # noqa: E731
+    return {"time_s": num(c.fixed_s) + num(c.net_bytes) / bw, "bytes": num(c.net_bytes),
+            "latency_s": num(c.fixed_s), "farthest_hops": num(col.farthest_hops(n)),
+            "max_active_experts": num(col.max_active(n)),
+            "devices_per_token": num(col.devices_per_token), "ring": args.ring, "columns": cols,
+            "wrap": hw.mesh.rows.wrap, "mode": args.mode, "op": args.op}
+
+
 def run(args) -> int:
+    if args.mode == "ring-mcast" and not args.table:
+        _check(args)
+        r = mesh_report(args)
+        if args.json:
+            emit_json(r)
+            return 0
+        print(f"{args.op} (ring-mcast) of {args.tokens} tokens/device along a column of "
+              f"{args.ring} of {args.ep} devices on {args.hardware}")
+        print(f"  time             {fmt_s(r['time_s'])}  (fixed {fmt_s(r['latency_s'])})")
+        print(f"  bytes / link     {r['bytes']:.4g}")
+        print(f"  farthest hop     {r['farthest_hops']:.3f}   most active experts "
+              f"{r['max_active_experts']:.3f}")
+        print(f"  devices / token  {r['devices_per_token']:.3f}  (combine messages per token)")
+        return 0
     if args.mode == "ring-mcast" or args.table:
         _check(args)
         r = ring_table_report(args)

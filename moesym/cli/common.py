@@ -8,7 +8,7 @@ import math
 import sys
 
 from ..errors import MoesymError
-from ..specs.deployment import A2AMode, Deployment, Phase, Routing, Workload
+from ..specs.deployment import LAYOUTS, A2AMode, Deployment, Phase, Routing, Workload
 from ..specs.hardware import HardwareSpec, load_hardware
 from ..specs.model import ModelSpec, load_model
 
@@ -153,6 +153,13 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
         g.add_argument("--pp", type=positive_int, default=1,
                        help="pipeline-parallel stages: each holds gpus / pp GPUs and 1 / pp of "
                             "the layers; pp micro-batches in flight")
+    g.add_argument("--mesh", default=None, metavar="RxC",
+                   help="a 2D device mesh of a hardware file with a [mesh] section (rows x "
+                        "columns, e.g. 4x8): --gpus = R x C, TP along the non-dispatch axis, EP "
+                        "over every device, --a2a ring-mcast")
+    g.add_argument("--dispatch-axis", choices=("rows", "cols"), default="rows",
+                   help="mesh axis the experts are dispatched along (DP / EP; default rows, as "
+                        "seed 004); TP runs along the other")
     g.add_argument("--weights", default="bf16", metavar="FORMAT",
                    help="bf16, fp8, fp4, mxfp4, nvfp4, w4a16, w4a8 or int8 for every GEMM "
                         "(fp4 family on an MoE model: the routed experts, FP8 elsewhere), or per "
@@ -174,9 +181,11 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
                         "none, sbo, tbo-sglang, deepseek, ideal, or a schedule .toml "
                         "(README: Overlap schedules)")
     add_timing(g)
-    g.add_argument("--layout", choices=("auto", "contiguous", "masked", "batched"), default="auto",
+    g.add_argument("--layout", choices=LAYOUTS, default="auto",
                    help="expert activation layout (auto: masked after DeepEP low-latency "
-                        "dispatch, contiguous otherwise)")
+                        "dispatch, contiguous otherwise); seed 003's dispatch granularity: "
+                        "fused (= contiguous, all experts in one kernel), grouped (one GEMM per "
+                        "active expert), per-token (one GEMV per token and expert)")
     if search:
         g.add_argument("--expert-cache", type=cache_sizes, default=None, metavar="C[,C...]|auto",
                        help="expert-cache sizes to search (experts per MoE layer on the device, "
@@ -259,7 +268,9 @@ def model_hw_from(args) -> tuple[ModelSpec, HardwareSpec]:
 def deployment_from(args) -> Deployment:
     """The deployment the flags name (searched flags given as lists keep their defaults)."""
     one = lambda v, default: default if isinstance(v, list) or v is None else v  # noqa: E731
-    return Deployment(gpus=args.gpus, gpus_per_node=args.gpus_per_node, tp=one(args.tp, 1),
+    mesh, gpus, tp = _mesh_from(args, one(args.tp, 1))
+    return Deployment(gpus=gpus, gpus_per_node=args.gpus_per_node, tp=tp, mesh=mesh,
+                      dispatch_axis=getattr(args, "dispatch_axis", "rows"),
                       ep=one(args.ep, None), micro_batches=one(args.micro_batches, 1),
                       pp=getattr(args, "pp", 1), cp=getattr(args, "cp", 1),
                       weights=args.weights, group_size=getattr(args, "group_size", None) or 0,
@@ -275,6 +286,22 @@ def deployment_from(args) -> Deployment:
                       dequant=getattr(args, "dequant", "fused"),
                       accept=getattr(args, "accept", None),
                       memory_options=_memory_option_pairs(getattr(args, "memory_option", [])))
+
+
+def _mesh_from(args, tp: int) -> tuple:
+    """(mesh, gpus, tp) from --mesh: the mesh's devices are the GPUs and TP defaults to the
+    length of the non-dispatch axis (a --gpus or --tp that disagrees is refused by the
+    deployment in one line)."""
+    text = getattr(args, "mesh", None)
+    if text is None:
+        return None, args.gpus, tp
+    from ..specs.mesh import parse_shape
+
+    r, c = parse_shape(text)
+    gpus = r * c if args.gpus == 1 else args.gpus
+    if tp == 1:
+        tp = c if getattr(args, "dispatch_axis", "rows") == "rows" else r
+    return (r, c), gpus, tp
 
 
 def _memory_option_pairs(items: list[str]) -> tuple:

@@ -74,6 +74,10 @@ def register(sub) -> None:
                  "smallest expert cache (experts per layer on the device) whose tier traffic "
                  "hides under the layer's compute", _expert_cache)
 
+    _closed_form(s, "mesh-rows",
+                 "devices along a mesh's dispatch axis where the longer ring costs more than "
+                 "fewer experts per device save (--mesh RxC)", _mesh_rows)
+
     v = s.add_parser("solve", help="any equation over the step model: TERM_A = TERM_B, or the "
                                    "minimum of a TERM, as one variable varies")
     add_model_hw(v)
@@ -166,6 +170,28 @@ def show(cf, args) -> int:
         print("  regime      : " + ", ".join(f"{k} {v}" for k, v in cf.regime.items()))
     if cf.assumptions:
         print(f"  note        : {cf.assumptions}")
+    return 0
+
+
+def _mesh_rows(args) -> int:
+    from ..solve.mesh_rows import mesh_rows
+    from ..specs.deployment import Phase, Workload
+
+    m, h = model_hw_from(args)
+    dep = _deployment(args)
+    r = mesh_rows(m, h, dep, Workload(Phase.DECODE, batch=args.batch or 1, context=args.context))
+    if args.json:
+        emit_json(r)
+        return 0
+    print(f"mesh rows (dispatch axis) for {m.name} on {h.name}: {r['note']}")
+    print(f"  value       : {r['value']} rows (fastest MoE layer of the model predict evaluates)")
+    print(f"  closed form : {r['sympy']}")
+    print(f"                = {r['closed_form_value']:.4g} rows ({r['regime']['experts']})")
+    print("  rows   experts      dispatch     combine      MoE layer    step")
+    for x in r["rows"]:
+        print(f"  {x['rows']:>4}  {x['experts_s'] * 1e6:9.1f} us {x['dispatch_s'] * 1e6:9.1f} us "
+              f"{x['combine_s'] * 1e6:9.1f} us {x['moe_layer_s'] * 1e6:9.1f} us "
+              f"{x['step_time_s'] * 1e3:8.2f} ms")
     return 0
 
 

@@ -45,8 +45,13 @@ def register(sub) -> None:
     g.set_defaults(func=_run_gemm, layout="dense", groups=1)
 
     gg = ks.add_parser("grouped-gemm", help="grouped GEMM of --groups experts")
-    gg.add_argument("--groups", type=positive_int, required=True)
-    gg.add_argument("--m-per-group", type=positive_int, required=True, dest="m")
+    gg.add_argument("--groups", type=positive_int, default=None,
+                    help="experts (with --m-per-group; or give --tokens-per-expert)")
+    gg.add_argument("--m-per-group", type=positive_int, default=None, dest="m")
+    gg.add_argument("--tokens-per-expert", type=_token_counts, default=None, metavar="N[,N...]",
+                    help="explicit tokens of each expert (e.g. 17,38), instead of --groups and "
+                         "--m-per-group; on tile-stepped hardware (wormhole-tg) seed 004's steps "
+                         "(give the gate/up shape: --n 2 d_e --k d, e.g. 4096 and 7168)")
     gg.add_argument("--n", type=positive_int, required=True)
     gg.add_argument("--k", type=positive_int, required=True)
     gg.add_argument("--layout", choices=("contiguous", "masked"), default="contiguous")
@@ -93,8 +98,39 @@ def _roofline_s(args, calib, hw, flops: float, nbytes: float, tensor_frac: float
     return max(flops / (hw.peak_flops(args.dtype) * tensor_frac), nbytes / (hw.hbm_bw_Bps * hbm_frac))
 
 
+def _token_counts(text: str) -> list:
+    import argparse
+
+    try:
+        vals = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a comma list of token counts, got {text!r}") from None
+    if not vals or min(vals) < 0 or not any(vals):
+        raise argparse.ArgumentTypeError(
+            f"token counts must be >= 0, one at least positive: {text!r}")
+    return vals
+
+
+def _groups(args) -> None:
+    """--groups / --m-per-group, or --tokens-per-expert (mean rows for the GEMM shape)."""
+    counts = getattr(args, "tokens_per_expert", None)
+    if counts is not None:
+        if args.groups is not None or args.m is not None:
+            raise MoesymError("--tokens-per-expert replaces --groups and --m-per-group; give one")
+        active = [c for c in counts if c]
+        args.groups, args.m = len(active), max(1, round(sum(active) / len(active)))
+    elif args.groups is None or args.m is None:
+        raise MoesymError("grouped-gemm needs --groups and --m-per-group, or --tokens-per-expert")
+
+
 def _run_gemm(args) -> int:
     hw, calib = _hw(args)
+    if args.kernel == "grouped-gemm":
+        counts = getattr(args, "tokens_per_expert", None)
+        _groups(args)
+        if calib.tile_stepped and args.timing != "roofline":
+            return _tile_step(args, calib, counts or [args.m] * args.groups)
     b = _BYTES[args.dtype]
     m, n, k, g = args.m, args.n, args.k, args.groups
     flops = 2.0 * m * n * k * g
@@ -114,6 +150,25 @@ def _run_gemm(args) -> int:
         time_s = float(t.total_s)
     return _emit(args, {"time_s": time_s, "flops": flops, "bytes": nbytes,
                         "tflops": flops / time_s / 1e12, "source": source})
+
+
+def _tile_step(args, calib, counts: list) -> int:
+    """Tile-stepped expert GEMMs (the hardware's [kernel] tile_step_*; seed 004): base + step x
+    row tiles beyond each expert's first."""
+    from ..kernels.tile_step import tile_step_time_s
+
+    # gate and up: N = 2 d_e, K = d; the measured shape's steps scale by d d_e (one tile's work)
+    scale = args.n * args.k / 2 / (calib.tile_step_ref_hidden * calib.tile_step_ref_inter)
+    time_s = scale * float(tile_step_time_s(counts, calib.tile_step_base_s, calib.tile_step_s,
+                                            calib.tile_step_rows))
+    rows = sum(counts)
+    flops = 2.0 * rows * args.n * args.k
+    nbytes = float(gemm_bytes(args.m, args.n, args.k, args.groups, op_bytes=_BYTES[args.dtype],
+                              out_bytes=2))
+    return _emit(args, {"time_s": time_s, "flops": flops, "bytes": nbytes,
+                        "tflops": flops / time_s / 1e12, "source": "tile-step",
+                        "tokens_per_expert": counts,
+                        "extra_tiles": sum(-(-c // calib.tile_step_rows) - 1 for c in counts if c)})
 
 
 def _run_attention(args) -> int:

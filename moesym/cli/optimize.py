@@ -38,6 +38,9 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..errors import MoesymError
 
+    if args.mesh is not None or any(m.value == "ring-mcast" for m in args.a2a or ()):
+        raise MoesymError("--mesh / --a2a ring-mcast: optimize does not search mesh deployments "
+                          "yet; compare them with moesym predict --mesh RxC")
     if args.phase == "prefill" and args.tpot_ms is not None:
         raise MoesymError("--tpot-ms limits decode steps; a prefill search takes --ttft-ms")
     if args.phase == "decode" and args.ttft_ms is not None and not args.disaggregate:

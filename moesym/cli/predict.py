@@ -32,7 +32,19 @@ def run(args) -> int:
 
     model, hw = model_hw_from(args)
     dep, wl = deployment_from(args), workload_from(args)
+    if args.emit and dep.mesh is not None:
+        from ..errors import MoesymError
+
+        raise MoesymError(f"--emit {args.emit}: a GPU serving engine's launch line; a --mesh "
+                          "deployment runs on Tenstorrent's stack, which moesym does not emit")
     r = predict(model, hw, dep, wl)
+    if dep.layout in ("per-token", "grouped", "fused") and model.is_moe:  # seed 003's granularity
+        from ..model.dispatch import dispatch_parallelism
+
+        r["expert_dispatch"] = dispatch_parallelism(model, hw, dep, wl)
+    if dep.mesh is not None:
+        r["mesh"] = {"rows": dep.mesh[0], "cols": dep.mesh[1], "dispatch_axis": dep.dispatch_axis,
+                     "a2a": dep.resolved_a2a(wl.phase).value}
     step = None
     if args.timeline or args.show_expr:  # the symbolic model itself, not its compiled form
         from ..model.step import build_step
@@ -64,7 +76,9 @@ def run(args) -> int:
         emit_json(r)
         return 0
     print(f"{model.name} on {dep.gpus} x {hw.name}  {wl.phase.value}  tp={dep.tp} ep={dep.ep} "
-          f"micro-batches={dep.micro_batches} weights={dep.weights}")
+          f"micro-batches={dep.micro_batches} weights={dep.weights}"
+          + (f" mesh={dep.mesh[0]}x{dep.mesh[1]} (dispatch along {dep.dispatch_axis}, "
+             f"{r['mesh']['a2a']})" if dep.mesh is not None else ""))
     if "serve" in r:
         sv = r["serve"]
         print(f"  isl={wl.isl} osl={wl.osl} requests/rank={wl.batch} (decoding "
@@ -87,6 +101,12 @@ def run(args) -> int:
         print(f"  speculative      {dep.mtp} draft token(s), acceptance {dep.acceptance:g}: "
               f"{r['accepted_tokens_per_step']:.3f} tokens per request per step")
     print(f"  bound            {r['bound']}")
+    if "expert_dispatch" in r:
+        x = r["expert_dispatch"]
+        print(f"  expert dispatch  {x['granularity']}: {x['kernels_per_layer']:.4g} kernels per layer "
+              f"of {x['rows_per_kernel']:.3g} rows ({x['tile_row_use']:.0%} of a "
+              f"{x['tile_m_rows']:.0f}-row tile), expert weights read "
+              f"{x['expert_weight_reads_per_layer']:.3g} times, SMs busy {x['sm_fill']:.0%}")
     print(f"  memory per GPU   {r['memory_bytes'] / 1e9:.2f} GB  fits: {r['fits']}")
     if r["serving_frac"] != 1.0:
         print(f"  serving eff.     {r['serving_frac']:.3f} (end-to-end fit in {hw.name}'s file; "

@@ -48,6 +48,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    if args.mesh is not None or args.a2a == "ring-mcast":
+        raise MoesymError("--mesh / --a2a ring-mcast: sweep does not grid mesh deployments yet; "
+                          "run moesym predict --mesh RxC per point")
     if args.scheduler is not None and args.backend != "dask":
         raise MoesymError("--scheduler needs --backend dask")
     if args.chunk_points is None:

@@ -30,6 +30,12 @@ attention_kv_split_tokens           512      KV tokens per split-KV work unit (d
 attention_launch_us                 23.5     fixed latency per attention kernel
 elementwise_hbm_frac                0.80     achieved fraction of HBM bandwidth, elementwise
 elementwise_launch_us               3.0      fixed latency per elementwise kernel
+tile_step_base_us                   0        tile-stepped expert GEMMs (0: not used): time when
+                                             every expert fits in one row tile
+tile_step_us                        0        time added per further row tile of any expert
+tile_step_rows                      32       rows of one tile of the tile-stepped model
+tile_step_ref_hidden                7168     expert shape the steps were measured on (d; other
+tile_step_ref_inter                 2048     shapes scale by d d_e / (this d x this d_e))
 ==================================  =======  ===============================================
 
 >>> from moesym.kernels.calib import parse_kernel_calib
@@ -73,7 +79,18 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
     "attention_launch_us": ("attention_launch_s", 1e-6, "nonneg", 23.5),
     "elementwise_hbm_frac": ("elementwise_hbm_frac", 1, "frac", 0.80),
     "elementwise_launch_us": ("elementwise_launch_s", 1e-6, "nonneg", 3.0),
+    # tile-stepped expert compute (accelerators whose matmul engines work in fixed row tiles,
+    # Tenstorrent; seed 004): base + step x tiles beyond each expert's first; 0 = not used
+    "tile_step_base_us": ("tile_step_base_s", 1e-6, "nonneg", 0.0),
+    "tile_step_us": ("tile_step_s", 1e-6, "nonneg", 0.0),
+    "tile_step_rows": ("tile_step_rows", 1, "int", 32),
+    # the expert shape the steps were measured on (hidden d, intermediate d_e); other shapes
+    # scale both times by d d_e / (ref_hidden ref_inter), the work of one tile
+    "tile_step_ref_hidden": ("tile_step_ref_hidden", 1, "int", 7168),
+    "tile_step_ref_inter": ("tile_step_ref_inter", 1, "int", 2048),
 }
+_OPTIONAL = ("tile_step_base_us", "tile_step_us", "tile_step_rows", "tile_step_ref_hidden",
+             "tile_step_ref_inter")  # written only when used
 _INFO_KEYS = {"source"}  # free text, kept but not used
 
 
@@ -100,7 +117,17 @@ class KernelCalib:
     attention_launch_s: float = 23.5e-6
     elementwise_hbm_frac: float = 0.80
     elementwise_launch_s: float = 3.0e-6
+    tile_step_base_s: float = 0.0
+    tile_step_s: float = 0.0
+    tile_step_rows: int = 32
+    tile_step_ref_hidden: int = 7168
+    tile_step_ref_inter: int = 2048
     source: str = "moesym defaults (H800 DeepGEMM fit)"
+
+    @property
+    def tile_stepped(self) -> bool:
+        """Expert GEMMs timed as base + step x extra row tiles (``tile_step_base_us`` > 0)."""
+        return self.tile_step_base_s > 0
 
     def tensor_frac(self, layout: str) -> float:
         """Per-SM tensor-core fraction for a GEMM layout ('dense', 'contiguous', 'masked')."""
@@ -116,6 +143,8 @@ class KernelCalib:
         """``{toml key: value in TOML units}`` (inverse of :func:`parse_kernel_calib`)."""
         out = {}
         for key, (fname, factor, kind, _) in _KEYS.items():
+            if key in _OPTIONAL and not self.tile_stepped:
+                continue
             v = getattr(self, fname)
             out[key] = int(v) if kind == "int" else float(v) / factor
         return out

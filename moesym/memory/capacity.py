@@ -211,7 +211,8 @@ def memory_expressions(model: ModelSpec, dep: Deployment, phase: Phase,
     if model.is_moe:
         t = dispatch_tokens(step_tokens, S.micro_batches, S.max_rank_tokens)
         # the masked layout allocates the batched buffer (it only computes fewer rows)
-        layout = "contiguous" if dep.resolved_layout(phase) == "contiguous" else "batched"
+        layout = ("contiguous" if dep.resolved_layout(phase) in ("contiguous", "grouped", "per-token")
+                  else "batched")
         rows = expert_rows(D, t, layout=layout, imbalance=S.imbalance,
                            max_dispatch_tokens=S.max_dispatch_tokens)
         workspace["dispatch_buffer"] = dispatch_buffer_bytes(D, rows)

@@ -127,5 +127,10 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
     from .routing_hooks import group_var_factor
 
     v[S.group_var] = group_var_factor(model, dep.ep)
+    if calib.tile_stepped:  # tile-stepped expert GEMMs (moesym.kernels.tile_step)
+        v[S.t_gemm_base], v[S.t_gemm_tile] = calib.tile_step_base_s, calib.tile_step_s
+    from ..specs.mesh import mesh_values
+
+    v.update({getattr(S, k): x for k, x in mesh_values(hw, dep).items()})  # 2D meshes
     v.update({by_name(k): x for k, x in workload_values(wl).items()})
     return v

@@ -94,7 +94,7 @@ def sm_share(mode: A2AMode) -> sp.Expr:
     >>> sm_share(A2AMode.DEEPEP_NORMAL)
     N_SM_comm/N_SM
     """
-    if mode is A2AMode.DEEPEP_LL:
+    if mode in (A2AMode.DEEPEP_LL, A2AMode.RING_MCAST):  # a mesh's Ethernet cores move the data
         return sp.Integer(0)
     return S.comm_sms / S.sms
 

@@ -26,15 +26,20 @@ def _parts(tt):
 def report_expressions(step) -> dict:
     """``{name: expression}`` of everything :func:`report_from_numbers` reads: the step, the
     overlapped and compute-only layer, each breakdown key, and the compute / memory /
-    communication / overhead time of every kernel of the layer (``part/KEY/I/FIELD``)."""
+    communication / overhead time of every kernel of the layer (``part/KEY/I/FIELD``), and each
+    kernel's time over the layer's micro-batches by name (``kernel/KEY/I/NAME``)."""
     out = {"step_time_s": step.expr, "layer_s": step.layer_s,
            "layer_compute_s": step.layer_compute_s}
     for k, v in step.per_layer_s.items():
         out[f"per_layer_s/{k}"] = v
+    from ..symbols import S
+
+    n = S.micro_batches  # per_layer_s's factor: every micro-batch of the layer
     for key, tt in step.terms.items():
         for i, p in enumerate(_parts(tt)):
             for f in _PART_FIELDS:
                 out[f"part/{key}/{i}/{f}"] = getattr(p, f)
+            out[f"kernel/{key}/{i}/{p.name}"] = n * p.total_s
     for key, w in step.work.items():
         for f, e in w.items():
             out[f"work/{key}/{f}"] = e
@@ -207,6 +212,12 @@ def report_from_numbers(nums, values, model, deployment, workload) -> dict:
             work.setdefault(key, {})[f] = float(v)
     if work:  # per GPU, one layer, every micro-batch; the time model does not change these
         out["work_per_layer"] = work
+    kernels: dict = {}
+    for name, v in nums.items():
+        if name.startswith("kernel/"):
+            kernels[name.split("/", 3)[3]] = kernels.get(name.split("/", 3)[3], 0.0) + float(v)
+    if kernels:  # each kernel's time in one layer (all micro-batches), by kernel name
+        out["per_kernel_s"] = kernels
     out["layer_s"] = float(nums["layer_s"])
     out["layer_compute_s"] = float(nums["layer_compute_s"])
     out["serving_frac"] = float(values.get(N.eff_serve, 1.0))

@@ -236,8 +236,8 @@ def _dequantized(c: Cost) -> list:
     elements: N x K x groups of a GEMM, or the weight-load term's bytes over b_w."""
     w = component_symbols(c.component)[1]
     bf16 = sp.Integer(2)
-    if isinstance(c.shape, GemmShape):
-        elems = c.shape.n * c.shape.k * c.shape.groups
+    if isinstance(c.shape, GemmShape):  # x launches: a kernel repeated (per-token GEMVs)
+        elems = c.shape.n * c.shape.k * c.shape.groups * c.launches
         if not c.hbm_bytes.has(w):  # routed expert GEMMs: their weights are the load term's
             return [c]
     elif c.hbm_bytes.has(w):
@@ -245,7 +245,7 @@ def _dequantized(c: Cost) -> list:
     else:
         return [c]
     gemm = replace(c, hbm_bytes=c.hbm_bytes + elems * (bf16 - w))
-    kernels = 2 if c.shape is None else 1  # the expert load term covers gate/up and down
+    kernels = 2 if c.shape is None else c.launches  # the expert load term: gate/up and down
     return [gemm, Cost(f"{c.name}_dequant", KernelClass.ELEMENTWISE, hbm_bytes=elems * (w + bf16),
                        launches=kernels)]
 
@@ -287,9 +287,28 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
         lam = lam * (1 - on_host["miss_share"])
     touched = touched_local_experts_expr(model, dep, D, t)
     active = None if layout == "batched" else touched  # a batched buffer computes every expert
-    costs["moe_routed"] = _tagged(ffn.routed_expert_compute(D, t, imbalance=lam, padded_rows=padded,
-                                                            layout=layout, active_experts=active),
-                                  "moe", wo, dq)
+    routed = ffn.routed_expert_compute(D, t, imbalance=lam, padded_rows=padded, layout=layout,
+                                       active_experts=active)
+    if layout == "per-token":  # every GEMV reads its expert's weights itself (seed 003)
+        touched = sp.Integer(0)
+    if _tile_stepped(hw, dep) and layout != "per-token" and model.num_experts > 1:
+        # row-tiled matmul engines (seed 004); a single expert is a dense FFN's GEMMs, and
+        # per-token GEMVs tile nothing
+        from ..kernels.tile_step import tile_stepped
+
+        k = hw.kernel
+        ref = int(k.get("tile_step_ref_hidden", 7168)) * int(k.get("tile_step_ref_inter", 2048))
+        rows_t = int(k.get("tile_step_rows", 32))
+        extra = None
+        if layout == "batched" and dep.mesh is not None:
+            # seed 004's functional (sparse) layout: every local expert computes every token
+            # slot of the column (R x B rows, most of them padding) and every expert is loaded
+            extra = D.local_experts * (sp.ceiling(group_tokens(D, t) / rows_t) - 1)
+            touched = D.local_experts
+        routed = [tile_stepped(routed[0] + routed[1], D.local_experts, group_tokens(D, t),
+                               lam * D.topk / D.experts, rows_t,
+                               D.hidden * D.moe_inter / D.expert_tp / ref, extra)]
+    costs["moe_routed"] = _tagged(routed, "moe", wo, dq)
     if on_host is not None:
         touched = smax(touched - on_host["cold"], 0)
     costs["moe_weight_load"] = _tagged([ffn.routed_expert_weight_load(D, touched)], "moe", wo, dq)
@@ -302,13 +321,16 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
         groups = (GroupRouting(model.num_experts, model.experts_per_token, model.expert_groups,
                                model.groups_per_token) if group_limited(model) else None)
         t_gpu = ffn.moe_tokens_per_gpu(D, t)
-        costs["dispatch"] = [comm.dispatch(D, t_gpu, bw_up, bw_out, S.lat_up, S.lat_out,
-                                           D.gpus_per_node, a2a, groups)]
-        costs["combine"] = [comm.combine(D, t_gpu, bw_up, bw_out, S.lat_up, S.lat_out,
-                                         D.gpus_per_node, a2a, groups)]
+        if a2a is A2AMode.RING_MCAST:  # a mesh column: multicast out, locally reduced p2p back
+            costs["dispatch"], costs["combine"] = _mesh_a2a(model, dep, hw, D, t)
+        else:
+            costs["dispatch"] = [comm.dispatch(D, t_gpu, bw_up, bw_out, S.lat_up, S.lat_out,
+                                               D.gpus_per_node, a2a, groups)]
+            costs["combine"] = [comm.combine(D, t_gpu, bw_up, bw_out, S.lat_up, S.lat_out,
+                                             D.gpus_per_node, a2a, groups)]
     # attention output all-reduce + seed 004's all-gather before / reduce-scatter after the MoE
-    tp_bw = comm.group_bandwidth(D.tp, D.gpus_per_node, bw_up, bw_out)
-    tp_lat = comm.group_latency(D.tp, D.gpus_per_node, S.lat_up, S.lat_out)
+    # (on a mesh: ring hops along its TP axis)
+    tp_bw, tp_lat = _tp_link(dep, D, bw_up, bw_out)
     costs["tp_comm"] = ([comm.tp_allreduce(D, t, tp_bw, tp_lat)] + comm.tp_moe_boundary(D, t, tp_bw, tp_lat)
                         + _cp_ring(model, dep, wl, D, t))
     costs["other"] = [ew.norm_residual(D, t).scaled(2), ew.attention_elementwise(D, t, mla, q["attn"]),
@@ -316,8 +338,11 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     if model.num_experts > 1:  # a single expert needs no routing: it is a dense FFN
         # DeepEP low-latency dispatch writes tokens straight into the experts' buffers and its
         # combine does the weighted reduce: no separate permute / unpermute kernels
-        fused = dep.ep > 1 and dep.resolved_a2a(wl.phase) is A2AMode.DEEPEP_LL
-        costs["other"] += [ffn.router(D, t), ew.moe_elementwise(D, t_moe, rows, fused=fused)]
+        # (a mesh's dispatch packs tokens densely per expert and its combine restores them)
+        fused = dep.ep > 1 and dep.resolved_a2a(wl.phase) in (A2AMode.DEEPEP_LL,
+                                                               A2AMode.RING_MCAST)
+        costs["other"] += [ffn.router(D, t), *ew.moe_dispatch_combine(
+            D, t_moe, rows, fused=fused, grouping=layout != "per-token")]
         if fp8 and not fused:  # low-latency dispatch quantizes in-kernel, and the masked
             # SwiGLU writes FP8 directly; otherwise both expert GEMM inputs are cast
             costs["other"] += [ew.fp8_input_cast("experts_in_cast", t_moe, D.hidden, D.act_bytes),
@@ -334,6 +359,43 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
         costs["other"] += [ew.fp8_input_cast("shared_cast", t, D.hidden + D.shared_inter / D.tp,
                                              D.act_bytes)]
     return costs
+
+
+def _tile_stepped(hw: HardwareSpec | None, dep: Deployment) -> bool:
+    """Expert GEMMs timed by the tile-stepped model (:mod:`moesym.kernels.tile_step`): the
+    hardware's ``[kernel]`` sets ``tile_step_base_us`` and the time model is not the roofline
+    (which leaves tiles out)."""
+    return (hw is not None and dep.timing != "roofline"
+            and float(hw.kernel.get("tile_step_base_us", 0) or 0) > 0)
+
+
+def _tp_link(dep: Deployment, D: Dims, bw_up, bw_out) -> tuple:
+    """(bandwidth, per-step latency) of the TP collectives: the scale-up or scale-out tier of a
+    GPU cluster, or the link along a mesh's TP axis (ring hops)."""
+    if dep.mesh is not None:
+        return S.mesh_bw_tp * S.eff_up, S.mesh_lat_tp
+    return (comm.group_bandwidth(D.tp, D.gpus_per_node, bw_up, bw_out),
+            comm.group_latency(D.tp, D.gpus_per_node, S.lat_up, S.lat_out))
+
+
+def _mesh_a2a(model: ModelSpec, dep: Deployment, hw: HardwareSpec | None, D: Dims, t) -> tuple:
+    """([dispatch], [combine]) of a mesh deployment along its dispatch axis
+    (:mod:`moesym.terms.mesh`): ``t`` tokens per device (a row's tokens after the TP
+    all-gather) multicast round the column, the locally reduced outputs sent back point to
+    point; the fabric and link numbers are the hardware file's ``[mesh]``."""
+    from ..specs.mesh import check_mesh
+    from ..terms import mesh
+
+    check_mesh(hw, dep)
+    ring, cols = dep.mesh_axes
+    col = mesh.ColumnRouting(model.num_experts, model.experts_per_token,
+                             model.num_experts // dep.gpus, ring,
+                             hw.mesh.axis(dep.dispatch_axis).wrap, cols)
+    bw = S.mesh_bw_disp * S.eff_up
+    return ([mesh.mesh_dispatch(col, t, D.hidden, D.dispatch_bytes, bw, S.mc_base, S.mc_hop,
+                                S.mc_device, S.mc_expert)],
+            [mesh.mesh_combine(col, t, D.hidden, D.combine_bytes, bw, S.mc_base, S.mc_hop,
+                               S.mc_device)])
 
 
 def _dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
@@ -516,7 +578,8 @@ def _indexer(model: ModelSpec, dep: Deployment, kind: str, tokens, ctx, D: Dims)
 
 # kernels whose schedule operation differs from their breakdown key's (data, by kernel name)
 _PART_OPS = {"o_proj": "attn_core", "router": "router", "experts_act": "experts",
-             "moe_elementwise": "experts", "experts_in_cast": "experts",
+             "moe_elementwise": "experts", "moe_dispatch": "experts", "moe_combine": "experts",
+             "experts_in_cast": "experts",
              "experts_down_cast": "experts", "shared_act": "shared", "shared_cast": "shared"}
 _KEY_OPS = {"attention_proj": "attn_prep", "attention_core": "attn_core",
             "shared_expert": "shared", "tp_comm": "attn_core", "other": "attn_prep"}
@@ -673,6 +736,10 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
         fixed = {by_name(k) for k in workload_values(workload)}
         timing = timing.bind({s: v for s, v in bindings(model, hardware, deployment, workload).items()
                               if s not in fixed}, gemm_table_dtypes(model, hardware, deployment))
+    if _tile_stepped(hardware, deployment):  # expert GEMMs in row tiles (seed 004)
+        from ..kernels.tile_step import TileStepTiming
+
+        timing = TileStepTiming(timing)
     D = symbolic_dims()
     n = D.micro_batches
     moe_costs = _moe_layer_costs(model, deployment, workload, D, hardware) if model.is_moe else None
@@ -691,6 +758,9 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
                             f"hardware {hardware.name} has no [host] section (dram_GBps, "
                             "peak_TFLOPs)")
         per_layer["expert_offload"] = offload
+        if deployment.prefetch and hardware.host_unified:  # one DRAM: copies hide only under
+            # the layer's compute, never under its own memory traffic
+            offload = offload + n * sum((tt.memory_s for tt in main.values()), sp.Integer(0))
         layer = smax(layer, offload) if deployment.prefetch else layer + offload
     dense_layer, _, _ = _layer_time(dense_terms, deployment, workload, n)
     tokens = _tokens(workload, deployment)

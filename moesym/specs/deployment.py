@@ -44,6 +44,9 @@ class A2AMode(str, Enum):
     ALLGATHER = "allgather"  # all-gather tokens, reduce-scatter outputs (no all-to-all)
     DEEPEP_NORMAL = "deepep-normal"  # node-deduplicated: once per node over RDMA, then NVLink
     DEEPEP_LL = "deepep-ll"  # low latency: one message per selected expert, no SMs held
+    # 2D device mesh (seed 004): sparse multicast both ways round the dispatch axis's ring,
+    # point-to-point combine with local reduction (moesym.terms.mesh)
+    RING_MCAST = "ring-mcast"
 
     @property
     def is_deepep(self) -> bool:
@@ -61,6 +64,11 @@ def activation_dispatch_bytes(fmt: str) -> float:
     1.03125
     """
     return DTYPE_BYTES[fmt] + (4.0 / 128 if fmt == "fp8" else 0.0)
+
+
+# --layout values: the grouped-GEMM layouts (one kernel for every expert) and seed 003's
+# dispatch granularities (fused = contiguous; grouped; per-token)
+LAYOUTS = ("auto", "contiguous", "masked", "batched", "fused", "grouped", "per-token")
 
 
 @dataclass(frozen=True)
@@ -176,7 +184,10 @@ class Deployment:
     a2a: A2AMode = A2AMode.AUTO
     routing: Routing = field(default_factory=Routing)
     redundant_experts: int = 0
-    layout: str = "auto"  # grouped-GEMM activation layout: auto, contiguous, masked, batched
+    # expert activation layout: auto, contiguous, masked, batched (one grouped-GEMM kernel for
+    # every expert; fused = contiguous), or seed 003's dispatch granularities grouped (one GEMM
+    # kernel per active expert) and per-token (one GEMV per token and expert)
+    layout: str = "auto"
     overlap: str = "auto"  # overlap schedule: auto, a built-in name, or a schedule .toml path
     timing: str = "kernel"  # time model: kernel (calibrated kernel model), roofline or tables:DIR
     # serving-engine memory settings (moesym.memory.MemoryOptions fields), as (name, value) pairs
@@ -195,6 +206,10 @@ class Deployment:
     pp: int = 1  # pipeline-parallel stages (each holds gpus / pp GPUs and 1 / pp of the layers)
     cp: int = 1  # context parallelism: GPUs sharing each prompt (prefill, ring attention)
     accept: float | None = None  # acceptance of each draft token (None: the default, with --mtp)
+    # 2D device mesh (hardware [mesh]): (rows, cols), and the axis that dispatches (DP / EP);
+    # TP runs along the other axis (seed 004: DP / EP over the rows, TP over the 8 columns)
+    mesh: tuple | None = None
+    dispatch_axis: str = "rows"
 
     def __post_init__(self) -> None:
         _pos_int("--gpus", self.gpus)
@@ -230,16 +245,16 @@ class Deployment:
             try:
                 object.__setattr__(self, "a2a", A2AMode(self.a2a))
             except ValueError:
-                raise SpecError(f"--a2a {self.a2a!r}: use auto, allgather, deepep-normal or "
-                                f"deepep-ll") from None
+                raise SpecError(f"--a2a {self.a2a!r}: use auto, allgather, deepep-normal, "
+                                f"deepep-ll or ring-mcast") from None
         if isinstance(self.routing, str):
             object.__setattr__(self, "routing", Routing.parse(self.routing))
         if isinstance(self.redundant_experts, bool) or not isinstance(self.redundant_experts, int) \
                 or self.redundant_experts < 0:
             raise SpecError(f"--redundant-experts must be a non-negative integer, "
                             f"got {self.redundant_experts!r}")
-        if self.layout not in ("auto", "contiguous", "masked", "batched"):
-            raise SpecError(f"--layout {self.layout!r}: use auto, contiguous, masked or batched")
+        if self.layout not in LAYOUTS:
+            raise SpecError(f"--layout {self.layout!r}: use {', '.join(LAYOUTS)}")
         if self.timing.startswith("tables:"):
             if not Path(self.timing[len("tables:"):]).expanduser().is_dir():
                 raise SpecError(f"--timing {self.timing}: folder not found (tables:DIR names a folder "
@@ -268,16 +283,53 @@ class Deployment:
                 raise SpecError("--accept sets the draft tokens' acceptance and needs --mtp N")
             if not (isinstance(self.accept, (int, float)) and 0 <= self.accept <= 1):
                 raise SpecError(f"--accept must be a probability in [0, 1], got {self.accept!r}")
+        self._check_mesh()
         if self.overlap != "auto":
             from ..schedules import load
 
             load(self.overlap)  # a one-line error for an unknown name or a bad file
+
+    def _check_mesh(self) -> None:
+        """A mesh deployment: gpus = R x C, TP = the length of the non-dispatch axis, EP over
+        every device, ring-mcast (or auto) dispatch; ring-mcast needs a mesh."""
+        if self.mesh is None:
+            if self.a2a is A2AMode.RING_MCAST:
+                raise SpecError("--a2a ring-mcast dispatches along a mesh axis: give --mesh RxC "
+                                "on a hardware file with a [mesh] section")
+            return
+        if self.dispatch_axis not in ("rows", "cols"):
+            raise SpecError(f"--dispatch-axis {self.dispatch_axis!r}: use rows or cols")
+        r, c = self.mesh
+        if self.gpus != r * c:
+            raise SpecError(f"--mesh {r}x{c} has {r * c} devices, --gpus is {self.gpus}")
+        tp_len = c if self.dispatch_axis == "rows" else r
+        if self.tp != tp_len:
+            raise SpecError(f"--tp {self.tp}: on --mesh {r}x{c} with --dispatch-axis "
+                            f"{self.dispatch_axis} TP runs along the other axis ({tp_len} devices)")
+        if self.ep != self.gpus:
+            raise SpecError(f"--ep {self.ep}: on a mesh the experts spread over every device "
+                            f"(--ep {self.gpus})")
+        if self.pp != 1 or self.cp != 1:
+            raise SpecError("--mesh: pipeline and context parallelism are not modelled on a mesh")
+        if self.redundant_experts:
+            raise SpecError("--redundant-experts: expert replicas are not modelled on a mesh "
+                            "(its dispatch statistics assume each expert on one device)")
+        if self.a2a not in (A2AMode.AUTO, A2AMode.RING_MCAST):
+            raise SpecError(f"--a2a {self.a2a.value}: a mesh dispatches with ring-mcast (or auto)")
+
+    @property
+    def mesh_axes(self) -> tuple:
+        """(dispatch axis length, TP axis length) of a mesh deployment."""
+        r, c = self.mesh
+        return (r, c) if self.dispatch_axis == "rows" else (c, r)
 
     def resolved_a2a(self, phase: "Phase") -> A2AMode:
         """auto -> deepep-ll for decode, deepep-normal for prefill when EP spans every GPU of the
         instance; all-gather when the experts are also tensor-parallel (ep < gpus: DeepEP has no
         expert tensor parallelism, so every GPU gathers the tokens). Other modes unchanged."""
         if self.a2a is A2AMode.AUTO:
+            if self.mesh is not None:
+                return A2AMode.RING_MCAST
             if self.ep < self.stage_gpus:
                 return A2AMode.ALLGATHER
             return A2AMode.DEEPEP_LL if Phase(phase) is Phase.DECODE else A2AMode.DEEPEP_NORMAL
@@ -291,7 +343,13 @@ class Deployment:
         - contiguous: real rows, each expert padded to the M tile
         - masked: batched buffer, rows computed up to each expert's count (tile-padded)
         - batched: batched buffer computed in full (num_local_experts x max_tokens rows)
+        - fused: all experts in one kernel, seed 003's name for contiguous
+        - grouped: one GEMM kernel per active expert (seed 003), each on the whole GPU
+        - per-token: one GEMV kernel per (token, expert) assignment, each reading the expert's
+          weights (seed 003's baseline)
         """
+        if self.layout == "fused":
+            return "contiguous"
         if self.layout != "auto":
             return self.layout
         if self.ep > 1 and self.resolved_a2a(phase) is A2AMode.DEEPEP_LL:

@@ -27,7 +27,7 @@ __all__ = ["HardwareSpec", "Efficiency", "Latency", "load_hardware", "builtin_ha
 
 _TOP_KEYS = {"name", "description", "source", "vendor", "sms", "gpus_per_node", "hbm_capacity_GB",
              "hbm_bandwidth_TBps", "peak_TFLOPs", "interconnect", "efficiency", "latency_us", "kernel",
-             "compute_formats", "host"}
+             "compute_formats", "host", "mesh", "sram_MB", "usable_memory_frac"}
 _INTERCONNECT_KEYS = {"scale_up_GBps", "scale_out_GBps", "scale_up_domain_gpus", "host_link_GBps"}
 _EFF_KEYS = {"scale_up", "scale_out"}
 # compute and memory efficiencies live in the [kernel] table, read by both time models
@@ -85,6 +85,13 @@ class HardwareSpec:
     host_dram_Bps: float = 0.0
     host_flops: float = 0.0
     path: str = ""
+    # a 2D mesh of devices ([mesh], moesym.specs.mesh): None for a GPU cluster
+    mesh: object = None
+    sram_bytes: float = 0.0  # on-chip SRAM per device (sram_MB; informational)
+    # unified memory ([host] unified = true, Apple silicon): host and device share one DRAM, so
+    # a host-to-device copy reads and writes that DRAM (host_link_Bps = hbm_bw_Bps / 2) and
+    # competes with the device's own reads for it
+    host_unified: bool = False
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; raises if the GPU has no such tensor-core format."""
@@ -170,9 +177,14 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
     formats = dict(raw.get("compute_formats", {}))
     host = raw.get("host")
     if host is not None:
-        _check_keys(host, {"dram_GBps", "peak_TFLOPs", "source"}, f"{where} [host]")
+        _check_keys(host, {"dram_GBps", "peak_TFLOPs", "source", "unified"}, f"{where} [host]")
         for k in ("dram_GBps", "peak_TFLOPs"):
             _req(host, k, f"{where} [host]")
+    unified = _unified(host, ic, where)
+    mem_frac = _positive(raw.get("usable_memory_frac", 1.0), f"{where} usable_memory_frac")
+    if mem_frac > 1:
+        raise SpecError(f"{where} usable_memory_frac: the share of hbm_capacity_GB the device may "
+                        f"hold, in (0, 1], got {mem_frac!r}")
     from .precision import FORMATS
 
     for k, v in formats.items():
@@ -185,14 +197,17 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
         source=str(_req(raw, "source", where)),
         sms=int(_positive(_req(raw, "sms", where), f"{where} sms")),
         gpus_per_node=int(_positive(_req(raw, "gpus_per_node", where), f"{where} gpus_per_node")),
-        hbm_capacity_bytes=_positive(_req(raw, "hbm_capacity_GB", where), f"{where} hbm_capacity_GB") * 1e9,
+        hbm_capacity_bytes=_positive(_req(raw, "hbm_capacity_GB", where), f"{where} hbm_capacity_GB")
+        * 1e9 * mem_frac,
         hbm_bw_Bps=_positive(_req(raw, "hbm_bandwidth_TBps", where), f"{where} hbm_bandwidth_TBps") * 1e12,
         peaks_flops=MappingProxyType(peaks),
         scale_up_Bps=_positive(_req(ic, "scale_up_GBps", where), f"{where} scale_up_GBps") * 1e9,
         scale_out_Bps=_positive(_req(ic, "scale_out_GBps", where), f"{where} scale_out_GBps") * 1e9,
         scale_up_domain_gpus=int(_positive(_req(ic, "scale_up_domain_gpus", where),
                                            f"{where} scale_up_domain_gpus")),
-        host_link_Bps=_positive(ic.get("host_link_GBps", 64), f"{where} host_link_GBps") * 1e9,
+        host_link_Bps=(_positive(raw["hbm_bandwidth_TBps"], f"{where} hbm_bandwidth_TBps") * 1e12 / 2
+                       if unified else
+                       _positive(ic.get("host_link_GBps", 64), f"{where} host_link_GBps") * 1e9),
         efficiency=Efficiency(**{k: _fraction(eff[k], f"{where} efficiency.{k}") for k in _EFF_KEYS},
                               serving=_serving(eff, where)),
         latency=Latency(**{f"{k}_s": nonneg(lat[k], f"{where} latency_us.{k}") * 1e-6 for k in _LAT_KEYS}),
@@ -201,7 +216,31 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
         host_flops=_positive(host["peak_TFLOPs"], f"{where} [host] peak_TFLOPs") * 1e12 if host else 0.0,
         kernel=MappingProxyType(dict(raw.get("kernel", {}))),
         path=where,
+        mesh=_mesh(raw.get("mesh"), where),
+        sram_bytes=_positive(raw["sram_MB"], f"{where} sram_MB") * 1e6 if "sram_MB" in raw else 0.0,
+        host_unified=unified,
     )
+
+
+def _unified(host, ic: Mapping, where: str) -> bool:
+    """``[host] unified``: true when host and device share one DRAM (Apple silicon). A copy
+    from "host" to device memory then reads and writes that DRAM, so the host link is half the
+    memory bandwidth, derived, never given: a file that also sets ``host_link_GBps`` is refused."""
+    if host is None or "unified" not in host:
+        return False
+    u = host["unified"]
+    if not isinstance(u, bool):
+        raise SpecError(f"{where} [host] unified: must be true or false, got {u!r}")
+    if u and "host_link_GBps" in ic:
+        raise SpecError(f"{where} [interconnect] host_link_GBps: a unified-memory device "
+                        "([host] unified = true) copies within its own DRAM; leave it out")
+    return u
+
+
+def _mesh(raw, where: str):
+    from .mesh import parse_mesh
+
+    return parse_mesh(raw, where)
 
 
 def builtin_hardware() -> list[str]:

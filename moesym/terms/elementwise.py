@@ -20,7 +20,7 @@ from .attention import kv_bytes_per_token_layer
 from .cost import Cost, KernelClass, sym
 from .dims import Dims
 
-__all__ = ["norm_residual", "attention_elementwise", "fp8_input_cast", "moe_elementwise",
+__all__ = ["norm_residual", "attention_elementwise", "fp8_input_cast", "moe_elementwise", "moe_dispatch_combine",
            "swiglu_activation"]
 
 # per-token-group FP8 quantization: one FP32 scale per 128 elements (DeepSeek-V3 block format)
@@ -93,3 +93,22 @@ def moe_elementwise(D: Dims, moe_tokens, rows, fused: bool = False) -> Cost:
     permute = 2 * r * d * D.dispatch_bytes
     unpermute = r * d * D.act_bytes + t * d * D.act_bytes
     return Cost("moe_elementwise", _EW, hbm_bytes=permute + unpermute + topk, launches=3)
+
+
+def moe_dispatch_combine(D: Dims, moe_tokens, rows, fused: bool = False,
+                         grouping: bool = True) -> list[Cost]:
+    """:func:`moe_elementwise` as seed 003's two stages, same bytes and launches in total:
+    ``moe_dispatch`` (top-k selection and the permute into expert order: 2 kernels) and
+    ``moe_combine`` (the weighted unpermute-reduce: 1 kernel). ``fused``: only the top-k is
+    left (the dispatch and combine kernels do the rest). ``grouping`` False (per-token
+    dispatch, seed 003's baseline): tokens are not grouped, so no permute.
+    """
+    t, r = sym(moe_tokens), sym(rows)
+    d = D.hidden
+    topk = t * D.experts * 4
+    if fused:
+        return [Cost("moe_dispatch", _EW, hbm_bytes=topk, launches=1)]
+    permute = 2 * r * d * D.dispatch_bytes if grouping else 0
+    unpermute = r * d * D.act_bytes + t * d * D.act_bytes
+    return [Cost("moe_dispatch", _EW, hbm_bytes=permute + topk, launches=2 if grouping else 1),
+            Cost("moe_combine", _EW, hbm_bytes=unpermute, launches=1)]

@@ -48,11 +48,23 @@ def routed_expert_compute(D: Dims, tokens, imbalance=1, padded_rows=None,
     ``active_experts``: the local experts with at least one row (default all): grouped-GEMM
     kernels launch no tiles for an empty expert (DeepGEMM's contiguous and masked layouts), so
     the rows spread over those.
+    ``layout`` ``grouped`` and ``per-token`` are seed 003's dispatch granularities, plain GEMM
+    kernels launched one after another, each on the whole GPU: ``grouped`` one GEMM per active
+    expert of rows / active rows (seed 003 issues them in descending order of rows; serial
+    kernels take the same sum in any order), ``per-token`` one GEMV (M = 1) per token-expert
+    assignment, each reading its expert's weights itself (``w_bytes`` per weight element; the
+    load term then has none: :func:`routed_expert_weight_load` with 0 experts).
     """
     rows_real = moe_tokens_per_gpu(D, tokens) * D.topk * sym(imbalance) * D.expert_tp
     rows = rows_real if padded_rows is None else sym(padded_rows)
     inter = D.moe_inter / D.expert_tp
     g = D.local_experts if active_experts is None else sym(active_experts)
+    if layout in ("grouped", "per-token"):
+        per_token = layout == "per-token"
+        m, wb, n_kernels = (1, D.w_bytes, rows) if per_token else (rows / g, 0, g)
+        up = gemm("experts_gate_up", m, 2 * inter, D.hidden, wb, D.act_bytes, layout=layout)
+        down = gemm("experts_down", m, D.hidden, inter, wb, D.act_bytes, layout=layout)
+        return [up.scaled(n_kernels), down.scaled(n_kernels)]
     m = rows / g
     up = gemm("experts_gate_up", m, 2 * inter, D.hidden, 0, D.act_bytes, KernelClass.GROUPED_GEMM,
               groups=g, layout=layout)
