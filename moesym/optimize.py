@@ -82,7 +82,7 @@ def pareto_front(rows: list[dict], x: str, y: str) -> list[dict]:
     return keep
 
 
-def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve=None):
+def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve=None, hit=0.0):
     """A function giving, at an array of sizes (batch or tokens per attention DP rank), the
     step time, latency, tokens per GPU per second and feasibility (fits in memory, meets every
     latency limit) of one (tp, ep, mb). ``cms``: the compiled predict model (step and memory)
@@ -90,6 +90,10 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve
     decode step's with memory (:func:`moesym.model.predictor.serve_models`)."""
     fixed = {**cms[0].ep_values(ep), N.tp: float(tp), N.ep: float(ep),
              N.micro_batches: float(mb), N.gpus: float(gpus)}
+    if hit:  # prompt tokens found in the prefix cache (prefill, serve)
+        fixed[N.prefix_hit] = float(hit)
+    if serve is None:  # the context is this search's, not the one the cached model was built at
+        fixed[N.context] = float(context)
 
     def subset(env, keep):
         return {k: (v[keep] if isinstance(v, np.ndarray) else v) for k, v in env.items()}
@@ -117,7 +121,7 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve
 
         def measure(sizes):
             p = serve_point(sizes, isl, osl, chunk, accepted, minimum=np.minimum,
-                            maximum=np.maximum, exp=np.exp)
+                            maximum=np.maximum, exp=np.exp, hit=hit)
             mem = cm_dec.evaluate(1, {**fixed, N.batch: sizes, N.context: ctx,
                                       N.prefill_tokens: chunk})["memory_bytes"]
             fits = np.broadcast_to(mem, sizes.shape) <= capacity
@@ -183,7 +187,8 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
              tpot_s: float | None = None, ttft_s: float | None = None,
              base: Deployment | None = None, micro_batches=(1, 2), max_size: int = 1 << 15,
              a2a_modes=None, tps=None, eps=None, progress: bool = False,
-             isl: int = 0, osl: int = 0, chunk: int = 0, expert_caches=None) -> OptimizeResult:
+             isl: int = 0, osl: int = 0, chunk: int = 0, expert_caches=None,
+             prefix_hit: float = 0.0) -> OptimizeResult:
     """Best deployment of ``model`` on ``gpus`` GPUs for ``phase`` at ``context``.
 
     ``max_size``: largest batch (decode, serve) or tokens (prefill) per attention DP rank
@@ -193,6 +198,8 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     (0: the engine's default for each TP) instead of ``context``; its throughput is output
     tokens per GPU per second, limited by TPOT (with prefill interference) and TTFT.
     ``progress``: a progress bar on stderr over the (A2A mode, EP) models.
+    ``prefix_hit``: share of each prompt found in the prefix cache (prefill and serve, as
+    ``predict``'s ``--prefix-hit``).
     ``expert_caches``: expert-cache sizes to search (experts per MoE layer resident on the
     device, the rest in host memory; one device), a list or ``"auto"`` (0, powers of two, the
     quarters of E and E); each is its own model, and a larger cache leaves less memory for the
@@ -217,11 +224,14 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     limits = {"tpot_s": tpot_s, "ttft_s": ttft_s} if serve else \
         ({"tpot_s": tpot_s} if decode else {"ttft_s": ttft_s})
     lat_key = "ttft_s" if ph is Phase.PREFILL else "tpot_s"
+    if prefix_hit and ph is Phase.DECODE:
+        raise MoesymError("--prefix-hit skips prompt tokens: a decode search has none (use "
+                          "--phase prefill or serve)")
     if serve:
-        wl0 = Workload(ph, batch=1, isl=isl, osl=osl, chunk=chunk)
+        wl0 = Workload(ph, batch=1, isl=isl, osl=osl, chunk=chunk, prefix_hit=prefix_hit)
     else:
         wl0 = (Workload(ph, batch=1, context=context) if decode
-               else Workload(ph, tokens=context, context=context))
+               else Workload(ph, tokens=context, context=context, prefix_hit=prefix_hit))
     cands = [c for c in choices(model, gpus, micro_batches, base.redundant_experts,
                                 base.gpus_per_node)
              if (tps is None or c[0] in tps) and (eps is None or c[1] in eps)]
@@ -263,7 +273,8 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
                           if serve else (compiled_predict_model(model, hw, rep, wl0),))
         for tp, _, mb in (c for c in cands if c[1] == ep):
             measure = _measure_fn(built[key], hw.hbm_capacity_bytes, ph, context, limits,
-                                  tp, ep, mb, gpus, dep_c, (isl, osl, chunk) if serve else None)
+                                  tp, ep, mb, gpus, dep_c, (isl, osl, chunk) if serve else None,
+                                  prefix_hit)
             best = _search(measure, tp, mb, max_size)
             if best is None:
                 continue

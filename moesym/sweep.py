@@ -146,8 +146,9 @@ class _Grid:
 
 def _plan(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
           axes: Mapping[str, Sequence[int]], deployment: Deployment | None,
-          chunk_points: int) -> tuple[_Grid, list[tuple]]:
-    """The shared setup and the blocks (values of the first axis) that hold a valid point."""
+          chunk_points: int, prefix_hit: float = 0.0) -> tuple[_Grid, list[tuple]]:
+    """The shared setup and the blocks (values of the first axis) that hold a valid point.
+    ``prefix_hit``: share of each prompt found in the prefix cache (prefill and serve)."""
     hw = hardware if isinstance(hardware, HardwareSpec) else load_hardware(hardware)
     ph = Phase(phase)
     base = deployment or Deployment()
@@ -173,13 +174,17 @@ def _plan(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
     names = list(ax)
     rep_g, rep_ep = ax["gpus"][0], ax["ep"][0] or ax["gpus"][0]
     rep = replace(base, gpus=rep_g, ep=rep_g if rep_g % rep_ep else rep_ep, tp=1, micro_batches=1)
+    if prefix_hit and ph is Phase.DECODE:
+        raise MoesymError("--prefix-hit skips prompt tokens: a decode sweep has none (use "
+                          "--phase prefill or serve)")
     if ph is Phase.DECODE:
         wl = Workload(ph, batch=1, context=ax["context"][0])
     elif ph is Phase.PREFILL:
         wl = Workload(ph, tokens=ax["tokens"][0], context=ax["context"][0],
-                      chunk=min(ax["tokens"][0], ax["context"][0]))
+                      chunk=min(ax["tokens"][0], ax["context"][0]), prefix_hit=prefix_hit)
     else:  # chunk: the deployment's --chunk, else the engine's default per point
-        wl = Workload(ph, batch=1, isl=ax["isl"][0], osl=ax["osl"][0])  # chunk 0: the default
+        wl = Workload(ph, batch=1, isl=ax["isl"][0], osl=ax["osl"][0],  # chunk 0: the default
+                      prefix_hit=prefix_hit)
     first, rest = names[0], names[1:]
     grid = _Grid(model, hw, base, rep, wl, first, tuple((n, tuple(ax[n])) for n in rest))
     if not all(ax.values()):
@@ -309,6 +314,8 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
         view[i] = len(ax[n])
         env0[AXIS_NAMES[n]] = np.asarray(ax[n], dtype=float).reshape(view)
     prefill, serve = grid.wl.phase is Phase.PREFILL, grid.wl.phase is Phase.SERVE
+    if grid.wl.prefix_hit:
+        env0[N.prefix_hit] = np.asarray(float(grid.wl.prefix_hit)).reshape((1,) * len(others))
     if prefill:
         env0[N.chunk] = np.minimum(env0[N.tokens], env0[N.context])
     tp = np.asarray(ax["tp"], dtype=np.int64)
@@ -331,7 +338,7 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
             for c, mb in enumerate(ax["micro_batches"]):
                 env = {**env0, **ep_env, N.gpus: float(g), N.ep: eps, N.micro_batches: float(mb)}
                 if serve:
-                    got = _serve_point(cm, env, grid.hw, float(g), grid.base)
+                    got = _serve_point(cm, env, grid.hw, float(g), grid.base, grid.wl.prefix_hit)
                 else:
                     got = {"step_time_s": cm.evaluate(0, env)["step_time_s"]}
                     if prefill:  # prompts whose KV is held: ceil(tokens / context)
@@ -370,7 +377,7 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
     return out
 
 
-def _serve_point(cms, env, hw: HardwareSpec, gpus: float, dep: Deployment) -> dict:
+def _serve_point(cms, env, hw: HardwareSpec, gpus: float, dep: Deployment, hit: float = 0.0) -> dict:
     """Serve quantities at broadcast grid arrays (``env``: batch, ISL, OSL, chunk (0: the
     engine's default for the point's DP size), TP, ...) from the mixed-step and decode-step
     models: :func:`moesym.model.serve.serve_point` and ``serve_rates`` on arrays."""
@@ -387,7 +394,8 @@ def _serve_point(cms, env, hw: HardwareSpec, gpus: float, dep: Deployment) -> di
     chunk = np.where(chunk > 0, chunk, default).astype(float)
     ctx = isl + np.floor(osl / 2)
     a = accepted_tokens(dep)
-    p = serve_point(batch, isl, osl, chunk, a, minimum=np.minimum, maximum=np.maximum, exp=np.exp)
+    p = serve_point(batch, isl, osl, chunk, a, minimum=np.minimum, maximum=np.maximum, exp=np.exp,
+                    hit=hit)
     mem = cm_dec.evaluate(1, {**env, N.context: ctx, N.prefill_tokens: chunk})["memory_bytes"]
     t_mix, t_dec = serve_step_times(cms, env, p, isl, osl, chunk)
     r = serve_rates(p, t_mix, t_dec, chunk, tp, a, ceil=np.ceil)
@@ -399,17 +407,17 @@ def _serve_point(cms, env, hw: HardwareSpec, gpus: float, dep: Deployment) -> di
 
 def sweep_columns(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
                   axes: Mapping[str, Sequence[int]], deployment: Deployment | None = None,
-                  chunk_points: int = 2_000_000) -> Iterator[dict[str, np.ndarray]]:
+                  chunk_points: int = 2_000_000, prefix_hit: float = 0.0) -> Iterator[dict[str, np.ndarray]]:
     """Yield the grid as blocks of at most about ``chunk_points`` rows, each a dict of NumPy
     columns (what :func:`write_sweep` streams without building DataFrames)."""
-    for grid, arrays in _blocks(model, hardware, phase, axes, deployment, chunk_points):
+    for grid, arrays in _blocks(model, hardware, phase, axes, deployment, chunk_points, prefix_hit):
         yield _with_names(grid, arrays)
 
 
-def _blocks(model, hardware, phase, axes, deployment, chunk_points):
+def _blocks(model, hardware, phase, axes, deployment, chunk_points, prefix_hit=0.0):
     from .progress import progress_bar
 
-    grid, blocks = _plan(model, hardware, phase, axes, deployment, chunk_points)
+    grid, blocks = _plan(model, hardware, phase, axes, deployment, chunk_points, prefix_hit)
     models = _Models(grid)
     for block in progress_bar(blocks, "sweep: blocks", len(blocks) > 1):
         yield grid, _block(grid, models, block)
@@ -417,9 +425,9 @@ def _blocks(model, hardware, phase, axes, deployment, chunk_points):
 
 def sweep_chunks(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
                  axes: Mapping[str, Sequence[int]], deployment: Deployment | None = None,
-                 chunk_points: int = 2_000_000) -> Iterator["pd.DataFrame"]:
+                 chunk_points: int = 2_000_000, prefix_hit: float = 0.0) -> Iterator["pd.DataFrame"]:
     """Yield DataFrames of at most about ``chunk_points`` rows covering the whole grid."""
-    for grid, arrays in _blocks(model, hardware, phase, axes, deployment, chunk_points):
+    for grid, arrays in _blocks(model, hardware, phase, axes, deployment, chunk_points, prefix_hit):
         yield _frame(grid, arrays)
 
 
@@ -547,7 +555,7 @@ def _check_workers(client) -> None:
 
 def sweep_dask(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
                axes: Mapping[str, Sequence[int]], deployment: Deployment | None = None,
-               chunk_points: int = 2_000_000, client=None):
+               chunk_points: int = 2_000_000, prefix_hit: float = 0.0, client=None):
     """The grid as a lazy ``dask.dataframe.DataFrame``: a partition per :func:`sweep_chunks` chunk.
 
     Partitions have the columns, dtypes, rows and order of the chunks (each with its own
@@ -562,7 +570,7 @@ def sweep_dask(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
     dd, _ = _require_dask()
     import dask
 
-    grid, blocks = _plan(model, hardware, phase, axes, deployment, chunk_points)
+    grid, blocks = _plan(model, hardware, phase, axes, deployment, chunk_points, prefix_hit)
     if not blocks:
         raise MoesymError(_NO_POINT)
     if client is not None:

@@ -200,3 +200,21 @@ def test_cli_optimize_matches_api(cli_optimize):
     assert out["best"].keys() == api.keys()
     for k, v in api.items():
         assert out["best"][k] == (pytest.approx(v, rel=1e-12) if isinstance(v, float) else v), k
+
+
+def test_a_model_cached_at_another_context_answers_for_this_one():
+    """Regression: the compiled-model cache keys on structure, not on the workload, so a model
+    built for one context is reused at another; optimize must bind its own context (it did
+    not: after a search at 1536 a search at 4096 answered with 1536's step times)."""
+    from moesym import Deployment, Workload
+    from moesym.model.predictor import predict
+
+    m, h = load_model("qwen3-30b-a3b"), load_hardware("h20")
+    optimize(m, h, 4, "decode", 1536, tpot_s=0.05)  # builds and caches the decode models
+    for phase, ctx in (("decode", 4096), ("prefill", 2048)):
+        lim = {"tpot_s": 0.035} if phase == "decode" else {"ttft_s": 1.0}
+        b = optimize(m, h, 4, phase, ctx, micro_batches=(1,), **lim).best
+        size = {"batch": b["batch"]} if phase == "decode" else {"tokens": b["tokens"], "chunk": min(b["tokens"], ctx)}
+        p = predict(m, h, Deployment(gpus=4, tp=b["tp"], ep=b["ep"], a2a=b["a2a"]),
+                    Workload(phase, context=ctx, **size))
+        assert p["step_time_s"] == pytest.approx(b["step_time_s"], rel=1e-9)

@@ -320,3 +320,31 @@ def test_context_parallel_prefill_splits_each_prompt():
     with pytest.raises(Exception, match="--cp"):
         predict(m, h, Deployment(gpus=8, weights="fp8", cp=2),
                 Workload("decode", batch=8, context=4096))
+
+
+def test_prefix_hit_in_sweep_and_optimize_equals_predict(tmp_path):
+    # issue 18 item 4 in the grid commands: sweep and optimize take --prefix-hit and time each
+    # point as predict does (prefill and serve)
+    import csv
+
+    from moesym.optimize import optimize
+
+    m, h = load_model("qwen3-30b-a3b"), load_hardware("h20")
+    out = tmp_path / "s.csv"
+    assert main(["sweep", "qwen3-30b-a3b", "--hardware", "h20", "--phase", "prefill", "--tokens",
+                 "8192,16384", "--context", "4096", "--prefix-hit", "0.5", "--out", str(out)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    for r in rows:
+        p = predict(m, h, Deployment(), Workload("prefill", tokens=int(r["tokens"]), context=4096,
+                                                  chunk=4096, prefix_hit=0.5))
+        assert float(r["step_time_s"]) == pytest.approx(p["step_time_s"], rel=1e-9)
+    full = predict(m, h, Deployment(), Workload("prefill", tokens=8192, context=4096, chunk=4096))
+    assert float(rows[0]["step_time_s"]) < full["step_time_s"]  # half the prompt is cached
+    r = optimize(m, h, 1, "serve", isl=1024, osl=256, tpot_s=0.05, prefix_hit=0.8, max_size=256)
+    b = r.best
+    p = predict(m, h, Deployment(tp=b["tp"], ep=b["ep"], micro_batches=b["micro_batches"]),
+                Workload("serve", batch=b["batch"], isl=1024, osl=256, chunk=b["chunk_tokens"],
+                         prefix_hit=0.8))
+    assert b["tokens_per_gpu_s"] == pytest.approx(p["output_tokens_per_gpu_s"], rel=1e-9)
+    with pytest.raises(Exception, match="--prefix-hit"):
+        optimize(m, h, 1, "decode", context=1024, tpot_s=0.05, prefix_hit=0.5)

@@ -6,7 +6,7 @@ from ..optimize import disaggregate, optimize
 from . import COMMANDS
 from .common import (add_deployment, add_json, add_model_hw, add_serve_lengths, deployment_from,
                      emit_json, fmt_s,
-                     model_hw_from, positive_float, positive_int)
+                     model_hw_from, positive_float, positive_int, probability)
 
 __all__ = ["register"]
 
@@ -19,6 +19,9 @@ def register(sub) -> None:
                    help="prompt length (prefill) or mean KV length (decode); serve takes "
                         "--isl and --osl")
     add_serve_lengths(p, "serve (")
+    p.add_argument("--prefix-hit", type=probability, default=0.0, metavar="F",
+                   help="prefill, serve: share of each prompt found in the prefix cache (as "
+                        "predict's)")
     p.add_argument("--tpot-ms", type=positive_float, default=None)
     p.add_argument("--ttft-ms", type=positive_float, default=None)
     p.add_argument("--max-size", type=positive_int, default=1 << 15,
@@ -79,7 +82,7 @@ def run(args) -> int:
                  max_size=args.max_size, micro_batches=tuple(args.micro_batches or (1, 2)),
                  a2a_modes=args.a2a, tps=args.tp, eps=args.ep, progress=not args.json,
                  isl=args.isl or 0, osl=args.osl or 0, chunk=args.chunk or 0,
-                 expert_caches=args.expert_cache)
+                 expert_caches=args.expert_cache, prefix_hit=args.prefix_hit)
     out = {"best": r.best, "pareto": r.pareto}
     if args.plot:
         from ..plots import pareto_plot
@@ -145,9 +148,9 @@ def _best_deployment(args, model, base, best: dict):
         dep = replace(dep, expert_cache=best["expert_cache"])
     ph = Phase(args.phase)
     if ph is Phase.PREFILL:
-        wl = Workload(ph, tokens=best["tokens"], context=args.context)
+        wl = Workload(ph, tokens=best["tokens"], context=args.context, prefix_hit=args.prefix_hit)
     elif ph is Phase.SERVE:
-        wl = Workload(ph, batch=best["batch"], isl=args.isl, osl=args.osl,
+        wl = Workload(ph, batch=best["batch"], isl=args.isl, osl=args.osl, prefix_hit=args.prefix_hit,
                       chunk=best.get("chunk_tokens", 0))
     else:
         wl = Workload(ph, batch=best["batch"], context=args.context)

@@ -9,7 +9,7 @@ from ..specs.model import load_model
 from ..sweep import (dask_client, parse_list, sweep_columns, sweep_dask, write_sweep,
                      write_sweep_dask)
 from . import COMMANDS
-from .common import add_deployment, add_no_cache, deployment_from
+from .common import add_deployment, add_no_cache, deployment_from, probability
 
 __all__ = ["register"]
 
@@ -37,6 +37,9 @@ def register(sub) -> None:
                    help="rows per streamed chunk (default 131072 for the local backend: the "
                         "Parquet writer encodes one chunk while the next is evaluated; "
                         "2000000 per dask partition)")
+    p.add_argument("--prefix-hit", type=probability, default=0.0, metavar="F",
+                   help="prefill, serve: share of each prompt found in the prefix cache (as "
+                        "predict's)")
     p.add_argument("--out", required=True, help="output .csv or .parquet")
     p.add_argument("--backend", choices=("local", "dask"), default="local",
                    help="local: stream chunks from this process; dask: one partition per chunk "
@@ -82,7 +85,8 @@ def run(args) -> int:
         for hw in args.hardware.split(","):
             for w in weights:
                 yield from sweep_columns(model, hw.strip(), args.phase, axes,
-                                         replace(base, weights=w.strip()), args.chunk_points)
+                                         replace(base, weights=w.strip()), args.chunk_points,
+                                         args.prefix_hit)
 
     if args.backend == "dask":
         total = _write_dask(args, model, axes, base, weights)
@@ -96,6 +100,6 @@ def _write_dask(args, model, axes, base, weights) -> int:
     """The same grid, one dask partition per chunk, in the same order as the local backend."""
     with dask_client(args.scheduler) as client:
         frames = [sweep_dask(model, hw.strip(), args.phase, axes, replace(base, weights=w.strip()),
-                             args.chunk_points, client=client)
+                             args.chunk_points, args.prefix_hit, client=client)
                   for hw in args.hardware.split(",") for w in weights]
         return write_sweep_dask(args.out, frames)
