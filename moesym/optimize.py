@@ -82,7 +82,8 @@ def pareto_front(rows: list[dict], x: str, y: str) -> list[dict]:
     return keep
 
 
-def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve=None, hit=0.0):
+def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve=None, hit=0.0,
+                lengths=()):
     """A function giving, at an array of sizes (batch or tokens per attention DP rank), the
     step time, latency, tokens per GPU per second and feasibility (fits in memory, meets every
     latency limit) of one (tp, ep, mb). ``cms``: the compiled predict model (step and memory)
@@ -94,6 +95,8 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve
         fixed[N.prefix_hit] = float(hit)
     if serve is None:  # the context is this search's, not the one the cached model was built at
         fixed[N.context] = float(context)
+    if lengths:  # a distribution: every size at every length (last axis), then averaged
+        fixed[N.context] = np.asarray(lengths, dtype=float)[None, :]
 
     def subset(env, keep):
         return {k: (v[keep] if isinstance(v, np.ndarray) else v) for k, v in env.items()}
@@ -145,19 +148,29 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve
     cm = cms[0]
     size_sym = N.batch if ph is Phase.DECODE else N.tokens
 
+    def spread(x):  # a size array against the lengths' axis (lengths given), else as is
+        return x[:, None] if lengths else x
+
+    def mean(v, n):  # one value per size: averaged over the lengths' axis
+        v = np.asarray(v, dtype=float)
+        return (np.broadcast_to(v, (n, len(lengths))).mean(axis=1) if lengths
+                else np.broadcast_to(v, (n,)))
+
     def measure(sizes):
         env = dict(fixed)
-        env[size_sym] = sizes
+        env[size_sym] = spread(sizes)
         if ph is Phase.PREFILL:
             env[N.chunk] = np.minimum(sizes, context)
         mem_env = dict(env)
         if ph is Phase.PREFILL:
             mem_env[N.batch] = np.maximum(1.0, np.ceil(sizes / context))  # prompts held in memory
-        fits = np.broadcast_to(cm.evaluate(1, mem_env)["memory_bytes"], sizes.shape) <= capacity
+        fits = mean(cm.evaluate(1, mem_env)["memory_bytes"], sizes.size) <= capacity
         t = np.full(sizes.shape, np.inf)
         if fits.any():  # time only what fits (decode: memory binds long before max_size)
-            t[fits] = np.broadcast_to(cm.evaluate(0, subset(env, fits))["step_time_s"],
-                                      (int(fits.sum()),))
+            sub_env = subset(env, fits) if not lengths else {
+                k: (v[fits] if isinstance(v, np.ndarray) and v.shape[:1] == sizes.shape else v)
+                for k, v in env.items()}
+            t[fits] = mean(cm.evaluate(0, sub_env)["step_time_s"], int(fits.sum()))
         a = accepted_tokens(dep) if ph is Phase.DECODE else 1.0  # tokens per request per step
         lat = t / a if ph is Phase.DECODE else t * np.maximum(1.0, context / sizes)
         out = {"step_time_s": t, "tpot_s" if ph is Phase.DECODE else "ttft_s": lat,
@@ -188,7 +201,7 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
              base: Deployment | None = None, micro_batches=(1, 2), max_size: int = 1 << 15,
              a2a_modes=None, tps=None, eps=None, progress: bool = False,
              isl: int = 0, osl: int = 0, chunk: int = 0, expert_caches=None,
-             prefix_hit: float = 0.0) -> OptimizeResult:
+             prefix_hit: float = 0.0, lengths=()) -> OptimizeResult:
     """Best deployment of ``model`` on ``gpus`` GPUs for ``phase`` at ``context``.
 
     ``max_size``: largest batch (decode, serve) or tokens (prefill) per attention DP rank
@@ -200,6 +213,10 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     ``progress``: a progress bar on stderr over the (A2A mode, EP) models.
     ``prefix_hit``: share of each prompt found in the prefix cache (prefill and serve, as
     ``predict``'s ``--prefix-hit``).
+    ``lengths``: decode KV lengths standing for a distribution (``--context-dist``, see
+    :mod:`moesym.specs.lengths`): each size is evaluated at every length and averaged, as
+    ``predict`` does (per-request costs add), memory included, so the largest batch is where
+    the distribution's KV fills memory; ``context`` is then their mean.
     ``expert_caches``: expert-cache sizes to search (experts per MoE layer resident on the
     device, the rest in host memory; one device), a list or ``"auto"`` (0, powers of two, the
     quarters of E and E); each is its own model, and a larger cache leaves less memory for the
@@ -224,6 +241,11 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     limits = {"tpot_s": tpot_s, "ttft_s": ttft_s} if serve else \
         ({"tpot_s": tpot_s} if decode else {"ttft_s": ttft_s})
     lat_key = "ttft_s" if ph is Phase.PREFILL else "tpot_s"
+    if lengths and ph is not Phase.DECODE:
+        raise MoesymError("--context-dist describes decode KV lengths: a prefill or serve search "
+                          "takes --context or --isl/--osl")
+    if lengths:
+        context = int(round(sum(lengths) / len(lengths)))
     if prefix_hit and ph is Phase.DECODE:
         raise MoesymError("--prefix-hit skips prompt tokens: a decode search has none (use "
                           "--phase prefill or serve)")
@@ -274,7 +296,7 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
         for tp, _, mb in (c for c in cands if c[1] == ep):
             measure = _measure_fn(built[key], hw.hbm_capacity_bytes, ph, context, limits,
                                   tp, ep, mb, gpus, dep_c, (isl, osl, chunk) if serve else None,
-                                  prefix_hit)
+                                  prefix_hit, lengths)
             best = _search(measure, tp, mb, max_size)
             if best is None:
                 continue

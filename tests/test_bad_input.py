@@ -127,6 +127,9 @@ CASES = [
     (["predict", *Q8, *DEC, "--timing", "tables:{tmp}/missing"], "--timing"),
     (["predict", *Q8, *DEC, "--dequant", "later"], "--dequant"),
     (["optimize", *Q8, *DEC, "--context", "1024", "--expert-cache", "-1"], "--expert-cache"),
+    (["optimize", *Q8, "--phase", "prefill", "--context-dist", "uniform:1:9"], "--context-dist"),
+    (["optimize", *Q8, *DEC, "--context", "1024", "--context-dist", "uniform:1:9"], "--context-dist"),
+    (["optimize", *Q8, *DEC, "--context-dist", "uniform:9:1"], "--context-dist"),
 ]
 
 

@@ -218,3 +218,29 @@ def test_a_model_cached_at_another_context_answers_for_this_one():
         p = predict(m, h, Deployment(gpus=4, tp=b["tp"], ep=b["ep"], a2a=b["a2a"]),
                     Workload(phase, context=ctx, **size))
         assert p["step_time_s"] == pytest.approx(b["step_time_s"], rel=1e-9)
+
+
+def test_optimize_under_a_context_distribution_is_what_predict_says():
+    """Issue 18 item 2 in optimize: --context-dist evaluates every batch at each representative
+    length and averages (memory too), as predict does; the answer is checked with predict at
+    the chosen batch, and the next batch of the same deployment misses a limit."""
+    from moesym import Deployment, Workload
+    from moesym.model.predictor import predict
+    from moesym.specs.lengths import representative
+
+    m, h = load_model("qwen3-30b-a3b"), load_hardware("h20")
+    lengths = representative("lognormal:3000:0.9")
+    r = optimize(m, h, 4, "decode", 0, tpot_s=0.04, micro_batches=(1,), lengths=lengths,
+                 a2a_modes=[A2AMode.ALLGATHER])
+    b = r.best
+    dep = Deployment(gpus=4, tp=b["tp"], ep=b["ep"], a2a=b["a2a"])
+    mean = round(sum(lengths) / len(lengths))
+
+    def at(batch):
+        return predict(m, h, dep, Workload("decode", batch=batch, context=mean, lengths=lengths))
+
+    p = at(b["batch"])
+    assert p["step_time_s"] == pytest.approx(b["step_time_s"], rel=1e-9)
+    assert p["tpot_s"] <= 0.04 and p["fits"]
+    nxt = at(b["batch"] + 1)
+    assert nxt["tpot_s"] > 0.04 or not nxt["fits"]

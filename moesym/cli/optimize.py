@@ -19,6 +19,9 @@ def register(sub) -> None:
                    help="prompt length (prefill) or mean KV length (decode); serve takes "
                         "--isl and --osl")
     add_serve_lengths(p, "serve (")
+    p.add_argument("--context-dist", default=None, metavar="DIST",
+                   help="decode: KV lengths as a distribution (fixed:N, uniform:A:B, "
+                        "lognormal:MEAN:SIGMA or a file of lengths) instead of one --context")
     p.add_argument("--prefix-hit", type=probability, default=0.0, metavar="F",
                    help="prefill, serve: share of each prompt found in the prefix cache (as "
                         "predict's)")
@@ -58,7 +61,12 @@ def run(args) -> int:
             raise MoesymError("--context has no effect on --phase serve (the mean KV length is "
                               "--isl + --osl / 2); drop it")
     else:
-        if args.context is None:
+        if args.context_dist is not None and args.phase != "decode":
+            raise MoesymError("--context-dist describes decode KV lengths; a prefill search "
+                              "takes --context")
+        if args.context_dist is not None and args.context is not None:
+            raise MoesymError("--context and --context-dist both give the KV lengths; keep one")
+        if args.context is None and args.context_dist is None:
             raise MoesymError(f"--phase {args.phase} needs --context (prompt length or mean KV "
                               "length)")
         for flag in ("isl", "osl", "chunk"):
@@ -76,13 +84,20 @@ def run(args) -> int:
                               "token counts (prompt and output lengths), e.g. 4096:1024") from None
     model, hw = model_hw_from(args)
     base = deployment_from(args)
+    lengths = ()
+    if args.context_dist is not None:
+        from ..specs.lengths import representative
+
+        lengths = representative(args.context_dist, "--context-dist")
+        args.context = int(round(sum(lengths) / len(lengths)))  # reports and --emit: the mean
     r = optimize(model, hw, args.gpus, args.phase, args.context or 0,
                  tpot_s=args.tpot_ms / 1e3 if args.tpot_ms else None,
                  ttft_s=args.ttft_ms / 1e3 if args.ttft_ms else None, base=base,
                  max_size=args.max_size, micro_batches=tuple(args.micro_batches or (1, 2)),
                  a2a_modes=args.a2a, tps=args.tp, eps=args.ep, progress=not args.json,
                  isl=args.isl or 0, osl=args.osl or 0, chunk=args.chunk or 0,
-                 expert_caches=args.expert_cache, prefix_hit=args.prefix_hit)
+                 expert_caches=args.expert_cache, prefix_hit=args.prefix_hit,
+                 lengths=lengths)
     out = {"best": r.best, "pareto": r.pareto}
     if args.plot:
         from ..plots import pareto_plot
