@@ -83,12 +83,13 @@ def pareto_front(rows: list[dict], x: str, y: str) -> list[dict]:
 
 
 def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve=None, hit=0.0,
-                lengths=()):
+                lengths=(), pp=1):
     """A function giving, at an array of sizes (batch or tokens per attention DP rank), the
     step time, latency, tokens per GPU per second and feasibility (fits in memory, meets every
     latency limit) of one (tp, ep, mb). ``cms``: the compiled predict model (step and memory)
     of this (A2A mode, EP); for serve (``serve``: ISL, OSL, chunk) the mixed step's and the
-    decode step's with memory (:func:`moesym.model.predictor.serve_models`)."""
+    decode step's with memory (:func:`moesym.model.predictor.serve_models`). ``gpus``: one
+    pipeline stage's; ``pp`` stages share the tokens per GPU."""
     fixed = {**cms[0].ep_values(ep), N.tp: float(tp), N.ep: float(ep),
              N.micro_batches: float(mb), N.gpus: float(gpus)}
     if hit:  # prompt tokens found in the prefix cache (prefill, serve)
@@ -174,7 +175,7 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve
         a = accepted_tokens(dep) if ph is Phase.DECODE else 1.0  # tokens per request per step
         lat = t / a if ph is Phase.DECODE else t * np.maximum(1.0, context / sizes)
         out = {"step_time_s": t, "tpot_s" if ph is Phase.DECODE else "ttft_s": lat,
-               "tokens_per_gpu_s": sizes * a / tp / np.where(np.isfinite(t), t, np.inf)}
+               "tokens_per_gpu_s": sizes * a / tp / pp / np.where(np.isfinite(t), t, np.inf)}
         return feasible(fits, t, out)
 
     return measure
@@ -201,7 +202,7 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
              base: Deployment | None = None, micro_batches=(1, 2), max_size: int = 1 << 15,
              a2a_modes=None, tps=None, eps=None, progress: bool = False,
              isl: int = 0, osl: int = 0, chunk: int = 0, expert_caches=None,
-             prefix_hit: float = 0.0, lengths=()) -> OptimizeResult:
+             prefix_hit: float = 0.0, lengths=(), pps=None) -> OptimizeResult:
     """Best deployment of ``model`` on ``gpus`` GPUs for ``phase`` at ``context``.
 
     ``max_size``: largest batch (decode, serve) or tokens (prefill) per attention DP rank
@@ -213,6 +214,9 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     ``progress``: a progress bar on stderr over the (A2A mode, EP) models.
     ``prefix_hit``: share of each prompt found in the prefix cache (prefill and serve, as
     ``predict``'s ``--prefix-hit``).
+    ``pps``: pipeline-parallel depths to search (None: the base deployment's): each stage holds
+    gpus / pp GPUs and 1 / pp of the layers, the batch (or tokens) a multiple of pp x the
+    micro-batches, each depth its own model (decode and prefill).
     ``lengths``: decode KV lengths standing for a distribution (``--context-dist``, see
     :mod:`moesym.specs.lengths`): each size is evaluated at every length and averaged, as
     ``predict`` does (per-request costs add), memory included, so the largest batch is where
@@ -254,24 +258,37 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     else:
         wl0 = (Workload(ph, batch=1, context=context) if decode
                else Workload(ph, tokens=context, context=context, prefix_hit=prefix_hit))
-    cands = [c for c in choices(model, gpus, micro_batches, base.redundant_experts,
-                                base.gpus_per_node)
-             if (tps is None or c[0] in tps) and (eps is None or c[1] in eps)]
-    if not cands:
+    searched_pp = pps is not None
+    pps = sorted(set(pps)) if searched_pp else [base.pp]
+    bad = [p for p in pps if gpus % p]
+    if bad:
+        raise MoesymError(f"--pp {bad[0]} does not divide --gpus {gpus}")
+    if serve and pps != [1]:
+        raise MoesymError("--pp: a serve search runs one pipeline stage (--pp 1); pipeline "
+                          "depths are searched for decode and prefill")
+    cands, models = {}, []
+    for pp in pps:  # valid (tp, ep, mb) of one stage of gpus / pp GPUs, and its models
+        stage = gpus // pp
+        cands[pp] = [c for c in choices(model, stage, micro_batches, base.redundant_experts,
+                                        base.gpus_per_node)
+                     if (tps is None or c[0] in tps) and (eps is None or c[1] in eps)]
+        models += [(pp, mode, ep) for mode in a2a_modes for ep in sorted({c[1] for c in cands[pp]})
+                   if not (mode.is_deepep and ep != stage)]  # DeepEP: no expert TP
+    if not any(cands.values()):
         raise MoesymError(f"no valid deployment of {model.name} on {gpus} GPUs has --tp in "
                           f"{sorted(tps) if tps else 'any'} and --ep in "
                           f"{sorted(eps) if eps else 'any'}: each must divide --gpus, TP the "
                           f"{model.num_heads} heads and EP the {model.num_experts} experts")
-    models = [(mode, ep) for mode in a2a_modes for ep in sorted({c[1] for c in cands})
-              if not (mode.is_deepep and ep != gpus)]  # DeepEP has no expert tensor parallelism
     if not models:
         raise MoesymError("DeepEP --a2a modes need --ep equal to --gpus; pin --ep "
                           f"{gpus} or add --a2a allgather")
     caches = _cache_sizes(model, gpus, expert_caches)
     rows = []
 
-    def row(tp, ep, mb, mode, size, out, front_only=False, cache=None):
+    def row(tp, ep, mb, mode, size, out, front_only=False, cache=None, pp=1):
         r = {"tp": tp, "ep": ep, "micro_batches": mb, "a2a": mode.value, size_key: int(size)}
+        if searched_pp:
+            r["pp"] = int(pp)
         if cache is not None:
             r["expert_cache"] = int(cache)
         r.update({k: float(v) for k, v in out.items() if k != "ok"})
@@ -280,35 +297,37 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
         r.update({"fits": True, "_front_only": front_only})
         return r
 
-    built: dict = {}  # compiled models per (A2A mode, EP structure class, expert cache)
-    for mode, ep, cache in progress_bar([(m, e, c) for m, e in models for c in caches],
-                                        "optimize: models", progress):
+    built: dict = {}  # compiled models per (PP, A2A mode, EP structure class, expert cache)
+    for pp, mode, ep, cache in progress_bar([(p, m, e, c) for p, m, e in models for c in caches],
+                                            "optimize: models", progress):
         # the model predict builds for this mode and EP's class (TP, micro-batches, size, GPUs,
         # EP and the numbers that depend on EP are bound per candidate)
         dep_c = base if cache is None else replace(base, expert_cache=cache)
-        rep = replace(dep_c, gpus=gpus, ep=ep, tp=1, micro_batches=1, a2a=mode)
-        if mode is A2AMode.AUTO and ep < gpus and A2AMode.ALLGATHER in a2a_modes:
+        rep = replace(dep_c, gpus=gpus, pp=pp, ep=ep, tp=1, micro_batches=1, a2a=mode)
+        stage = gpus // pp
+        if mode is A2AMode.AUTO and ep < stage and A2AMode.ALLGATHER in a2a_modes:
             continue  # auto is the all-gather here: searched under its own name
-        key = (mode, ep_class(rep), cache)
+        key = (pp, mode, ep_class(rep), cache)
         if key not in built:
             built[key] = (serve_models(model, hw, rep, replace(wl0, chunk=chunk or 1))[1:]
                           if serve else (compiled_predict_model(model, hw, rep, wl0),))
-        for tp, _, mb in (c for c in cands if c[1] == ep):
+        for tp, _, mb in (c for c in cands[pp] if c[1] == ep):
             measure = _measure_fn(built[key], hw.hbm_capacity_bytes, ph, context, limits,
-                                  tp, ep, mb, gpus, dep_c, (isl, osl, chunk) if serve else None,
-                                  prefix_hit, lengths)
-            best = _search(measure, tp, mb, max_size)
+                                  tp, ep, mb, stage, dep_c, (isl, osl, chunk) if serve else None,
+                                  prefix_hit, lengths, pp)
+            step = mb * pp  # a slot of each of the pp stages holds size / pp
+            best = _search(measure, tp, step, max_size)
             if best is None:
                 continue
             size, out = best
-            rows.append(row(tp, ep, mb, mode, size, out, cache=cache))
-            # smaller feasible sizes (mb x powers of two) for the Pareto front
-            front = mb * 2.0 ** np.arange(0, max(0, int(math.log2(size / mb))) + 1)
+            rows.append(row(tp, ep, mb, mode, size, out, cache=cache, pp=pp))
+            # smaller feasible sizes (step x powers of two) for the Pareto front
+            front = step * 2.0 ** np.arange(0, max(0, int(math.log2(size / step))) + 1)
             front = front[front < size]
             if len(front):
                 fo = measure(front)
-                rows += [row(tp, ep, mb, mode, s, {k: v[i] for k, v in fo.items()}, True, cache)
-                         for i, s in enumerate(front) if fo["ok"][i]]
+                rows += [row(tp, ep, mb, mode, s, {k: v[i] for k, v in fo.items()}, True, cache,
+                             pp) for i, s in enumerate(front) if fo["ok"][i]]
     if not rows:
         raise MoesymError("no deployment meets the latency limit and fits in memory; relax "
                           "--tpot-ms / --ttft-ms or add GPUs")

@@ -244,3 +244,24 @@ def test_optimize_under_a_context_distribution_is_what_predict_says():
     assert p["tpot_s"] <= 0.04 and p["fits"]
     nxt = at(b["batch"] + 1)
     assert nxt["tpot_s"] > 0.04 or not nxt["fits"]
+
+
+def test_optimize_searches_pipeline_depths_as_predict_times_them():
+    """Issue 18 item 5 in optimize: --pp 1,2 searches both depths (a stage of gpus / pp GPUs,
+    sizes a multiple of pp x micro-batches); every row is what predict says of it."""
+    from moesym import Deployment, Workload
+    from moesym.model.predictor import predict
+
+    m, h = load_model("qwen3-30b-a3b"), load_hardware("h20")
+    r = optimize(m, h, 8, "decode", 2048, tpot_s=0.05, micro_batches=(1,), pps=[1, 2],
+                 a2a_modes=[A2AMode.ALLGATHER], max_size=512)
+    assert {row["pp"] for row in r.table.to_dict("records")} == {1, 2}
+    for row in [x for x in r.table.to_dict("records") if x["pp"] == 2][:6] + [r.best]:
+        assert row["batch"] % 2 == 0
+        dep = Deployment(gpus=8, pp=row["pp"], tp=row["tp"], ep=row["ep"], a2a=row["a2a"])
+        p = predict(m, h, dep, Workload("decode", batch=row["batch"], context=2048))
+        assert p["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-9)
+        assert p["tokens_per_gpu_s"] == pytest.approx(row["tokens_per_gpu_s"], rel=1e-9)
+        assert p["tpot_s"] <= 0.05 and p["fits"]
+    with pytest.raises(Exception, match="--pp 3"):
+        optimize(m, h, 8, "decode", 2048, tpot_s=0.05, pps=[3])

@@ -97,7 +97,7 @@ def run(args) -> int:
                  a2a_modes=args.a2a, tps=args.tp, eps=args.ep, progress=not args.json,
                  isl=args.isl or 0, osl=args.osl or 0, chunk=args.chunk or 0,
                  expert_caches=args.expert_cache, prefix_hit=args.prefix_hit,
-                 lengths=lengths)
+                 lengths=lengths, pps=args.pp)
     out = {"best": r.best, "pareto": r.pareto}
     if args.plot:
         from ..plots import pareto_plot
@@ -122,7 +122,8 @@ def run(args) -> int:
     b = r.best
     size = "batch" if "batch" in b else "tokens"
     what = "output tokens/GPU/s" if args.phase == "serve" else "tokens/GPU/s"
-    cache = f" expert-cache={b['expert_cache']}" if "expert_cache" in b else ""
+    cache = (f" pp={b['pp']}" if "pp" in b else "") + (
+        f" expert-cache={b['expert_cache']}" if "expert_cache" in b else "")
     print(f"best: tp={b['tp']} ep={b['ep']} micro-batches={b['micro_batches']} a2a={b['a2a']}{cache} "
           f"{size}={b[size]}  {b['tokens_per_gpu_s']:.1f} {what}  step {fmt_s(b['step_time_s'])}")
     if args.phase == "serve":
@@ -157,7 +158,7 @@ def _best_deployment(args, model, base, best: dict):
 
     from ..specs.deployment import A2AMode, Phase, Workload
 
-    dep = replace(base, gpus=args.gpus, tp=best["tp"], ep=best["ep"],
+    dep = replace(base, gpus=args.gpus, tp=best["tp"], ep=best["ep"], pp=best.get("pp", base.pp),
                   micro_batches=best["micro_batches"], a2a=A2AMode(best["a2a"]))
     if "expert_cache" in best:
         dep = replace(dep, expert_cache=best["expert_cache"])
