@@ -38,7 +38,8 @@ from ..specs.deployment import A2AMode, Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
 from ..symbols import S, by_name
-from ..terms.cost import smax, substitute
+from ..terms.attention import INDEX_KEY_SCALE_BYTES
+from ..terms.cost import smax, smin, substitute
 from ..terms.dims import symbolic_dims
 from .formats import weight_bytes_per_param, weight_formats
 from .kv import (
@@ -189,8 +190,20 @@ def memory_expressions(model: ModelSpec, dep: Deployment, phase: Phase,
                        + speculative_kv_bytes_per_request(D, mla, S.n_mtp_layers, S.context,
                                                           n_layers * (1 - f))
                        + n_layers * f * gdn_state_bytes(D, m))
-    if model.index_topk:  # DeepSeek sparse attention caches the indexer's FP8 key + fp32 scale
-        index_key = sp.Integer(model.index_head_dim + 4)
+    if model.is_compressed:  # DeepSeek-V4: window, compressed entries, indexer keys, state
+        from ..terms import compressed as cmp
+
+        per_token = cmp.cache_bytes_per_token(D, model, n_layers)
+        # the MTP layer attends its window only (vLLM gives MTP layers compress ratio 0)
+        per_request = (cmp.cache_bytes_per_request(D, model, S.context, n_layers)
+                       + S.n_mtp_layers * smin(S.context, model.sliding_window)
+                       * cmp.entry_bytes(D, model))
+        sharded, replicated, bf16 = cmp.attention_params(model)
+        share = n_layers / model.num_layers  # this GPU's (pipeline stage's) layers
+        weights["attention_sharded"] = share * sharded / D.tp * S.w_bytes
+        weights["attention_replicated"] = share * (replicated * S.w_bytes + bf16 * 2)
+    elif model.index_topk:  # DeepSeek sparse attention caches the indexer's FP8 key + fp32 scale
+        index_key = sp.Integer(model.index_head_dim + INDEX_KEY_SCALE_BYTES)
         per_token += n_layers * index_key
         per_request += n_layers * index_key * S.context
     ffn_i = ffn_intermediate(D, is_moe=model.is_moe, has_dense=model.dense_layers > 0)

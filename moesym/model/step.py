@@ -25,7 +25,7 @@ from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
 from ..symbols import S, by_name, check_bindings
 from ..terms import attention as att
-from ..terms import comm, elementwise as ew, ffn
+from ..terms import comm, compressed as cmp, elementwise as ew, ffn
 from ..terms.cost import AttentionShape, Cost, GemmShape, KernelClass, component_symbols, smax, smin
 from ..terms.dims import Dims, symbolic_dims
 from ..timing import TermTime
@@ -266,7 +266,6 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
                      hw: HardwareSpec | None = None) -> dict:
     """Per-micro-batch costs of one MoE layer, grouped by breakdown key (``hw``: decides which
     weight classes run weight-only kernels, :func:`_weight_only`)."""
-    mla = model.is_mla
     q = _quantized(model, dep)
     wo = _weight_only(model, dep, hw)
     dq = dep.dequant
@@ -333,7 +332,7 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     tp_bw, tp_lat = _tp_link(dep, D, bw_up, bw_out)
     costs["tp_comm"] = ([comm.tp_allreduce(D, t, tp_bw, tp_lat)] + comm.tp_moe_boundary(D, t, tp_bw, tp_lat)
                         + _cp_ring(model, dep, wl, D, t))
-    costs["other"] = [ew.norm_residual(D, t).scaled(2), ew.attention_elementwise(D, t, mla, q["attn"]),
+    costs["other"] = [ew.norm_residual(D, t).scaled(2), _attention_elementwise(model, D, t, q["attn"]),
                       ew.swiglu_activation("experts_act", rows, D.moe_inter / D.expert_tp, D.act_bytes)]
     if model.num_experts > 1:  # a single expert needs no routing: it is a dense FFN
         # DeepEP low-latency dispatch writes tokens straight into the experts' buffers and its
@@ -401,7 +400,6 @@ def _mesh_a2a(model: ModelSpec, dep: Deployment, hw: HardwareSpec | None, D: Dim
 def _dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
                        hw: HardwareSpec | None = None) -> dict:
     """Per-micro-batch costs of one dense layer, grouped by breakdown key."""
-    mla = model.is_mla
     q = _quantized(model, dep)
     wo = _weight_only(model, dep, hw)
     dq = dep.dequant
@@ -420,7 +418,7 @@ def _dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
                                        "dense", wo, dq)
     costs["tp_comm"] = ([comm.tp_allreduce(D, t, S.bw_up * S.eff_up, S.lat_up).scaled(2)]
                         + _cp_ring(model, dep, wl, D, t))
-    costs["other"] = [ew.norm_residual(D, t).scaled(2), ew.attention_elementwise(D, t, mla, q["attn"]),
+    costs["other"] = [ew.norm_residual(D, t).scaled(2), _attention_elementwise(model, D, t, q["attn"]),
                       ew.swiglu_activation("ffn_act", t, D.dense_inter / D.tp, D.act_bytes)]
     if q["dense"]:  # block-FP8 linears quantize their inputs: gate_up's (hidden) and down's (inter)
         costs["other"] += [ew.fp8_input_cast("ffn_cast", t, D.hidden + D.dense_inter / D.tp,
@@ -489,6 +487,9 @@ def _attention_core(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t)
                Phase.PREFILL: [("prefill", t, S.context)],
                Phase.SERVE: [("decode", S.batch / n, S.context),
                              ("prefill", S.tokens / n, S.isl)]}[wl.phase]
+    if model.is_compressed:  # DeepSeek-V4: window + CSA / HCA entries, indexer per CSA layer
+        return [c for kind, tokens, ctx in kernels
+                for c in cmp.core(D, model, kind, tokens, ctx, _queries(dep))]
     if model.index_topk:  # DeepSeek sparse attention: the selected KV entries, and the indexer
         return [_sparse_core(model, dep, kind, tokens, ctx, D) for kind, tokens, ctx in kernels] + \
             [_indexer(model, dep, kind, tokens, ctx, D) for kind, tokens, ctx in kernels]
@@ -510,6 +511,14 @@ def _attention_core(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t)
     return out
 
 
+def _attention_elementwise(model: ModelSpec, D: Dims, t, fp8_gemm: bool) -> Cost:
+    """The attention block's elementwise kernels (DeepSeek-V4's include its compressors' state
+    and the hyper-connection seams)."""
+    if model.is_compressed:
+        return cmp.elementwise(D, t, model, fp8_gemm)
+    return ew.attention_elementwise(D, t, model.is_mla, fp8_gemm)
+
+
 def _layer_share(c: Cost, share) -> Cost:
     """An attention kernel run in a ``share`` of the layers, as one average layer: its work
     scaled and, for a kernel timed by its shape, the shape's requests or prompts scaled (the
@@ -523,6 +532,8 @@ def _layer_share(c: Cost, share) -> Cost:
 def _attention_projections(model: ModelSpec, D: Dims, t) -> list[Cost]:
     """Attention projections of an average layer: the model's own (MHA/GQA or MLA, plus the
     sparse-attention indexer's), and for a hybrid model the DeltaNet layers' share."""
+    if model.is_compressed:
+        return cmp.projections(D, t, model)
     full = (att.attention_projections(D, t, model.is_mla, model.attn_output_gate)
             + _indexer_projections(model, D, t))
     if not model.linear_layers:
@@ -559,25 +570,19 @@ def _sparse_core(model: ModelSpec, dep: Deployment, kind: str, tokens, ctx, D: D
 
 
 def _indexer(model: ModelSpec, dep: Deployment, kind: str, tokens, ctx, D: Dims) -> Cost:
-    """The lightning indexer of DeepSeek sparse attention: per query, H_I heads of d_I score
-    every earlier key (FP8 keys of d_I + a 4-byte scale per token, cached per layer) and the
-    top k are selected. Decode: 2 q H_I L d_I FLOPs per request, the keys read once and the
-    logits written and read for the selection; prefill: the causal mean L / 2 keys per query.
-    Timed at the BF16 attention rate (the FP8 logits kernel is faster; a conservative bound)."""
-    hi, di = sp.Integer(model.index_heads), sp.Integer(model.index_head_dim)
+    """The lightning indexer of DeepSeek sparse attention (:func:`moesym.terms.attention.indexer`)
+    over every earlier key, cached per layer. Decode: L keys per query, read once per request;
+    prefill: the causal mean L / 2 keys per query, each chunk reading the prompt's keys."""
     if kind == "decode":
-        q = _queries(dep)
-        keys, reads = ctx, tokens * ctx * (di + 4)
-        queries = tokens * q
-    else:
-        keys, reads = ctx / 2, tokens * (di + 4) * smax(1, ctx / S.chunk)
-        queries = tokens
-    return Cost("indexer", KernelClass.ATTENTION, flops=2 * queries * hi * keys * di,
-                hbm_bytes=reads + 2 * 4 * queries * keys, launches=2)
+        return att.indexer(model.index_heads, model.index_head_dim, tokens * _queries(dep), ctx,
+                           tokens * ctx)
+    return att.indexer(model.index_heads, model.index_head_dim, tokens, ctx / 2,
+                       tokens * smax(1, ctx / S.chunk))
 
 
 # kernels whose schedule operation differs from their breakdown key's (data, by kernel name)
-_PART_OPS = {"o_proj": "attn_core", "router": "router", "experts_act": "experts",
+_PART_OPS = {"o_proj": "attn_core", "o_a_proj": "attn_core", "o_b_proj": "attn_core",
+             "router": "router", "experts_act": "experts",
              "moe_elementwise": "experts", "moe_dispatch": "experts", "moe_combine": "experts",
              "experts_in_cast": "experts",
              "experts_down_cast": "experts", "shared_act": "shared", "shared_cast": "shared"}
@@ -721,6 +726,13 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
 
         warnings.warn(f"--dequant separate has no effect: no weight class of --weights "
                       f"{deployment.weights} runs weight-only GEMMs on {hardware.name}", stacklevel=2)
+    if model.is_compressed and (deployment.cp > 1 or workload.prefix_hit):
+        from ..errors import SpecError
+
+        flag = "--cp" if deployment.cp > 1 else "--prefix-hit"
+        raise SpecError(f"{flag} with DeepSeek-V4's compressed attention is not modelled yet "
+                        "(its window, compressed entries and compressor state would split "
+                        f"differently); drop {flag}")
     if deployment.cp > 1 and workload.phase is not Phase.PREFILL:
         from ..errors import SpecError
 

@@ -38,7 +38,9 @@ class ModelSpec:
     vocab_size: int
     num_layers: int
     num_heads: int
-    attention: str = "gqa"  # 'gqa' (MHA is GQA with kv = heads) or 'mla'
+    # 'gqa' (MHA is GQA with kv = heads), 'mla', or 'compressed' (DeepSeek-V4: shared-KV MQA of
+    # head_dim over a sliding window plus CSA / HCA compressed entries, moesym.terms.compressed)
+    attention: str = "gqa"
     num_kv_heads: int = 0
     head_dim: int = 0
     # MLA (DeepSeek); q_lora_rank 0 means a direct query projection
@@ -66,6 +68,17 @@ class ModelSpec:
     index_topk: int = 0  # 0: dense attention
     index_heads: int = 0
     index_head_dim: int = 0
+    # DeepSeek-V4 compressed attention: grouped output projection (o_groups x o_lora_rank),
+    # csa_layers with compress ratio csa_ratio and the indexer, hca_layers with hca_ratio, the
+    # rest sliding-window only (every layer keeps a window of sliding_window entries);
+    # hc_mult residual streams (manifold-constrained hyper-connections, 0 = a plain residual)
+    o_groups: int = 0
+    o_lora_rank: int = 0
+    csa_layers: int = 0
+    hca_layers: int = 0
+    csa_ratio: int = 4
+    hca_ratio: int = 128
+    hc_mult: int = 0
     # hybrid linear attention (Qwen3-Next, Qwen3.5): gated DeltaNet layers with a fixed
     # recurrent state instead of a KV cache, interleaved with full-attention layers
     linear_layers: int = 0
@@ -97,6 +110,10 @@ class ModelSpec:
         return self.attention == "mla"
 
     @property
+    def is_compressed(self) -> bool:
+        return self.attention == "compressed"
+
+    @property
     def qk_head_dim(self) -> int:
         return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
 
@@ -104,11 +121,18 @@ class ModelSpec:
         """KV-cache elements one token adds to one full-attention layer (before TP sharding)."""
         if self.is_mla:
             return self.kv_lora_rank + self.qk_rope_head_dim
+        if self.is_compressed:  # one shared K = V vector (a window or compressed entry)
+            return self.head_dim
         return 2 * self.num_kv_heads * self.head_dim
 
     # ---- parameter counts (elements), used for checks against published totals
-    def attention_params(self) -> int:
+    def attention_params(self) -> float:
+        """One (average) layer's attention weights."""
         d, h = self.hidden_size, self.num_heads
+        if self.is_compressed:
+            from ..terms.compressed import attention_params
+
+            return sum(attention_params(self)) / self.num_layers
         if self.is_mla:
             q = (d * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * h * self.qk_head_dim
                  if self.q_lora_rank else d * h * self.qk_head_dim)
@@ -173,15 +197,33 @@ def _validate(m: ModelSpec) -> None:
         v = getattr(m, f.name)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
             raise SpecError(f"{where}: '{f.name}' must not be negative, got {v!r}")
-    if m.attention not in ("gqa", "mla"):
-        raise SpecError(f"{where}: 'attention' must be 'gqa' or 'mla', got {m.attention!r}")
+    if m.attention not in ("gqa", "mla", "compressed"):
+        raise SpecError(f"{where}: 'attention' must be 'gqa', 'mla' or 'compressed', got "
+                        f"{m.attention!r}")
+    if m.attention == "compressed":
+        for f in ("head_dim", "q_lora_rank", "qk_rope_head_dim", "o_groups", "o_lora_rank",
+                  "sliding_window"):
+            pos(f)
+        if m.num_heads % m.o_groups:
+            raise SpecError(f"{where}: num_heads ({m.num_heads}) is not a multiple of o_groups "
+                            f"({m.o_groups})")
+        if m.csa_layers + m.hca_layers > m.num_layers:
+            raise SpecError(f"{where}: csa_layers + hca_layers exceeds num_layers")
+        if m.csa_layers:
+            for f in ("index_topk", "index_heads", "index_head_dim", "csa_ratio"):
+                pos(f)
+        if m.hca_layers:
+            pos("hca_ratio")
+    elif m.hc_mult or m.csa_layers or m.hca_layers or m.o_groups:
+        raise SpecError(f"{where}: csa_layers, hca_layers, o_groups and hc_mult belong to "
+                        "attention = 'compressed' (DeepSeek-V4)")
     if m.attention == "gqa":
         pos("num_kv_heads")
         pos("head_dim")
         if m.num_heads % m.num_kv_heads:
             raise SpecError(f"{where}: num_heads ({m.num_heads}) is not a multiple of "
                             f"num_kv_heads ({m.num_kv_heads})")
-    else:
+    elif m.attention == "mla":
         for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             pos(f)
     if not 0 <= m.dense_layers <= m.num_layers:
@@ -358,7 +400,24 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
     is_mla = c.has("kv_lora_rank")
     kw: dict[str, Any] = dict(name=name, source=source, hidden_size=d, vocab_size=c.int("vocab_size"),
                               num_layers=n_layers, num_heads=heads)
-    if is_mla:
+    compressed = _compress_ratios(raw, top, n_layers, where)
+    if compressed is not None:  # DeepSeek-V4: shared-KV MQA over a window + CSA / HCA entries
+        hd = c.int("head_dim")
+        compressed, csa, hca = compressed
+        rope = c.int("qk_rope_head_dim", default=0) or int(
+            hd * float(c.get("partial_rotary_factor", default=64 / 512)))
+        kw.update(attention="compressed", num_kv_heads=c.int("num_key_value_heads", default=1),
+                  head_dim=hd, q_lora_rank=c.int("q_lora_rank"), qk_rope_head_dim=rope,
+                  o_groups=c.int("o_groups"), o_lora_rank=c.int("o_lora_rank"),
+                  sliding_window=c.int("sliding_window"), hc_mult=c.int("hc_mult", default=0),
+                  csa_ratio=csa, hca_ratio=hca,
+                  csa_layers=sum(r == csa for r in compressed),
+                  hca_layers=sum(r == hca for r in compressed))
+        other = sorted({r for r in compressed if r not in (0, csa, hca)})
+        if other:
+            raise SpecError(f"{where}: compress ratio(s) {other} are neither the CSA ({csa}) nor "
+                            f"the HCA ({hca}) rate; moesym models those two layer kinds")
+    elif is_mla:
         kw.update(attention="mla", q_lora_rank=c.int("q_lora_rank", default=0),
                   kv_lora_rank=c.int("kv_lora_rank"), qk_nope_head_dim=c.int("qk_nope_head_dim"),
                   qk_rope_head_dim=c.int("qk_rope_head_dim"), v_head_dim=c.int("v_head_dim"),
@@ -429,11 +488,50 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
     kw["weight_dtype"] = _hf_weight_dtype(raw.get("quantization_config"), where)
     sw = c.int("sliding_window", default=0)
     layer_types = raw.get("layer_types")
-    if sw and isinstance(layer_types, list) and any(t == "sliding_attention" for t in layer_types):
+    if compressed is not None:
+        pass  # every DeepSeek-V4 layer keeps its window (set above)
+    elif sw and isinstance(layer_types, list) and any(t == "sliding_attention" for t in layer_types):
         kw.update(sliding_window=sw, sliding_layers=sum(t == "sliding_attention" for t in layer_types))
     elif sw and raw.get("use_sliding_window"):
         kw.update(sliding_window=sw, sliding_layers=n_layers)
     return ModelSpec(**kw)
+
+
+#: DeepSeek-V4's attention layer kinds (HF transformers 5.23 configuration_deepseek_v4.py)
+_V4_KINDS = {"sliding_attention": 0, "compressed_sparse_attention": "csa",
+             "heavily_compressed_attention": "hca"}
+
+
+def _compress_ratios(raw: Mapping[str, Any], top: Mapping[str, Any], n_layers: int,
+                     where: str) -> tuple | None:
+    """DeepSeek-V4's per-layer compress ratios (0: sliding window only) with the CSA and HCA
+    rates, ``(ratios, csa, hca)``, or None for another model. Read from ``compress_ratios`` (V4.1 and legacy configs; MTP layers beyond
+    ``num_hidden_layers`` dropped), else ``layer_types`` with ``compress_rates``, else the
+    transformers default of a V4 config: two HCA layers, then CSA and HCA alternating."""
+    model_type = str(top.get("model_type", raw.get("model_type", "")))
+    types = raw.get("layer_types")
+    v4_types = isinstance(types, list) and any(t in _V4_KINDS for t in types if t != "sliding_attention")
+    if not (model_type.startswith("deepseek_v4") or "compress_ratios" in raw
+            or "compress_rates" in raw or v4_types):
+        return None
+    rates = raw.get("compress_rates") or {}
+    csa = int(raw.get("compress_rate_csa") or rates.get("compressed_sparse_attention", 4))
+    hca = int(raw.get("compress_rate_hca") or rates.get("heavily_compressed_attention", 128))
+    ratios = raw.get("compress_ratios")
+    if isinstance(ratios, list):
+        out = ratios[:n_layers]
+    elif isinstance(types, list):
+        bad = [t for t in types if t not in _V4_KINDS]
+        if bad:
+            raise SpecError(f"{where}: layer_types entry {bad[0]!r} is not a DeepSeek-V4 attention "
+                            f"kind ({', '.join(_V4_KINDS)})")
+        out = [{0: 0, "csa": csa, "hca": hca}[_V4_KINDS[t]] for t in types[:n_layers]]
+    else:
+        out = [hca] * min(n_layers, 2) + [csa if i % 2 else hca for i in range(max(n_layers - 2, 0))]
+    if len(out) != n_layers or any(not isinstance(r, int) or r < 0 for r in out):
+        raise SpecError(f"{where}: compress_ratios / layer_types must give one non-negative ratio "
+                        f"per layer ({n_layers})")
+    return out, csa, hca
 
 
 def _dense_layer_indices(c: _Cfg, n_layers: int, where: str) -> list[int]:

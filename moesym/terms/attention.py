@@ -18,7 +18,9 @@ from .cost import AttentionShape, Cost, GemmShape, KernelClass, sym
 from .dims import Dims
 
 __all__ = ["gemm", "attention_projections", "attention_core_decode", "attention_core_prefill",
-           "kv_bytes_per_token_layer"]
+           "kv_bytes_per_token_layer", "indexer", "INDEX_KEY_SCALE_BYTES"]
+
+INDEX_KEY_SCALE_BYTES = 4  # one fp32 scale per FP8 indexer key (DeepSeek-V3.2 and V4)
 
 
 def gemm(name: str, m, n, k, w_bytes, act_bytes, kind: KernelClass = KernelClass.GEMM,
@@ -142,6 +144,23 @@ def attention_core_prefill(D: Dims, tokens, context, chunk, mla: bool, cached=0)
     shape = AttentionShape("prefill", t / span, span, h, kv_heads, dqk, dv, D.act_bytes)
     return Cost("attention_core", KernelClass.ATTENTION, flops=flops, hbm_bytes=stream + prefix,
                 launches=1, shape=shape)
+
+
+def indexer(heads, head_dim, queries, keys, key_reads) -> Cost:
+    """A lightning indexer (DeepSeek sparse attention, V3.2 and V4's CSA): ``heads`` H_I of
+    ``head_dim`` d_I score ``keys`` keys per query (2 H_I d_I FLOPs each) for ``queries``
+    queries; ``key_reads`` FP8 keys of d_I + a 4-byte scale are read, and the fp32 logits are
+    written and read for the top-k selection (8 bytes per query and key). Timed at the BF16
+    attention rate (the FP8 logits kernel is faster: a conservative bound).
+
+    >>> indexer(64, 128, 1, 1000, 1000).hbm_bytes
+    140000
+    """
+    hi, di = sym(heads), sym(head_dim)
+    q, k = sym(queries), sym(keys)
+    return Cost("indexer", KernelClass.ATTENTION, flops=2 * q * hi * k * di,
+                hbm_bytes=sym(key_reads) * (di + INDEX_KEY_SCALE_BYTES) + 2 * 4 * q * k,
+                launches=2)
 
 
 def gdn_projections(D: Dims, tokens, hk, hv, dk, dv) -> list[Cost]:
