@@ -51,21 +51,26 @@ def scale_up_domain(hw: HardwareSpec, dep: Deployment) -> int:
         else dep.gpus_per_node
 
 
+def _formats(model: ModelSpec, hw: HardwareSpec, dep: Deployment) -> tuple:
+    """(recipe, {component: storage format}, {component: format its GEMMs compute in}) of the
+    deployment's weights on this GPU."""
+    from ..specs.precision import COMPONENTS, storage_format
+
+    recipe = dep.weight_recipe(model.is_moe)
+    stored = {c: storage_format(getattr(recipe, c), hw.peaks_flops) for c in COMPONENTS}
+    compute = {c: hw.compute_format(getattr(recipe, c)) for c in COMPONENTS}
+    return recipe, stored, compute
+
+
 def gemm_table_dtypes(model: ModelSpec, hw: HardwareSpec, dep: Deployment) -> dict:
     """{GEMM weight class: dtype a measured GEMM table must hold} (None: no table applies).
 
     A class whose weights are stored as they compute (bf16, fp8) runs a plain GEMM of that
     dtype; weight-only and 4-bit formats run other kernels (dequantising, FP4) that no table of
     the bench-data layout describes."""
-    from ..specs.precision import COMPONENTS, storage_format
-
-    recipe = dep.weight_recipe(model.is_moe)
-    out = {}
-    for c in COMPONENTS:
-        stored = storage_format(getattr(recipe, c), hw.peaks_flops)
-        compute = hw.compute_format(getattr(recipe, c))
-        out[c] = compute if stored == compute and compute in ("bf16", "fp8") else None
-    return out
+    _, stored, compute = _formats(model, hw, dep)
+    return {c: compute[c] if stored[c] == compute[c] and compute[c] in ("bf16", "fp8") else None
+            for c in stored}
 
 
 def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) -> dict:
@@ -73,12 +78,10 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
     from ..symbols import S, by_name
 
     from ..kernels.calib import kernel_calib
-    from ..specs.precision import COMPONENTS, FORMATS, bytes_per_element, storage_format
+    from ..specs.precision import FORMATS, bytes_per_element, storage_format
 
     calib = kernel_calib(hw)
-    recipe = dep.weight_recipe(model.is_moe)
-    stored = {c: storage_format(getattr(recipe, c), hw.peaks_flops) for c in COMPONENTS}
-    compute = {c: hw.compute_format(getattr(recipe, c)) for c in COMPONENTS}
+    recipe, stored, compute = _formats(model, hw, dep)
     for fmt in sorted(recipe.formats()):  # say what runs: the answer is not the one for that format
         nominal, runs = FORMATS[fmt].compute, hw.compute_format(fmt)
         if runs != nominal:

@@ -738,6 +738,7 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
 
         raise SpecError(f"--cp {deployment.cp} splits prompts across GPUs in prefill; a "
                         f"{workload.phase.value} step takes --cp 1")
+    vals = None
     if timing is None:  # the deployment's time model (default: the calibrated kernel model)
         from ..timing import time_model
 
@@ -746,8 +747,9 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
         from .bindings import gemm_table_dtypes
 
         fixed = {by_name(k) for k in workload_values(workload)}
-        timing = timing.bind({s: v for s, v in bindings(model, hardware, deployment, workload).items()
-                              if s not in fixed}, gemm_table_dtypes(model, hardware, deployment))
+        vals = bindings(model, hardware, deployment, workload)
+        timing = timing.bind({s: v for s, v in vals.items() if s not in fixed},
+                             gemm_table_dtypes(model, hardware, deployment))
     if _tile_stepped(hardware, deployment):  # expert GEMMs in row tiles (seed 004)
         from ..kernels.tile_step import TileStepTiming
 
@@ -803,7 +805,8 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
         import warnings
 
         warnings.warn(timing.report(), stacklevel=2)
-    vals = bindings(model, hardware, deployment, workload)
+    if vals is None:  # computed above only when measured tables needed the numbers
+        vals = bindings(model, hardware, deployment, workload)
     exprs = [expr, *(e for w in work.values() for e in w.values())]
     used = set().union(*(e.free_symbols for e in exprs))
     vals = {s: v for s, v in vals.items() if s in used}
