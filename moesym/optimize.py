@@ -1,4 +1,5 @@
-"""Deployment optimization: the best TP x EP x micro-batch x A2A choice and batch under limits.
+"""Deployment optimization: the best TP x EP x micro-batch x A2A choice and batch under limits
+(and, when asked, the pipeline depth and the prefill's context-parallel degree).
 
 Every discrete choice (TP, EP, micro-batches, A2A mode) is searched exhaustively, and so is the
 size: the batch (decode requests) or tokens (prefill) per attention DP rank, over every multiple
@@ -83,20 +84,23 @@ def pareto_front(rows: list[dict], x: str, y: str) -> list[dict]:
 
 
 def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve=None, hit=0.0,
-                lengths=(), pp=1):
+                lengths=(), pp=1, cp=1):
     """A function giving, at an array of sizes (batch or tokens per attention DP rank), the
     step time, latency, tokens per GPU per second and feasibility (fits in memory, meets every
     latency limit) of one (tp, ep, mb). ``cms``: the compiled predict model (step and memory)
     of this (A2A mode, EP); for serve (``serve``: ISL, OSL, chunk) the mixed step's and the
     decode step's with memory (:func:`moesym.model.predictor.serve_models`). ``gpus``: one
-    pipeline stage's; ``pp`` stages share the tokens per GPU."""
+    pipeline stage's; ``pp`` stages share the tokens per GPU, and in prefill the ``cp`` GPUs
+    of a context-parallel group. ``lengths``: a distribution's representative lengths (decode
+    KV, prefill prompt, serve ISL; ``context`` or the ISL is their mean), averaged as predict
+    averages."""
     fixed = {**cms[0].ep_values(ep), N.tp: float(tp), N.ep: float(ep),
              N.micro_batches: float(mb), N.gpus: float(gpus)}
     if hit:  # prompt tokens found in the prefix cache (prefill, serve)
         fixed[N.prefix_hit] = float(hit)
     if serve is None:  # the context is this search's, not the one the cached model was built at
         fixed[N.context] = float(context)
-    if lengths:  # a distribution: every size at every length (last axis), then averaged
+    if lengths and serve is None:  # every size at every length (last axis), then averaged
         fixed[N.context] = np.asarray(lengths, dtype=float)[None, :]
 
     def subset(env, keep):
@@ -132,11 +136,11 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve
             t_mix, t_dec = (np.full(sizes.shape, np.inf) for _ in range(2))
             if fits.any():  # time only what fits
                 q = {k: np.broadcast_to(v, sizes.shape)[fits] for k, v in p.items()}
-                tm, td = serve_step_times(cms, fixed, q, isl, osl, chunk)
+                tm, td = serve_step_times(cms, fixed, q, isl, osl, chunk, lengths)
                 t_mix[fits] = np.broadcast_to(tm, q["decoding"].shape)
                 t_dec[fits] = np.broadcast_to(td, q["decoding"].shape)
             with np.errstate(invalid="ignore"):  # inf x 0 where nothing fits: dropped below
-                r = serve_rates(p, t_mix, t_dec, chunk, tp, accepted, ceil=np.ceil)
+                r = serve_rates(p, t_mix, t_dec, chunk, tp * pp, accepted, ceil=np.ceil)
             out = {"step_time_s": r["step_time_s"], "tpot_s": r["tpot_s"], "ttft_s": r["ttft_s"],
                    "tokens_per_gpu_s": np.where(fits, r["output_tokens_per_gpu_s"], 0.0),
                    "output_tokens_per_gpu_s": r["output_tokens_per_gpu_s"],
@@ -160,11 +164,12 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve
     def measure(sizes):
         env = dict(fixed)
         env[size_sym] = spread(sizes)
-        if ph is Phase.PREFILL:
-            env[N.chunk] = np.minimum(sizes, context)
+        if ph is Phase.PREFILL:  # the chunk at the prompt length (a distribution's mean)
+            env[N.chunk] = spread(np.minimum(sizes, context))
         mem_env = dict(env)
-        if ph is Phase.PREFILL:
-            mem_env[N.batch] = np.maximum(1.0, np.ceil(sizes / context))  # prompts held in memory
+        if ph is Phase.PREFILL:  # prompts held in memory; 1 / cp of each, and of its tokens
+            mem_env[N.batch] = spread(np.maximum(1.0, np.ceil(sizes / context)) / cp)
+            mem_env[N.tokens] = spread(sizes / cp)
         fits = mean(cm.evaluate(1, mem_env)["memory_bytes"], sizes.size) <= capacity
         t = np.full(sizes.shape, np.inf)
         if fits.any():  # time only what fits (decode: memory binds long before max_size)
@@ -174,8 +179,9 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve
             t[fits] = mean(cm.evaluate(0, sub_env)["step_time_s"], int(fits.sum()))
         a = accepted_tokens(dep) if ph is Phase.DECODE else 1.0  # tokens per request per step
         lat = t / a if ph is Phase.DECODE else t * np.maximum(1.0, context / sizes)
+        per_rank = tp * pp * (cp if ph is Phase.PREFILL else 1)  # GPUs of one DP rank
         out = {"step_time_s": t, "tpot_s" if ph is Phase.DECODE else "ttft_s": lat,
-               "tokens_per_gpu_s": sizes * a / tp / pp / np.where(np.isfinite(t), t, np.inf)}
+               "tokens_per_gpu_s": sizes * a / per_rank / np.where(np.isfinite(t), t, np.inf)}
         return feasible(fits, t, out)
 
     return measure
@@ -202,7 +208,7 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
              base: Deployment | None = None, micro_batches=(1, 2), max_size: int = 1 << 15,
              a2a_modes=None, tps=None, eps=None, progress: bool = False,
              isl: int = 0, osl: int = 0, chunk: int = 0, expert_caches=None,
-             prefix_hit: float = 0.0, lengths=(), pps=None) -> OptimizeResult:
+             prefix_hit: float = 0.0, lengths=(), pps=None, cps=None) -> OptimizeResult:
     """Best deployment of ``model`` on ``gpus`` GPUs for ``phase`` at ``context``.
 
     ``max_size``: largest batch (decode, serve) or tokens (prefill) per attention DP rank
@@ -216,11 +222,16 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     ``predict``'s ``--prefix-hit``).
     ``pps``: pipeline-parallel depths to search (None: the base deployment's): each stage holds
     gpus / pp GPUs and 1 / pp of the layers, the batch (or tokens) a multiple of pp x the
-    micro-batches, each depth its own model (decode and prefill).
-    ``lengths``: decode KV lengths standing for a distribution (``--context-dist``, see
-    :mod:`moesym.specs.lengths`): each size is evaluated at every length and averaged, as
-    ``predict`` does (per-request costs add), memory included, so the largest batch is where
-    the distribution's KV fills memory; ``context`` is then their mean.
+    micro-batches, each depth its own model (every phase).
+    ``cps``: context-parallel degrees to search (prefill; None: the base deployment's): the
+    GPUs of an attention DP rank sharing each prompt (each must divide gpus / pp / tp), each
+    degree its own model; tokens per GPU divide by TP x PP x CP.
+    ``lengths``: a distribution's representative lengths (see :mod:`moesym.specs.lengths`):
+    decode KV lengths (``--context-dist``), prefill prompt lengths or serve ISLs
+    (``--isl-dist``). Each size is evaluated at every length and averaged, as ``predict`` does
+    (per-request costs add): decode and prefill memory included, so the largest batch is where
+    the distribution's KV fills memory; serve averages the mixed step over the ISLs and holds
+    the mean's KV, as predict's serve. ``context`` (``isl`` for serve) is then their mean.
     ``expert_caches``: expert-cache sizes to search (experts per MoE layer resident on the
     device, the rest in host memory; one device), a list or ``"auto"`` (0, powers of two, the
     quarters of E and E); each is its own model, and a larger cache leaves less memory for the
@@ -245,11 +256,13 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     limits = {"tpot_s": tpot_s, "ttft_s": ttft_s} if serve else \
         ({"tpot_s": tpot_s} if decode else {"ttft_s": ttft_s})
     lat_key = "ttft_s" if ph is Phase.PREFILL else "tpot_s"
-    if lengths and ph is not Phase.DECODE:
-        raise MoesymError("--context-dist describes decode KV lengths: a prefill or serve search "
-                          "takes --context or --isl/--osl")
-    if lengths:
-        context = int(round(sum(lengths) / len(lengths)))
+    lengths = tuple(lengths)
+    if lengths:  # the mean stands for the one length, as in predict's workload
+        mean = max(1, int(round(sum(lengths) / len(lengths))))
+        if serve:
+            isl = mean
+        else:
+            context = mean
     if prefix_hit and ph is Phase.DECODE:
         raise MoesymError("--prefix-hit skips prompt tokens: a decode search has none (use "
                           "--phase prefill or serve)")
@@ -263,17 +276,28 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     bad = [p for p in pps if gpus % p]
     if bad:
         raise MoesymError(f"--pp {bad[0]} does not divide --gpus {gpus}")
-    if serve and pps != [1]:
-        raise MoesymError("--pp: a serve search runs one pipeline stage (--pp 1); pipeline "
-                          "depths are searched for decode and prefill")
-    cands, models = {}, []
+    searched_cp = cps is not None
+    cps = sorted(set(cps)) if searched_cp else [base.cp]
+    if ph is not Phase.PREFILL and cps != [1]:
+        raise MoesymError(f"--cp {max(cps)} splits prompts across GPUs in prefill; a {ph.value} "
+                          "search takes --cp 1 (predict refuses it too)")
+    cands, models, any_pp = {}, [], False
     for pp in pps:  # valid (tp, ep, mb) of one stage of gpus / pp GPUs, and its models
         stage = gpus // pp
-        cands[pp] = [c for c in choices(model, stage, micro_batches, base.redundant_experts,
-                                        base.gpus_per_node)
-                     if (tps is None or c[0] in tps) and (eps is None or c[1] in eps)]
-        models += [(pp, mode, ep) for mode in a2a_modes for ep in sorted({c[1] for c in cands[pp]})
-                   if not (mode.is_deepep and ep != stage)]  # DeepEP: no expert TP
+        of_pp = [c for c in choices(model, stage, micro_batches, base.redundant_experts,
+                                    base.gpus_per_node)
+                 if (tps is None or c[0] in tps) and (eps is None or c[1] in eps)]
+        any_pp = any_pp or bool(of_pp)
+        for cp in cps:  # CP divides the attention DP ranks of a stage (gpus / pp / tp)
+            cands[pp, cp] = [c for c in of_pp if (stage // c[0]) % cp == 0]
+            models += [(pp, cp, mode, ep) for mode in a2a_modes
+                       for ep in sorted({c[1] for c in cands[pp, cp]})
+                       if not (mode.is_deepep and ep != stage)]  # DeepEP: no expert TP
+    no_cp = [cp for cp in cps if not any(cands[pp, cp] for pp in pps)]
+    if no_cp and any_pp:
+        raise MoesymError(f"--cp {no_cp[0]} does not divide the attention data-parallel ranks "
+                          f"(gpus / pp / tp) of any deployment searched on {gpus} GPUs; choose a "
+                          "divisor of them")
     if not any(cands.values()):
         raise MoesymError(f"no valid deployment of {model.name} on {gpus} GPUs has --tp in "
                           f"{sorted(tps) if tps else 'any'} and --ep in "
@@ -285,10 +309,12 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     caches = _cache_sizes(model, gpus, expert_caches)
     rows = []
 
-    def row(tp, ep, mb, mode, size, out, front_only=False, cache=None, pp=1):
+    def row(tp, ep, mb, mode, size, out, front_only=False, cache=None, pp=1, cp=1):
         r = {"tp": tp, "ep": ep, "micro_batches": mb, "a2a": mode.value, size_key: int(size)}
         if searched_pp:
             r["pp"] = int(pp)
+        if searched_cp:
+            r["cp"] = int(cp)
         if cache is not None:
             r["expert_cache"] = int(cache)
         r.update({k: float(v) for k, v in out.items() if k != "ok"})
@@ -297,37 +323,37 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
         r.update({"fits": True, "_front_only": front_only})
         return r
 
-    built: dict = {}  # compiled models per (PP, A2A mode, EP structure class, expert cache)
-    for pp, mode, ep, cache in progress_bar([(p, m, e, c) for p, m, e in models for c in caches],
-                                            "optimize: models", progress):
+    built: dict = {}  # compiled models per (PP, CP, A2A mode, EP structure class, expert cache)
+    for pp, cp, mode, ep, cache in progress_bar([(p, q, m, e, c) for p, q, m, e in models
+                                                 for c in caches], "optimize: models", progress):
         # the model predict builds for this mode and EP's class (TP, micro-batches, size, GPUs,
         # EP and the numbers that depend on EP are bound per candidate)
         dep_c = base if cache is None else replace(base, expert_cache=cache)
-        rep = replace(dep_c, gpus=gpus, pp=pp, ep=ep, tp=1, micro_batches=1, a2a=mode)
+        rep = replace(dep_c, gpus=gpus, pp=pp, cp=cp, ep=ep, tp=1, micro_batches=1, a2a=mode)
         stage = gpus // pp
         if mode is A2AMode.AUTO and ep < stage and A2AMode.ALLGATHER in a2a_modes:
             continue  # auto is the all-gather here: searched under its own name
-        key = (pp, mode, ep_class(rep), cache)
+        key = (pp, cp, mode, ep_class(rep), cache)
         if key not in built:
             built[key] = (serve_models(model, hw, rep, replace(wl0, chunk=chunk or 1))[1:]
                           if serve else (compiled_predict_model(model, hw, rep, wl0),))
-        for tp, _, mb in (c for c in cands[pp] if c[1] == ep):
+        for tp, _, mb in (c for c in cands[pp, cp] if c[1] == ep):
             measure = _measure_fn(built[key], hw.hbm_capacity_bytes, ph, context, limits,
                                   tp, ep, mb, stage, dep_c, (isl, osl, chunk) if serve else None,
-                                  prefix_hit, lengths, pp)
+                                  prefix_hit, lengths, pp, cp)
             step = mb * pp  # a slot of each of the pp stages holds size / pp
             best = _search(measure, tp, step, max_size)
             if best is None:
                 continue
             size, out = best
-            rows.append(row(tp, ep, mb, mode, size, out, cache=cache, pp=pp))
+            rows.append(row(tp, ep, mb, mode, size, out, cache=cache, pp=pp, cp=cp))
             # smaller feasible sizes (step x powers of two) for the Pareto front
             front = step * 2.0 ** np.arange(0, max(0, int(math.log2(size / step))) + 1)
             front = front[front < size]
             if len(front):
                 fo = measure(front)
                 rows += [row(tp, ep, mb, mode, s, {k: v[i] for k, v in fo.items()}, True, cache,
-                             pp) for i, s in enumerate(front) if fo["ok"][i]]
+                             pp, cp) for i, s in enumerate(front) if fo["ok"][i]]
     if not rows:
         raise MoesymError("no deployment meets the latency limit and fits in memory; relax "
                           "--tpot-ms / --ttft-ms or add GPUs")

@@ -1,8 +1,10 @@
 """Grid sweeps of the compiled step model into pandas, CSV or Parquet, with memory fit per point.
 
 Axes that are symbols of the step model (batch or tokens, context, EP, GPUs, TP, micro-batches)
-are broadcast in one compiled call; structural choices (hardware, weight precision, A2A mode)
-loop over separately built models. Large grids stream in chunks of the first axis, so memory
+are broadcast in one compiled call; structural choices (hardware, weight precision, A2A mode,
+pipeline depth ``pp``, context-parallel degree ``cp``) loop over separately built models. A length
+distribution (``dist``: ``--context-dist`` for decode, ``--isl-dist`` for prefill and serve)
+evaluates every point at its representative lengths and averages, as ``moesym predict`` does. Large grids stream in chunks of the first axis, so memory
 stays bounded whatever the grid size.
 
 Both backends share one plan: the grid is cut into blocks of the first axis (blocks with no valid
@@ -52,13 +54,20 @@ __all__ = ["parse_list", "sweep_chunks", "sweep_columns", "sweep_frame", "write_
 # grid axis -> printed name of its step-model symbol
 AXIS_NAMES = {"batch": N.batch, "tokens": N.tokens, "context": N.context, "gpus": N.gpus,
               "ep": N.ep, "tp": N.tp, "micro_batches": N.micro_batches, "isl": N.isl,
-              "osl": "osl", "chunk": N.chunk}  # serve's output length is no model symbol
+              "osl": "osl", "chunk": N.chunk,  # serve's output length is no model symbol
+              "pp": N.pp, "cp": N.cp}  # fixed in each model: one model per value
+# axes of every phase: the deployment's (pp and cp change the model's structure, so they loop
+# over models as GPUs and EP do; the rest are bound per point)
+_DEPLOY_AXES = ("gpus", "ep", "tp", "micro_batches", "pp", "cp")
+_LOOP_AXES = ("gpus", "ep", "micro_batches", "pp", "cp")
+_VALIDITY_AXES = ("gpus", "ep", "tp", "pp", "cp")
 # axes of each phase's workload (the deployment axes apply to every phase)
 _PHASE_AXES = {Phase.DECODE: ("batch", "context"), Phase.PREFILL: ("tokens", "context"),
                Phase.SERVE: ("batch", "isl", "osl", "chunk")}
 
-_NO_POINT = ("no valid grid point: check that --ep and --tp divide --gpus and the model (DeepEP "
-             "--a2a modes need --ep equal to --gpus)")
+_NO_POINT = ("no valid grid point: check that --pp divides --gpus, --ep and --tp the GPUs of a "
+             "stage (--gpus / --pp) and the model, and --cp the attention data-parallel ranks "
+             "(DeepEP --a2a modes need --ep equal to a stage's GPUs)")
 _NO_DASK = "the dask backend needs the optional extra: pip install 'moesym[dask]'"
 
 
@@ -105,21 +114,31 @@ def _parse_list(text: str, flag: str) -> list[int]:
 
 
 def _valid_mask(model: ModelSpec, cols: Mapping[str, np.ndarray], base: Deployment) -> np.ndarray:
-    return valid_mask(model, cols["gpus"], cols["ep"], cols["tp"], base.redundant_experts,
-                      base.a2a, base.gpus_per_node)
+    """The points a :class:`Deployment` accepts and that shard the model: ``pp`` divides the
+    GPUs, EP and TP are checked on a stage's GPUs (:func:`valid_mask`), ``cp`` divides the
+    stage's attention data-parallel ranks (gpus / pp / tp)."""
+    g = np.asarray(cols["gpus"])
+    pp = np.asarray(cols.get("pp", base.pp))
+    cp = np.asarray(cols.get("cp", base.cp))
+    whole = g % pp == 0
+    stage = np.where(whole, g // pp, g)
+    ok = whole & valid_mask(model, stage, cols["ep"], cols["tp"], base.redundant_experts,
+                            base.a2a, base.gpus_per_node)
+    return ok & ((stage // np.asarray(cols["tp"])) % cp == 0)
 
 
 def _columns(ax: Mapping[str, Sequence]) -> dict[str, np.ndarray]:
     """Every combination of the axes (the first varies slowest), one int64 column per axis.
 
-    An ``ep`` of None means EP over all the point's GPUs.
+    An ``ep`` of None means EP over all the GPUs of the point's pipeline stage.
     """
     arrays = {n: np.asarray([-1 if x is None else x for x in v], dtype=np.int64)
               for n, v in ax.items()}
     mesh = np.meshgrid(*arrays.values(), indexing="ij", copy=False)
     cols = {n: m.ravel() for n, m in zip(ax, mesh)}
-    if "ep" in cols:  # -1 stands for None: EP over all the point's GPUs
-        cols["ep"] = np.where(cols["ep"] < 0, cols["gpus"], cols["ep"])
+    if "ep" in cols:  # -1 stands for None: EP over all the GPUs of the point's stage
+        stage = cols["gpus"] // cols["pp"] if "pp" in cols else cols["gpus"]
+        cols["ep"] = np.where(cols["ep"] < 0, stage, cols["ep"])
     return {n: c.astype(np.int64, copy=False) for n, c in cols.items()}
 
 
@@ -134,10 +153,23 @@ class _Grid:
     wl: Workload
     first: str  # the axis the grid is cut along; each block carries its own values of it
     rest: tuple[tuple[str, tuple], ...]  # the other axes, in column order
+    hidden: tuple[str, ...] = ()  # axes not written (pp, cp where the sweep does not vary them)
+    dist: str = ""  # a length distribution's text ("" for the one length of each point)
+    lengths: tuple = ()  # its representative lengths
 
     @property
     def names(self) -> list[str]:
         return [self.first, *(n for n, _ in self.rest)]
+
+    @property
+    def dist_column(self) -> str:
+        """The column naming the distribution: decode KV lengths or prompt lengths."""
+        return "context_dist" if self.wl.phase is Phase.DECODE else "isl_dist"
+
+    @property
+    def length_symbol(self) -> str:
+        """The symbol the representative lengths are bound to (predict's)."""
+        return N.isl if self.wl.phase is Phase.SERVE else N.context
 
     @property
     def tok_axis(self) -> str:
@@ -146,9 +178,13 @@ class _Grid:
 
 def _plan(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
           axes: Mapping[str, Sequence[int]], deployment: Deployment | None,
-          chunk_points: int, prefix_hit: float = 0.0) -> tuple[_Grid, list[tuple]]:
+          chunk_points: int, prefix_hit: float = 0.0,
+          dist: str | None = None) -> tuple[_Grid, list[tuple]]:
     """The shared setup and the blocks (values of the first axis) that hold a valid point.
-    ``prefix_hit``: share of each prompt found in the prefix cache (prefill and serve)."""
+    ``prefix_hit``: share of each prompt found in the prefix cache (prefill and serve).
+    ``dist``: a length distribution (:mod:`moesym.specs.lengths`) standing for the decode KV
+    length or the prompt length (prefill: ``context``; serve: ``isl``), as predict's
+    ``--context-dist`` / ``--isl-dist``: that axis is then the distribution's mean."""
     hw = hardware if isinstance(hardware, HardwareSpec) else load_hardware(hardware)
     ph = Phase(phase)
     base = deployment or Deployment()
@@ -157,23 +193,41 @@ def _plan(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
     if unknown:
         raise MoesymError(f"unknown sweep axis {', '.join(unknown)}: use {', '.join(AXIS_NAMES)}")
     wanted = _PHASE_AXES[ph]
-    other = sorted(set(ax) & (set(AXIS_NAMES) - set(wanted) - {"gpus", "ep", "tp", "micro_batches"}))
+    other = sorted(set(ax) & (set(AXIS_NAMES) - set(wanted) - set(_DEPLOY_AXES)))
     if other:
         raise MoesymError(f"--{other[0]} is no axis of a {ph.value} sweep: it takes "
                           f"{', '.join('--' + a for a in wanted)}")
+    lengths = ()
+    if dist is not None:
+        from .specs.lengths import representative
+
+        flag, single = (("--context-dist", "context") if ph is Phase.DECODE else
+                        ("--isl-dist", "isl" if ph is Phase.SERVE else "context"))
+        if single in ax:
+            raise MoesymError(f"--{single} and {flag} both give the "
+                              f"{'KV' if ph is Phase.DECODE else 'prompt'} lengths; keep one")
+        lengths = representative(dist, flag)
+        ax[single] = [max(1, round(sum(lengths) / len(lengths)))]  # predict's: the mean
     if ph is Phase.SERVE and not {"isl", "osl"} <= set(ax):
-        raise MoesymError("a serve sweep needs --isl and --osl (lists of prompt and output "
-                          "lengths)")
+        raise MoesymError("a serve sweep needs --isl (or --isl-dist) and --osl (lists of prompt "
+                          "and output lengths)")
     for a, default in zip(wanted, {Phase.DECODE: (1, 4096), Phase.PREFILL: (4096, 4096),
                                    Phase.SERVE: (1, 0, 0, 0)}[ph]):
         ax.setdefault(a, [default])
+    hidden = tuple(n for n in ("pp", "cp") if n not in ax and getattr(base, n) == 1)
     ax.setdefault("gpus", [base.gpus])
     ax.setdefault("ep", [None])
     ax.setdefault("tp", [base.tp])
     ax.setdefault("micro_batches", [base.micro_batches])
+    ax.setdefault("pp", [base.pp])
+    ax.setdefault("cp", [base.cp])
     names = list(ax)
+    if ph is not Phase.PREFILL and any(c > 1 for c in ax["cp"]):
+        raise MoesymError(f"--cp {max(ax['cp'])} splits prompts across GPUs in prefill; a "
+                          f"{ph.value} sweep takes --cp 1 (predict refuses it too)")
     rep_g, rep_ep = ax["gpus"][0], ax["ep"][0] or ax["gpus"][0]
-    rep = replace(base, gpus=rep_g, ep=rep_g if rep_g % rep_ep else rep_ep, tp=1, micro_batches=1)
+    rep = replace(base, gpus=rep_g, ep=rep_g if rep_g % rep_ep else rep_ep, tp=1, micro_batches=1,
+                  pp=1, cp=1)
     if prefix_hit and ph is Phase.DECODE:
         raise MoesymError("--prefix-hit skips prompt tokens: a decode sweep has none (use "
                           "--phase prefill or serve)")
@@ -186,12 +240,13 @@ def _plan(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
         wl = Workload(ph, batch=1, isl=ax["isl"][0], osl=ax["osl"][0],  # chunk 0: the default
                       prefix_hit=prefix_hit)
     first, rest = names[0], names[1:]
-    grid = _Grid(model, hw, base, rep, wl, first, tuple((n, tuple(ax[n])) for n in rest))
+    grid = _Grid(model, hw, base, rep, wl, first, tuple((n, tuple(ax[n])) for n in rest),
+                 hidden, dist or "", lengths)
     if not all(ax.values()):
         return grid, []
     values = ax[first]
-    # validity depends on gpus, ep and tp only: test their combinations, not the whole grid
-    mask_axes = {n: ax[n] for n in names if n in ("gpus", "ep", "tp")}
+    # validity depends on gpus, ep, tp, pp and cp only: test their combinations, not the grid
+    mask_axes = {n: ax[n] for n in names if n in _VALIDITY_AXES}
     ok = _valid_mask(model, _columns(mask_axes), base)
     ok = np.broadcast_to(ok.reshape(len(values) if first in mask_axes else 1, -1).any(axis=1),
                          (len(values),))
@@ -201,48 +256,51 @@ def _plan(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
     return grid, blocks
 
 
-def _compile(grid: _Grid, gpus: int, ep: int):
-    """The compiled predict model (step and memory) of one (GPUs, EP): the one ``moesym
+def _compile(grid: _Grid, gpus: int, ep: int, pp: int = 1, cp: int = 1):
+    """The compiled predict model (step and memory) of one (GPUs, EP, PP, CP): the one ``moesym
     predict`` uses, from the disk cache when present; for serve the mixed step's and the decode
     step's (:func:`moesym.model.predictor.serve_models`)."""
     from .model.predictor import compiled_predict_model, serve_models
 
-    dep = replace(grid.rep, gpus=gpus, ep=ep)
+    dep = replace(grid.rep, gpus=gpus, ep=ep, pp=pp, cp=cp)
     if grid.wl.phase is Phase.SERVE:
         return serve_models(grid.model, grid.hw, dep, replace(grid.wl, chunk=grid.wl.chunk or 1))[1:]
     return compiled_predict_model(grid.model, grid.hw, dep, grid.wl)
 
 
 class _Models:
-    """The compiled step and memory models of a sweep, one per structure class of (GPUs, EP)
-    (:func:`moesym.model.predictor.ep_class`: EP = 1 or not, EP below the GPU count or not),
-    built on first use; GPUs, EP and the numbers that depend on EP are bound per point."""
+    """The compiled step and memory models of a sweep, one per pipeline depth, context-parallel
+    degree and structure class of (GPUs, EP) (:func:`moesym.model.predictor.ep_class`: EP = 1
+    or not, EP below a stage's GPU count or not), built on first use; GPUs, EP and the numbers
+    that depend on EP are bound per point."""
 
     def __init__(self, grid: _Grid):
         self.grid = grid
         self._cache: dict = {}
         self._lock = threading.Lock()
 
-    def get(self, gpus: int, ep: int):
+    def get(self, gpus: int, ep: int, pp: int = 1, cp: int = 1):
         from .model.predictor import ep_class
 
-        dep = replace(self.grid.rep, gpus=int(gpus), ep=int(ep))
-        key = ep_class(dep)
+        dep = replace(self.grid.rep, gpus=int(gpus), ep=int(ep), pp=int(pp), cp=int(cp))
+        key = (ep_class(dep), int(pp), int(cp))
         with self._lock:  # threads of one dask worker wait for the first compile
             if key not in self._cache:
                 from .progress import status
 
-                status(f"sweep: building the model for {gpus} GPUs, EP {ep}")
-                self._cache[key] = _compile(self.grid, int(gpus), int(ep))
+                status(f"sweep: building the model for {gpus} GPUs, EP {ep}"
+                       + (f", PP {pp}" if pp > 1 else "") + (f", CP {cp}" if cp > 1 else ""))
+                self._cache[key] = _compile(self.grid, int(gpus), int(ep), int(pp), int(cp))
             return self._cache[key]
 
 
 def _with_names(grid: _Grid, arrays: Mapping[str, np.ndarray]) -> dict:
-    """The block's columns with the hardware and weight-precision columns in front, each a
-    :class:`Constant` (one value for the whole block)."""
+    """The block's columns with the hardware and weight-precision columns (and the length
+    distribution's) in front, each a :class:`Constant` (one value for the whole block)."""
     n = len(next(iter(arrays.values())))
+    dist = {grid.dist_column: Constant(grid.dist, n)} if grid.dist else {}
     return {"hardware": Constant(grid.hw.name, n), "weights": Constant(grid.base.weights, n),
-            **arrays}
+            **dist, **arrays}
 
 
 class Constant(NamedTuple):
@@ -288,7 +346,9 @@ def _arrow_table(block):
 def _frame(grid: _Grid, arrays: Mapping[str, np.ndarray]) -> "pd.DataFrame":
     import pandas as pd
 
-    return pd.DataFrame({"hardware": grid.hw.name, "weights": grid.base.weights, **arrays})
+    dist = {grid.dist_column: grid.dist} if grid.dist else {}
+    return pd.DataFrame({"hardware": grid.hw.name, "weights": grid.base.weights, **dist,
+                         **arrays})
 
 
 def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarray]:
@@ -297,16 +357,19 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
     points in grid order.
 
     The compiled model is evaluated on the axes broadcast against each other, the EPs that share
-    a compiled model in one call, one (GPUs, micro-batch count) at a time, so every
+    a compiled model in one call, one (PP, CP, GPUs, micro-batch count) at a time, so every
     subexpression is computed only over the axes it depends on (attention over batch x context
     once for all EPs, the load-imbalance order statistic over batch x EP) and only the overlap
-    schedule of that micro-batch count runs."""
+    schedule of that micro-batch count runs. A length distribution adds a last axis (its
+    representative lengths) that is averaged over, as predict averages."""
+    from .model.predictor import evaluate_at_lengths
+
     ax = {grid.first: list(block), **{n: list(v) for n, v in grid.rest}}
     names = list(ax)
     shape = tuple(len(v) for v in ax.values())
     res: dict = {}  # result name -> array over the grid
-    gi, ei, mi = names.index("gpus"), names.index("ep"), names.index("micro_batches")
-    others = [n for n in names if n not in ("gpus", "ep", "micro_batches")]
+    gi, ei, mi, pi, ci = (names.index(n) for n in ("gpus", "ep", "micro_batches", "pp", "cp"))
+    others = [n for n in names if n not in _LOOP_AXES]
     sub_shape = tuple(len(ax[n]) for n in others)
     env0 = {}
     for i, n in enumerate(others):  # each remaining axis along its own dimension
@@ -316,44 +379,59 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
     prefill, serve = grid.wl.phase is Phase.PREFILL, grid.wl.phase is Phase.SERVE
     if grid.wl.prefix_hit:
         env0[N.prefix_hit] = np.asarray(float(grid.wl.prefix_hit)).reshape((1,) * len(others))
-    if prefill:
+    if prefill:  # the chunk at the prompt length (a distribution's: its mean, as predict's)
         env0[N.chunk] = np.minimum(env0[N.tokens], env0[N.context])
     tp = np.asarray(ax["tp"], dtype=np.int64)
     extra = (1,) * len(others)  # the EP axis goes last, after the broadcast axes
     env0 = {k: v.reshape(v.shape + (1,)) for k, v in env0.items()}
-    for a, g in enumerate(ax["gpus"]):
-        groups: dict = {}  # EPs that share one compiled model, evaluated in one call
-        for b, e in enumerate(ax["ep"]):
-            e = g if e is None else e
-            cols = {"gpus": np.full(len(tp), g), "ep": np.full(len(tp), e), "tp": tp}
-            if _valid_mask(grid.model, cols, grid.base).any():
-                cm = models.get(int(g), int(e))
-                groups.setdefault(id(cm), (cm, []))[1].append((b, e))
-        for cm, members in groups.values():
-            eps = np.asarray([float(e) for _, e in members]).reshape(extra + (-1,))
-            per_ep = [(cm[0] if serve else cm).ep_values(e) for _, e in members]
-            ep_env = {k: np.asarray([d[k] for d in per_ep]).reshape(eps.shape) for k in per_ep[0]}
-            full = sub_shape + (len(members),)
-            # one micro-batch count at a time: the overlap schedule of that count alone runs
-            for c, mb in enumerate(ax["micro_batches"]):
-                env = {**env0, **ep_env, N.gpus: float(g), N.ep: eps, N.micro_batches: float(mb)}
-                if serve:
-                    got = _serve_point(cm, env, grid.hw, float(g), grid.base, grid.wl.prefix_hit)
-                else:
-                    got = {"step_time_s": cm.evaluate(0, env)["step_time_s"]}
-                    if prefill:  # prompts whose KV is held: ceil(tokens / context)
-                        env[N.batch] = np.ceil(env[N.tokens] / env[N.context])
-                    got["memory_bytes"] = cm.evaluate(1, env)["memory_bytes"]
-                for k, v in got.items():
-                    v = np.broadcast_to(v, full)
-                    dest = res.setdefault(k, np.full(shape, np.nan))
-                    for j, (b, _) in enumerate(members):
-                        at = [slice(None)] * len(names)
-                        at[gi], at[ei], at[mi] = a, b, c
-                        dest[tuple(at)] = v[..., j]
+
+    def evaluate(cm, i, env):  # at each representative length, averaged (none: as is)
+        return evaluate_at_lengths(cm, i, env, grid.length_symbol, grid.lengths)
+
+    for p_i, pp in enumerate(ax["pp"]):
+        for c_i, cp in enumerate(ax["cp"]):
+            for a, g in enumerate(ax["gpus"]):
+                if g % pp:
+                    continue
+                stage = g // pp  # GPUs of one pipeline stage: the model's GPU count
+                groups: dict = {}  # EPs that share one compiled model, evaluated in one call
+                for b, e in enumerate(ax["ep"]):
+                    e = stage if e is None else e
+                    cols = {"gpus": np.full(len(tp), g), "ep": np.full(len(tp), e), "tp": tp,
+                            "pp": np.full(len(tp), pp), "cp": np.full(len(tp), cp)}
+                    if _valid_mask(grid.model, cols, grid.base).any():
+                        cm = models.get(int(g), int(e), int(pp), int(cp))
+                        groups.setdefault(id(cm), (cm, []))[1].append((b, e))
+                for cm, members in groups.values():
+                    eps = np.asarray([float(e) for _, e in members]).reshape(extra + (-1,))
+                    per_ep = [(cm[0] if serve else cm).ep_values(e) for _, e in members]
+                    ep_env = {k: np.asarray([d[k] for d in per_ep]).reshape(eps.shape)
+                              for k in per_ep[0]}
+                    full = sub_shape + (len(members),)
+                    # one micro-batch count at a time: the overlap schedule of that count runs
+                    for c, mb in enumerate(ax["micro_batches"]):
+                        env = {**env0, **ep_env, N.gpus: float(stage), N.ep: eps,
+                               N.micro_batches: float(mb)}
+                        if serve:
+                            got = _serve_point(cm, env, grid.hw, float(stage), grid.base,
+                                               grid.wl.prefix_hit, pp, grid.lengths)
+                        else:
+                            got = {"step_time_s": evaluate(cm, 0, env)["step_time_s"]}
+                            if prefill:  # prompts whose KV is held: ceil(tokens / context),
+                                # 1 / cp of each (and of its tokens) on a GPU
+                                env[N.batch] = np.ceil(env[N.tokens] / env[N.context]) / cp
+                                env[N.tokens] = env[N.tokens] / cp
+                            got["memory_bytes"] = evaluate(cm, 1, env)["memory_bytes"]
+                        for k, v in got.items():
+                            v = np.broadcast_to(v, full)
+                            dest = res.setdefault(k, np.full(shape, np.nan))
+                            for j, (b, _) in enumerate(members):
+                                at = [slice(None)] * len(names)
+                                at[gi], at[ei], at[mi], at[pi], at[ci] = a, b, c, p_i, c_i
+                                dest[tuple(at)] = v[..., j]
     cols = _columns(ax)
-    # validity depends on GPUs, EP and TP only: test their combinations, broadcast to the grid
-    small = {n: (ax[n] if n in ("gpus", "ep", "tp") else ax[n][:1]) for n in names}
+    # validity depends on GPUs, EP, TP, PP and CP only: test their combinations, broadcast
+    small = {n: (ax[n] if n in _VALIDITY_AXES else ax[n][:1]) for n in names}
     ok_small = _valid_mask(grid.model, _columns(small), grid.base)
     ok = np.broadcast_to(ok_small.reshape(tuple(len(v) for v in small.values())), shape).ravel()
     everything = bool(ok_small.all())  # no copies when every point is valid
@@ -371,16 +449,23 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
         from .model.report import accepted_tokens
 
         a = 1.0 if prefill else accepted_tokens(grid.base)  # tokens per request per step
-        out["tokens_per_gpu_s"] = out[grid.tok_axis] * a / out["tp"] / flat["step_time_s"]
+        # per GPU: a DP rank's tokens over its TP x PP GPUs (x CP in prefill)
+        gpus_per_rank = out["tp"] * out["pp"] * (out["cp"] if prefill else 1)
+        out["tokens_per_gpu_s"] = out[grid.tok_axis] * a / gpus_per_rank / flat["step_time_s"]
         out["memory_bytes"] = flat["memory_bytes"]
     out["fits"] = out["memory_bytes"] <= grid.hw.hbm_capacity_bytes
+    for n in grid.hidden:  # pp, cp where the sweep does not vary them
+        del out[n]
     return out
 
 
-def _serve_point(cms, env, hw: HardwareSpec, gpus: float, dep: Deployment, hit: float = 0.0) -> dict:
+def _serve_point(cms, env, hw: HardwareSpec, gpus: float, dep: Deployment, hit: float = 0.0,
+                 pp: int = 1, lengths: tuple = ()) -> dict:
     """Serve quantities at broadcast grid arrays (``env``: batch, ISL, OSL, chunk (0: the
     engine's default for the point's DP size), TP, ...) from the mixed-step and decode-step
-    models: :func:`moesym.model.serve.serve_point` and ``serve_rates`` on arrays."""
+    models: :func:`moesym.model.serve.serve_point` and ``serve_rates`` on arrays. ``gpus``: one
+    pipeline stage's, of ``pp``; ``lengths``: an ISL distribution's representative lengths (the
+    mixed step's prompts; ``env``'s ISL is their mean), as predict's."""
     from .model.predictor import serve_step_times
     from .model.report import accepted_tokens
     from .model.serve import default_chunk_tokens, serve_point, serve_rates
@@ -397,8 +482,8 @@ def _serve_point(cms, env, hw: HardwareSpec, gpus: float, dep: Deployment, hit: 
     p = serve_point(batch, isl, osl, chunk, a, minimum=np.minimum, maximum=np.maximum, exp=np.exp,
                     hit=hit)
     mem = cm_dec.evaluate(1, {**env, N.context: ctx, N.prefill_tokens: chunk})["memory_bytes"]
-    t_mix, t_dec = serve_step_times(cms, env, p, isl, osl, chunk)
-    r = serve_rates(p, t_mix, t_dec, chunk, tp, a, ceil=np.ceil)
+    t_mix, t_dec = serve_step_times(cms, env, p, isl, osl, chunk, lengths)
+    r = serve_rates(p, t_mix, t_dec, chunk, tp * pp, a, ceil=np.ceil)  # per GPU of TP x PP
     return {"step_time_s": r["step_time_s"], "chunk": chunk,
             "output_tokens_per_gpu_s": r["output_tokens_per_gpu_s"],
             "input_tokens_per_gpu_s": r["input_tokens_per_gpu_s"], "tpot_s": r["tpot_s"],
@@ -407,17 +492,19 @@ def _serve_point(cms, env, hw: HardwareSpec, gpus: float, dep: Deployment, hit: 
 
 def sweep_columns(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
                   axes: Mapping[str, Sequence[int]], deployment: Deployment | None = None,
-                  chunk_points: int = 2_000_000, prefix_hit: float = 0.0) -> Iterator[dict[str, np.ndarray]]:
+                  chunk_points: int = 2_000_000, prefix_hit: float = 0.0,
+                  dist: str | None = None) -> Iterator[dict[str, np.ndarray]]:
     """Yield the grid as blocks of at most about ``chunk_points`` rows, each a dict of NumPy
     columns (what :func:`write_sweep` streams without building DataFrames)."""
-    for grid, arrays in _blocks(model, hardware, phase, axes, deployment, chunk_points, prefix_hit):
+    for grid, arrays in _blocks(model, hardware, phase, axes, deployment, chunk_points, prefix_hit,
+                                dist):
         yield _with_names(grid, arrays)
 
 
-def _blocks(model, hardware, phase, axes, deployment, chunk_points, prefix_hit=0.0):
+def _blocks(model, hardware, phase, axes, deployment, chunk_points, prefix_hit=0.0, dist=None):
     from .progress import progress_bar
 
-    grid, blocks = _plan(model, hardware, phase, axes, deployment, chunk_points, prefix_hit)
+    grid, blocks = _plan(model, hardware, phase, axes, deployment, chunk_points, prefix_hit, dist)
     models = _Models(grid)
     for block in progress_bar(blocks, "sweep: blocks", len(blocks) > 1):
         yield grid, _block(grid, models, block)
@@ -425,16 +512,22 @@ def _blocks(model, hardware, phase, axes, deployment, chunk_points, prefix_hit=0
 
 def sweep_chunks(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
                  axes: Mapping[str, Sequence[int]], deployment: Deployment | None = None,
-                 chunk_points: int = 2_000_000, prefix_hit: float = 0.0) -> Iterator["pd.DataFrame"]:
+                 chunk_points: int = 2_000_000, prefix_hit: float = 0.0,
+                 dist: str | None = None) -> Iterator["pd.DataFrame"]:
     """Yield DataFrames of at most about ``chunk_points`` rows covering the whole grid."""
-    for grid, arrays in _blocks(model, hardware, phase, axes, deployment, chunk_points, prefix_hit):
+    for grid, arrays in _blocks(model, hardware, phase, axes, deployment, chunk_points, prefix_hit,
+                                dist):
         yield _frame(grid, arrays)
 
 
 def sweep_frame(model: ModelSpec, hardware, phase: str, axes: Mapping[str, Sequence[int]],
-                deployment: Deployment | None = None) -> "pd.DataFrame":
-    """The whole grid in one DataFrame (use :func:`write_sweep` for grids that do not fit)."""
-    parts = list(sweep_chunks(model, hardware, phase, axes, deployment))
+                deployment: Deployment | None = None, prefix_hit: float = 0.0,
+                dist: str | None = None) -> "pd.DataFrame":
+    """The whole grid in one DataFrame (use :func:`write_sweep` for grids that do not fit).
+    ``dist``: a length distribution (``fixed:N``, ``uniform:A:B``, ``lognormal:MEAN:SIGMA`` or
+    a file) for the decode KV length or the prompt length, averaged over as predict does."""
+    parts = list(sweep_chunks(model, hardware, phase, axes, deployment, prefix_hit=prefix_hit,
+                              dist=dist))
     if not parts:
         raise MoesymError(_NO_POINT)
     import pandas as pd
@@ -481,9 +574,9 @@ def write_sweep(path: str | Path, frames: Iterator) -> int:
         return n
     first = True
     for block in frames:
-        import pandas as pd
+        import pandas
 
-        df = block if isinstance(block, pd.DataFrame) else pd.DataFrame(
+        df = block if isinstance(block, pandas.DataFrame) else pandas.DataFrame(
             {k: (v.value if isinstance(v, Constant) else v) for k, v in block.items()})
         df.to_csv(path, mode="w" if first else "a", header=first, index=False)
         first = False
@@ -555,7 +648,8 @@ def _check_workers(client) -> None:
 
 def sweep_dask(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
                axes: Mapping[str, Sequence[int]], deployment: Deployment | None = None,
-               chunk_points: int = 2_000_000, prefix_hit: float = 0.0, client=None):
+               chunk_points: int = 2_000_000, prefix_hit: float = 0.0, client=None,
+               dist: str | None = None):
     """The grid as a lazy ``dask.dataframe.DataFrame``: a partition per :func:`sweep_chunks` chunk.
 
     Partitions have the columns, dtypes, rows and order of the chunks (each with its own
@@ -570,13 +664,13 @@ def sweep_dask(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
     dd, _ = _require_dask()
     import dask
 
-    grid, blocks = _plan(model, hardware, phase, axes, deployment, chunk_points, prefix_hit)
+    grid, blocks = _plan(model, hardware, phase, axes, deployment, chunk_points, prefix_hit, dist)
     if not blocks:
         raise MoesymError(_NO_POINT)
     if client is not None:
         _check_workers(client)
     empty = np.empty(0)
-    cols = {n: np.empty(0, np.int64) for n in grid.names}
+    cols = {n: np.empty(0, np.int64) for n in grid.names if n not in grid.hidden}
     if grid.wl.phase is Phase.PREFILL:
         cols["chunk"] = np.empty(0, np.int64)
     meta = _frame(grid, {**cols, "step_time_s": empty, "tokens_per_gpu_s": empty,

@@ -141,7 +141,10 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
         g.add_argument("--micro-batches", type=positive_int_list, default=None,
                        metavar="N[,N...]", help="default: 1,2")
         g.add_argument("--pp", type=positive_int_list, default=None, metavar="N[,N...]",
-                       help="pipeline-parallel depths to search (decode, prefill; default: 1)")
+                       help="pipeline-parallel depths to search (default: 1)")
+        g.add_argument("--cp", type=positive_int_list, default=None, metavar="N[,N...]",
+                       help="prefill: context-parallel degrees to search (GPUs sharing each "
+                            "prompt; default: 1)")
         g.add_argument("--a2a", type=a2a_list, default=None, metavar="MODE[,MODE...]",
                        help=f"any of {', '.join(m.value for m in A2AMode)} (default: every "
                             "mode that applies)")
@@ -274,7 +277,7 @@ def deployment_from(args) -> Deployment:
     return Deployment(gpus=gpus, gpus_per_node=args.gpus_per_node, tp=tp, mesh=mesh,
                       dispatch_axis=getattr(args, "dispatch_axis", "rows"),
                       ep=one(args.ep, None), micro_batches=one(args.micro_batches, 1),
-                      pp=one(getattr(args, "pp", 1), 1), cp=getattr(args, "cp", 1),
+                      pp=one(getattr(args, "pp", 1), 1), cp=one(getattr(args, "cp", 1), 1),
                       weights=args.weights, group_size=getattr(args, "group_size", None) or 0,
                       kv=args.kv, a2a=A2AMode(one(args.a2a, "auto")),
                       routing=Routing.parse(args.routing),

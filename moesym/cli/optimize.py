@@ -22,6 +22,9 @@ def register(sub) -> None:
     p.add_argument("--context-dist", default=None, metavar="DIST",
                    help="decode: KV lengths as a distribution (fixed:N, uniform:A:B, "
                         "lognormal:MEAN:SIGMA or a file of lengths) instead of one --context")
+    p.add_argument("--isl-dist", default=None, metavar="DIST",
+                   help="prefill, serve: prompt lengths as a distribution (as --context-dist) "
+                        "instead of one --context (prefill) or --isl (serve)")
     p.add_argument("--prefix-hit", type=probability, default=0.0, metavar="F",
                    help="prefill, serve: share of each prompt found in the prefix cache (as "
                         "predict's)")
@@ -52,23 +55,32 @@ def run(args) -> int:
     if args.phase == "decode" and args.ttft_ms is not None and not args.disaggregate:
         raise MoesymError("--ttft-ms limits prefill; a decode search takes --tpot-ms (or add "
                           "--disaggregate IN:OUT to size both pools)")
+    if args.context_dist is not None and args.phase != "decode":
+        raise MoesymError(f"--context-dist describes decode KV lengths; a {args.phase} search "
+                          "takes --isl-dist")
+    if args.isl_dist is not None and args.phase == "decode":
+        raise MoesymError("--isl-dist describes prompt lengths (prefill, serve); a decode search "
+                          "takes --context-dist")
     if args.phase == "serve":
-        missing = [f"--{f}" for f in ("isl", "osl") if getattr(args, f) is None]
+        if args.isl_dist is not None and args.isl is not None:
+            raise MoesymError("--isl and --isl-dist both give the prompt lengths; keep one")
+        missing = [f"--{f}" for f in ("isl", "osl") if getattr(args, f) is None
+                   and not (f == "isl" and args.isl_dist is not None)]
         if missing:
             raise MoesymError(f"--phase serve needs {' and '.join(missing)}, e.g. --isl 1024 "
-                              "--osl 2048")
+                              "--osl 2048 (or --isl-dist DIST)")
         if args.context is not None:
             raise MoesymError("--context has no effect on --phase serve (the mean KV length is "
                               "--isl + --osl / 2); drop it")
     else:
-        if args.context_dist is not None and args.phase != "decode":
-            raise MoesymError("--context-dist describes decode KV lengths; a prefill search "
-                              "takes --context")
-        if args.context_dist is not None and args.context is not None:
-            raise MoesymError("--context and --context-dist both give the KV lengths; keep one")
-        if args.context is None and args.context_dist is None:
+        dist = "--context-dist" if args.phase == "decode" else "--isl-dist"
+        given = args.context_dist if args.phase == "decode" else args.isl_dist
+        if given is not None and args.context is not None:
+            what = "KV" if args.phase == "decode" else "prompt"
+            raise MoesymError(f"--context and {dist} both give the {what} lengths; keep one")
+        if args.context is None and given is None:
             raise MoesymError(f"--phase {args.phase} needs --context (prompt length or mean KV "
-                              "length)")
+                              f"length) or {dist}")
         for flag in ("isl", "osl", "chunk"):
             if getattr(args, flag) is not None:
                 raise MoesymError(f"--{flag} sets --phase serve; a {args.phase} search takes "
@@ -85,11 +97,17 @@ def run(args) -> int:
     model, hw = model_hw_from(args)
     base = deployment_from(args)
     lengths = ()
-    if args.context_dist is not None:
+    dist = args.context_dist if args.phase == "decode" else args.isl_dist
+    if dist is not None:
         from ..specs.lengths import representative
 
-        lengths = representative(args.context_dist, "--context-dist")
-        args.context = int(round(sum(lengths) / len(lengths)))  # reports and --emit: the mean
+        lengths = representative(dist, "--context-dist" if args.phase == "decode" else
+                                 "--isl-dist")
+        mean = max(1, int(round(sum(lengths) / len(lengths))))  # reports and --emit: the mean
+        if args.phase == "serve":
+            args.isl = mean
+        else:
+            args.context = mean
     r = optimize(model, hw, args.gpus, args.phase, args.context or 0,
                  tpot_s=args.tpot_ms / 1e3 if args.tpot_ms else None,
                  ttft_s=args.ttft_ms / 1e3 if args.ttft_ms else None, base=base,
@@ -97,7 +115,7 @@ def run(args) -> int:
                  a2a_modes=args.a2a, tps=args.tp, eps=args.ep, progress=not args.json,
                  isl=args.isl or 0, osl=args.osl or 0, chunk=args.chunk or 0,
                  expert_caches=args.expert_cache, prefix_hit=args.prefix_hit,
-                 lengths=lengths, pps=args.pp)
+                 lengths=lengths, pps=args.pp, cps=args.cp)
     out = {"best": r.best, "pareto": r.pareto}
     if args.plot:
         from ..plots import pareto_plot
@@ -122,7 +140,7 @@ def run(args) -> int:
     b = r.best
     size = "batch" if "batch" in b else "tokens"
     what = "output tokens/GPU/s" if args.phase == "serve" else "tokens/GPU/s"
-    cache = (f" pp={b['pp']}" if "pp" in b else "") + (
+    cache = (f" pp={b['pp']}" if "pp" in b else "") + (f" cp={b['cp']}" if "cp" in b else "") + (
         f" expert-cache={b['expert_cache']}" if "expert_cache" in b else "")
     print(f"best: tp={b['tp']} ep={b['ep']} micro-batches={b['micro_batches']} a2a={b['a2a']}{cache} "
           f"{size}={b[size]}  {b['tokens_per_gpu_s']:.1f} {what}  step {fmt_s(b['step_time_s'])}")
@@ -132,7 +150,8 @@ def run(args) -> int:
               f"{b['chunk_tokens']}")
     print("pareto front (tokens/GPU/s vs tokens/user/s):")
     for p in r.pareto:
-        cache = f" cache={p['expert_cache']:<4}" if "expert_cache" in p else ""
+        cache = (f" pp={p['pp']}" if "pp" in p else "") + (f" cp={p['cp']}" if "cp" in p else "") + (
+            f" cache={p['expert_cache']:<4}" if "expert_cache" in p else "")
         print(f"  tp={p['tp']:<3} ep={p['ep']:<4} mb={p['micro_batches']}{cache} {size}={p[size]:<6} "
               f"{p['tokens_per_gpu_s']:10.1f} {p['tokens_per_user_s']:10.2f}")
     if "report" in out:
@@ -159,7 +178,8 @@ def _best_deployment(args, model, base, best: dict):
     from ..specs.deployment import A2AMode, Phase, Workload
 
     dep = replace(base, gpus=args.gpus, tp=best["tp"], ep=best["ep"], pp=best.get("pp", base.pp),
-                  micro_batches=best["micro_batches"], a2a=A2AMode(best["a2a"]))
+                  cp=best.get("cp", base.cp), micro_batches=best["micro_batches"],
+                  a2a=A2AMode(best["a2a"]))
     if "expert_cache" in best:
         dep = replace(dep, expert_cache=best["expert_cache"])
     ph = Phase(args.phase)

@@ -13,6 +13,8 @@ from .common import add_deployment, add_no_cache, deployment_from, probability
 
 __all__ = ["register"]
 
+_DEPLOY_AXES = ("gpus", "ep", "tp", "micro_batches", "pp", "cp")
+
 def register(sub) -> None:
     p = sub.add_parser("sweep", help=COMMANDS["sweep"])
     p.add_argument("model")
@@ -26,10 +28,26 @@ def register(sub) -> None:
     add_no_cache(p)
     # list-valued deployment axes replace the single-valued shared flags
     for action in p._actions:
-        if action.dest in ("gpus", "ep", "tp", "micro_batches"):
+        if action.dest in _DEPLOY_AXES:
             action.type = str
             action.default = None
             action.metavar = "LIST"
+        if action.dest == "ep":
+            action.help = "default: the GPUs of a pipeline stage (--gpus / --pp)"
+        elif action.dest == "pp":
+            action.help = ("pipeline-parallel depths: each stage holds gpus / pp GPUs (--ep and "
+                           "--tp per stage) and 1 / pp of the layers; column pp")
+        elif action.dest == "cp":
+            action.help = ("prefill: context-parallel degrees (GPUs sharing each prompt, ring "
+                           "attention; must divide gpus / pp / tp); column cp")
+    p.add_argument("--context-dist", default=None, metavar="DIST",
+                   help="decode: KV lengths as a distribution (fixed:N, uniform:A:B, "
+                        "lognormal:MEAN:SIGMA or a file of lengths) instead of --context: each "
+                        "point averaged over its representative lengths, as predict's; column "
+                        "context_dist (context holds the mean)")
+    p.add_argument("--isl-dist", default=None, metavar="DIST",
+                   help="prefill, serve: prompt lengths as a distribution (as --context-dist) "
+                        "instead of --context (prefill) or --isl (serve); column isl_dist")
     p.add_argument("--weights-list", default=None,
                    help="comma list of weight precisions (per-component recipes: a semicolon "
                         "list, e.g. 'moe=fp4,attn=fp8;fp8')")
@@ -67,17 +85,17 @@ def run(args) -> int:
         text = getattr(args, f"{name}_list")
         if text is not None:
             axes[name] = parse_list(text, f"--{name}")
-    for name in ("gpus", "ep", "tp", "micro_batches"):
+    for name in _DEPLOY_AXES:
         text = getattr(args, name)
         if text is not None:
             axes[name] = parse_list(text, "--" + name.replace("_", "-"))
+    dist = _distribution(args)
     args.gpus = axes["gpus"][0] if "gpus" in axes else 1
     args.tp = 1
     args.micro_batches = 1
     args.ep = None
+    args.pp = args.cp = 1  # axes (one model per value), not the base deployment's
     base = deployment_from(args)
-    if base.pp > 1:
-        raise MoesymError("--pp is not a sweep axis yet: run moesym predict per pipeline depth")
     # formats separated by commas, or recipes (which hold commas) by semicolons
     sep = ";" if args.weights_list and "=" in args.weights_list else ","
     weights = args.weights_list.split(sep) if args.weights_list else [base.weights]
@@ -86,20 +104,33 @@ def run(args) -> int:
             for w in weights:
                 yield from sweep_columns(model, hw.strip(), args.phase, axes,
                                          replace(base, weights=w.strip()), args.chunk_points,
-                                         args.prefix_hit)
+                                         args.prefix_hit, dist)
 
     if args.backend == "dask":
-        total = _write_dask(args, model, axes, base, weights)
+        total = _write_dask(args, model, axes, base, weights, dist)
     else:
         total = write_sweep(args.out, frames())
     print(f"wrote {total} rows to {args.out}")
     return 0
 
 
-def _write_dask(args, model, axes, base, weights) -> int:
+def _distribution(args) -> str | None:
+    """The phase's length distribution (--context-dist for decode, --isl-dist for prefill and
+    serve, as predict takes them); the other phase's flag is refused in one line."""
+    own, other = ("context_dist", "isl_dist") if args.phase == "decode" else ("isl_dist",
+                                                                            "context_dist")
+    if getattr(args, other) is not None:
+        what = ("KV lengths (decode)" if other == "context_dist" else
+                "prompt lengths (prefill, serve)")
+        raise MoesymError(f"--{other.replace('_', '-')} describes {what}: a {args.phase} sweep "
+                          f"takes --{own.replace('_', '-')}")
+    return getattr(args, own)
+
+
+def _write_dask(args, model, axes, base, weights, dist=None) -> int:
     """The same grid, one dask partition per chunk, in the same order as the local backend."""
     with dask_client(args.scheduler) as client:
         frames = [sweep_dask(model, hw.strip(), args.phase, axes, replace(base, weights=w.strip()),
-                             args.chunk_points, args.prefix_hit, client=client)
+                             args.chunk_points, args.prefix_hit, client=client, dist=dist)
                   for hw in args.hardware.split(",") for w in weights]
         return write_sweep_dask(args.out, frames)

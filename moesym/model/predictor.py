@@ -30,7 +30,7 @@ from ..symtab import N
 from .bindings import memory_workload_values, workload_values
 from .report import accepted_tokens, report_from_numbers
 
-__all__ = ["compiled_predict_model", "predict", "structure"]
+__all__ = ["compiled_predict_model", "predict", "structure", "evaluate_at_lengths"]
 
 
 def numeric_routing(dep: Deployment) -> bool:
@@ -141,6 +141,22 @@ def _lengths(wl: Workload) -> dict:
     return {N.isl if wl.phase is Phase.SERVE else N.context: np.asarray(wl.lengths, dtype=float)}
 
 
+def evaluate_at_lengths(cm: CompiledModel, i: int, env: dict, symbol: str, lengths) -> dict:
+    """``cm.evaluate(i, env)`` at each of a distribution's representative ``lengths`` bound to
+    ``symbol``, averaged, for arrays broadcast against each other (``sweep``, ``optimize``):
+    the lengths take a new last axis, every array of ``env`` one more length-1 axis (so the
+    others keep their alignment), and each output is averaged over that axis, as ``predict``
+    averages its scalar workload over the lengths. No lengths: ``cm.evaluate`` as is."""
+    if not lengths:
+        return cm.evaluate(i, env)
+    import numpy as np
+
+    env = {k: (np.asarray(v)[..., None] if np.ndim(v) else v) for k, v in env.items()}
+    env[symbol] = np.asarray(lengths, dtype=float)
+    return {k: (np.asarray(v, dtype=float).mean(axis=-1) if np.ndim(v) else v)
+            for k, v in cm.evaluate(i, env).items()}
+
+
 def _averaged(nums: dict) -> dict:
     """Each output averaged over the representative lengths (scalars unchanged)."""
     import numpy as np
@@ -166,19 +182,21 @@ def serve_models(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Worklo
     return chunk, mixed, decode
 
 
-def serve_step_times(cms, env: dict, point: dict, isl, osl, chunk) -> tuple:
+def serve_step_times(cms, env: dict, point: dict, isl, osl, chunk, lengths=()) -> tuple:
     """(mixed-step, decode-step) times at the steady state ``point`` of
     :func:`moesym.model.serve.serve_point` (numbers or arrays, as ``env`` binds the rest), from
     :func:`serve_models`' two compiled models: the decode requests at their mean KV
     ``ISL + OSL / 2`` and the mixed step's prompt tokens beside them. ``sweep`` and
-    ``optimize`` both evaluate the serve phase through it."""
+    ``optimize`` both evaluate the serve phase through it. ``lengths``: an ISL distribution's
+    representative lengths (``isl`` their mean): the mixed step's prompts are drawn from it,
+    its time averaged over them, as :func:`predict_serve` does."""
     import numpy as np
 
     cm_mix, cm_dec = cms
     dec = {**env, N.batch: point["decoding"], N.context: isl + np.floor(np.asarray(osl) / 2)}
     t_dec = cm_dec.evaluate(0, dec)["step_time_s"]
-    t_mix = cm_mix.evaluate(0, {**dec, N.tokens: point["mixed_tokens"], N.isl: isl,
-                                N.chunk: chunk})["step_time_s"]
+    t_mix = evaluate_at_lengths(cm_mix, 0, {**dec, N.tokens: point["mixed_tokens"], N.isl: isl,
+                                            N.chunk: chunk}, N.isl, lengths)["step_time_s"]
     return t_mix, t_dec
 
 

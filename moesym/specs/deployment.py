@@ -416,16 +416,27 @@ class Deployment:
             self.routing.check_experts(model.num_experts, model.experts_per_token)
 
 
+def _stage(d) -> str:
+    """The GPUs the rules apply to, in words: ``--gpus N``, or a pipeline stage's."""
+    if d.pp == 1:
+        return f"--gpus {d.gpus}"
+    return f"the {d.stage_gpus} GPUs of a pipeline stage (--gpus {d.gpus} / --pp {d.pp})"
+
+
 #: The rules on GPU counts alone, once: (name, vectorised predicate over GPUs, EP, TP and GPUs
-#: per node, message). ``Deployment`` checks them on construction; :func:`valid_mask` too.
+#: per node, message). ``Deployment`` checks them on construction (on a pipeline stage's GPUs);
+#: :func:`valid_mask` too.
 TOPOLOGY = (
     ("tp_divides_gpus", lambda g, ep, tp, gpn: g % tp == 0,
-     lambda d: f"--tp {d.tp} does not divide --gpus {d.gpus}"),
+     lambda d: f"--tp {d.tp} does not divide {_stage(d)}"),
     ("ep_divides_gpus", lambda g, ep, tp, gpn: g % ep == 0,
-     lambda d: f"--ep {d.ep} does not divide --gpus {d.gpus}"),
+     lambda d: f"--ep {d.ep} does not divide {_stage(d)}"),
     ("whole_nodes", lambda g, ep, tp, gpn: (g <= gpn) | (g % gpn == 0),
-     lambda d: f"--gpus {d.gpus} over nodes of --gpus-per-node {d.gpus_per_node}: use a "
-               f"multiple of {d.gpus_per_node} (whole nodes) or fewer GPUs than a node"),
+     lambda d: (f"--gpus {d.gpus} over nodes of --gpus-per-node {d.gpus_per_node}: use a "
+                f"multiple of {d.gpus_per_node} (whole nodes) or fewer GPUs than a node")
+     if d.pp == 1 else
+     (f"{_stage(d)} over nodes of --gpus-per-node {d.gpus_per_node}: a stage takes a "
+      f"multiple of {d.gpus_per_node} GPUs (whole nodes) or fewer than a node")),
 )
 
 
@@ -446,8 +457,10 @@ VALIDITY = (
                   f"(+{d.redundant_experts} redundant) of {m.name}; choose a divisor"),
     ("deepep_spans_every_gpu",
      lambda m, g, ep, tp, r, a2a: _moe(m, (ep == g) if a2a.is_deepep else True),
-     lambda m, d: f"--a2a {d.a2a.value} needs --ep equal to --gpus ({d.gpus}): DeepEP has no "
-                  f"expert tensor parallelism; use --a2a allgather or auto for --ep {d.ep}"),
+     lambda m, d: f"--a2a {d.a2a.value} needs --ep equal to "
+                  + (f"--gpus ({d.gpus})" if d.pp == 1 else _stage(d))
+                  + f": DeepEP has no expert tensor parallelism; use --a2a allgather or auto "
+                    f"for --ep {d.ep}"),
     ("expert_tp_divides_intermediate",
      lambda m, g, ep, tp, r, a2a: _moe(m, m.moe_intermediate_size % (g // ep) == 0),
      lambda m, d: f"gpus / ep = {d.expert_tp} does not divide the expert intermediate size "
