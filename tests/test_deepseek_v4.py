@@ -185,3 +185,32 @@ def test_cli_names_the_attention_kernels(cli_json):
     kernels = out["per_kernel_s"]
     for k in ("attention_csa", "attention_hca", "indexer", "o_a_proj", "csa_compressor"):
         assert kernels[k] > 0
+
+
+def test_mtp_draft_layer_attends_its_window_only():
+    """vLLM gives V4's MTP layer compress ratio 0: the draft pass costs the same at 8K and at
+    512K context (its window holds 128 entries either way), and less than an average layer of
+    the main model at 512K (which reads compressed entries and runs the indexer)."""
+    from dataclasses import replace
+
+    from moesym.compile import evaluate
+    from moesym.model.bindings import bindings, workload_values
+    from moesym.model.step import _draft_s
+    from moesym.symbols import by_name
+    from moesym.terms.dims import symbolic_dims
+    from moesym.timing import time_model
+
+    m, hw = load_model("deepseek-v4-flash"), load_hardware("b200")
+    dep = Deployment(gpus=8, ep=8, weights="fp8", kv="fp8", mtp=1, accept=0.8)
+    timing = time_model(dep.timing, hw)
+
+    def draft(model, L):
+        wl = Workload("decode", batch=32, context=L)
+        vals = {**bindings(model, hw, dep, wl),
+                **{by_name(k): v for k, v in workload_values(wl).items()}}
+        return float(evaluate(_draft_s(model, dep, wl, symbolic_dims(), timing, hw), vals, {}))
+
+    assert draft(m, 524288) == pytest.approx(draft(m, 8192), rel=1e-12)
+    # the same draft as a model whose every layer is sliding-only (what the MTP layer is)
+    swa = replace(m, csa_layers=0, hca_layers=0)
+    assert draft(m, 524288) == pytest.approx(draft(swa, 524288), rel=1e-12)

@@ -667,11 +667,13 @@ def _draft_s(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, timing,
                       stacklevel=2)
     plain = replace(dep, mtp=0, accept=None)
     costs = _moe_layer_costs if model.is_moe else _dense_layer_costs
+    # DeepSeek-V4's MTP layer attends its sliding window only (vLLM: compress ratio 0)
+    layer_model = replace(model, csa_layers=0, hca_layers=0) if model.is_compressed else model
 
     def one_pass(phase: Phase, tokens, logits) -> sp.Expr:
         w = Workload(phase, batch=1, tokens=1, context=2, chunk=1)
-        layer, _, edges = _layer_time(_timed(costs(model, plain, w, D, hw), timing), plain, w,
-                                      D.micro_batches)
+        layer, _, edges = _layer_time(_timed(costs(layer_model, plain, w, D, hw), timing), plain,
+                                      w, D.micro_batches)
         head = (att.gemm("mtp_eh_proj", tokens, D.hidden, 2 * D.hidden, D.w_bytes, D.act_bytes),
                 ffn.lm_head(D, logits))
         return layer + edges + sum(timing.time(c).total_s for c in head)
