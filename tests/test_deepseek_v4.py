@@ -136,20 +136,38 @@ def test_cache_memory_by_hand():
 
 
 @pytest.mark.parametrize("kind", ["swa", "csa", "hca"])
-def test_mean_prefill_keys_is_the_average_over_positions(kind):
-    """Brute force: average over query positions p = 1..L of min(p, 128) (+ min(p / 4, 1024)
-    for CSA, + p / 128 for HCA)."""
+@pytest.mark.parametrize("cached", [0.0, 0.25, 0.9])
+def test_mean_prefill_keys_is_the_average_over_positions(kind, cached):
+    """Brute force: average over the computed query positions p = F L + 1 .. L (a prefix-cache
+    hit F skips the first F L) of min(p, 128) (+ min(p / 4, 1024) for CSA, + p / 128 for HCA)."""
     import numpy as np
 
     m = load_model("deepseek-v4-pro")
     for L in (100, 3000, 100000):
-        p = np.arange(1, L + 1, dtype=float)
+        p = np.arange(int(cached * L) + 1, L + 1, dtype=float)
         keys = np.minimum(p, 128)
         if kind == "csa":
             keys = keys + np.minimum(p / 4, 1024)
         elif kind == "hca":
             keys = keys + p / 128
-        assert float(mean_prefill_keys(m, L, kind)) == pytest.approx(keys.mean(), rel=0.01)
+        got = float(mean_prefill_keys(m, L, kind, cached))
+        assert got == pytest.approx(keys.mean(), rel=0.01)
+
+
+def test_prefix_hit_computes_the_prompt_tail():
+    """A prefix hit F on 16K-token prompts: projections and experts run on (1 - F) of the
+    tokens; the attention of the computed tail reads more entries per query than the prompt's
+    average (later positions), so attention per computed token rises."""
+    def run(hit):
+        return predict(load_model("deepseek-v4-flash"), load_hardware("b200"),
+                       Deployment(gpus=8, ep=8, weights="fp8", kv="fp8"),
+                       Workload("prefill", tokens=16384, context=16384, prefix_hit=hit))
+    full, half = run(0.0), run(0.5)
+    wf, wh = full["work_per_layer"], half["work_per_layer"]
+    assert wh["attention_proj"]["flop"] == pytest.approx(wf["attention_proj"]["flop"] / 2)
+    assert wf["attention_core"]["flop"] / 2 < wh["attention_core"]["flop"] < \
+        wf["attention_core"]["flop"]
+    assert half["step_time_s"] < full["step_time_s"]
 
 
 def test_tensor_parallel_shards_the_heads_and_output_groups():
@@ -169,14 +187,13 @@ def test_tensor_parallel_shards_the_heads_and_output_groups():
     assert w1["attention_replicated"] == w8["attention_replicated"]
 
 
-@pytest.mark.parametrize("extra", [["--cp", "2"], ["--prefix-hit", "0.5"]])
-def test_unmodelled_combinations_are_one_line_errors(extra):
+def test_context_parallelism_is_a_one_line_error():
     p = subprocess.run([sys.executable, "-m", "moesym", "predict", "deepseek-v4-flash",
                         "--hardware", "h200", "--gpus", "8", "--phase", "prefill", "--tokens",
-                        "8192", "--context", "8192", *extra], capture_output=True, text=True)
+                        "8192", "--context", "8192", "--cp", "2"], capture_output=True, text=True)
     assert p.returncode == 2
     lines = [x for x in p.stderr.splitlines() if "warning" not in x]
-    assert len(lines) == 1 and "compressed attention" in lines[0] and extra[0] in lines[0]
+    assert len(lines) == 1 and "compressed attention" in lines[0] and "--cp" in lines[0]
 
 
 def test_cli_names_the_attention_kernels(cli_json):

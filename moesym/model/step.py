@@ -489,7 +489,8 @@ def _attention_core(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t)
                              ("prefill", S.tokens / n, S.isl)]}[wl.phase]
     if model.is_compressed:  # DeepSeek-V4: window + CSA / HCA entries, indexer per CSA layer
         return [c for kind, tokens, ctx in kernels
-                for c in cmp.core(D, model, kind, tokens, ctx, _queries(dep))]
+                for c in cmp.core(D, model, kind, tokens, ctx, _queries(dep),
+                                  1 - smax(1 - hit, 1 / ctx) if wl.prefix_hit else 0)]
     if model.index_topk:  # DeepSeek sparse attention: the selected KV entries, and the indexer
         return [_sparse_core(model, dep, kind, tokens, ctx, D) for kind, tokens, ctx in kernels] + \
             [_indexer(model, dep, kind, tokens, ctx, D) for kind, tokens, ctx in kernels]
@@ -728,13 +729,12 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
 
         warnings.warn(f"--dequant separate has no effect: no weight class of --weights "
                       f"{deployment.weights} runs weight-only GEMMs on {hardware.name}", stacklevel=2)
-    if model.is_compressed and (deployment.cp > 1 or workload.prefix_hit):
+    if model.is_compressed and deployment.cp > 1:
         from ..errors import SpecError
 
-        flag = "--cp" if deployment.cp > 1 else "--prefix-hit"
-        raise SpecError(f"{flag} with DeepSeek-V4's compressed attention is not modelled yet "
-                        "(its window, compressed entries and compressor state would split "
-                        f"differently); drop {flag}")
+        raise SpecError("--cp with DeepSeek-V4's compressed attention is not modelled yet (its "
+                        "window, compressed entries and compressor state would split "
+                        "differently across GPUs); drop --cp")
     if deployment.cp > 1 and workload.phase is not Phase.PREFILL:
         from ..errors import SpecError
 

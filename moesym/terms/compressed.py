@@ -112,21 +112,34 @@ def _keys(model, ctx, kind: str):
     return win
 
 
-def mean_prefill_keys(model, ctx, kind: str):
-    """Entries a prompt's query attends on average over its positions p in (0, L]: the window
-    min(p, W) averages L / 2 (L <= W) or W - W^2 / (2 L); CSA's min(p / m, k) averages L / (2 m)
-    (L <= m k) or k - m k^2 / (2 L); HCA's p / m' averages L / (2 m')."""
+def _capped_integral(x, slope, cap):
+    """Integral over p in (0, x] of min(slope p, cap) (``cap`` None: slope p)."""
+    if cap is None:
+        return slope * x ** 2 / 2
+    return sp.Piecewise((slope * x ** 2 / 2, x <= cap / slope), (cap * x - cap ** 2 / (2 * slope),
+                                                                  True))
+
+
+def mean_prefill_keys(model, ctx, kind: str, cached=0):
+    """Entries a prompt's query attends on average over its computed positions p in (F L, L]
+    (``cached`` F: the share of the prompt found in the prefix cache, 0 by default): the mean of
+    min(p, W) (the window), plus min(p / m, k) for CSA or p / m' for HCA, the integral of each
+    over (F L, L] divided by (1 - F) L. With F = 0 the window averages L / 2 (L <= W) or
+    W - W^2 / (2 L), CSA's term L / (2 m) (L <= m k) or k - m k^2 / (2 L), HCA's L / (2 m')."""
     L, W = sym(ctx), sp.Integer(model.sliding_window)
-    keys = sp.Piecewise((L / 2, L <= W), (W - W ** 2 / (2 * L), True))
+    terms = [(1, W)]
     if kind == "csa":
-        m, k = model.csa_ratio, sp.Integer(model.index_topk)
-        keys += sp.Piecewise((L / (2 * m), L <= m * k), (k - m * k ** 2 / (2 * L), True))
+        terms.append((sp.Rational(1, model.csa_ratio), sp.Integer(model.index_topk)))
     elif kind == "hca":
-        keys += L / (2 * model.hca_ratio)
-    return keys
+        terms.append((sp.Rational(1, model.hca_ratio), None))
+    f = sym(cached)
+    start = f * L
+    total = sum(_capped_integral(L, a, c) - (_capped_integral(start, a, c) if f != 0 else 0)
+                for a, c in terms)
+    return total / (L - start)
 
 
-def core(D: Dims, model, phase: str, tokens, ctx, queries=1) -> list[Cost]:
+def core(D: Dims, model, phase: str, tokens, ctx, queries=1, cached=0) -> list[Cost]:
     """Attention of one average layer, per layer kind, and the CSA layers' indexer.
 
     Decode (``tokens`` requests of ``queries`` tokens at KV length ``ctx``): h q heads over the
@@ -136,7 +149,9 @@ def core(D: Dims, model, phase: str, tokens, ctx, queries=1) -> list[Cost]:
     entry count K (:func:`mean_prefill_keys`; FlashMLA's sparse prefill gathers the window and
     top-k indices per query), 4 h d_h K FLOPs and K entries read per token, timed as causal
     prompts of 2 K keys (the same FLOPs); the indexer scores a causal L / 8 keys per query, each
-    prompt chunk reading the prompt's L / 4 keys."""
+    prompt chunk reading the prompt's L / 4 keys. With a prefix-cache hit (``cached`` F) the
+    computed tokens are each prompt's last (1 - F) L: K is their mean, and their indexer
+    queries score (1 + F) L / 8 keys on average."""
     n, q = sym(tokens), sym(queries) if phase == "decode" else 1
     h, hd = D.local_heads, model.head_dim
     eb = entry_bytes(D, model)
@@ -151,10 +166,11 @@ def core(D: Dims, model, phase: str, tokens, ctx, queries=1) -> list[Cost]:
                                    shared_kv=True)
             scored, reads = comp, n * comp
         else:
-            keys = mean_prefill_keys(model, ctx, kind)
+            keys = mean_prefill_keys(model, ctx, kind, cached)
             shape = AttentionShape("prefill", n * share / (2 * keys), 2 * keys, h, 1, hd, hd,
                                    D.act_bytes)
-            scored, reads = comp / 2, n / model.csa_ratio * smax(1, sym(ctx) / S.chunk)
+            scored = comp * (1 + sym(cached)) / 2
+            reads = n / model.csa_ratio * smax(1, sym(ctx) / S.chunk)
         out.append(Cost(f"attention_{kind}", KernelClass.ATTENTION,
                         flops=share * 4 * n * q * h * keys * hd,
                         hbm_bytes=share * n * (keys * eb + 2 * q * h * hd * D.act_bytes),
