@@ -189,3 +189,76 @@ def test_step_model_orders_ideal_tbo_and_the_single_batch_schedules(seed):
 
     assert t(2, "ideal") <= t(2, "tbo-sglang") * (1 + 1e-12)
     assert t(1, "sbo") <= t(1, "none") * (1 + 1e-12)
+
+
+def _copy_of_tbo_prefill(tmp_path, gemm_sms):
+    """A user schedule file with tbo-sglang's prefill stages and the given GEMM SM policy."""
+    f = tmp_path / f"tbo_{gemm_sms}.toml"
+    f.write_text(f'''[mine]
+[mine.prefill]
+micro_batches = 2
+delta_stages = 0
+gemm_sms = "{gemm_sms}"
+stages = [["attn_prep", "attn_core", "router", "dispatch_send"],
+          ["dispatch_wait", "experts", "combine_send"],
+          ["shared", "combine_wait", "output"]]
+''')
+    return str(f)
+
+
+def test_prefill_layout_caps_deepgemm_at_the_sms_deepep_leaves():
+    """SGLang 0.5.23 _compute_moe_deepseek_blog_prefill sets deep_gemm_num_sms = SMs - DeepEP's
+    for the whole two-batch forward: the shipped layout says so."""
+    from moesym.schedules import load
+
+    assert load("tbo-sglang").layout("prefill").gemm_sms == "reserve_comm"
+    assert load("tbo-sglang").layout("decode").gemm_sms == "all"
+
+
+def test_capped_gemms_take_sms_over_sms_minus_comm_of_their_compute():
+    """Each FP8 GEMM's compute time x 132 / (132 - 20), its memory time unchanged; the
+    elementwise and attention kernels untouched; a BF16 model (no DeepGEMM) caps nothing."""
+    from moesym import Deployment, Workload, load_hardware, load_model
+    from moesym.model.bindings import bindings, workload_values
+    from moesym.model.step import _moe_layer_costs, _reserved, _timed
+    from moesym.specs.deployment import A2AMode
+    from moesym.symbols import by_name
+    from moesym.terms.dims import symbolic_dims
+    from moesym.timing import time_model
+
+    hw = load_hardware("h800")
+    dep = Deployment(gpus=32, ep=32, weights="fp8", micro_batches=2, a2a=A2AMode.DEEPEP_NORMAL)
+    wl = Workload("prefill", tokens=16384, context=4096)
+    m = load_model("deepseek-v3")
+    timing = time_model(dep.timing, hw)
+    costs = _moe_layer_costs(m, dep, wl, symbolic_dims(), hw)
+    plain, capped = _timed(costs, timing), _reserved(costs, timing, m, dep)
+    vals = {**bindings(m, hw, dep, wl), **{by_name(k): v for k, v in workload_values(wl).items()}}
+
+    def num(e):
+        return float(sp.sympify(e).xreplace(vals))
+
+    for key in ("attention_proj", "moe_routed", "shared_expert"):
+        assert num(capped[key].compute_s) == pytest.approx(num(plain[key].compute_s) * 132 / 112)
+        assert num(capped[key].memory_s) == pytest.approx(num(plain[key].memory_s))
+    assert num(capped["attention_core"].total_s) == pytest.approx(num(plain["attention_core"].total_s))
+    bf16 = load_model("qwen3-30b-a3b")
+    assert _reserved(_moe_layer_costs(bf16, Deployment(gpus=8, ep=8), wl, symbolic_dims(), hw),
+                     timing, bf16, Deployment(gpus=8, ep=8)) is None
+
+
+def test_gemm_cap_changes_nothing_without_fp8_gemms(tmp_path, cli_json):
+    argv = ["predict", "qwen3-30b-a3b", "--hardware", "h20", "--phase", "prefill", "--tokens",
+            "8192", "--context", "4096", "--gpus", "8", "--ep", "8", "--a2a", "deepep-normal",
+            "--micro-batches", "2", "--overlap"]
+    capped = cli_json(argv + [_copy_of_tbo_prefill(tmp_path, "reserve_comm")])
+    free = cli_json(argv + [_copy_of_tbo_prefill(tmp_path, "all")])
+    assert capped["step_time_s"] == free["step_time_s"]
+
+
+def test_bad_gemm_sms_is_a_one_line_error(tmp_path):
+    from moesym.errors import SpecError
+    from moesym.schedules import load
+
+    with pytest.raises(SpecError, match=r"gemm_sms = 'half': use all or reserve_comm"):
+        load(_copy_of_tbo_prefill(tmp_path, "half"))

@@ -72,6 +72,9 @@ class StepModel:
     values: Mapping[sp.Symbol, float] = field(repr=False)
     # per breakdown key, one layer (all micro-batches): {"flop", "hbm_bytes", "net_bytes"} per GPU
     work: Mapping[str, Mapping[str, sp.Expr]] = field(default_factory=dict, repr=False)
+    # the terms with FP8 GEMMs capped at the SMs communication leaves (a function; None when
+    # nothing is capped), for schedules with gemm_sms = "reserve_comm"
+    capped_terms: object = field(default=None, repr=False)
 
     @property
     def free_symbols(self) -> set[sp.Symbol]:
@@ -123,10 +126,15 @@ class StepModel:
             raise MoesymError("--timeline needs an overlap schedule; this deployment runs the "
                               "ideal bound (pick one with --overlap none, sbo or tbo-sglang)")
         num = lambda e: float(evaluate(sp.sympify(e), self.values, {}))  # noqa: E731
-        ops = {k: num(v) for k, v in operation_times(self.terms, S.micro_batches).items()}
-        tr = {k: num(self.terms[k].total_s) for k in ("dispatch", "combine")}
+        lay = sched.layout(wl.phase.engine)
+        terms = self.terms
         phi = num(overlap.sm_share(overlap.resolve_a2a(dep, wl.phase)))
-        ends, events = simulate(sched.layout(wl.phase.engine), ops, tr, phi)
+        capped = self.capped_terms() if lay.gemm_sms == "reserve_comm" and phi else None
+        if capped is not None:  # as the step model times it (_scheduled)
+            terms, phi = capped, 0.0
+        ops = {k: num(v) for k, v in operation_times(terms, S.micro_batches).items()}
+        tr = {k: num(terms[k].total_s) for k in ("dispatch", "combine")}
+        ends, events = simulate(lay, ops, tr, phi)
         t0, t1 = ends[1], ends[2]  # one steady-state period of the stream
         return [{"name": e.name, "stream": e.stream, "micro_batch": e.micro_batch,
                  "layer": e.layer - 2, "start_s": e.start - t0, "end_s": e.end - t0}
@@ -608,9 +616,31 @@ def operation_times(terms: Mapping[str, TermTime], n) -> dict:
     return ops
 
 
-def _scheduled(name: str, terms, compute, dep: Deployment, wl: Workload, n) -> tuple:
+def _reserved(costs: dict, timing, model: ModelSpec, dep: Deployment) -> dict | None:
+    """The breakdown keys' times with the FP8 GEMMs (DeepGEMM: the weight classes that quantize
+    their activations) capped at N_SM - N_SM_comm SMs: their compute time x N_SM / (N_SM -
+    N_SM_comm), their memory time unchanged (the remaining SMs still draw the HBM bandwidth).
+    None when no weight class runs FP8 GEMMs (nothing is capped)."""
+    q = _quantized(model, dep)
+    if not any(q.values()):
+        return None
+    cap = S.sms / (S.sms - S.comm_sms)
+
+    def time(c: Cost) -> TermTime:
+        t = timing.time(c)
+        if c.kind in (KernelClass.GEMM, KernelClass.GROUPED_GEMM) and q[c.component or "attn"]:
+            return TermTime(t.name, t.compute_s * cap, t.memory_s, t.comm_s, t.overhead_s)
+        return t
+
+    return {k: _sum_times(k, [time(c) for c in v]) for k, v in costs.items()}
+
+
+def _scheduled(name: str, terms, compute, dep: Deployment, wl: Workload, n,
+               reserved=None) -> tuple:
     """(layer time, once-per-step edges, micro-batch count the schedule runs or None for the
-    ideal bound) of one MoE layer under the named schedule."""
+    ideal bound) of one MoE layer under the named schedule. ``reserved``: a function giving
+    the terms with FP8 GEMMs on the SMs communication leaves (:func:`_reserved`), for layouts
+    that cap them (``gemm_sms = "reserve_comm"``; they then compete with no transfer, phi = 0)."""
     from ..schedules import load, steady_state
 
     d, c = terms["dispatch"].total_s, terms["combine"].total_s
@@ -620,14 +650,19 @@ def _scheduled(name: str, terms, compute, dep: Deployment, wl: Workload, n) -> t
                 overlap.step_edges(d, c, n, dep, wl), None)
     lay = sched.layout(wl.phase.engine)
     phi = overlap.sm_share(overlap.resolve_a2a(dep, wl.phase))
+    capped = reserved() if lay.gemm_sms == "reserve_comm" and reserved and phi != 0 else None
+    if capped is not None:
+        terms, phi = capped, 0
     period, edges = steady_state(lay, operation_times(terms, n), {"dispatch": d, "combine": c},
                                  phi, smax=smax)
     return period, edges, lay.micro_batches
 
 
-def _layer_time(terms: Mapping[str, TermTime], dep: Deployment, wl: Workload, n) -> tuple:
+def _layer_time(terms: Mapping[str, TermTime], dep: Deployment, wl: Workload, n,
+                reserved=None) -> tuple:
     """(overlapped time of one layer for the whole batch, its compute-only time, the
-    once-per-step fill and drain of the overlap schedule)."""
+    once-per-step fill and drain of the overlap schedule); ``reserved`` as
+    :func:`_scheduled`'s."""
     expert = smax(terms["moe_routed"].total_s, terms["moe_weight_load"].total_s)
     compute = (terms["attention_proj"].total_s + terms["attention_core"].total_s + expert
                + terms["shared_expert"].total_s + terms["tp_comm"].total_s
@@ -635,7 +670,7 @@ def _layer_time(terms: Mapping[str, TermTime], dep: Deployment, wl: Workload, n)
     if terms["dispatch"].total_s == 0 and terms["combine"].total_s == 0:
         return n * compute, n * compute, sp.Integer(0)  # nothing to overlap (EP 1, dense layer)
     if dep.overlap != "auto":  # pinned: valid only at the schedule's micro-batch count
-        layer, edges, mb = _scheduled(dep.overlap, terms, compute, dep, wl, n)
+        layer, edges, mb = _scheduled(dep.overlap, terms, compute, dep, wl, n, reserved)
         if mb is not None:
             layer = sp.Piecewise((layer, sp.Eq(n, mb)), (sp.nan, True))
             edges = sp.Piecewise((edges, sp.Eq(n, mb)), (sp.nan, True))
@@ -644,9 +679,9 @@ def _layer_time(terms: Mapping[str, TermTime], dep: Deployment, wl: Workload, n)
     from ..schedules import resolve_name
 
     ph = wl.phase.engine
-    built = [(_scheduled(resolve_name("auto", k, ph), terms, compute, dep, wl, n), k)
+    built = [(_scheduled(resolve_name("auto", k, ph), terms, compute, dep, wl, n, reserved), k)
              for k in (1, 2)]
-    beyond = _scheduled(resolve_name("auto", 3, ph), terms, compute, dep, wl, n)
+    beyond = _scheduled(resolve_name("auto", 3, ph), terms, compute, dep, wl, n, reserved)
     layer = sp.Piecewise(*[(b[0], sp.Eq(n, k)) for b, k in built], (beyond[0], True))
     edges = sp.Piecewise(*[(b[1], sp.Eq(n, k)) for b, k in built], (beyond[1], True))
     return layer, n * compute, edges
@@ -673,8 +708,9 @@ def _draft_s(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, timing,
 
     def one_pass(phase: Phase, tokens, logits) -> sp.Expr:
         w = Workload(phase, batch=1, tokens=1, context=2, chunk=1)
-        layer, _, edges = _layer_time(_timed(costs(layer_model, plain, w, D, hw), timing), plain,
-                                      w, D.micro_batches)
+        cs = costs(layer_model, plain, w, D, hw)
+        layer, _, edges = _layer_time(_timed(cs, timing), plain, w, D.micro_batches,
+                                      lambda: _reserved(cs, timing, layer_model, plain))
         head = (att.gemm("mtp_eh_proj", tokens, D.hidden, 2 * D.hidden, D.w_bytes, D.act_bytes),
                 ffn.lm_head(D, logits))
         return layer + edges + sum(timing.time(c).total_s for c in head)
@@ -764,7 +800,10 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     dense_terms = _timed(dense_costs, timing)
     main = _timed(moe_costs, timing) if moe_costs is not None else dense_terms
     per_layer = {k: n * v.total_s for k, v in main.items()}
-    layer, layer_compute, edges = _layer_time(main, deployment, workload, n)
+    def capped():
+        return _reserved(main_costs, timing, model, deployment)
+
+    layer, layer_compute, edges = _layer_time(main, deployment, workload, n, capped)
     offload = _offload_s(model, deployment, workload, D)
     if offload is not None:  # expert tiers: copies (or host compute) beside or after the layer
         if deployment.expert_placement == "host-compute" and not hardware.host_dram_Bps:
@@ -817,4 +856,4 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     check_bindings(exprs, vals, free=used & {by_name(k) for k in workload_values(workload)})
     return StepModel(model, hardware, deployment, workload, MappingProxyType(main),
                      MappingProxyType(per_layer), layer, layer_compute, dense_layer, once, expr,
-                     MappingProxyType(vals), MappingProxyType(work))
+                     MappingProxyType(vals), MappingProxyType(work), capped)

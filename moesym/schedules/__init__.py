@@ -44,6 +44,7 @@ OPS = ("attn_prep", "attn_core", "router", "shared", "experts", "output",
 COMPUTE_OPS = ("attn_prep", "attn_core", "router", "shared", "experts", "output")
 _TRANSFERS = ("dispatch", "combine")
 NAMES = ("none", "sbo", "tbo-sglang", "deepseek", "ideal")
+GEMM_SMS = ("all", "reserve_comm")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,10 @@ class Layout:
     micro_batches: int
     delta_stages: int
     stages: tuple[tuple[str, ...], ...]
+    # "all": GEMMs use every SM and compute beside a transfer that holds a share phi of the SMs
+    # is slowed by it; "reserve_comm": the engine caps its FP8 GEMMs (DeepGEMM) at N_SM - N_SM_comm
+    # SMs for the whole layer, so they never compete with the transfers' SMs
+    gemm_sms: str = "all"
 
     def order(self, layers: int) -> list[tuple[int, int, int]]:
         """(micro-batch, layer, stage) in the order the compute stream runs them."""
@@ -116,7 +121,10 @@ def _layout(where: str, raw) -> Layout:
     if not 0 <= delta < len(stages) or (mb == 1 and delta):
         raise SpecError(f"{where}.delta_stages = {delta}: between 0 and the number of stages - 1 "
                         "(0 with one micro-batch)")
-    return Layout(mb, delta, tuple(tuple(s) for s in stages))
+    gemm_sms = str(raw.get("gemm_sms", "all"))
+    if gemm_sms not in GEMM_SMS:
+        raise SpecError(f"{where}.gemm_sms = {gemm_sms!r}: use {' or '.join(GEMM_SMS)}")
+    return Layout(mb, delta, tuple(tuple(s) for s in stages), gemm_sms)
 
 
 def _parse(table: Mapping, name: str, where: str, everything: Mapping) -> Schedule:
@@ -173,8 +181,9 @@ def resolve_name(overlap: str, micro_batches: int, phase: str) -> str:
     """The schedule a deployment runs. ``auto``: in decode what SGLang runs for the micro-batch
     count (one: the shared expert under the dispatch; two: its two-batch overlap, whose
     published gains on 72 H100 it reproduces); in prefill with more than one micro-batch the
-    ideal bound (``tbo-sglang`` comes out 10.5% too fast on the open H800 prefill case, see the
-    README); beyond two micro-batches, which no engine ships, the ideal bound."""
+    ideal bound (with ``tbo-sglang`` the held-out serving efficiency fitted on the open H800
+    prefill case, 6.8% fast, would pull the H800 decode case to -14%: see the README); beyond
+    two micro-batches, which no engine ships, the ideal bound."""
     if overlap != "auto":
         return overlap
     return AUTO[phase].get(int(micro_batches), "ideal")
