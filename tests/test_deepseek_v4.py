@@ -96,17 +96,20 @@ def _decode(name, context, batch=16, gpus=8, **dep):
 def test_decode_attention_reads_the_window_and_the_compressed_entries():
     """Pro at 128K: each request reads, per CSA layer, 128 window + min(L / 4, 1024) entries and
     the indexer's L / 4 keys (128 FP8 + 4 scale bytes) with fp32 logits written and read; per
-    HCA layer 128 + L / 128 entries. An entry is 448 FP8 + 64 BF16 bytes; the q / o rows are
-    128 heads x 512 x 2 (BF16) each. The average layer weights CSA 29 / 61, HCA 32 / 61."""
+    HCA layer 128 + L / 128 entries; the sliding-only layer its 128. An entry is 448 FP8 + 64
+    BF16 bytes; the q / o rows are 128 heads x 512 x 2 (BF16) each. The average layer weights
+    CSA 29 / 61, HCA 31 / 61, sliding 1 / 61."""
     L, b = 131072, 16
     work = _decode("deepseek-v4-pro", L, b)["work_per_layer"]["attention_core"]
     entry, rows = 448 + 64 * 2, 2 * 128 * 512 * 2
     csa = b * (128 + 1024) * entry + b * rows + b * (L / 4) * 132 + 2 * 4 * b * (L / 4)
     hca = b * (128 + L / 128) * entry + b * rows
-    assert work["hbm_bytes"] == pytest.approx((29 * csa + 32 * hca) / 61)
+    swa = b * 128 * entry + b * rows
+    assert work["hbm_bytes"] == pytest.approx((29 * csa + 31 * hca + swa) / 61)
     flops_csa = 4 * b * 128 * (128 + 1024) * 512 + 2 * b * 64 * (L / 4) * 128
     flops_hca = 4 * b * 128 * (128 + L / 128) * 512
-    assert work["flop"] == pytest.approx((29 * flops_csa + 32 * flops_hca) / 61)
+    flops_swa = 4 * b * 128 * 128 * 512
+    assert work["flop"] == pytest.approx((29 * flops_csa + 31 * flops_hca + flops_swa) / 61)
 
 
 def test_long_context_costs_little_more_than_short():
@@ -122,17 +125,17 @@ def test_cache_memory_by_hand():
     L / 4 entries and L / 4 indexer keys, HCA L / 128 entries, and the compressors' fp32 state
     (CSA: 8 tokens x 4 x 512 and its indexer's 8 x 4 x 128; HCA: 128 x 2 x 512); an entry is
     448 FP8 + 64 BF16 bytes, an indexer key 128 + 4. Per token beyond the window:
-    (29 / 4 + 32 / 128) entries + 29 / 4 keys."""
+    (29 / 4 + 31 / 128) entries + 29 / 4 keys."""
     from moesym.memory import memory_report
 
     L, entry = 65536, 448 + 128
-    per_request = (61 * 128 + 29 * L / 4 + 32 * L / 128) * entry + 29 * L / 4 * 132 \
-        + 29 * (8 * 2048 * 4 + 8 * 512 * 4) + 32 * 128 * 1024 * 4
+    per_request = (61 * 128 + 29 * L / 4 + 31 * L / 128) * entry + 29 * L / 4 * 132 \
+        + 29 * (8 * 2048 * 4 + 8 * 512 * 4) + 31 * 128 * 1024 * 4
     r = memory_report(load_model("deepseek-v4-pro"), load_hardware("b200"),
                       Deployment(gpus=8, ep=8, weights="fp8", kv="fp8"),
                       Workload("decode", batch=8, context=L))
     assert r["kv_bytes_per_request"] == pytest.approx(per_request)
-    assert r["kv_bytes_per_token"] == pytest.approx((29 / 4 + 32 / 128) * entry + 29 / 4 * 132)
+    assert r["kv_bytes_per_token"] == pytest.approx((29 / 4 + 31 / 128) * entry + 29 / 4 * 132)
 
 
 @pytest.mark.parametrize("kind", ["swa", "csa", "hca"])

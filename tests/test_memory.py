@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from moesym.cli import main
 from moesym.memory import (
     MemoryOptions,
-    compressed_kv_bytes_per_request,
     memory_model,
     memory_report,
     replication_factors,
@@ -113,17 +112,22 @@ def test_kv_per_request_paged_and_sliding():
 
 
 def test_v4_pro_compressed_kv_one_million_tokens():
-    """Seed 002 section 3: V4-Pro, 1M tokens, 29 CSA + 31 HCA (ratio 128) + 1 SWA layer."""
-    ratios = [4] * 29 + [128] * 31 + [0]
-    total = compressed_kv_bytes_per_request(1_000_000, ratios, window=128, head_dim=512,
-                                            rope_head_dim=64, index_head_dim=128)
-    csa = 29 * (128 + 250_000) * (448 * 1 + 64 * 2)
-    hca = 31 * (128 + 1_000_000 / 128) * 576
+    """Seed 002 section 3: V4-Pro at 1M tokens, 29 CSA + 31 HCA (ratio 128) + 1 SWA layer, every
+    layer a 128-entry window, entries of 448 FP8 + 64 BF16 bytes: CSA 29 x 250,128 x 576 = 4.18
+    GB. The seed's indexer is FP4 (0.5 byte per element, 0.47 GB); moesym keeps vLLM's default
+    FP8 indexer keys with a 4-byte scale (132 bytes each) and adds the compressors' fp32 state
+    (CSA 8 tokens x (4 x 512 + 4 x 128), HCA 128 tokens x 2 x 512, 4 bytes each)."""
+    L = 1_000_000
+    csa = 29 * (128 + L / 4) * (448 * 1 + 64 * 2)
+    hca = 31 * (128 + L / 128) * 576
     swa = 128 * 576
-    indexer = 29 * 250_000 * 128 * 0.5
-    assert float(total) == pytest.approx(csa + hca + swa + indexer, rel=1e-12)
-    assert float(total) / 1e9 == pytest.approx(4.79, rel=0.005)
     assert csa / 1e9 == pytest.approx(4.18, abs=0.005)
+    assert (csa + hca + swa + 29 * L / 4 * 128 * 0.5) / 1e9 == pytest.approx(4.79, rel=0.005)
+    state = 29 * 8 * (4 * 512 + 4 * 128) * 4 + 31 * 128 * 2 * 512 * 4
+    r = memory_report(load_model("deepseek-v4-pro"), load_hardware("b200"),
+                      Deployment(gpus=8, ep=8, weights="fp8", kv="fp8"),
+                      Workload("decode", batch=1, context=L))
+    assert r["kv_bytes_per_request"] == pytest.approx(csa + hca + swa + 29 * L / 4 * 132 + state)
 
 
 # ---------------------------------------------------------------- properties

@@ -1,8 +1,8 @@
 """Per-GPU memory model and capacity planning (issue 6; seed 002 sections 1-8, seed 001).
 
 Submodules, in data-flow order: :mod:`.formats` (storage formats, scale overheads, FP4
-capability matrix), :mod:`.weights` (weights by component), :mod:`.kv` (KV cache, paged blocks,
-compressed CSA/HCA), :mod:`.runtime` (activations, MoE workspaces, communication buffers,
+capability matrix), :mod:`.weights` (weights by component), :mod:`.kv` (KV cache, paged blocks;
+DeepSeek-V4's compressed CSA/HCA cache is :mod:`moesym.terms.compressed`'s), :mod:`.runtime` (activations, MoE workspaces, communication buffers,
 reserve, MTP), :mod:`.capacity` (budget, max batch / context, report).
 
 >>> import moesym.memory as mem
@@ -31,7 +31,6 @@ from .formats import (
                        weight_formats,
 )
 from .kv import (
-                       compressed_kv_bytes_per_request,
                        kv_bytes,
                        kv_bytes_per_request,
                        kv_bytes_per_token,
@@ -73,7 +72,6 @@ __all__ = [
                        "WeightFormats",
                        "a2a_mode",
                        "attention_params",
-                       "compressed_kv_bytes_per_request",
                        "decode_activation_bytes",
                        "deepep_low_latency_bytes",
                        "dense_ffn_params",

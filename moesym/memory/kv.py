@@ -1,4 +1,5 @@
-"""KV-cache memory per GPU: per token, per request, paged blocks, and the compressed CSA/HCA layout.
+"""KV-cache memory per GPU: per token, per request and paged blocks (DeepSeek-V4's compressed
+CSA/HCA cache: :mod:`moesym.terms.compressed`).
 
 Per layer and token (``kv_bytes_per_token_layer``): MLA keeps the latent and rotary key,
 (r_kv + d_rope) b_kv, on every TP rank (not sharded); GQA/MHA keeps 2 h_kv d_h b_kv with
@@ -17,8 +18,6 @@ data-parallel rank, already divided by the TP sharding above (seed 002 sections 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sympy as sp
 
 from ..symbols import S
@@ -27,7 +26,6 @@ from ..terms.cost import smin, sym
 from ..terms.dims import Dims
 
 __all__ = [
-    "compressed_kv_bytes_per_request",
     "kv_bytes",
     "kv_bytes_per_request",
     "kv_bytes_per_token",
@@ -94,42 +92,3 @@ def speculative_kv_bytes_per_request(D: Dims, mla: bool, n_mtp_layers=S.n_mtp_la
     N_mtp*b_kv*(L + 61)*(d_rope + r_kv)
     """
     return sym(n_mtp_layers) * (sym(context) + sym(n_layers)) * kv_bytes_per_token_layer(D, mla)
-
-
-def _exact(x) -> sp.Expr:
-    """Floats become exact rationals (0.5 -> 1/2) so coefficients stay readable."""
-    return sp.Rational(str(x)) if isinstance(x, float) else sym(x)
-
-
-def compressed_kv_bytes_per_request(context, compress_ratios: Sequence[int], window,
-                                    head_dim, rope_head_dim, index_head_dim, csa_ratio: int = 4,
-                                    nope_bytes=1, rope_bytes=2, index_bytes=0.5, cp=1) -> sp.Expr:
-    """KV bytes of one request under the compressed CSA/HCA layout (seed 002 section 3).
-
-    Each layer has a compress ratio r: r = 0 is a sliding-window-only layer holding ``window``
-    entries; r = ``csa_ratio`` (4) a CSA layer holding window + L / 4 entries plus an indexer
-    cache of L / 4 keys of ``index_head_dim`` at ``index_bytes`` (FP4); any other r an HCA layer
-    holding window + L / r entries. An entry is (d_h - d_rope) nope bytes at ``nope_bytes`` (FP8)
-    plus d_rope at ``rope_bytes`` (BF16); context parallelism divides the entries by ``cp``.
-    L / r is kept fractional (no floor) so the expression stays solvable.
-
-    >>> from moesym.symbols import S
-    >>> compressed_kv_bytes_per_request(S.context, [0, 4, 128], 128, 512, 64, 128)
-    329*L/2 + 221184
-    """
-    L = sym(context)
-    entry = ((sym(head_dim) - sym(rope_head_dim)) * _exact(nope_bytes)
-             + sym(rope_head_dim) * _exact(rope_bytes))
-    win = sym(window)
-    entries = sp.Integer(0)
-    index = sp.Integer(0)
-    for r in compress_ratios:
-        if r < 0:
-            raise ValueError(f"compress ratio {r!r} must be >= 0")
-        if r == 0:
-            entries += win
-        else:
-            entries += win + L / r
-            if r == csa_ratio:
-                index += L / csa_ratio * sym(index_head_dim) * _exact(index_bytes)
-    return entries * entry / sym(cp) + index

@@ -174,7 +174,7 @@ def core(D: Dims, model, phase: str, tokens, ctx, queries=1, cached=0) -> list[C
         out.append(Cost(f"attention_{kind}", KernelClass.ATTENTION,
                         flops=share * 4 * n * q * h * keys * hd,
                         hbm_bytes=share * n * (keys * eb + 2 * q * h * hd * D.act_bytes),
-                        launches=1, shape=shape))
+                        launches=share, shape=shape))
         if kind == "csa":
             out.append(indexer(model.index_heads, model.index_head_dim, n * q, scored, reads
                                ).scaled(share))
