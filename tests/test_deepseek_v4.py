@@ -234,3 +234,16 @@ def test_mtp_draft_layer_attends_its_window_only():
     # the same draft as a model whose every layer is sliding-only (what the MTP layer is)
     swa = replace(m, csa_layers=0, hca_layers=0)
     assert draft(m, 524288) == pytest.approx(draft(swa, 524288), rel=1e-12)
+
+
+def test_residual_holds_the_four_hyper_connection_streams():
+    """Seed 002 section 4: the mHC residual is hc_mult = 4 streams of d in fp32 per token; by
+    default the memory model takes the model's streams (a plain residual is 1)."""
+    from moesym.memory import MemoryOptions, memory_report
+
+    m, hw = load_model("deepseek-v4-pro"), load_hardware("b200")
+    dep, wl = Deployment(gpus=8, ep=8, weights="fp8", kv="fp8"), Workload("decode", batch=64,
+                                                                          context=4096)
+    own = memory_report(m, hw, dep, wl)["activation_bytes"]
+    one = memory_report(m, hw, dep, wl, MemoryOptions(hc_mult=1))["activation_bytes"]
+    assert own - one == pytest.approx(64 * 3 * 7168 * 4)

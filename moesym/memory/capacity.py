@@ -89,7 +89,8 @@ class MemoryOptions:
     """Serving-engine defaults the memory model assumes (every one documented, all overridable).
 
     block_size: paged KV block in tokens (vLLM's default 16). kv_fragmentation: charge half a
-    block per request per layer. hc_mult: hyper-connection multiplier (1: plain residual).
+    block per request per layer. hc_mult: residual streams (0, the default: the model's own,
+    DeepSeek-V4's 4 hyper-connection streams or 1 for a plain residual).
     prefill_tokens: a co-located engine's largest prefill chunk held beside decode (0: a
     disaggregated decode instance). max_dispatch_tokens: DeepEP low-latency
     num_max_dispatch_tokens_per_rank (SGLang's default 128; grown to the decode batch when that
@@ -106,7 +107,7 @@ class MemoryOptions:
 
     block_size: int = 16
     kv_fragmentation: bool = True
-    hc_mult: float = 1.0
+    hc_mult: float = 0.0
     prefill_tokens: int = 0
     max_dispatch_tokens: int = 128
     max_rank_tokens: int = 8192
@@ -129,10 +130,14 @@ class MemoryOptions:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise SpecError(f"memory option {name} must be a non-negative integer, got {v!r}")
-        for name in ("hc_mult", "load_factor", "residual_bytes"):
+        for name in ("load_factor", "residual_bytes"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
                 raise SpecError(f"memory option {name} must be a positive number, got {v!r}")
+        if not (isinstance(self.hc_mult, (int, float)) and self.hc_mult >= 0
+                and math.isfinite(self.hc_mult)):
+            raise SpecError(f"memory option hc_mult must be a non-negative number (0: the "
+                            f"model's), got {self.hc_mult!r}")
         for name in ("nccl_bytes_per_communicator", "deepep_normal_bytes", "reserve_fixed_bytes"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
@@ -265,7 +270,7 @@ def memory_bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Wor
     v[S.w_bytes_hp] = weight_bytes_per_param(fmts.high_precision)
     v.update({
         S.n_sliding_layers: model.sliding_layers / dep.pp, S.window: model.sliding_window or 1,
-        S.n_mtp_layers: opts.mtp_layers, S.hc_mult: opts.hc_mult, S.block_size: opts.block_size,
+        S.n_mtp_layers: opts.mtp_layers, S.hc_mult: opts.hc_mult or model.hc_mult or 1, S.block_size: opts.block_size,
         S.max_dispatch_tokens: opts.max_dispatch_tokens, S.max_rank_tokens: opts.max_rank_tokens,
         S.prefill_tokens: opts.prefill_tokens, S.imbalance: opts.load_factor,
         S.nccl_bytes: opts.nccl_bytes_per_communicator,
