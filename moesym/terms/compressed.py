@@ -24,8 +24,8 @@ Read from the architecture as HF transformers 5.23.0 (``models/deepseek_v4``) an
   ``indexer_kv_dtype``).
 * **Manifold-constrained hyper-connections** (mHC): the residual is ``hc_mult`` n streams of d;
   two seams per layer each read the streams and the block's output and write the streams
-  (one fused pass, vLLM's ``mhc_fused_post_pre`` kernels) and project n d -> (2 + n) n mixing
-  weights.
+  in one fused pass (as vLLM's ROCm path runs it with aiter's
+  ``mhc_fused_post_pre_delayed_rmsnorm``) and project n d -> (2 + n) n mixing weights.
 
 The compressors' and the indexer's head-weight projections are BF16 in the checkpoint
 (vLLM builds them with ``quant_config=None``); everything else is the attention weights' format.
