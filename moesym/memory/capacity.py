@@ -424,7 +424,9 @@ class MemoryModel:
                 "kv_capacity_tokens": (max(pool, 0.0) / kv_tok * dep.dp) if kv_tok > 0 else None,
                 "max_batch": b_rank_int * dep.dp if b_rank_int is not None else None,
             },
-            "assumptions": asdict(self.options),
+            # the options as applied (hc_mult 0 stands for the model's own streams)
+            "assumptions": {**asdict(self.options),
+                            "hc_mult": float(self.options.hc_mult or m.hc_mult or 1)},
         }
 
 
