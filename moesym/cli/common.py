@@ -405,6 +405,13 @@ def emit_json(obj) -> None:
     sys.stdout.write(text + "\n")
 
 
+def print_launch(launch: dict, indent: str = "") -> None:
+    """An engine launch command (:func:`moesym.emit.launch_command`) and its notes, as text."""
+    print(f"{indent}{launch['engine']}: {launch['command']}")
+    for note in launch["notes"]:
+        print(f"{indent}  note: {note}")
+
+
 def fmt_s(x: float) -> str:
     """Seconds in a readable unit (edge conversion only)."""
     if x >= 1:

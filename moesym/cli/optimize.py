@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..optimize import disaggregate, optimize
 from . import COMMANDS
 from .common import (add_deployment, add_json, add_model_hw, add_serve_lengths, deployment_from,
-                     emit_json, fmt_s,
+                     emit_json, fmt_s, print_launch,
                      model_hw_from, positive_float, positive_int, probability)
 
 __all__ = ["register"]
@@ -157,9 +157,7 @@ def run(args) -> int:
     if "report" in out:
         print(f"wrote {out['report']}")
     if "launch" in out:
-        print(f"{out['launch']['engine']}: {out['launch']['command']}")
-        for note in out["launch"]["notes"]:
-            print(f"  note: {note}")
+        print_launch(out["launch"])
     if "disaggregation" in out:
         d = out["disaggregation"]
         print(f"prefill:decode GPU ratio {d['prefill_to_decode_gpu_ratio']:.3f}, "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..model.report import BREAKDOWN_KEYS
 from . import COMMANDS
 from .common import (add_deployment, add_json, add_model_hw, add_workload, deployment_from, emit_json,
-                     fmt_s, model_hw_from, workload_from)
+                     fmt_s, model_hw_from, print_launch, workload_from)
 
 __all__ = ["register"]
 
@@ -119,9 +119,7 @@ def run(args) -> int:
             print(f"      = {step.per_layer_s[k]}")
     print(f"    {'layer (overlap)':<16} {fmt_s(r['layer_s']):>12}")
     if "launch" in r:
-        print(f"  {r['launch']['engine']}: {r['launch']['command']}")
-        for note in r["launch"]["notes"]:
-            print(f"    note: {note}")
+        print_launch(r["launch"], "  ")
     if "timeline" in r:
         print("  one steady-state layer (start - end, us):")
         for e in r["timeline"]:
