@@ -2,10 +2,11 @@
 
 Axes that are symbols of the step model (batch or tokens, context, EP, GPUs, TP, micro-batches)
 are broadcast in one compiled call; structural choices (hardware, weight precision, A2A mode,
-pipeline depth ``pp``, context-parallel degree ``cp``) loop over separately built models. A length
-distribution (``dist``: ``--context-dist`` for decode, ``--isl-dist`` for prefill and serve)
-evaluates every point at its representative lengths and averages, as ``moesym predict`` does. Large grids stream in chunks of the first axis, so memory
-stays bounded whatever the grid size.
+pipeline depth ``pp``, context-parallel degree ``cp``) loop over separately built models. A
+length distribution (``dist``: ``--context-dist`` for decode, ``--isl-dist`` for prefill and
+serve) evaluates every point at its representative lengths and averages, as ``moesym predict``
+does. Large grids stream in chunks of the first axis, so memory stays bounded whatever the grid
+size.
 
 Both backends share one plan: the grid is cut into blocks of the first axis (blocks with no valid
 point are dropped) and each block is evaluated by the same function. :func:`sweep_chunks` compiles

@@ -451,6 +451,10 @@ VALIDITY = (
     ("tp_divides_heads", lambda m, g, ep, tp, r, a2a: m.num_heads % tp == 0,
      lambda m, d: f"--tp {d.tp} does not divide the {m.num_heads} attention heads of {m.name}; "
                   "choose a divisor"),
+    ("tp_divides_output_groups",  # DeepSeek-V4's grouped output projection splits by group
+     lambda m, g, ep, tp, r, a2a: (m.o_groups % tp == 0) if m.is_compressed else True,
+     lambda m, d: f"--tp {d.tp} does not divide the {m.o_groups} output-projection groups of "
+                  f"{m.name}; choose a divisor"),
     ("ep_divides_experts",
      lambda m, g, ep, tp, r, a2a: _moe(m, (m.num_experts + r) % ep == 0),
      lambda m, d: f"--ep {d.ep} does not divide the {m.num_experts} experts "
