@@ -121,6 +121,10 @@ class MemoryOptions:
     fp4_scale_group: int = 32
     residual_bytes: float = 4.0
 
+    def residual_streams(self, model: ModelSpec) -> float:
+        """The residual streams as applied: the option, or the model's own (hc_mult 0)."""
+        return float(self.hc_mult or model.hc_mult or 1)
+
     def __post_init__(self) -> None:
         for name in ("block_size", "max_dispatch_tokens", "max_rank_tokens"):
             v = getattr(self, name)
@@ -270,7 +274,8 @@ def memory_bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Wor
     v[S.w_bytes_hp] = weight_bytes_per_param(fmts.high_precision)
     v.update({
         S.n_sliding_layers: model.sliding_layers / dep.pp, S.window: model.sliding_window or 1,
-        S.n_mtp_layers: opts.mtp_layers, S.hc_mult: opts.hc_mult or model.hc_mult or 1, S.block_size: opts.block_size,
+        S.n_mtp_layers: opts.mtp_layers, S.hc_mult: opts.residual_streams(model),
+        S.block_size: opts.block_size,
         S.max_dispatch_tokens: opts.max_dispatch_tokens, S.max_rank_tokens: opts.max_rank_tokens,
         S.prefill_tokens: opts.prefill_tokens, S.imbalance: opts.load_factor,
         S.nccl_bytes: opts.nccl_bytes_per_communicator,
@@ -425,8 +430,7 @@ class MemoryModel:
                 "max_batch": b_rank_int * dep.dp if b_rank_int is not None else None,
             },
             # the options as applied (hc_mult 0 stands for the model's own streams)
-            "assumptions": {**asdict(self.options),
-                            "hc_mult": float(self.options.hc_mult or m.hc_mult or 1)},
+            "assumptions": {**asdict(self.options), "hc_mult": self.options.residual_streams(m)},
         }
 
 

@@ -800,7 +800,8 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     dense_terms = _timed(dense_costs, timing)
     main = _timed(moe_costs, timing) if moe_costs is not None else dense_terms
     per_layer = {k: n * v.total_s for k, v in main.items()}
-    def capped():
+
+    def capped():  # the terms with FP8 GEMMs on the SMs communication leaves (_reserved)
         return _reserved(main_costs, timing, model, deployment)
 
     layer, layer_compute, edges = _layer_time(main, deployment, workload, n, capped)

@@ -400,10 +400,10 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
     is_mla = c.has("kv_lora_rank")
     kw: dict[str, Any] = dict(name=name, source=source, hidden_size=d, vocab_size=c.int("vocab_size"),
                               num_layers=n_layers, num_heads=heads)
-    compressed = _compress_ratios(raw, top, n_layers, where)
-    if compressed is not None:  # DeepSeek-V4: shared-KV MQA over a window + CSA / HCA entries
+    v4 = _compress_ratios(raw, top, n_layers, where)
+    if v4 is not None:  # DeepSeek-V4: shared-KV MQA over a window + CSA / HCA entries
         hd = c.int("head_dim")
-        compressed, csa, hca = compressed
+        ratios, csa, hca = v4
         rope = c.int("qk_rope_head_dim", default=0) or int(
             hd * float(c.get("partial_rotary_factor", default=64 / 512)))
         kw.update(attention="compressed", num_kv_heads=c.int("num_key_value_heads", default=1),
@@ -411,9 +411,9 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
                   o_groups=c.int("o_groups"), o_lora_rank=c.int("o_lora_rank"),
                   sliding_window=c.int("sliding_window"), hc_mult=c.int("hc_mult", default=0),
                   csa_ratio=csa, hca_ratio=hca,
-                  csa_layers=sum(r == csa for r in compressed),
-                  hca_layers=sum(r == hca for r in compressed))
-        other = sorted({r for r in compressed if r not in (0, csa, hca)})
+                  csa_layers=sum(r == csa for r in ratios),
+                  hca_layers=sum(r == hca for r in ratios))
+        other = sorted({r for r in ratios if r not in (0, csa, hca)})
         if other:
             raise SpecError(f"{where}: compress ratio(s) {other} are neither the CSA ({csa}) nor "
                             f"the HCA ({hca}) rate; moesym models those two layer kinds")
@@ -488,7 +488,7 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
     kw["weight_dtype"] = _hf_weight_dtype(raw.get("quantization_config"), where)
     sw = c.int("sliding_window", default=0)
     layer_types = raw.get("layer_types")
-    if compressed is not None:
+    if v4 is not None:
         pass  # every DeepSeek-V4 layer keeps its window (set above)
     elif sw and isinstance(layer_types, list) and any(t == "sliding_attention" for t in layer_types):
         kw.update(sliding_window=sw, sliding_layers=sum(t == "sliding_attention" for t in layer_types))
