@@ -24,8 +24,11 @@ __all__ = ["A2AMode", "BREAKDOWN_KEYS", "Deployment", "HardwareSpec", "ModelSpec
 
 def predict(model: str | ModelSpec, hardware: str | HardwareSpec, deployment: Deployment | None = None,
             workload: Workload | None = None, **workload_kw) -> dict:
-    """Shortcut: load by name, build the step model and return its numbers."""
+    """Shortcut: load by name and return ``moesym predict``'s report (memory per GPU and
+    whether it fits included; a serve workload's steady state)."""
+    from .model.predictor import predict as report
+
     m = model if isinstance(model, ModelSpec) else load_model(model)
     h = hardware if isinstance(hardware, HardwareSpec) else load_hardware(hardware)
     wl = workload or Workload(**workload_kw)
-    return build_step(m, h, deployment or Deployment(), wl).predict()
+    return report(m, h, deployment or Deployment(), wl)

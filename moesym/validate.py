@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .errors import SpecError
-from .model.step import build_step
+from .model.predictor import predict
 from .specs.deployment import A2AMode, Deployment, Phase, Workload
 from .specs.hardware import load_hardware
 from .specs.model import load_model
@@ -93,6 +93,7 @@ CASES: tuple[Case, ...] = (
 
 _THROUGHPUT = {"tokens_per_gpu_s"}
 _TIMES = {"step_time_s", "tpot_s", "ttft_s"}
+_NOT_IN = {Phase.DECODE: ("ttft_s",), Phase.PREFILL: ("tpot_s",)}  # serve reports both
 
 
 def _speed_ratio(metric: str, measured: float, modeled: float) -> float:
@@ -119,8 +120,7 @@ def run_case(case: Case, timing: str | None = None) -> dict:
     named time model (``kernel`` or ``roofline``; None: the case's deployment's)."""
     hw = load_hardware(case.hardware)
     dep = case.deployment if timing is None else replace(case.deployment, timing=timing)
-    step = build_step(load_model(case.model), hw, dep, case.workload)
-    r = step.predict()
+    r = predict(load_model(case.model), hw, dep, case.workload, memory=False)  # moesym predict's
     shipped = r["serving_frac"]
     modeled = _at_serving(case.metric, r[case.metric], 1 / shipped)  # undo the file's eta_sv
     return {"name": case.name, "metric": case.metric, "measured": case.measured,
@@ -204,13 +204,17 @@ def load_cases(path) -> tuple[Case, ...]:
             raise SpecError(f"{where}: metric {metric!r}; use one of "
                             f"{', '.join(sorted(_THROUGHPUT | _TIMES))}")
         m = d["measured"]
-        if isinstance(m, bool) or not isinstance(m, (int, float)) or not m > 0:
-            raise SpecError(f"{where}: measured must be a positive number, got {m!r}")
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 < m < math.inf:
+            raise SpecError(f"{where}: measured must be a positive finite number, got {m!r}")
         try:
             dep = Deployment(**d["deployment"])
             wl = Workload(**d["workload"])
         except TypeError as exc:
             raise SpecError(f"{where}: {exc}") from None
+        if metric in _NOT_IN.get(wl.phase, ()):
+            raise SpecError(f"{where}: a {wl.phase.value} step has no {metric}; use "
+                            f"tokens_per_gpu_s, step_time_s or "
+                            f"{'tpot_s' if metric == 'ttft_s' else 'ttft_s'}")
         out.append(Case(str(d["name"]), str(d["model"]), str(d["hardware"]), dep, wl, float(m),
                         metric=metric, source=str(d.get("source", str(p))),
                         setup=str(d.get("setup", ""))))

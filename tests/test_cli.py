@@ -122,3 +122,16 @@ def test_status_lines_only_on_a_terminal(monkeypatch, capsys):
     status("derive crossover: building")
     status("hidden", enabled=False)  # --json
     assert fake.getvalue() == "moesym: derive crossover: building ...\n"
+
+
+def test_node_size_defaults_to_the_hardware_file(cli_json):
+    """gh200.toml's NVLink domain is one superchip: 8 of them talk over the NIC unless
+    --gpus-per-node says otherwise (the flag's default of 8 used to put all 8 on NVLink)."""
+    base = ["predict", "qwen3-30b-a3b", "--hardware", "gh200", "--gpus", "8", "--phase",
+            "decode", "--batch", "64"]
+    default, one, eight = (cli_json(base + x) for x in ([], ["--gpus-per-node", "1"],
+                                                         ["--gpus-per-node", "8"]))
+    assert default["step_time_s"] == one["step_time_s"]
+    assert default["per_layer_s"]["dispatch"] > 2 * eight["per_layer_s"]["dispatch"]
+    comm = ["comm", "dispatch", "--hardware", "gh200", "--ep", "8", "--tokens", "64", "--mode", "low-latency", "--hidden", "2048", "--topk", "8", "--experts", "128"]
+    assert cli_json(comm) == cli_json(comm + ["--gpus-per-node", "1"])

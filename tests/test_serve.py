@@ -149,6 +149,24 @@ def test_cli_contract_keys(capsys):
     assert r["fits"] is True
 
 
+def test_python_api_answers_a_serve_workload_as_the_cli_does(capsys):
+    """ms.predict and StepModel.predict on a serve workload give the CLI's steady state (they
+    returned the one mixed step, at another default chunk: 3.8x the CLI's step time)."""
+    import moesym as ms
+
+    assert main(["predict", "qwen3-30b-a3b", "--hardware", "h20", "--phase", "serve", "--isl",
+                 "1024", "--osl", "1024", "--batch", "64", "--gpus", "4", "--ep", "4",
+                 "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    dep, wl = Deployment(gpus=4, ep=4), Workload("serve", batch=64, isl=1024, osl=1024)
+    api = ms.predict("qwen3-30b-a3b", "h20", dep, wl)
+    step = ms.build_step(load_model("qwen3-30b-a3b"), load_hardware("h20"), dep, wl).predict()
+    for r in (api, step):
+        for k in ("step_time_s", "tokens_per_gpu_s", "tpot_s", "ttft_s"):
+            assert r[k] == pytest.approx(cli[k], rel=1e-12), k
+    assert api["fits"] is cli["fits"]
+
+
 def test_cli_serve_needs_lengths(capsys):
     assert main(["predict", "qwen3-30b-a3b", "--hardware", "h20", "--phase", "serve",
                  "--batch", "8", "--isl", "100"]) == 2

@@ -259,3 +259,23 @@ def test_the_dask_backend_gives_the_local_rows_with_pp_cp_and_a_distribution():
     pd.testing.assert_frame_equal(ddf.compute(scheduler="sync"), local, check_exact=True)
     assert set(local["isl_dist"]) == {"uniform:500:1500"}
     assert len(local) == 2 * 8  # the (pp, tp, cp) combinations predict takes, per token count
+
+
+def test_sweep_pp_send_tier_follows_each_points_stage(tmp_path):
+    """One compiled model serves every GPU count of a --pp sweep: the send between stages must
+    switch from the scale-up link to RDMA at the point where a stage fills a node (8 H20s), not
+    stay on the tier of the GPU count the model was first built at (a bug: 16, 32 at pp 2)."""
+    grid = {"gpus": [4, 8, 16, 32], "pp": [1, 2]}
+    rows = _sweep(tmp_path, ["--phase", "decode", "--context", "2048", "--batch", "8",
+                             *(x for k, v in grid.items() for x in (f"--{k}", ",".join(map(str, v))))])
+    assert _check_grid(rows, grid, ["--phase", "decode", "--context", "2048", "--batch", "8"]) == 8
+
+
+def test_sweep_cp_ring_tier_follows_each_points_tp(tmp_path):
+    """Ring attention's KV exchange spans cp x tp GPUs: inside a node of 8 at tp 1, across
+    nodes at tp 2 (cp 8); TP is bound per point in one compiled model, so the tier must be too."""
+    grid = {"tp": [1, 2]}
+    fixed = ["--phase", "prefill", "--tokens", "8192", "--context", "65536", "--gpus", "16",
+             "--cp", "8"]
+    rows = _sweep(tmp_path, [*fixed, "--tp", "1,2"])
+    assert _check_grid(rows, grid, fixed) == 2

@@ -113,12 +113,44 @@ def test_user_cases_file(tmp_path):
     assert d["serving_fits"]["h20"]["serving_frac"] == pytest.approx(min(1.0, both), rel=1e-12)
 
 
+def test_serve_cases_are_validated_on_predicts_steady_state(tmp_path):
+    """A serve case (every metric) is compared with what `moesym predict --phase serve` reports
+    (the run crashed on tpot_s: the mixed step alone has none); times print in ms."""
+    serve = {"model": "qwen3-30b-a3b", "hardware": "h20", "deployment": {"gpus": 4, "ep": 4},
+             "workload": {"phase": "serve", "batch": 64, "isl": 1024, "osl": 1024}}
+    f = tmp_path / "cases.json"
+    f.write_text(json.dumps([{**serve, "name": "t", "metric": "tpot_s", "measured": 0.025},
+                             {**serve, "name": "x", "measured": 2500}]))
+    out = subprocess.run([sys.executable, "-m", "moesym", "validate", "--cases", str(f), "--json"],
+                         capture_output=True, text=True, check=True)
+    t, x = json.loads(out.stdout)["cases"]
+    cli = json.loads(subprocess.run(
+        [sys.executable, "-m", "moesym", "predict", "qwen3-30b-a3b", "--hardware", "h20",
+         "--phase", "serve", "--gpus", "4", "--ep", "4", "--batch", "64", "--isl", "1024",
+         "--osl", "1024", "--timing", "kernel", "--json"],
+        capture_output=True, text=True, check=True).stdout)
+    shipped = cli["serving_frac"]  # the model at eta_sv = 1: the file's factor undone
+    assert t["predicted_uncalibrated"] == pytest.approx(cli["tpot_s"] * shipped, rel=1e-9)
+    assert x["predicted_uncalibrated"] == pytest.approx(cli["tokens_per_gpu_s"] / shipped, rel=1e-9)
+    text = subprocess.run([sys.executable, "-m", "moesym", "validate", "--cases", str(f)],
+                          capture_output=True, text=True, check=True).stdout
+    assert "25.000ms" in text
+
+
 @pytest.mark.parametrize("content, needle", [
     ("[]", "non-empty JSON list"),
     ("{", "not valid JSON"),
     ('[{"name": "a"}]', "missing key 'model'"),
     ('[{"name": "a", "model": "qwen3-8b", "hardware": "h20", "deployment": {}, '
-     '"workload": {"phase": "decode"}, "measured": -1}]', "measured must be a positive number"),
+     '"workload": {"phase": "decode"}, "measured": -1}]', "measured must be a positive finite"),
+    ('[{"name": "a", "model": "qwen3-8b", "hardware": "h20", "deployment": {}, '
+     '"workload": {"phase": "decode"}, "measured": Infinity}]', "positive finite number, got inf"),
+    ('[{"name": "a", "model": "qwen3-8b", "hardware": "h20", "deployment": {}, '
+     '"workload": {"phase": "decode"}, "measured": 1, "metric": "ttft_s"}]',
+     "a decode step has no ttft_s"),
+    ('[{"name": "a", "model": "qwen3-8b", "hardware": "h20", "deployment": {}, '
+     '"workload": {"phase": "prefill"}, "measured": 1, "metric": "tpot_s"}]',
+     "a prefill step has no tpot_s"),
     ('[{"name": "a", "model": "qwen3-8b", "hardware": "h20", "deployment": {"gpu": 1}, '
      '"workload": {"phase": "decode"}, "measured": 1}]', "case 0"),
 ])

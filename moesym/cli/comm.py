@@ -35,7 +35,8 @@ def register(sub) -> None:
     p.add_argument("--topk", type=positive_int, default=None)
     p.add_argument("--experts", type=positive_int, default=None)
     p.add_argument("--ep", type=positive_int, default=None)
-    p.add_argument("--gpus-per-node", type=positive_int, default=8)
+    p.add_argument("--gpus-per-node", type=positive_int, default=None,
+                   help="GPUs per node (default: the hardware file's gpus_per_node)")
     p.add_argument("--mode", choices=(*_MODES, "ring-mcast"), required=True,
                    help="DeepEP normal / low-latency, the all-gather, or a mesh ring's sparse "
                         "multicast (seed 004: --table, or one batch of --tokens per device along "
@@ -94,7 +95,7 @@ def comm_report(args) -> dict:
     _check(args)
     hw = load_hardware(args.hardware)
     domain = scale_up_domain(hw, Deployment(gpus=args.ep, ep=args.ep,
-                                            gpus_per_node=args.gpus_per_node))
+                                            gpus_per_node=args.gpus_per_node or hw.gpus_per_node))
     # the EP group is the instance, attention data-parallel (the all-gather runs over its
     # ep data-parallel ranks)
     D = replace(symbolic_dims(), hidden=args.hidden, experts=args.experts, topk=args.topk,

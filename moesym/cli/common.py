@@ -134,7 +134,8 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
     one value or a comma list of the values the search may choose from (default: any)."""
     g = p.add_argument_group("deployment")
     g.add_argument("--gpus", type=positive_int, default=1)
-    g.add_argument("--gpus-per-node", type=positive_int, default=8)
+    g.add_argument("--gpus-per-node", type=positive_int, default=None,
+                   help="GPUs per node (default: the hardware file's gpus_per_node)")
     if search:
         g.add_argument("--tp", type=positive_int_list, default=None, metavar="N[,N...]")
         g.add_argument("--ep", type=positive_int_list, default=None, metavar="N[,N...]")
@@ -270,11 +271,18 @@ def model_hw_from(args) -> tuple[ModelSpec, HardwareSpec]:
     return load_model(args.model), load_hardware(args.hardware)
 
 
+def node_gpus(args, hardware: str) -> int:
+    """--gpus-per-node, or the named hardware file's ``gpus_per_node`` when it is not given."""
+    return args.gpus_per_node or load_hardware(hardware).gpus_per_node
+
+
 def deployment_from(args) -> Deployment:
-    """The deployment the flags name (searched flags given as lists keep their defaults)."""
+    """The deployment the flags name (searched flags given as lists keep their defaults; a
+    sweep over several hardware files takes the first's node size and sets each's itself)."""
     one = lambda v, default: default if isinstance(v, list) or v is None else v  # noqa: E731
     mesh, gpus, tp = _mesh_from(args, one(args.tp, 1))
-    return Deployment(gpus=gpus, gpus_per_node=args.gpus_per_node, tp=tp, mesh=mesh,
+    return Deployment(gpus=gpus, gpus_per_node=node_gpus(args, args.hardware.split(",")[0].strip()),
+                      tp=tp, mesh=mesh,
                       dispatch_axis=getattr(args, "dispatch_axis", "rows"),
                       ep=one(args.ep, None), micro_batches=one(args.micro_batches, 1),
                       pp=one(getattr(args, "pp", 1), 1), cp=one(getattr(args, "cp", 1), 1),

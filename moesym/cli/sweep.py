@@ -9,7 +9,7 @@ from ..specs.model import load_model
 from ..sweep import (dask_client, parse_list, sweep_columns, sweep_dask, write_sweep,
                      write_sweep_dask)
 from . import COMMANDS
-from .common import add_deployment, add_no_cache, deployment_from, probability
+from .common import add_deployment, add_no_cache, deployment_from, node_gpus, probability
 
 __all__ = ["register"]
 
@@ -103,7 +103,9 @@ def run(args) -> int:
         for hw in args.hardware.split(","):
             for w in weights:
                 yield from sweep_columns(model, hw.strip(), args.phase, axes,
-                                         replace(base, weights=w.strip()), args.chunk_points,
+                                         replace(base, weights=w.strip(),
+                                                 gpus_per_node=node_gpus(args, hw.strip())),
+                                         args.chunk_points,
                                          args.prefix_hit, dist)
 
     if args.backend == "dask":
@@ -130,7 +132,9 @@ def _distribution(args) -> str | None:
 def _write_dask(args, model, axes, base, weights, dist=None) -> int:
     """The same grid, one dask partition per chunk, in the same order as the local backend."""
     with dask_client(args.scheduler) as client:
-        frames = [sweep_dask(model, hw.strip(), args.phase, axes, replace(base, weights=w.strip()),
+        frames = [sweep_dask(model, hw.strip(), args.phase, axes,
+                             replace(base, weights=w.strip(),
+                                     gpus_per_node=node_gpus(args, hw.strip())),
                              args.chunk_points, args.prefix_hit, client=client, dist=dist)
                   for hw in args.hardware.split(",") for w in weights]
         return write_sweep_dask(args.out, frames)

@@ -23,6 +23,12 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _shown(case: dict, key: str) -> str:
+    """A throughput as a whole number of tokens/s, a time in ms."""
+    v = case[key]
+    return f"{v:.0f}" if case["metric"] == "tokens_per_gpu_s" else f"{v * 1e3:.3f}ms"
+
+
 def run(args) -> int:
     cases = validate(args.timing, load_cases(args.cases) if args.cases else CASES)
     fits = serving_fits(cases) if args.fit_serving else None
@@ -36,7 +42,7 @@ def run(args) -> int:
           f"{'uncalib.':>9} {'InferSim':>9}")
     for c in cases:
         inf = f"{c['infersim_error']:+.0%}" if c["infersim_error"] is not None else "-"
-        print(f"{c['name']:<34} {c['measured']:9.0f} {c['predicted']:10.0f} {c['error']:+8.1%} "
+        print(f"{c['name']:<34} {_shown(c, 'measured'):>9} {_shown(c, 'predicted'):>10} {c['error']:+8.1%} "
               f"{c['serving_frac']:7.3f} {c['error_uncalibrated']:+9.1%} {inf:>9}")
     for key, label in (("error", "leave-one-out eta_sv"), ("error_uncalibrated", "eta_sv = 1")):
         errs = [abs(c[key]) for c in cases]

@@ -141,8 +141,16 @@ class StepModel:
                 for e in events if t0 <= e.start < t1 or (e.start < t0 < e.end)]
 
     def predict(self) -> dict:
-        """Numbers for the configured point: the contract's ``predict`` keys and more."""
+        """Numbers for the configured point: the contract's ``predict`` keys and more. A serve
+        workload answers with ``moesym predict --phase serve``'s steady state of in-flight
+        batching (:func:`moesym.model.predictor.predict_serve`), not this one mixed step."""
         from .report import report_from_numbers
+
+        if self.workload.phase is Phase.SERVE:
+            from .predictor import predict_serve
+
+            return predict_serve(self.model, self.hardware, self.deployment, self.workload,
+                                 memory=False)
 
         cm = self.compiled
         values = cm.parts[0]["static"]
@@ -206,8 +214,9 @@ def _cp_ring(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t) -> lis
     in the engines (an upper bound; at long prompts it is a small share of that attention)."""
     if dep.cp <= 1 or wl.phase is not Phase.PREFILL:
         return []
-    inside = dep.cp * dep.tp <= dep.gpus_per_node
-    bw, lat = (S.bw_up * S.eff_up, S.lat_up) if inside else (S.bw_out * S.eff_out, S.lat_out)
+    ring = S.cp * D.tp  # GPUs the ring spans: inside one scale-up domain or across them
+    bw = comm.group_bandwidth(ring, D.gpus_per_node, S.bw_up * S.eff_up, S.bw_out * S.eff_out)
+    lat = comm.group_latency(ring, D.gpus_per_node, S.lat_up, S.lat_out)
     kv = att.kv_bytes_per_token_layer(D, model.is_mla)
     return [Cost("cp_ring", KernelClass.COMM, net_bytes=(S.cp - 1) * t * kv, net_bw=bw,
                  fixed_s=(S.cp - 1) * lat)]
@@ -740,8 +749,9 @@ def _pipelined(stage, per_layer, work, layer, layer_compute, dep: Deployment, wl
 
     slot = {S.batch: S.batch / S.pp, S.tokens: S.tokens / S.pp}
     tokens = _tokens(wl, dep)
-    on_fabric = dep.stage_gpus >= dep.gpus_per_node
-    bw, lat = ((S.bw_out * S.eff_out, S.lat_out) if on_fabric else (S.bw_up * S.eff_up, S.lat_up))
+    on_fabric = sp.Ge(D.gpus, D.gpus_per_node)  # a stage fills whole nodes (a bound symbol in a sweep)
+    bw = sp.Piecewise((S.bw_out * S.eff_out, on_fabric), (S.bw_up * S.eff_up, True))
+    lat = sp.Piecewise((S.lat_out, on_fabric), (S.lat_up, True))
     send = tokens * D.hidden * D.act_bytes / bw + lat
     t_s = substitute(stage + send / S.eff_serve, slot)
     scale = lambda e: S.pp * substitute(e, slot)  # noqa: E731
