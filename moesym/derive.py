@@ -218,13 +218,14 @@ def max_batch_for_tpot(model: ModelSpec, hw: HardwareSpec, dep: Deployment, cont
     vals = dict(step.values)
     fixed = {k: v for k, v in vals.items() if k != S.batch}
     batches = np.arange(1, b_max + 1, dtype=float)
-    t = evaluate(step.expr, fixed, {S.batch: batches})
+    tpot = _tpot(step.expr, dep)
+    t = evaluate(tpot, fixed, {S.batch: batches})
     ok = np.flatnonzero(t <= tpot_s)
     if not len(ok):
-        raise MoesymError(f"even one request per GPU takes {t[0]:.4g} s > the TPOT target "
-                          f"{tpot_s:.4g} s")
+        raise MoesymError(f"even one request per GPU takes {t[0]:.4g} s per token > the TPOT "
+                          f"target {tpot_s:.4g} s")
     last = float(batches[ok[-1]])
-    eq = step.expr - tpot_s
+    eq = tpot - tpot_s
     title = "Largest batch meeting a TPOT target"
     if last >= b_max:
         return ClosedForm("max_batch_for_tpot", title, None, fixed, last, sp.true,
@@ -232,9 +233,18 @@ def max_batch_for_tpot(model: ModelSpec, hw: HardwareSpec, dep: Deployment, cont
                           "numeric", regime_at(step, {S.batch: last}), dep.timing)
     root = closed_form_at(eq, S.batch, vals, (last, last + 1), last, integer=True)
     return _answer("max_batch_for_tpot", title, root, eq, vals,
-                   f"Decode at context {context}: predict's step time at every batch.", step,
-                   S.batch, dep.timing, (("step time", step.expr),
-                                         ("TPOT target", sp.Float(tpot_s))))
+                   f"Decode at context {context}: predict's TPOT (step time over the tokens "
+                   f"a step emits per request) at every batch.", step,
+                   S.batch, dep.timing, (("TPOT", tpot), ("TPOT target", sp.Float(tpot_s))))
+
+
+def _tpot(step_expr: sp.Expr, dep: Deployment) -> sp.Expr:
+    """TPOT as predict reports it: the step time over the tokens one step emits per request
+    (1, or speculative decoding's expected accepted length)."""
+    from .model.report import accepted_tokens
+
+    a = accepted_tokens(dep)
+    return step_expr if a == 1 else step_expr / sp.Float(a)
 
 
 def comm_hidden(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int,
@@ -582,7 +592,8 @@ def gpus_for_throughput(model: ModelSpec, hw: HardwareSpec, target_tokens_s: flo
     title = "Smallest instance meeting a throughput target"
     rows = _instance_table(model, hw, base, context,
                            lambda e: target_tokens_s * tpot_s * base.tp / e, max_gpus)
-    meets = [r for r in rows if r[2] and r[1] <= tpot_s]
+    a = 1 / float(_tpot(sp.Integer(1), base))  # tokens a step emits per request
+    meets = [r for r in rows if r[2] and r[1] / a <= tpot_s]
     if not meets:
         raise MoesymError(f"no instance up to {max_gpus} GPUs reaches {target_tokens_s:g} "
                           f"tokens/s at TPOT {tpot_s * 1e3:g} ms within memory: relax --tpot-ms")
@@ -590,7 +601,7 @@ def gpus_for_throughput(model: ModelSpec, hw: HardwareSpec, target_tokens_s: flo
     expr, vals = _instance_time(model, hw, base, context, per_rank)
     vals[S.target_tokens_s] = float(target_tokens_s)
     vals[S.tpot_target] = float(tpot_s)
-    eq = expr - S.tpot_target
+    eq = _tpot(expr, base) - S.tpot_target
     root = None
     if float(evaluate(eq, vals, {S.ep: 1.0})) > 0:
         try:
@@ -634,11 +645,11 @@ def solve_terms(step: StepModel) -> dict:
 
     out = {"step": step.expr, "layer": step.layer_s, "layer_compute": step.layer_compute_s,
            "exposed_comm": step.layer_s - step.layer_compute_s, **step.per_layer_s}
-    if step.workload.phase is Phase.DECODE:
-        out["tpot"] = step.expr
-        out["tokens_per_gpu_s"] = S.batch / S.tp / step.expr
+    if step.workload.phase is Phase.DECODE:  # as predict reports them (MTP, PP, CP included)
+        out["tpot"] = _tpot(step.expr, step.deployment)
+        out["tokens_per_gpu_s"] = S.batch / S.tp / S.pp / out["tpot"]
     else:
-        out["tokens_per_gpu_s"] = S.tokens / S.tp / step.expr
+        out["tokens_per_gpu_s"] = S.tokens / S.tp / S.pp / S.cp / step.expr
     if step.model.is_moe:
         out["routed_compute"], out["routed_memory"] = routed_expert_roofline_expr(step.terms)
     mm = memory_model(step.model, step.hardware, step.deployment, step.workload)

@@ -78,6 +78,21 @@ def test_tpot_is_the_largest_batch_whose_predict_meets_the_target(model, hw, gpu
         assert cf.value <= cf.closed_value < cf.value + 1
 
 
+def test_tpot_with_speculative_decoding_is_predicts_tpot_not_its_step():
+    """With --mtp a step emits more than one token per request: the TPOT target bounds the step
+    time over the accepted length (derive answered where the step time met it: 127, where
+    predict's TPOT is 27 ms against a 50 ms target)."""
+    import warnings
+
+    m, h = ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20")
+    dep = ms.Deployment(gpus=4, ep=4, mtp=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no MTP layers: an EAGLE-style head, said once
+        cf = dv.max_batch_for_tpot(m, h, dep, 4096, 0.05)
+        assert _predict(m, h, dep, cf.value)["tpot_s"] <= 0.05 < _predict(m, h, dep, cf.value + 1)["tpot_s"]
+        assert _predict(m, h, dep, cf.value)["step_time_s"] > 0.05  # the step alone is over it
+
+
 def test_tpot_of_the_issue_case_is_what_predict_allows():
     # issue 17: the roofline closed form said 184.6 requests where predict allowed 68
     m, h = ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20")

@@ -45,6 +45,22 @@ def test_cheaper_than_full_attention_at_long_context(nxt):
     assert hybrid["work_per_layer"]["attention_core"]["hbm_bytes"] < 0.3 * kv
 
 
+def test_full_attention_share_is_a_quarter_of_the_full_batch_kernel(nxt):
+    """The 12 full-attention layers of 48 each run the whole batch's kernel: the average
+    layer's attention grows with the context by 12/48 of what a model of only full-attention
+    layers grows by (the DeltaNet core does not depend on it). The share used to be timed as a
+    kernel of a quarter of the requests, mostly launch floor: flat from context 1000 to 4096."""
+    full = replace(nxt, linear_layers=0)
+    h, dep = load_hardware("h200"), Deployment(gpus=4)
+
+    def core(m, ctx):
+        return predict(m, h, dep, Workload("decode", batch=8, context=ctx))["per_layer_s"]["attention_core"]
+
+    grown = core(nxt, 4096) - core(nxt, 1000)
+    assert grown == pytest.approx(12 / 48 * (core(full, 4096) - core(full, 1000)), rel=1e-9)
+    assert grown > 0
+
+
 def test_gated_attention_output_by_hand():
     # issue 18 item 7: Qwen3.5's attn_output_gate (and Qwen3-Next, which always gates): q_proj
     # also emits a gate of h d_h per token, and an elementwise kernel multiplies the attention

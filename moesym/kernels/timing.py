@@ -97,8 +97,9 @@ class KernelTiming:
                 t = attention_prefill_time(a.batch, a.length, a.heads, a.kv_heads, a.qk_dim,
                                            a.v_dim, act_bytes=a.kv_bytes, **kw)
                 # chunked prefill re-reads the cached prefix: keep the cost's byte count
-                memory = smax(t.memory_s, c.hbm_bytes / (S.hbm_bw * k.attention_hbm_frac))
-            return TermTime(c.name, sp.sympify(t.compute_s), sp.sympify(memory), _ZERO,
+                memory = smax(t.memory_s, c.hbm_bytes / n / (S.hbm_bw * k.attention_hbm_frac))
+            # the shape is one kernel's; ``launches`` of them run (a share of the layers: < 1)
+            return TermTime(c.name, n * sp.sympify(t.compute_s), n * sp.sympify(memory), _ZERO,
                             lat * t.launch_s + c.fixed_s)
         if c.kind is KernelClass.ATTENTION:
             t = attention_time_from_cost(c.flops, c.hbm_bytes, peak_flops=S.flops_attn,

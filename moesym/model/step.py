@@ -26,7 +26,7 @@ from ..specs.model import ModelSpec
 from ..symbols import S, by_name, check_bindings
 from ..terms import attention as att
 from ..terms import comm, compressed as cmp, elementwise as ew, ffn
-from ..terms.cost import AttentionShape, Cost, GemmShape, KernelClass, component_symbols, smax, smin
+from ..terms.cost import Cost, GemmShape, KernelClass, component_symbols, smax, smin
 from ..terms.dims import Dims, symbolic_dims
 from ..timing import TermTime
 from . import overlap
@@ -539,12 +539,10 @@ def _attention_elementwise(model: ModelSpec, D: Dims, t, fp8_gemm: bool) -> Cost
 
 def _layer_share(c: Cost, share) -> Cost:
     """An attention kernel run in a ``share`` of the layers, as one average layer: its work
-    scaled and, for a kernel timed by its shape, the shape's requests or prompts scaled (the
-    kernel model times shapes, not FLOP counts)."""
-    out = c.scaled(share)
-    if isinstance(c.shape, AttentionShape):
-        out = replace(out, shape=replace(c.shape, batch=c.shape.batch * share))
-    return out
+    and its launches scaled; a kernel timed by its shape keeps the shape of one layer's kernel
+    (the whole batch), so the average layer pays ``share`` x that kernel's time (scaling the
+    shape's batch instead timed a kernel of a quarter of the requests, mostly launch floor)."""
+    return c.scaled(share)
 
 
 def _attention_projections(model: ModelSpec, D: Dims, t) -> list[Cost]:

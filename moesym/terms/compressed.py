@@ -162,12 +162,12 @@ def core(D: Dims, model, phase: str, tokens, ctx, queries=1, cached=0) -> list[C
             continue
         if phase == "decode":
             keys = _keys(model, ctx, kind)
-            shape = AttentionShape("decode", n * share, keys, h * q, 1, hd, hd, eb / hd,
+            shape = AttentionShape("decode", n, keys, h * q, 1, hd, hd, eb / hd,
                                    shared_kv=True)
             scored, reads = comp, n * comp
         else:
             keys = mean_prefill_keys(model, ctx, kind, cached)
-            shape = AttentionShape("prefill", n * share / (2 * keys), 2 * keys, h, 1, hd, hd,
+            shape = AttentionShape("prefill", n / (2 * keys), 2 * keys, h, 1, hd, hd,
                                    D.act_bytes)
             scored = comp * (1 + sym(cached)) / 2
             reads = n / model.csa_ratio * smax(1, sym(ctx) / S.chunk)
