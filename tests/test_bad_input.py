@@ -130,6 +130,13 @@ CASES = [
     (["optimize", *Q8, "--phase", "prefill", "--context-dist", "uniform:1:9"], "--context-dist"),
     (["optimize", *Q8, *DEC, "--context", "1024", "--context-dist", "uniform:1:9"], "--context-dist"),
     (["optimize", *Q8, *DEC, "--context-dist", "uniform:9:1"], "--context-dist"),
+    # a new user's pass over the CLI (this session)
+    (["predict", *Q8, *DEC, "--plot", "{tmp}/p.txt"], "--plot"),
+    (["predict", *V3, *DEC, "--gpus", "8", "--timeline", "{tmp}/t.jpeg"], "--timeline"),
+    (["sweep", *Q8, *DEC, "--batch", "8", "--out", "{tmp}/s.tsv"], "--out"),
+    (["sweep", *Q8, *DEC, "--batch", "8", "--out", "{tmp}/s.PARQUET"], "--out"),
+    (["predict", "{tmp}/nan.json", "--hardware", "h800", *DEC], "hidden_size"),
+    (["predict", "{tmp}/moe_layers.json", "--hardware", "h800", *DEC], "moe_layers"),
 ]
 
 
@@ -140,6 +147,14 @@ def tmp(tmp_path_factory) -> Path:
     (d / "bad.json").write_text("{not json")
     h800 = (Path(__file__).resolve().parent.parent / "hardware" / "h800.toml").read_text()
     (d / "inf.toml").write_text(h800.replace("scale_out_GBps = 50", "scale_out_GBps = inf"))
+    cfg = {"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 4,
+           "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+           "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 16,
+           "num_experts_per_tok": 4, "vocab_size": 1000}
+    import json
+
+    (d / "nan.json").write_text(json.dumps({**cfg, "hidden_size": float("nan")}))
+    (d / "moe_layers.json").write_text(json.dumps({**cfg, "model_type": "x", "moe_layers": 5}))
     return d
 
 

@@ -135,3 +135,16 @@ def test_node_size_defaults_to_the_hardware_file(cli_json):
     assert default["per_layer_s"]["dispatch"] > 2 * eight["per_layer_s"]["dispatch"]
     comm = ["comm", "dispatch", "--hardware", "gh200", "--ep", "8", "--tokens", "64", "--mode", "low-latency", "--hidden", "2048", "--topk", "8", "--experts", "128"]
     assert cli_json(comm) == cli_json(comm + ["--gpus-per-node", "1"])
+
+
+def test_checkpoint_precision_not_modelled_is_said():
+    """DeepSeek-V3 ships FP8 weights: predicting it at the --weights default (bf16) says so in
+    one line, and says nothing once --weights fp8 is given."""
+    base = [sys.executable, "-m", "moesym", "predict", "deepseek-v3", "--hardware", "h800",
+            "--phase", "decode", "--gpus", "16", "--batch", "8", "--json"]
+    default = subprocess.run(base, capture_output=True, text=True, check=True).stderr
+    given = subprocess.run(base + ["--weights", "fp8"], capture_output=True, text=True,
+                           check=True).stderr
+    line = [x for x in default.splitlines() if "checkpoint holds fp8" in x]
+    assert len(line) == 1 and "--weights fp8" in line[0]
+    assert "checkpoint" not in given

@@ -465,3 +465,17 @@ def test_rank_imbalance_table_interpolates_the_estimator(args):
         exact = (R.eplb_imbalance(E, k, ep, Rr, s, T) if Rr
                  else R.zipf_max_rank_load_ratio(E, k, ep, T, s))
         assert float(log_interp(T, *knots)) == pytest.approx(exact, rel=1e-3)
+
+
+def test_extreme_zipf_skew_is_the_deterministic_limit():
+    """At Zipf exponents where p_2 / p_1 = 2^-s underflows the rate equation, the k most
+    popular experts are chosen by every token (the limit s -> infinity), not an overflow."""
+    import numpy as np
+
+    from moesym.routing.zipf import zipf_inclusion_probabilities
+
+    for s in (300.0, 1000.0):
+        pi = zipf_inclusion_probabilities(128, 8, s)
+        assert np.array_equal(pi, np.r_[np.ones(8), np.zeros(120)])
+    # below the cut the rate equation still solves, and is already within 1e-8 of the limit
+    assert zipf_inclusion_probabilities(128, 8, 200.0)[:9] == pytest.approx([1.0] * 8 + [0.0], abs=1e-8)

@@ -82,6 +82,11 @@ def _check_outputs(args) -> None:
                               "choose another path")
         if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
             raise MoesymError(f"{flag} {value}: not writable; choose another path")
+        if name in ("plot", "timeline") and path.suffix.lower() not in _IMAGES:
+            raise MoesymError(f"{flag} {value}: an image file: name it .png, .svg or .pdf")
+
+
+_IMAGES = (".png", ".svg", ".pdf")
 
 
 def main(argv: list[str] | None = None) -> int:

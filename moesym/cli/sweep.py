@@ -74,6 +74,9 @@ def run(args) -> int:
                           "run moesym predict --mesh RxC per point")
     if args.scheduler is not None and args.backend != "dask":
         raise MoesymError("--scheduler needs --backend dask")
+    if not args.out.endswith((".csv", ".parquet")):
+        raise MoesymError(f"--out {args.out}: name a .csv or a .parquet file (the suffix picks "
+                          "the format)")
     if args.chunk_points is None:
         args.chunk_points = 2_000_000 if args.backend == "dask" else 1 << 17
     if args.chunk_points < 1:

@@ -56,6 +56,12 @@ def _formats(model: ModelSpec, hw: HardwareSpec, dep: Deployment) -> tuple:
     deployment's weights on this GPU."""
     from ..specs.precision import COMPONENTS, storage_format
 
+    if dep.weights == "bf16" and model.weight_dtype != "bf16":  # the checkpoint's own is not
+        import warnings
+
+        warnings.warn(f"{model.name}: its checkpoint holds {model.weight_dtype} weights; "
+                      f"modelled as bf16 (the --weights default): pass --weights "
+                      f"{model.weight_dtype} to model it as shipped", stacklevel=2)
     recipe = dep.weight_recipe(model.is_moe)
     stored = {c: storage_format(getattr(recipe, c), hw.peaks_flops) for c in COMPONENTS}
     compute = {c: hw.compute_format(getattr(recipe, c)) for c in COMPONENTS}

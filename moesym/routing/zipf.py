@@ -75,6 +75,8 @@ def zipf_inclusion_probabilities(E: int, k: int, s) -> np.ndarray:
     hi = 1.0
     while excess(hi) < 0:
         hi *= 2.0
+        if hi > 700:  # exp(700) ~ the float limit: so skewed that the k most popular always win
+            return (np.arange(E) < k).astype(float)
     from scipy.optimize import brentq  # imported here: scipy.optimize takes ~0.5 s to load
 
     log_rate = brentq(excess, math.log(k) - 1.0, hi, xtol=1e-14, rtol=1e-14)

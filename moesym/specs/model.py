@@ -15,6 +15,7 @@ path; the field spellings of DeepSeek-V3, Qwen2/3-MoE, Mixtral, gpt-oss and Llam
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -329,7 +330,8 @@ class _Cfg:
                 raise SpecError(f"{self.where}: missing field '{keys[0]}'"
                                 + (f" (or {', '.join(keys[1:])})" if len(keys) > 1 else ""))
             return default
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or int(v) != v:
             raise SpecError(f"{self.where}: field '{keys[0]}' must be an integer, got {v!r}")
         return int(v)
 
@@ -557,5 +559,9 @@ def _dense_layer_indices(c: _Cfg, n_layers: int, where: str) -> list[int]:
         return [i for i in range(n_layers) if (i + 1) % step != 0]
     if c.has("moe_layers"):
         moe = c.get("moe_layers")
+        if not isinstance(moe, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                for i in moe):
+            raise SpecError(f"{where}: field 'moe_layers' must be a list of layer indices, got "
+                            f"{moe!r}")
         return [i for i in range(n_layers) if i not in moe]
     return []
