@@ -430,7 +430,7 @@ def optimal_ep(model: ModelSpec, hw: HardwareSpec, workload: Workload,
     if not ok:
         raise MoesymError("no EP up to --max-ep fits in memory at this batch and context")
     best = max(ok, key=lambda t: t[1])
-    rep = base.with_(gpus=16, ep=16)
+    rep = base.with_(gpus=_rep_ep(model, base), ep=_rep_ep(model, base))
     step = build_step(model, hw, rep, workload)
     c, m = routed_expert_roofline_expr(step.terms)
     eq = substitute(c - m, {S.gpus: S.ep})
@@ -464,13 +464,22 @@ def _instance_time(model: ModelSpec, hw: HardwareSpec, base: Deployment, context
 
     if not model.is_moe:
         raise MoesymError(f"{model.name} is dense: it has no expert parallelism to choose")
-    rep = base.with_(gpus=16, ep=16, timing="roofline", routing="balanced")
+    e = _rep_ep(model, base)
+    rep = base.with_(gpus=e, ep=e, timing="roofline", routing="balanced")
     base.check_overlap(Phase.DECODE)
     step = build_step(model, hw, rep, Workload(Phase.DECODE, batch=1, context=context))
     expr = substitute(substitute(step.expr, {S.gpus: S.ep}), {S.batch: per_rank_batch})
     expr = apply_rules(_all_experts_read(expr), [RELAX_CEILING])
     vals = {k: v for k, v in step.values.items() if k in expr.free_symbols and k != S.ep}
     return expr, vals
+
+
+def _rep_ep(model: ModelSpec, base: Deployment) -> int:
+    """The EP of the representative deployment a closed form in e_p is built on (the EP itself
+    becomes a symbol): 16, or the largest power of two below it that divides the experts (an
+    8-expert model: 8)."""
+    total = model.num_experts + base.redundant_experts
+    return next((e for e in (16, 8, 4, 2) if total % e == 0), 1)
 
 
 _INSTANCE_NOTE = ("Decode, N_gpu = e_p. Value: the model predict evaluates ({timing} timing, "

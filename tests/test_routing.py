@@ -479,3 +479,13 @@ def test_extreme_zipf_skew_is_the_deterministic_limit():
         assert np.array_equal(pi, np.r_[np.ones(8), np.zeros(120)])
     # below the cut the rate equation still solves, and is already within 1e-8 of the limit
     assert zipf_inclusion_probabilities(128, 8, 200.0)[:9] == pytest.approx([1.0] * 8 + [0.0], abs=1e-8)
+
+
+def test_one_token_loads_its_experts_once():
+    """One token: each of its k experts holds exactly 1 against a mean of k / E, so the busiest
+    expert is E / k times the mean, not more (the normal approximation said 32.48 of 32)."""
+    from moesym.routing.stats import max_expert_load_ratio, max_rank_load_ratio
+
+    assert float(max_expert_load_ratio(256, 8, 1)) == pytest.approx(32.0, rel=1e-12)
+    # a rank holds at most min(k, E / ep) of a token's experts: ratio <= min(ep, E / k)
+    assert float(max_rank_load_ratio(256, 8, 256, 1)) <= 32.0

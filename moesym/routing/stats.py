@@ -255,7 +255,9 @@ def max_rank_load_ratio(E, k, ep, T, groups=None, topk_groups=None) -> sp.Expr:
         var = mean * (E - k) / (E - 1)
     else:
         var = T * rank_load_variance_per_token(E, k, ep, groups, topk_groups) * ep / (ep - 1)
-    return max_load_ratio(mean, var, ep)
+    # a token adds at most min(k, E / ep) to a rank: the ratio cannot pass min(ep, E / k) (the
+    # normal approximation does at a token or two)
+    return sp.Min(max_load_ratio(mean, var, ep), ep, E / k)
 
 
 def max_expert_load_ratio(E, k, T) -> sp.Expr:
