@@ -300,3 +300,34 @@ def test_an_unmodelled_cost_field_is_said_not_ignored(field, value):
            "intermediate_size": 4096, field: value}
     with pytest.warns(UserWarning, match=f"config field '{field}'"):
         from_hf_config(cfg)
+
+
+def test_mixtral_window_and_llama4_chunks_from_the_config():
+    """Mistral/Mixtral apply any sliding_window (no use_sliding_window flag, unlike Qwen2/3,
+    whose window waits for it); Llama-4's chunked attention is said, not silently dropped."""
+    import warnings
+
+    mix = {"model_type": "mixtral", "hidden_size": 4096, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+           "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000}
+    assert from_hf_config({**mix, "sliding_window": 4096}).sliding_layers == 32
+    assert from_hf_config({**mix, "sliding_window": None}).sliding_layers == 0
+    qwen = {**mix, "model_type": "qwen2_moe", "sliding_window": 4096, "use_sliding_window": False}
+    assert from_hf_config(qwen).sliding_layers == 0
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        from_hf_config({**mix, "model_type": "llama4_text", "attention_chunk_size": 8192})
+    assert any("attention_chunk_size" in str(x.message) and "8192" in str(x.message) for x in w)
+
+
+def test_qwen3_config_defaults_are_transformers_own():
+    """A qwen3_moe config without head_dim takes Qwen3Config's 128 (not hidden / heads = 64);
+    one without an expert count is an error, not a dense model."""
+    cfg = {"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48,
+           "num_attention_heads": 32, "num_key_value_heads": 4, "intermediate_size": 6144,
+           "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
+           "vocab_size": 151936}
+    assert from_hf_config(cfg).head_dim == 128
+    assert from_hf_config({**cfg, "model_type": "other"}).head_dim == 64
+    with pytest.raises(SpecError, match="num_experts"):
+        from_hf_config({k: v for k, v in cfg.items() if k != "num_experts"})

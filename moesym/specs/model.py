@@ -367,10 +367,19 @@ def _config_name(raw: Mapping[str, Any], path: Path) -> str:
     return named or str(raw.get("model_type") or "") or path.parent.name or path.stem
 
 
+#: families whose transformers config class sets head_dim apart from hidden / heads (Qwen3: 128)
+_HEAD_DIM_DEFAULT = {"qwen3": 128, "qwen3_moe": 128}
+#: families that are always MoE: a config of theirs without an expert count is broken, not dense
+_MOE_FAMILIES = ("qwen2_moe", "qwen3_moe", "qwen3_next", "mixtral", "deepseek_v2", "deepseek_v3",
+                 "deepseek_v32", "deepseek_v4", "kimi_k2", "gpt_oss", "llama4", "llama4_text")
+
 #: config fields that change the cost of a step and that moesym does not model yet: each is said
 #: in one warning line naming the field and what is timed instead (never silently ignored)
 _UNMODELLED = (
     ("vision_config", "the vision encoder is not modelled: the text decoder only"),
+    ("attention_chunk_size", "chunked local attention ({v}-token chunks, Llama-4's RoPE layers) "
+     "is not modelled: every layer attends the whole context (an upper bound on attention "
+     "time and KV memory beyond {v} tokens)"),
 )
 
 
@@ -427,13 +436,18 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
                   head_dim=c.int("qk_nope_head_dim") + c.int("qk_rope_head_dim"))
     else:
         kv = c.int("num_key_value_heads", default=heads)
-        hd = c.int("head_dim", default=0) or (d // heads)
-        if not c.has("head_dim") and d % heads:
+        family = str(top.get("model_type", raw.get("model_type", "")))
+        hd = c.int("head_dim", default=0) or _HEAD_DIM_DEFAULT.get(family, d // heads)
+        if not c.has("head_dim") and family not in _HEAD_DIM_DEFAULT and d % heads:
             raise SpecError(f"{where}: hidden_size ({d}) is not a multiple of num_attention_heads "
                             f"({heads}) and no 'head_dim' is given")
         kw.update(attention="gqa", num_kv_heads=kv, head_dim=hd)
 
     n_exp = c.int("n_routed_experts", "num_routed_experts", "num_experts", "num_local_experts", default=0)
+    family = str(top.get("model_type", raw.get("model_type", "")))
+    if not n_exp and family in _MOE_FAMILIES:
+        raise SpecError(f"{where}: a {family} config names its routed experts: field "
+                        f"'num_experts' (or n_routed_experts, num_local_experts) is missing or 0")
     kw["dense_intermediate_size"] = c.int("intermediate_size_mlp", "intermediate_size", "ffn_dim", default=0)
     if n_exp:
         topk = c.int("num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k")
@@ -494,7 +508,9 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
         pass  # every DeepSeek-V4 layer keeps its window (set above)
     elif sw and isinstance(layer_types, list) and any(t == "sliding_attention" for t in layer_types):
         kw.update(sliding_window=sw, sliding_layers=sum(t == "sliding_attention" for t in layer_types))
-    elif sw and raw.get("use_sliding_window"):
+    elif sw and (raw.get("use_sliding_window")  # Qwen2/3 gate the window with this flag;
+                 or ("use_sliding_window" not in raw  # Mistral and Mixtral apply any window
+                     and raw.get("model_type") in ("mistral", "mixtral"))):
         kw.update(sliding_window=sw, sliding_layers=n_layers)
     return ModelSpec(**kw)
 
