@@ -89,5 +89,7 @@ def test_gated_attention_output_by_hand():
     # Qwen3-Next gates without a config field: its model type says so
     assert from_hf_config({**cfg, "model_type": "qwen3_next", "full_attention_interval": 4,
                            "linear_num_key_heads": 4, "linear_num_value_heads": 8,
-                           "linear_key_head_dim": 64, "linear_value_head_dim": 64}).attn_output_gate
+                           "linear_key_head_dim": 64, "linear_value_head_dim": 64,
+                           "num_experts": 8, "num_experts_per_tok": 2,
+                           "moe_intermediate_size": 256}).attn_output_gate
     assert ms.load_model("qwen3-next-80b-a3b").attn_output_gate
