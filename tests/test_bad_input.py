@@ -137,6 +137,11 @@ CASES = [
     (["sweep", *Q8, *DEC, "--batch", "8", "--out", "{tmp}/s.PARQUET"], "--out"),
     (["predict", "{tmp}/nan.json", "--hardware", "h800", *DEC], "hidden_size"),
     (["predict", "{tmp}/moe_layers.json", "--hardware", "h800", *DEC], "moe_layers"),
+    (["predict", *Q8, *DEC, "--batch", "1", "--micro-batches", "4"], "--micro-batches"),
+    (["predict", *Q8, *DEC, "--context", "100", "--context-dist", "uniform:10:100"],
+     "--context-dist"),
+    (["predict", "mixtral-8x7b", "--hardware", "rtx-4090", *DEC, "--weights", "w4a16",
+      "--expert-cache", "9"], "--expert-cache"),
 ]
 
 

@@ -17,12 +17,12 @@ or context, loads it and never imports SymPy.
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 from .. import cache
 from ..compiled import CompiledModel
-from dataclasses import replace
-
+from ..errors import SpecError
 from ..specs.deployment import Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
@@ -115,6 +115,12 @@ def predict(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
     if wl.phase is Phase.SERVE:
         return predict_serve(model, hw, dep, wl, memory)
     dep.check_overlap(wl.phase)
+    work = wl.batch if wl.phase is Phase.DECODE else wl.tokens
+    if dep.micro_batches > work:
+        what = "--batch" if wl.phase is Phase.DECODE else "--tokens"
+        raise SpecError(f"--micro-batches {dep.micro_batches} splits {what} {work} into parts of "
+                        f"less than one {'request' if what == '--batch' else 'token'}: use at "
+                        f"most {work} micro-batches")
     cm = compiled_predict_model(model, hw, dep, wl, memory)
     values = {**cm.parts[0]["static"], **workload_values(wl), **_lengths(wl)}
     r = report_from_numbers(_averaged(cm.evaluate(0, values)), values, model, dep, wl)
