@@ -148,3 +148,13 @@ def test_checkpoint_precision_not_modelled_is_said():
     line = [x for x in default.splitlines() if "checkpoint holds fp8" in x]
     assert len(line) == 1 and "--weights fp8" in line[0]
     assert "checkpoint" not in given
+
+
+def test_prefill_ttft_counts_the_chunks_of_a_prompt(cli_json):
+    """A step advances each prompt by one chunk: 32768-token prompts in chunks of 512 take
+    64 steps (of 2048 tokens, four prompts' chunks each); chunks as long as the step, 16."""
+    base = ["predict", "qwen3-30b-a3b", "--hardware", "h20", "--phase", "prefill", "--tokens",
+            "2048", "--context", "32768"]
+    for extra, steps in (([], 16), (["--chunk", "2048"], 16), (["--chunk", "512"], 64)):
+        r = cli_json(base + extra)
+        assert r["ttft_s"] == pytest.approx(steps * r["step_time_s"], rel=1e-12)

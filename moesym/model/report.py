@@ -196,7 +196,9 @@ def report_from_numbers(nums, values, model, deployment, workload) -> dict:
             out["accepted_tokens_per_step"] = a
     elif workload.phase is Phase.PREFILL:
         out["tokens_per_gpu_s"] = workload.tokens / deployment.tp / deployment.pp / deployment.cp / t
-        out["ttft_s"] = t * max(1.0, workload.context / workload.tokens)
+        # a step advances each prompt by one chunk (--chunk, default min(tokens, context))
+        out["ttft_s"] = t * max(1.0, workload.context / min(workload.chunk or workload.tokens,
+                                                            workload.tokens))
     # a mixed serving step: its rates are the steady state's (moesym.model.serve), not its own
     shares = bound_shares(nums, values, model, deployment)
     out["bound"] = max(shares, key=shares.get)
