@@ -189,7 +189,7 @@ def _run_attention(args) -> int:
             raise MoesymError("--mla: only the decode (latent) form is modelled; "
                               "give prefill as --heads/--head-dim")
         qk, v, kvh, shared = lora + rope, lora, 1, True
-    kw = {"sms": hw.sms, "peak_flops": hw.peak_flops("bf16"), "hbm_bw_Bps": hw.hbm_bw_Bps, "calib": calib}
+    kw = {"sms": hw.sms, "peak_flops": hw.peak_flops(args.dtype), "hbm_bw_Bps": hw.hbm_bw_Bps, "calib": calib}
     B, L, h = args.batch, args.context, args.heads
     if args.phase == "decode":
         t = attention_decode_time(B, L, h, kvh, qk, v, kv_bytes=_BYTES[args.kv], shared_kv=shared, **kw)
