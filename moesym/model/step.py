@@ -653,7 +653,9 @@ def _scheduled(name: str, terms, compute, dep: Deployment, wl: Workload, n,
     d, c = terms["dispatch"].total_s, terms["combine"].total_s
     sched = load(name)
     if sched.ideal:
-        return (overlap.layer_time(compute, d, c, n, dep, wl, shared_mb=terms["shared_expert"].total_s),
+        # the shared expert with its activation and casts, as the schedules' "shared" runs it
+        shared = operation_times(terms, n).get("shared", 0)
+        return (overlap.layer_time(compute, d, c, n, dep, wl, shared_mb=shared),
                 overlap.step_edges(d, c, n, dep, wl), None)
     lay = sched.layout(wl.phase.engine)
     phi = overlap.sm_share(overlap.resolve_a2a(dep, wl.phase))
