@@ -242,6 +242,14 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     ph = Phase(phase)
     base = base or Deployment()
     serve = ph is Phase.SERVE
+    if base.overlap not in ("auto", "ideal"):  # a pinned schedule runs its own micro-batches
+        from .schedules import load
+
+        runs = load(base.overlap).layout(ph.engine).micro_batches
+        if runs not in micro_batches:
+            raise MoesymError(f"--overlap {base.overlap} runs {runs} micro-batch(es) in {ph.value}; "
+                              f"the search allows --micro-batches "
+                              f"{','.join(map(str, micro_batches))}: add {runs} or drop --overlap")
     if a2a_modes is None:  # DeepEP where EP spans every GPU, the all-gather everywhere
         if serve:  # mixed steps run DeepEP normal, decode steps low-latency: auto picks both
             a2a_modes = [A2AMode.AUTO, A2AMode.ALLGATHER]

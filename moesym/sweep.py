@@ -105,10 +105,10 @@ def _parse_list(text: str, flag: str) -> list[int]:
             if s <= 0 or b < a:
                 raise ValueError
             return list(range(a, b + 1, s))
-        vals = [int(p) for p in text.split(",") if p.strip()]
-        if not vals:
+        parts = text.split(",")
+        if any(not p.strip() for p in parts):
             raise ValueError
-        return vals
+        return list(dict.fromkeys(int(p) for p in parts))  # each value once, in order
     except ValueError:
         raise MoesymError(f"{flag} {text!r}: use a,b,c or start:stop (powers of two) or "
                           f"start:stop:step with positive integers") from None

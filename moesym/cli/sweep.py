@@ -99,11 +99,14 @@ def run(args) -> int:
     args.ep = None
     args.pp = args.cp = 1  # axes (one model per value), not the base deployment's
     base = deployment_from(args)
+    if args.weights_list is not None and (not args.weights_list.strip() or args.weights != "bf16"):
+        raise MoesymError(f"--weights-list {args.weights_list!r}: name one or more formats, and "
+                          "give them there rather than beside --weights")
     # formats separated by commas, or recipes (which hold commas) by semicolons
     sep = ";" if args.weights_list and "=" in args.weights_list else ","
     weights = args.weights_list.split(sep) if args.weights_list else [base.weights]
     def frames():
-        for hw in args.hardware.split(","):
+        for hw in dict.fromkeys(args.hardware.split(",")):  # each hardware once
             for w in weights:
                 yield from sweep_columns(model, hw.strip(), args.phase, axes,
                                          replace(base, weights=w.strip(),
@@ -139,5 +142,5 @@ def _write_dask(args, model, axes, base, weights, dist=None) -> int:
                              replace(base, weights=w.strip(),
                                      gpus_per_node=node_gpus(args, hw.strip())),
                              args.chunk_points, args.prefix_hit, client=client, dist=dist)
-                  for hw in args.hardware.split(",") for w in weights]
+                  for hw in dict.fromkeys(args.hardware.split(",")) for w in weights]
         return write_sweep_dask(args.out, frames)

@@ -414,10 +414,10 @@ class Deployment:
                 raise SpecError(message(model, self))
         if model.is_moe:
             self.routing.check_experts(model.num_experts, model.experts_per_token)
-        if self.expert_cache is not None and model.is_moe and self.expert_cache >= model.num_experts:
+        if self.expert_cache is not None and model.is_moe and self.expert_cache > model.num_experts:
             raise SpecError(f"--expert-cache {self.expert_cache}: {model.name} has "
-                            f"{model.num_experts} experts per layer, so every one is resident; "
-                            f"drop --expert-cache or cache fewer")
+                            f"{model.num_experts} experts per layer; cache at most "
+                            f"{model.num_experts} (all of them: nothing offloaded)")
 
 
 def _stage(d) -> str:
