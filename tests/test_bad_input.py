@@ -242,6 +242,8 @@ def test_random_argument_vectors_fail_in_one_line_with_exit_2(argv):
     (["predict", *Q8, *DEC, "--tokens", "100"], "--tokens"),
     (["predict", *Q8, "--phase", "prefill", "--batch", "100"], "--batch"),
     (["derive", "crossover", *V3, "--gpus", "8", "--weights", "fp8", "--tokens", "5"], "--tokens"),
+    (["predict", *Q8, *DEC, "--prefetch"], "--prefetch"),
+    (["predict", *Q8, *DEC, "--cache-policy", "lru"], "--cache-policy"),
 ])
 def test_a_flag_of_the_other_phase_is_said_not_ignored(argv, flag):
     """A workload flag of the other phase has no effect; it is said in one warning line (an

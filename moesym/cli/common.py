@@ -281,6 +281,17 @@ def deployment_from(args) -> Deployment:
     sweep over several hardware files takes the first's node size and sets each's itself)."""
     one = lambda v, default: default if isinstance(v, list) or v is None else v  # noqa: E731
     mesh, gpus, tp = _mesh_from(args, one(args.tp, 1))
+    if getattr(args, "expert_cache", None) is None:  # the cache's own flags need a cache
+        import warnings
+
+        for flag, value, default in (("--prefetch", getattr(args, "prefetch", False), False),
+                                     ("--cache-policy", getattr(args, "cache_policy", "static-top"),
+                                      "static-top"),
+                                     ("--expert-placement",
+                                      getattr(args, "expert_placement", "stream"), "stream")):
+            if value != default:
+                warnings.warn(f"{flag} has no effect without --expert-cache (every expert is "
+                              "resident on the device)", stacklevel=2)
     return Deployment(gpus=gpus, gpus_per_node=node_gpus(args, args.hardware.split(",")[0].strip()),
                       tp=tp, mesh=mesh,
                       dispatch_axis=getattr(args, "dispatch_axis", "rows"),
