@@ -211,6 +211,11 @@ def report_html(model, hw, dep, wl, argv=(), optimize_result=None, progress=None
                      "<p class='note'>Hover a bar for its start, end and length.</p>"]
         except MoesymError as exc:  # a dense layer has no overlap schedule to draw
             html.append(f"<p class='note'>{escape(str(exc))}</p>")
+    else:  # a steady state of two steps, not one layer: say where its layers are drawn
+        html += ["<h2>One steady-state layer</h2>",
+                 "<p class='note'>Serving alternates decode steps and mixed steps (a prefill "
+                 "chunk beside the decodes), so no one layer stands for it: the report of "
+                 "<code>--phase decode</code> or <code>--phase prefill</code> draws each.</p>"]
     say("closed forms")
     forms, marks = _closed_forms(model, hw, dep, wl)
     say("sweep")
