@@ -137,14 +137,11 @@ CASES = [
     (["sweep", *Q8, *DEC, "--batch", "8", "--out", "{tmp}/s.PARQUET"], "--out"),
     (["predict", "{tmp}/nan.json", "--hardware", "h800", *DEC], "hidden_size"),
     (["predict", "{tmp}/moe_layers.json", "--hardware", "h800", *DEC], "moe_layers"),
-    (["predict", *Q8, *DEC, "--batch", "1", "--micro-batches", "4"], "--micro-batches"),
     (["sweep", *Q8, *DEC, "--batch", "1,,2", "--out", "{tmp}/s.csv"], "--batch"),
     (["sweep", *Q8, *DEC, "--batch", "1", "--weights", "fp8", "--weights-list", "bf16", "--out",
       "{tmp}/s.csv"], "--weights-list"),
     (["optimize", *V3, "--gpus", "16", *DEC, "--context", "4096", "--weights", "fp8",
       "--overlap", "tbo-sglang", "--micro-batches", "1"], "--overlap"),
-    (["predict", *Q8, *DEC, "--context", "100", "--context-dist", "uniform:10:100"],
-     "--context-dist"),
     (["predict", "mixtral-8x7b", "--hardware", "rtx-4090", *DEC, "--weights", "w4a16",
       "--expert-cache", "9"], "--expert-cache"),
 ]
@@ -244,6 +241,8 @@ def test_random_argument_vectors_fail_in_one_line_with_exit_2(argv):
     (["derive", "crossover", *V3, "--gpus", "8", "--weights", "fp8", "--tokens", "5"], "--tokens"),
     (["predict", *Q8, *DEC, "--prefetch"], "--prefetch"),
     (["predict", *Q8, *DEC, "--cache-policy", "lru"], "--cache-policy"),
+    (["predict", *Q8, *DEC, "--batch", "1", "--micro-batches", "4"], "--micro-batches"),
+    (["predict", *Q8, *DEC, "--context", "100", "--context-dist", "uniform:10:100"], "--context"),
 ])
 def test_a_flag_of_the_other_phase_is_said_not_ignored(argv, flag):
     """A workload flag of the other phase has no effect; it is said in one warning line (an

@@ -404,9 +404,8 @@ def _lengths_from(args, ph: Phase) -> tuple:
     single = "isl" if ph is Phase.SERVE else "context"
     if (getattr(args, "isl", None) is not None if single == "isl"
             else "context" in getattr(args, "given", ())):
-        what = "prompt" if single == "isl" else "KV"
-        raise MoesymError(f"--{single} and --{own.replace('_', '-')} both give the {what} "
-                          "lengths; keep one")
+        warnings.warn(f"--{single} has no effect: --{own.replace('_', '-')} gives the lengths "
+                      "(its mean stands for them)", stacklevel=3)
     if ph is Phase.SERVE and getattr(args, "isl", None) is None:
         args.isl = 1  # replaced by the distribution's mean
     return representative(text, "--" + own.replace("_", "-"))

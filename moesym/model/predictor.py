@@ -22,7 +22,6 @@ from pathlib import Path
 
 from .. import cache
 from ..compiled import CompiledModel
-from ..errors import SpecError
 from ..specs.deployment import Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
@@ -114,13 +113,14 @@ def predict(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
     """The ``moesym predict`` report; with ``memory`` also per-GPU memory and whether it fits."""
     if wl.phase is Phase.SERVE:
         return predict_serve(model, hw, dep, wl, memory)
-    dep.check_overlap(wl.phase)
     work = wl.batch if wl.phase is Phase.DECODE else wl.tokens
-    if dep.micro_batches > work:
+    if dep.micro_batches > work:  # an engine runs what it can split (SGLang: TBO falls back)
         what = "--batch" if wl.phase is Phase.DECODE else "--tokens"
-        raise SpecError(f"--micro-batches {dep.micro_batches} splits {what} {work} into parts of "
-                        f"less than one {'request' if what == '--batch' else 'token'}: use at "
-                        f"most {work} micro-batches")
+        warnings.warn(f"--micro-batches {dep.micro_batches} has no effect beyond {what} {work} "
+                      f"(an engine cannot split it further): timed as {work} micro-batch(es)",
+                      stacklevel=2)
+        dep = replace(dep, micro_batches=work)
+    dep.check_overlap(wl.phase)
     cm = compiled_predict_model(model, hw, dep, wl, memory)
     values = {**cm.parts[0]["static"], **workload_values(wl), **_lengths(wl)}
     r = report_from_numbers(_averaged(cm.evaluate(0, values)), values, model, dep, wl)
