@@ -411,8 +411,11 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
                     full = sub_shape + (len(members),)
                     # one micro-batch count at a time: the overlap schedule of that count runs
                     for c, mb in enumerate(ax["micro_batches"]):
+                        # no more micro-batches than requests (tokens): as predict times it
+                        work = None if serve else env0[N.tokens if prefill else N.batch]
                         env = {**env0, **ep_env, N.gpus: float(stage), N.ep: eps,
-                               N.micro_batches: float(mb)}
+                               N.micro_batches: float(mb) if work is None
+                               else np.minimum(float(mb), work)}
                         if serve:
                             got = _serve_point(cm, env, grid.hw, float(stage), grid.base,
                                                grid.wl.prefix_hit, pp, grid.lengths)

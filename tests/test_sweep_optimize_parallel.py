@@ -279,3 +279,12 @@ def test_sweep_cp_ring_tier_follows_each_points_tp(tmp_path):
              "--cp", "8"]
     rows = _sweep(tmp_path, [*fixed, "--tp", "1,2"])
     assert _check_grid(rows, grid, fixed) == 2
+
+
+def test_sweep_rows_with_more_micro_batches_than_requests_are_predicts(tmp_path):
+    """Two micro-batches of one request: predict (and an engine) runs one; the sweep row at
+    that point must be predict's, not a model of half a request per micro-batch."""
+    grid = {"batch": [1, 2, 8], "micro-batches": [1, 2]}
+    fixed = ["--phase", "decode", "--context", "2048", "--gpus", "4"]
+    rows = _sweep(tmp_path, [*fixed, "--batch", "1,2,8", "--micro-batches", "1,2"])
+    assert _check_grid(rows, grid, fixed) == 6
