@@ -306,11 +306,11 @@ class Deployment:
         if self.tp != tp_len:
             raise SpecError(f"--tp {self.tp}: on --mesh {r}x{c} with --dispatch-axis "
                             f"{self.dispatch_axis} TP runs along the other axis ({tp_len} devices)")
+        if self.pp != 1 or self.cp != 1:
+            raise SpecError("--mesh: pipeline and context parallelism are not modelled on a mesh")
         if self.ep != self.gpus:
             raise SpecError(f"--ep {self.ep}: on a mesh the experts spread over every device "
                             f"(--ep {self.gpus})")
-        if self.pp != 1 or self.cp != 1:
-            raise SpecError("--mesh: pipeline and context parallelism are not modelled on a mesh")
         if self.redundant_experts:
             raise SpecError("--redundant-experts: expert replicas are not modelled on a mesh "
                             "(its dispatch statistics assume each expert on one device)")
@@ -461,8 +461,11 @@ VALIDITY = (
                   f"{m.name}; choose a divisor"),
     ("ep_divides_experts",
      lambda m, g, ep, tp, r, a2a: _moe(m, (m.num_experts + r) % ep == 0),
-     lambda m, d: f"--ep {d.ep} does not divide the {m.num_experts} experts "
-                  f"(+{d.redundant_experts} redundant) of {m.name}; choose a divisor"),
+     lambda m, d: (f"--mesh {d.mesh[0]}x{d.mesh[1]}: its {d.ep} devices (the EP) do not divide "
+                   f"the {m.num_experts} experts of {m.name}; choose a mesh of a divisor"
+                   if d.mesh is not None else
+                   f"--ep {d.ep} does not divide the {m.num_experts} experts "
+                   f"(+{d.redundant_experts} redundant) of {m.name}; choose a divisor")),
     ("deepep_spans_every_gpu",
      lambda m, g, ep, tp, r, a2a: _moe(m, (ep == g) if a2a.is_deepep else True),
      lambda m, d: f"--a2a {d.a2a.value} needs --ep equal to "
