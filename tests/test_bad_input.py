@@ -142,8 +142,6 @@ CASES = [
       "{tmp}/s.csv"], "--weights-list"),
     (["optimize", *V3, "--gpus", "16", *DEC, "--context", "4096", "--weights", "fp8",
       "--overlap", "tbo-sglang", "--micro-batches", "1"], "--overlap"),
-    (["predict", "mixtral-8x7b", "--hardware", "rtx-4090", *DEC, "--weights", "w4a16",
-      "--expert-cache", "9"], "--expert-cache"),
 ]
 
 
@@ -241,6 +239,8 @@ def test_random_argument_vectors_fail_in_one_line_with_exit_2(argv):
     (["derive", "crossover", *V3, "--gpus", "8", "--weights", "fp8", "--tokens", "5"], "--tokens"),
     (["predict", *Q8, *DEC, "--prefetch"], "--prefetch"),
     (["predict", *Q8, *DEC, "--cache-policy", "lru"], "--cache-policy"),
+    (["predict", "mixtral-8x7b", "--hardware", "rtx-4090", *DEC, "--weights", "w4a16",
+      "--expert-cache", "9"], "--expert-cache"),
     (["predict", *Q8, *DEC, "--batch", "1", "--micro-batches", "4"], "--micro-batches"),
     (["predict", *Q8, *DEC, "--context", "100", "--context-dist", "uniform:10:100"], "--context"),
 ])

@@ -24,6 +24,13 @@ Entries #3, #9, #25 and #27 were re-captured when grouped GEMMs began to launch 
 experts that receive rows (issue 19; DeepGEMM's contiguous and masked kernels skip empty
 experts): at small per-rank batches fewer expert tiles are computed. Step times moved by at
 most 0.9%; the optimize answers kept their deployments.
+Entries #5, #6, #25, #27 and #28 (``--overlap ideal`` at one micro-batch) were re-captured when the
+ideal began to hide the shared expert's activation and casts under the dispatch with its GEMMs,
+as every schedule does (it had come out slower than sbo, the schedule it bounds; now equal,
+tests/test_schedules.py): step times fell by at most 0.5%, the optimize answers kept their
+deployments and batches. Entry #11's TTFT doubled when a prefill step began to advance each
+prompt by one ``--chunk`` (2048 of its 4096 tokens: two steps, tests/test_cli.py); its step
+time did not move.
 """
 
 from __future__ import annotations

@@ -415,9 +415,11 @@ class Deployment:
         if model.is_moe:
             self.routing.check_experts(model.num_experts, model.experts_per_token)
         if self.expert_cache is not None and model.is_moe and self.expert_cache > model.num_experts:
-            raise SpecError(f"--expert-cache {self.expert_cache}: {model.name} has "
-                            f"{model.num_experts} experts per layer; cache at most "
-                            f"{model.num_experts} (all of them: nothing offloaded)")
+            import warnings
+
+            warnings.warn(f"--expert-cache {self.expert_cache} has no effect beyond the "
+                          f"{model.num_experts} experts per layer of {model.name}: all of them are "
+                          "resident, nothing is offloaded", stacklevel=2)
 
 
 def _stage(d) -> str:
