@@ -93,3 +93,21 @@ def test_gated_attention_output_by_hand():
                            "num_experts": 8, "num_experts_per_tok": 2,
                            "moe_intermediate_size": 256}).attn_output_gate
     assert ms.load_model("qwen3-next-80b-a3b").attn_output_gate
+
+
+@pytest.mark.parametrize("phase,kw", [("decode", dict(batch=32, context=65536)),
+                                      ("prefill", dict(tokens=8192, context=8192))])
+def test_sliding_layers_average_the_two_kernels(phase, kw):
+    """gpt-oss alternates 128-token sliding-window layers with full ones: the average layer's
+    attention is the mean of a model of only full layers and one of only window layers, each
+    timed by its own kernel shape (the two used to be summed into one shapeless cost)."""
+    m, h = load_model("gpt-oss-120b"), load_hardware("h100")
+    dep, wl = Deployment(weights="mxfp4"), Workload(phase, **kw)
+    f = m.sliding_layers / m.num_layers
+
+    def core(model):
+        return predict(model, h, dep, wl)["per_layer_s"]["attention_core"]
+
+    full, window = core(replace(m, sliding_layers=0)), core(replace(m, sliding_layers=m.num_layers))
+    assert core(m) == pytest.approx((1 - f) * full + f * window, rel=1e-9)
+    assert window < full

@@ -87,6 +87,9 @@ class KernelTiming:
             memory = c.hbm_bytes / (S.hbm_bw * k.gemm_hbm_frac) if c.hbm_bytes != 0 else _ZERO
             return TermTime(c.name, compute, memory, _ZERO, lat * k.launch_s + c.fixed_s)
         if c.kind is KernelClass.ATTENTION and isinstance(c.shape, AttentionShape):
+            n = c.launches  # every shaped attention cost counts its kernels (a share: < 1, or 0)
+            if n == 0:
+                return TermTime(c.name, _ZERO, _ZERO, _ZERO, c.fixed_s)
             a = c.shape
             kw = dict(sms=S.sms, peak_flops=S.flops_attn, hbm_bw_Bps=S.hbm_bw, calib=k)
             if a.phase == "decode":

@@ -518,7 +518,9 @@ def _attention_core(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t)
             out.append(full)
             continue
         f = sp.Rational(model.sliding_layers, model.num_layers)
-        out.append(full.scaled(1 - f) + core(kind, tokens, smin(ctx, model.sliding_window)).scaled(f))
+        # each layer kind runs the whole batch's kernel (its own KV length): share x its time
+        window = core(kind, tokens, smin(ctx, model.sliding_window)).scaled(f)
+        out += ([full.scaled(1 - f)] if f < 1 else []) + [window.renamed(window.name + "_window")]
     if model.linear_layers:  # hybrid: the full-attention layers' share, and the DeltaNet layers'
         f = sp.Rational(model.linear_layers, model.num_layers)
         m = model
