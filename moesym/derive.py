@@ -720,6 +720,8 @@ def solve(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload, var
     if (equal is None) == (minimize is None):
         raise MoesymError("give exactly one of --equal TERM_A TERM_B and --minimize TERM")
     dep.check_overlap(wl.phase)
+    if var in _DEPLOYMENT_VARS:
+        return _solve_deployment(model, hw, dep, wl, var, equal, minimize, span)
     step = build_step(model, hw, dep, wl)
     terms, mem_values = solve_terms(step)
     sym, integer, attr = _variable(var)
@@ -761,6 +763,58 @@ def solve(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload, var
                        step, sym, dep.timing)
     term = _parse_term(minimize, terms)
     return _minimum(term, sym, values, lo, hi, integer, minimize, var, step, dep.timing)
+
+
+#: deployment counts: each value is its own deployment (its structure, A2A mode and the numbers
+#: that depend on it change), so ``solve`` evaluates predict's model at every valid value
+_DEPLOYMENT_VARS = {"ep": "ep", "tp": "tp", "gpus": "gpus", "micro_batches": "micro_batches",
+                    "micro-batches": "micro_batches"}
+
+
+def _solve_deployment(model, hw, dep, wl, var, equal, minimize, span) -> ClosedForm:
+    """``solve`` over a deployment count: every value in the range that makes a valid
+    deployment (predict accepts it) is built as predict builds it and the terms evaluated
+    there; the answer is the first sign change of TERM_A - TERM_B or the smallest TERM among
+    them. No closed form: the expression changes with the value (A2A mode, EP class, the
+    numbers bound per EP). ``gpus`` is scanned over powers of two."""
+    from .errors import SpecError
+
+    field_ = _DEPLOYMENT_VARS[var]
+    lo, hi = span or _RANGES[field_]
+    rows = []
+    candidates = range(max(1, int(np.ceil(lo))), int(np.floor(hi)) + 1)
+    if field_ == "gpus":  # instance sizes: powers of two (a model build each)
+        candidates = [v for v in candidates if v & (v - 1) == 0]
+    for v in candidates:
+        try:
+            d = dep.with_(**{field_: v}) if field_ != "gpus" else dep.with_(gpus=v, ep=None)
+            d.check_model(model)
+            d.check_overlap(wl.phase)
+            step = build_step(model, hw, d, wl)
+        except (SpecError, MoesymError):
+            continue
+        terms, mem_values = solve_terms(step)
+        vals = {**mem_values, **step.values}
+        num = lambda text: float(evaluate(_parse_term(text, terms), vals, {}))  # noqa: E731
+        rows.append((v, num(equal[0]) - num(equal[1]) if equal else num(minimize)))
+    if not rows:
+        raise MoesymError(f"--for {var}: no value in [{lo:g}, {hi:g}] makes a valid deployment")
+    table = ", ".join(f"{var} {v}: {y:.6g}" for v, y in rows)
+    if equal is not None:
+        title = f"{var} where {equal[0]} = {equal[1]}"
+        flip = next((b for a, b in zip(rows, rows[1:]) if (a[1] > 0) != (b[1] > 0)), None)
+        if flip is None:
+            raise MoesymError(f"{equal[0]} = {equal[1]} changes sign at no valid {var} in "
+                              f"[{lo:g}, {hi:g}] ({table})")
+        value = flip[0]
+    else:
+        title = f"{var} minimizing {minimize}"
+        value = min(rows, key=lambda r: r[1])[0]
+    return ClosedForm("solve", title, None, {}, float(value), sp.true,
+                      f"{title} over the valid deployments in [{lo:g}, {hi:g}], each as predict "
+                      f"builds it ({table}); no closed form: the model's structure changes "
+                      f"with {var}.", sp.Integer(0), getattr(S, field_), None, "numeric", {},
+                      dep.timing)
 
 
 def _minimum(term, sym, values, lo, hi, integer, text, var, step, timing) -> ClosedForm:

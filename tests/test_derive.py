@@ -178,6 +178,25 @@ def test_solve_minimize_finds_the_full_models_minimum():
     assert cf.value == 1 + int(np.argmin(per_token))
 
 
+@pytest.mark.parametrize("var,values", [("ep", (1, 2, 4, 8, 16)), ("tp", (1, 2, 4, 8, 16))])
+def test_solve_over_a_deployment_count_is_predicts_best_valid_value(var, values):
+    """Each EP or TP is its own deployment (A2A mode, EP class, numbers bound per EP): solve
+    builds predict's model at every valid value. It used to vary one symbol in the model built
+    at --ep 16 (EP 1 came out 21% faster than predict says) and to answer TPs that do not
+    divide the GPUs (tp 3 of 8)."""
+    m, h = ms.load_model("deepseek-v3"), ms.load_hardware("h200")
+    base = ms.Deployment(gpus=16, ep=16, weights="fp8")
+    wl = Workload(Phase.DECODE, batch=32, context=4096)
+    cf = dv.solve(m, h, base, wl, var, minimize="step")
+    steps = {}
+    for v in values:
+        d = base.with_(**{var: v})
+        steps[v] = ms.predict(m, h, d, wl)["step_time_s"]
+    assert cf.value == min(steps, key=steps.get)
+    for v, t in steps.items():
+        assert f"{var} {v}: {t:.6g}" in cf.assumptions
+
+
 def test_regime_solver_keeps_conditions_and_relaxes_ceilings():
     x, a = sp.symbols("x a", positive=True)
     roots = solve_regimes(sp.Max(3 * x, a) + sp.ceiling(x) - 10, x)
