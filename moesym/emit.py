@@ -40,6 +40,14 @@ _VLLM_A2A = {A2AMode.DEEPEP_NORMAL: "deepep_high_throughput",
              A2AMode.DEEPEP_LL: "deepep_low_latency"}
 
 
+
+def _budget(wl) -> int:
+    """Tokens an engine step may take per attention DP rank: a prefill step's --tokens (the
+    modelled step, several prompts or chunks of one), serve's prefill chunk; 0 in decode."""
+    if wl.phase is Phase.PREFILL:
+        return wl.tokens
+    return wl.chunk if wl.phase is Phase.SERVE else 0
+
 def _model_path(model: ModelSpec) -> str:
     """The checkpoint to serve: the HuggingFace id a built-in model names as its source (the
     first word of ``source``), else the model's name."""
@@ -75,8 +83,8 @@ def _sglang(model, dep, wl, notes) -> list[str]:
         cmd += ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(dep.mtp),
                 "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens",
                 str(dep.mtp + 1)]
-    if wl.phase is not Phase.DECODE and wl.chunk:  # SGLang's chunk is the instance's
-        cmd += ["--chunked-prefill-size", str(wl.chunk * dep.dp)]
+    if _budget(wl):  # SGLang's chunk is the instance's
+        cmd += ["--chunked-prefill-size", str(_budget(wl) * dep.dp)]
     if _requests(dep, wl):
         cmd += ["--max-running-requests", str(_requests(dep, wl))]
     return cmd
@@ -112,8 +120,8 @@ def _vllm(model, dep, wl, notes) -> list[str]:
         if not model.mtp_layers:
             notes.append('an EAGLE draft needs its checkpoint: add "model": PATH to '
                          "--speculative-config")
-    if wl.phase is not Phase.DECODE and wl.chunk:
-        cmd += ["--max-num-batched-tokens", str(wl.chunk)]
+    if _budget(wl):
+        cmd += ["--max-num-batched-tokens", str(_budget(wl))]
     if _requests(dep, wl):
         cmd += ["--max-num-seqs", str(wl.batch)]
     return cmd
@@ -131,8 +139,8 @@ def _trtllm(model, dep, wl, notes) -> list[str]:
     if dep.mtp:
         notes.append(f"speculative decoding: speculative_config with decoding_type: MTP and "
                      f"num_nextn_predict_layers: {dep.mtp} in --extra_llm_api_options")
-    if wl.phase is not Phase.DECODE and wl.chunk:
-        cmd += ["--max_num_tokens", str(wl.chunk)]
+    if _budget(wl):
+        cmd += ["--max_num_tokens", str(_budget(wl))]
     if _requests(dep, wl):
         cmd += ["--max_batch_size", str(wl.batch)]
     return cmd

@@ -204,3 +204,17 @@ def test_vllm_says_deepep_dbo_and_eplb_as_flags(capsys):
     assert ("--all2all-backend", "deepep_high_throughput") in seen["prefill-deepep-tbo"]
     assert ("--enable-dbo", None) in seen["lmsys-decode"] and ("--enable-eplb", None) in seen["lmsys-decode"]
     assert ("--eplb-config", '{"num_redundant_experts": 32}') in seen["lmsys-decode"]
+
+
+@pytest.mark.parametrize("engine,flag,per_rank", [("vllm", "--max-num-batched-tokens", 1),
+                                                  ("sglang", "--chunked-prefill-size", 8),
+                                                  ("trtllm", "--max_num_tokens", 1)])
+def test_prefill_step_budget_is_the_modelled_step(engine, flag, per_rank, cli_json):
+    """A prefill step of 8192 tokens per DP rank (four 2048-token prompts): the engine's step
+    budget is 8192 (SGLang's counts the instance's 8 DP ranks), not the prompt length, which
+    capped each step at a quarter of what was timed."""
+    r = cli_json(["predict", "deepseek-v3", "--hardware", "h200", "--gpus", "8", "--ep", "8",
+                  "--weights", "fp8", "--phase", "prefill", "--tokens", "8192", "--context",
+                  "2048", "--emit", engine])
+    words = r["launch"]["command"].split()
+    assert words[words.index(flag) + 1] == str(8192 * per_rank)
