@@ -136,9 +136,21 @@ def _trtllm(model, dep, wl, notes) -> list[str]:
     if dep.dp > 1:
         notes.append("attention data parallelism: set enable_attention_dp: true in the file "
                      "given to --extra_llm_api_options")
+        if dep.tp > 1:
+            notes.append(f"attention DP {dep.dp} x TP {dep.tp}: TensorRT-LLM's attention DP "
+                         f"spans all {dep.stage_gpus} ranks (TP 1 each), so this layout has no "
+                         f"equivalent there; --max_batch_size is then per rank")
     if dep.mtp:
         notes.append(f"speculative decoding: speculative_config with decoding_type: MTP and "
                      f"num_nextn_predict_layers: {dep.mtp} in --extra_llm_api_options")
+    if dep.kv == "fp8":
+        notes.append("FP8 KV cache: kv_cache_config: dtype: fp8 in --extra_llm_api_options")
+    if dep.redundant_experts:
+        notes.append(f"{dep.redundant_experts} redundant experts: moe_load_balancer with "
+                     f"num_slots = experts + {dep.redundant_experts} in --extra_llm_api_options")
+    if dep.micro_batches > 1:
+        notes.append(f"{dep.micro_batches} micro-batches overlapped: no TensorRT-LLM launch flag; "
+                     "not emitted")
     if _budget(wl):
         cmd += ["--max_num_tokens", str(_budget(wl))]
     if _requests(dep, wl):

@@ -218,3 +218,16 @@ def test_prefill_step_budget_is_the_modelled_step(engine, flag, per_rank, cli_js
                   "2048", "--emit", engine])
     words = r["launch"]["command"].split()
     assert words[words.index(flag) + 1] == str(8192 * per_rank)
+
+
+def test_trtllm_notes_what_it_cannot_say_as_a_flag(cli_json):
+    """FP8 KV, redundant experts, two micro-batches and attention DP x TP have no trtllm-serve
+    flag: each is a note, never dropped (they were neither flag nor note)."""
+    r = cli_json(["predict", "deepseek-v3", "--hardware", "h200", "--gpus", "16", "--tp", "2",
+                  "--ep", "16", "--weights", "fp8", "--kv", "fp8", "--micro-batches", "2",
+                  "--redundant-experts", "16", "--phase", "decode", "--batch", "32",
+                  "--emit", "trtllm"])
+    notes = " | ".join(r["launch"]["notes"])
+    for needle in ("FP8 KV cache", "16 redundant experts", "2 micro-batches",
+                   "attention DP 8 x TP 2"):
+        assert needle in notes, needle
