@@ -263,3 +263,16 @@ def test_kernel_attention_dtype_reaches_the_kernel_model(cli_json):
             "--kv-heads", "8", "--batch", "2", "--hardware", "h800"]
     bf16, fp8 = (cli_json(base + ["--dtype", d])["time_s"] for d in ("bf16", "fp8"))
     assert 0.45 < fp8 / bf16 < 0.55
+
+
+def test_transferred_calibration_keeps_the_fitted_gpus_share_of_peak(cli_json):
+    """B200 and GB200 carry the H800 fit per SM; their faster SMs are fed in proportion
+    (moesym.kernels.calib.transferred), so a large BF16 GEMM reaches the same share of its
+    own peak as on H800 (it sat at about half, behind H800's per-SM load rate, and GB200 was
+    exactly as fast as B200 despite 11% more FLOP/s)."""
+    argv = ["kernel", "gemm", "--m", "8192", "--n", "8192", "--k", "8192", "--dtype", "bf16",
+            "--hardware"]
+    share = {hw: cli_json(argv + [hw])["tflops"] / peak
+             for hw, peak in (("h800", 989), ("b200", 2250), ("gb200", 2500))}
+    assert share["b200"] == pytest.approx(share["h800"], rel=0.05)
+    assert share["gb200"] == pytest.approx(share["h800"], rel=0.05)

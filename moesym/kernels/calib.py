@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import SpecError
 
@@ -187,6 +187,25 @@ def parse_kernel_calib(table: Mapping[str, object], where: str) -> KernelCalib:
     if c.tile_n_min_cols > c.tile_n_max_cols:
         raise SpecError(f"{where} [kernel] tile_n_min_cols: exceeds tile_n_max_cols")
     return c
+
+
+def transferred(c: KernelCalib, fitted_hw, target_hw, source: str) -> KernelCalib:
+    """The fit of ``fitted_hw`` carried to an unmeasured ``target_hw``. The fit is per SM, so
+    every fraction carries as it is; the per-SM load rate is scaled up with the per-SM BF16
+    tensor rate where the target's SM is faster (an SM that computes twice as fast is fed twice
+    as fast: Blackwell's doubled per-SM tensor rate comes with its TMA and L2 to feed it), never
+    down (a slower SM still draws the memory path it was fitted on). Assumed, not measured:
+    without it a B200's large GEMMs sat at half their peak behind H800's per-SM load rate.
+
+    >>> from types import SimpleNamespace as H
+    >>> h800 = H(sms=132, peak_flops=lambda d: 989e12)
+    >>> b200 = H(sms=148, peak_flops=lambda d: 2250e12)
+    >>> round(transferred(DEFAULTS, h800, b200, "t").sm_bandwidth_Bps / DEFAULTS.sm_bandwidth_Bps, 4)
+    2.0291
+    """
+    per_sm = lambda hw: hw.peak_flops("bf16") / hw.sms  # noqa: E731
+    scale = max(1.0, per_sm(target_hw) / per_sm(fitted_hw))
+    return replace(c, sm_bandwidth_Bps=c.sm_bandwidth_Bps * scale, source=source)
 
 
 def kernel_calib(hw) -> KernelCalib:
