@@ -601,7 +601,9 @@ def gpus_for_throughput(model: ModelSpec, hw: HardwareSpec, target_tokens_s: flo
     title = "Smallest instance meeting a throughput target"
     rows = _instance_table(model, hw, base, context,
                            lambda e: target_tokens_s * tpot_s * base.tp / e, max_gpus)
-    a = 1 / float(_tpot(sp.Integer(1), base))  # tokens a step emits per request
+    from .model.report import accepted_tokens
+
+    a = accepted_tokens(base)  # tokens a step emits per request
     meets = [r for r in rows if r[2] and r[1] / a <= tpot_s]
     if not meets:
         raise MoesymError(f"no instance up to {max_gpus} GPUs reaches {target_tokens_s:g} "
@@ -767,8 +769,7 @@ def solve(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload, var
 
 #: deployment counts: each value is its own deployment (its structure, A2A mode and the numbers
 #: that depend on it change), so ``solve`` evaluates predict's model at every valid value
-_DEPLOYMENT_VARS = {"ep": "ep", "tp": "tp", "gpus": "gpus", "micro_batches": "micro_batches",
-                    "micro-batches": "micro_batches"}
+_DEPLOYMENT_VARS = ("ep", "tp", "gpus", "micro_batches")
 
 
 def _solve_deployment(model, hw, dep, wl, var, equal, minimize, span) -> ClosedForm:
@@ -777,9 +778,7 @@ def _solve_deployment(model, hw, dep, wl, var, equal, minimize, span) -> ClosedF
     there; the answer is the first sign change of TERM_A - TERM_B or the smallest TERM among
     them. No closed form: the expression changes with the value (A2A mode, EP class, the
     numbers bound per EP). ``gpus`` is scanned over powers of two."""
-    from .errors import SpecError
-
-    field_ = _DEPLOYMENT_VARS[var]
+    field_ = var
     lo, hi = span or _RANGES[field_]
     rows = []
     candidates = range(max(1, int(np.ceil(lo))), int(np.floor(hi)) + 1)
@@ -791,7 +790,7 @@ def _solve_deployment(model, hw, dep, wl, var, equal, minimize, span) -> ClosedF
             d.check_model(model)
             d.check_overlap(wl.phase)
             step = build_step(model, hw, d, wl)
-        except (SpecError, MoesymError):
+        except MoesymError:  # SpecError included: not a valid deployment
             continue
         terms, mem_values = solve_terms(step)
         vals = {**mem_values, **step.values}

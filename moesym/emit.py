@@ -40,13 +40,13 @@ _VLLM_A2A = {A2AMode.DEEPEP_NORMAL: "deepep_high_throughput",
              A2AMode.DEEPEP_LL: "deepep_low_latency"}
 
 
-
 def _budget(wl) -> int:
     """Tokens an engine step may take per attention DP rank: a prefill step's --tokens (the
     modelled step, several prompts or chunks of one), serve's prefill chunk; 0 in decode."""
     if wl.phase is Phase.PREFILL:
         return wl.tokens
     return wl.chunk if wl.phase is Phase.SERVE else 0
+
 
 def _model_path(model: ModelSpec) -> str:
     """The checkpoint to serve: the HuggingFace id a built-in model names as its source (the

@@ -276,22 +276,27 @@ def node_gpus(args, hardware: str) -> int:
     return args.gpus_per_node or load_hardware(hardware).gpus_per_node
 
 
+def _cache_flags_need_a_cache(args) -> None:
+    """--prefetch, --cache-policy and --expert-placement without --expert-cache change nothing
+    (every expert is resident): one warning line each."""
+    if getattr(args, "expert_cache", None) is not None:
+        return
+    import warnings
+
+    for flag, dest, default in (("--prefetch", "prefetch", False),
+                                ("--cache-policy", "cache_policy", "static-top"),
+                                ("--expert-placement", "expert_placement", "stream")):
+        if getattr(args, dest, default) != default:
+            warnings.warn(f"{flag} has no effect without --expert-cache (every expert is "
+                          "resident on the device)", stacklevel=3)
+
+
 def deployment_from(args) -> Deployment:
     """The deployment the flags name (searched flags given as lists keep their defaults; a
     sweep over several hardware files takes the first's node size and sets each's itself)."""
     one = lambda v, default: default if isinstance(v, list) or v is None else v  # noqa: E731
     mesh, gpus, tp = _mesh_from(args, one(args.tp, 1))
-    if getattr(args, "expert_cache", None) is None:  # the cache's own flags need a cache
-        import warnings
-
-        for flag, value, default in (("--prefetch", getattr(args, "prefetch", False), False),
-                                     ("--cache-policy", getattr(args, "cache_policy", "static-top"),
-                                      "static-top"),
-                                     ("--expert-placement",
-                                      getattr(args, "expert_placement", "stream"), "stream")):
-            if value != default:
-                warnings.warn(f"{flag} has no effect without --expert-cache (every expert is "
-                              "resident on the device)", stacklevel=2)
+    _cache_flags_need_a_cache(args)
     return Deployment(gpus=gpus, gpus_per_node=node_gpus(args, args.hardware.split(",")[0].strip()),
                       tp=tp, mesh=mesh,
                       dispatch_axis=getattr(args, "dispatch_axis", "rows"),

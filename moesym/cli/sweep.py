@@ -106,13 +106,9 @@ def run(args) -> int:
     sep = ";" if args.weights_list and "=" in args.weights_list else ","
     weights = args.weights_list.split(sep) if args.weights_list else [base.weights]
     def frames():
-        for hw in dict.fromkeys(args.hardware.split(",")):  # each hardware once
-            for w in weights:
-                yield from sweep_columns(model, hw.strip(), args.phase, axes,
-                                         replace(base, weights=w.strip(),
-                                                 gpus_per_node=node_gpus(args, hw.strip())),
-                                         args.chunk_points,
-                                         args.prefix_hit, dist)
+        for hw, dep in _bases(args, base, weights):
+            yield from sweep_columns(model, hw, args.phase, axes, dep, args.chunk_points,
+                                     args.prefix_hit, dist)
 
     if args.backend == "dask":
         total = _write_dask(args, model, axes, base, weights, dist)
@@ -135,12 +131,18 @@ def _distribution(args) -> str | None:
     return getattr(args, own)
 
 
+def _bases(args, base, weights):
+    """(hardware, base deployment) per hardware file (each once, its own node size) and weight
+    format, in the order the rows are written."""
+    for hw in dict.fromkeys(h.strip() for h in args.hardware.split(",")):
+        for w in weights:
+            yield hw, replace(base, weights=w.strip(), gpus_per_node=node_gpus(args, hw))
+
+
 def _write_dask(args, model, axes, base, weights, dist=None) -> int:
     """The same grid, one dask partition per chunk, in the same order as the local backend."""
     with dask_client(args.scheduler) as client:
-        frames = [sweep_dask(model, hw.strip(), args.phase, axes,
-                             replace(base, weights=w.strip(),
-                                     gpus_per_node=node_gpus(args, hw.strip())),
-                             args.chunk_points, args.prefix_hit, client=client, dist=dist)
-                  for hw in dict.fromkeys(args.hardware.split(",")) for w in weights]
+        frames = [sweep_dask(model, hw, args.phase, axes, dep, args.chunk_points,
+                             args.prefix_hit, client=client, dist=dist)
+                  for hw, dep in _bases(args, base, weights)]
         return write_sweep_dask(args.out, frames)

@@ -520,11 +520,13 @@ def _attention_core(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t)
         f = sp.Rational(model.sliding_layers, model.num_layers)
         # each layer kind runs the whole batch's kernel (its own KV length): share x its time
         window = core(kind, tokens, smin(ctx, model.sliding_window)).scaled(f)
-        out += ([full.scaled(1 - f)] if f < 1 else []) + [window.renamed(window.name + "_window")]
+        out += [full.scaled(1 - f), window.renamed(window.name + "_window")]
     if model.linear_layers:  # hybrid: the full-attention layers' share, and the DeltaNet layers'
         f = sp.Rational(model.linear_layers, model.num_layers)
         m = model
-        out = [_layer_share(c, 1 - f) for c in out] + [
+        # a share of the layers runs the whole batch's kernel: its work and launches scale,
+        # the shape stays one layer's (the timing repeats it ``launches`` times)
+        out = [c.scaled(1 - f) for c in out] + [
             att.gdn_core(D, kind, tokens, m.linear_k_heads, m.linear_v_heads, m.linear_k_dim,
                          m.linear_v_dim, m.linear_conv, _queries(dep) if kind == "decode" else 1
                          ).scaled(f) for kind, tokens, _ in kernels]
@@ -537,14 +539,6 @@ def _attention_elementwise(model: ModelSpec, D: Dims, t, fp8_gemm: bool) -> Cost
     if model.is_compressed:
         return cmp.elementwise(D, t, model, fp8_gemm)
     return ew.attention_elementwise(D, t, model.is_mla, fp8_gemm)
-
-
-def _layer_share(c: Cost, share) -> Cost:
-    """An attention kernel run in a ``share`` of the layers, as one average layer: its work
-    and its launches scaled; a kernel timed by its shape keeps the shape of one layer's kernel
-    (the whole batch), so the average layer pays ``share`` x that kernel's time (scaling the
-    shape's batch instead timed a kernel of a quarter of the requests, mostly launch floor)."""
-    return c.scaled(share)
 
 
 def _attention_projections(model: ModelSpec, D: Dims, t) -> list[Cost]:

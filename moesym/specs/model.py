@@ -401,6 +401,7 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
         raw = {**raw["text_config"], **{k: v for k, v in raw.items()
                                          if k == "quantization_config"}}
     _warn_unmodelled(top, raw, where)
+    family = str(top.get("model_type", raw.get("model_type", "")))  # transformers' model_type
     c = _Cfg(raw, where)
     for f in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
         if not c.has(f):
@@ -436,7 +437,6 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
                   head_dim=c.int("qk_nope_head_dim") + c.int("qk_rope_head_dim"))
     else:
         kv = c.int("num_key_value_heads", default=heads)
-        family = str(top.get("model_type", raw.get("model_type", "")))
         hd = c.int("head_dim", default=0) or _HEAD_DIM_DEFAULT.get(family, d // heads)
         if not c.has("head_dim") and family not in _HEAD_DIM_DEFAULT and d % heads:
             raise SpecError(f"{where}: hidden_size ({d}) is not a multiple of num_attention_heads "
@@ -444,7 +444,6 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
         kw.update(attention="gqa", num_kv_heads=kv, head_dim=hd)
 
     n_exp = c.int("n_routed_experts", "num_routed_experts", "num_experts", "num_local_experts", default=0)
-    family = str(top.get("model_type", raw.get("model_type", "")))
     if not n_exp and family in _MOE_FAMILIES:
         raise SpecError(f"{where}: a {family} config names its routed experts: field "
                         f"'num_experts' (or n_routed_experts, num_local_experts) is missing or 0")
@@ -461,8 +460,7 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
         shared = n_shared * moe_inter
         if c.has("shared_expert_intermediate_size"):
             shared = c.int("shared_expert_intermediate_size")
-        model_type = str(top.get("model_type", raw.get("model_type", "")))
-        if "llama4" in model_type and not c.has("n_shared_experts", "num_shared_experts"):
+        if "llama4" in family and not c.has("n_shared_experts", "num_shared_experts"):
             shared = c.int("intermediate_size")  # Llama-4 has one shared expert per MoE layer
         dense_idx = _dense_layer_indices(c, n_layers, where)
         kw.update(num_experts=n_exp, experts_per_token=topk, moe_intermediate_size=moe_inter,
@@ -471,7 +469,7 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
                   groups_per_token=c.int("topk_group", default=1) or 1)
         if kw["dense_layers"] and not kw["dense_intermediate_size"]:
             raise SpecError(f"{where}: dense layers present but 'intermediate_size' is missing")
-        if "llama4" in model_type and c.has("intermediate_size_mlp"):
+        if "llama4" in family and c.has("intermediate_size_mlp"):
             kw["dense_intermediate_size"] = c.int("intermediate_size_mlp")
     else:
         if not kw["dense_intermediate_size"]:
@@ -491,8 +489,7 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
         n_linear = 0
     # gated attention output: Qwen3.5 says so in its config; Qwen3-Next always gates (HF
     # transformers 5.23 modeling_qwen3_next.py: q_proj of 2 n_h d_h, output x sigmoid(gate))
-    model_type = str(top.get("model_type", raw.get("model_type", "")))
-    if raw.get("attn_output_gate", top.get("attn_output_gate")) or model_type.startswith("qwen3_next"):
+    if raw.get("attn_output_gate", top.get("attn_output_gate")) or family.startswith("qwen3_next"):
         kw["attn_output_gate"] = True
     if n_linear:  # gated DeltaNet layers (Qwen3-Next, Qwen3.5)
         kw.update(linear_layers=n_linear, linear_k_heads=c.int("linear_num_key_heads"),
