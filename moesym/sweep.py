@@ -413,9 +413,10 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
                     for c, mb in enumerate(ax["micro_batches"]):
                         # no more micro-batches than requests (tokens): as predict times it
                         work = None if serve else env0[N.tokens if prefill else N.batch]
+                        split = (float(mb) if work is None or mb <= work.min()
+                                 else np.minimum(float(mb), work))  # an array only if needed
                         env = {**env0, **ep_env, N.gpus: float(stage), N.ep: eps,
-                               N.micro_batches: float(mb) if work is None
-                               else np.minimum(float(mb), work)}
+                               N.micro_batches: split}
                         if serve:
                             got = _serve_point(cm, env, grid.hw, float(stage), grid.base,
                                                grid.wl.prefix_hit, pp, grid.lengths)
