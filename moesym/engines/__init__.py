@@ -1,0 +1,428 @@
+"""Engine scheduler profiles as data: what SGLang, vLLM and TensorRT-LLM do by default step by
+step (who gets the step, the token budget and chunking, the request cap, KV blocks and the
+share of memory, what happens when KV is full, the CUDA-graph batch sizes, routing over
+attention data-parallel ranks), for a request-level simulation.
+
+``builtin.toml`` beside this file holds one table per engine, each value with the engine
+source file, setting and version it was read from; a user TOML of the same layout (one table)
+is loaded the same way. Every key is validated: a bad one is a one-line
+:class:`~moesym.errors.SpecError` naming the file, the key and the fix.
+
+Counts are per attention data-parallel rank (each runs its own scheduler). Where an engine
+derives a default rather than fixing it, the profile says how: ``chunk_tokens = "by-memory"``
+is :func:`moesym.model.serve.default_chunk_tokens`; ``max_running_requests = "by-kv"`` and
+``kv_memory_fraction = "by-rule"`` carry their rule as a sub-table, evaluated by
+:meth:`EngineProfile.running_requests` and :meth:`EngineProfile.memory_fraction`.
+
+>>> p = load_engine("vllm")
+>>> p.policy, p.step_token_budget, p.kv_full
+('decode-first', 8192, 'preempt-recompute')
+>>> load_engine("sglang").running_requests(kv_tokens=1_000_000, context_tokens=163_840)
+3125
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from .._toml import load_toml
+from ..errors import SpecError
+
+__all__ = ["EngineProfile", "KvMemoryRule", "RunningRequestsRule", "builtin_engines",
+           "load_engine", "POLICIES", "KV_FULL", "KV_BASES", "DP_ROUTING", "PREFILL_ORDERS"]
+
+MIB = 2**20
+GIB = 2**30
+
+POLICIES = ("prefill-first", "decode-first")
+KV_FULL = ("retract", "preempt-recompute", "hold")
+KV_BASES = ("weights-kv", "weights-kv-activations", "free-after-weights")
+DP_ROUTING = ("round-robin", "shortest-queue")
+PREFILL_ORDERS = ("fcfs", "lpm")
+CHUNK_RULES = ("by-memory", "off")
+RUNNING_RULES = ("by-kv",)
+FRACTION_RULES = ("by-rule",)
+# keys that only the "retract" admission reserve reads (SGLang)
+RETRACT_KEYS = ("new_token_ratio_init", "new_token_ratio_min", "new_token_ratio_decay_steps",
+                "schedule_conservativeness", "dp_attention_conservativeness_factor",
+                "reserve_clip_tokens", "retract_decode_steps", "ignore_eos_full_reserve")
+
+
+@dataclass(frozen=True)
+class RunningRequestsRule:
+    """SGLang's default request cap per rank: min(clamp(int(kv / context x per_context),
+    min, max), kv // kv_tokens_per_request)."""
+
+    requests_per_context: int
+    min_requests: int
+    max_requests: int
+    kv_tokens_per_request: int
+
+    def at(self, kv_tokens: int, context_tokens: int) -> int:
+        estimate = int(kv_tokens / context_tokens * self.requests_per_context)
+        estimate = max(min(estimate, self.max_requests), self.min_requests)
+        return min(estimate, int(kv_tokens) // self.kv_tokens_per_request)
+
+
+@dataclass(frozen=True)
+class KvMemoryRule:
+    """SGLang's default share of GPU memory for weights + KV pool: what its activation, CUDA
+    graph and communication reserve leaves (the rule in ``builtin.toml``'s comment)."""
+
+    base_bytes: float
+    activation_bytes_per_token: float
+    activation_min_tokens: int
+    parallel_bytes_per_8_gpus: float
+    decode_graph_bytes_per_batch: float
+    dp_graph_bytes_per_batch_rank: float
+    dp_graph_large_batch: int
+    dp_graph_large_bytes_per_batch_rank: float
+    prefill_graph_bytes_per_size: float
+    prefill_graph_mla_bytes: float
+    floor_bytes: float
+    floor_above_bytes: float
+    deepep_bytes: float
+    prefill_graph_grid: tuple[tuple[int, int, int], ...]
+
+    def prefill_graph_sizes(self, max_tokens: int) -> list[int]:
+        """The prefill token counts captured up to ``max_tokens``."""
+        return [s for first, last, step in self.prefill_graph_grid
+                for s in range(first, last + 1, step) if s <= max_tokens]
+
+    def reserved_bytes(self, hbm_bytes: float, *, chunk_tokens: int, decode_graph_max_batch: int,
+                       tp: int, pp: int = 1, attn_dp: int = 1, mla: bool = False,
+                       deepep: bool = False) -> float:
+        """Memory kept out of the static pool. ``chunk_tokens``: before the attention-DP division;
+        ``decode_graph_max_batch``: 0 when decode graphs are off."""
+        r = self.base_bytes + self.activation_bytes_per_token * max(chunk_tokens,
+                                                                     self.activation_min_tokens)
+        r += self.parallel_bytes_per_8_gpus * tp * pp / 8
+        b = decode_graph_max_batch
+        r += self.decode_graph_bytes_per_batch * b
+        if attn_dp > 1:
+            r += self.dp_graph_bytes_per_batch_rank * b * attn_dp
+            if b > self.dp_graph_large_batch:
+                r += self.dp_graph_large_bytes_per_batch_rank * b * attn_dp
+        r += (self.prefill_graph_mla_bytes if mla else
+              self.prefill_graph_bytes_per_size * len(self.prefill_graph_sizes(chunk_tokens)))
+        if hbm_bytes > self.floor_above_bytes:
+            r = max(r, self.floor_bytes)
+        return r + (self.deepep_bytes if deepep else 0.0)
+
+    def fraction(self, hbm_bytes: float, **kw) -> float:
+        """round((memory - reserved) / memory, 3), as the engine rounds it."""
+        return round((hbm_bytes - self.reserved_bytes(hbm_bytes, **kw)) / hbm_bytes, 3)
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """One engine's scheduler defaults (see ``builtin.toml`` for each key's meaning)."""
+
+    name: str
+    version: str
+    description: str
+    policy: str
+    mixed_chunk: bool
+    chunk_tokens: int | str
+    max_running_requests: int | str
+    kv_block_tokens: int
+    kv_memory_fraction: float | str
+    kv_memory_basis: str
+    kv_full: str
+    cuda_graph_batch_sizes: tuple[int, ...]
+    cuda_graph_padding: bool
+    dp_routing: str
+    overlap_scheduler: bool
+    prefill_order: str
+    step_token_budget: int | None = None
+    max_prefill_tokens: int | None = None
+    running_requests_rule: RunningRequestsRule | None = None
+    kv_memory_rule: KvMemoryRule | None = None
+    new_token_ratio_init: float | None = None
+    new_token_ratio_min: float | None = None
+    new_token_ratio_decay_steps: int | None = None
+    schedule_conservativeness: float | None = None
+    dp_attention_conservativeness_factor: float | None = None
+    reserve_clip_tokens: int | None = None
+    retract_decode_steps: int | None = None
+    ignore_eos_full_reserve: bool | None = None
+    cuda_graph_max_batch_size_tp_below_4: int | None = None
+    long_prefill_token_threshold: int | None = None
+    host_step_s: float | None = None
+
+    def graph_batch_sizes(self, tp: int) -> tuple[int, ...]:
+        """The decode batch sizes captured at tensor-parallel size ``tp``."""
+        cap = self.cuda_graph_max_batch_size_tp_below_4
+        if cap is not None and tp < 4:
+            return tuple(b for b in self.cuda_graph_batch_sizes if b <= cap)
+        return self.cuda_graph_batch_sizes
+
+    def running_requests(self, kv_tokens: int, context_tokens: int) -> int:
+        """The request cap per rank with ``kv_tokens`` of KV capacity on it."""
+        if self.running_requests_rule is None:
+            return int(self.max_running_requests)
+        return self.running_requests_rule.at(kv_tokens, context_tokens)
+
+    def memory_fraction(self, hbm_bytes: float, **rule_inputs) -> float:
+        """``kv_memory_fraction`` (of what ``kv_memory_basis`` says); a rule is evaluated with
+        :meth:`KvMemoryRule.reserved_bytes`'s inputs, the decode graph size from the profile."""
+        if self.kv_memory_rule is None:
+            return float(self.kv_memory_fraction)
+        sizes = self.graph_batch_sizes(rule_inputs.get("tp", 1))
+        rule_inputs.setdefault("decode_graph_max_batch", sizes[-1] if sizes else 0)
+        return self.kv_memory_rule.fraction(hbm_bytes, **rule_inputs)
+
+
+# --- validation --------------------------------------------------------------------------------
+
+class _Checker:
+    """Typed reads of one table's keys, each failure a one-line error naming file and key."""
+
+    def __init__(self, where: str, table: str, raw: Mapping):
+        self.where, self.table, self.raw = where, table, raw
+
+    def fail(self, key: str, problem: str, fix: str):
+        value = self.raw.get(key, None)
+        shown = "" if value is None else f" = {value!r}"
+        raise SpecError(f"{self.where} [{self.table}].{key}{shown}: {problem}; {fix}")
+
+    def text(self, key: str) -> str:
+        v = self.raw[key]
+        if not isinstance(v, str) or not v.strip() or "\n" in v:
+            self.fail(key, "expected a one-line string", "write it in quotes on one line")
+        return v
+
+    def flag(self, key: str) -> bool:
+        if not isinstance(self.raw[key], bool):
+            self.fail(key, "expected true or false", "write true or false (no quotes)")
+        return self.raw[key]
+
+    def word(self, key: str, allowed: tuple[str, ...]) -> str:
+        v = self.raw[key]
+        if v not in allowed:
+            self.fail(key, "unknown value", f"use {' or '.join(repr(a) for a in allowed)}")
+        return v
+
+    def _rule_word(self, key: str, words: tuple[str, ...], expected: str) -> tuple[str | None, str]:
+        """(the rule word the value is, or None for a value to read as a number; the fix)."""
+        v = self.raw[key]
+        fix = f"write {expected}" + "".join(f" or {w!r}" for w in words)
+        if isinstance(v, str) and v in words:
+            return v, fix
+        if isinstance(v, str) and words:
+            self.fail(key, "unknown value", fix)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            self.fail(key, f"expected {expected}", fix)
+        return None, fix
+
+    def count(self, key: str, minimum: int = 1, words: tuple[str, ...] = ()) -> int | str:
+        word, fix = self._rule_word(key, words, f"a whole number >= {minimum}")
+        if word is not None:
+            return word
+        v = self.raw[key]
+        if v != int(v):
+            self.fail(key, "not a whole number", fix)
+        if v < minimum:
+            self.fail(key, f"must be at least {minimum}", fix)
+        return int(v)
+
+    def number(self, key: str, *, share: bool = False, words: tuple[str, ...] = ()) -> float | str:
+        word, fix = self._rule_word(key, words, "a number in (0, 1]" if share else "a number >= 0")
+        if word is not None:
+            return word
+        v = self.raw[key]
+        if share and not 0 < v <= 1:
+            self.fail(key, "a share must be in (0, 1]", fix)
+        if v < 0:
+            self.fail(key, "must not be negative", fix)
+        return float(v)
+
+    def sizes(self, key: str) -> tuple[int, ...]:
+        v = self.raw[key]
+        fix = "write ascending whole numbers >= 1 without repeats ([] for no graphs)"
+        if not isinstance(v, list) or any(isinstance(b, bool) or not isinstance(b, int) or b < 1
+                                          for b in v):
+            self.fail(key, "expected a list of whole numbers >= 1", fix)
+        if any(b >= c for b, c in zip(v, v[1:])):
+            self.fail(key, "not strictly ascending (unsorted or repeated)", fix)
+        return tuple(v)
+
+    def keys(self, required: tuple[str, ...], optional: tuple[str, ...]) -> None:
+        known = required + optional
+        for key in self.raw:
+            if key not in known:
+                raise SpecError(f"{self.where} [{self.table}].{key}: unknown key; use "
+                                f"{', '.join(known)}")
+        for key in required:
+            if key not in self.raw:
+                raise SpecError(f"{self.where} [{self.table}]: missing key {key}; add it "
+                                "(see moesym/engines/builtin.toml)")
+
+
+_REQUIRED = ("version", "description", "policy", "mixed_chunk", "chunk_tokens",
+             "max_running_requests", "kv_block_tokens", "kv_memory_fraction", "kv_memory_basis",
+             "kv_full", "cuda_graph_batch_sizes", "cuda_graph_padding", "dp_routing",
+             "overlap_scheduler", "prefill_order")
+_OPTIONAL = ("step_token_budget", "max_prefill_tokens", "running_requests_rule",
+             "kv_memory_rule", *RETRACT_KEYS, "cuda_graph_max_batch_size_tp_below_4",
+             "long_prefill_token_threshold", "host_step_us")
+_RUNNING_KEYS = ("requests_per_context", "min_requests", "max_requests", "kv_tokens_per_request")
+_MIB_KEYS = ("base_mib", "parallel_mib_per_8_gpus", "decode_graph_mib_per_batch",
+             "dp_graph_mib_per_batch_rank", "dp_graph_large_mib_per_batch_rank",
+             "prefill_graph_mib_per_size", "prefill_graph_mla_mib", "floor_mib", "deepep_mib")
+_MEMORY_KEYS = (*_MIB_KEYS, "activation_mib_per_token", "activation_min_tokens",
+                "dp_graph_large_batch", "floor_above_gib", "prefill_graph_grid")
+
+
+def _sub(c: _Checker, key: str, keys: tuple[str, ...]) -> _Checker:
+    raw = c.raw[key]
+    if not isinstance(raw, Mapping):
+        c.fail(key, "expected a table", f"write it as [{c.table}.{key}]")
+    sub = _Checker(c.where, f"{c.table}.{key}", raw)
+    sub.keys(keys, ())
+    return sub
+
+
+def _running_rule(c: _Checker) -> RunningRequestsRule:
+    s = _sub(c, "running_requests_rule", _RUNNING_KEYS)
+    rule = RunningRequestsRule(*(s.count(k) for k in _RUNNING_KEYS))
+    if rule.min_requests > rule.max_requests:
+        s.fail("min_requests", "larger than max_requests", "make min_requests <= max_requests")
+    return rule
+
+
+def _memory_rule(c: _Checker) -> KvMemoryRule:
+    s = _sub(c, "kv_memory_rule", _MEMORY_KEYS)
+    mib = {k: s.number(k) * MIB for k in _MIB_KEYS}
+    grid = s.raw["prefill_graph_grid"]
+    fix = "write [[first, last, step], ...] with whole numbers 1 <= first <= last, step >= 1"
+    if not isinstance(grid, list) or not all(
+            isinstance(r, list) and len(r) == 3
+            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in r)
+            and r[0] <= r[1] for r in grid):
+        s.fail("prefill_graph_grid", "expected [first, last, step] ranges", fix)
+    return KvMemoryRule(
+        base_bytes=mib["base_mib"],
+        activation_bytes_per_token=s.number("activation_mib_per_token") * MIB,
+        activation_min_tokens=s.count("activation_min_tokens", 0),
+        parallel_bytes_per_8_gpus=mib["parallel_mib_per_8_gpus"],
+        decode_graph_bytes_per_batch=mib["decode_graph_mib_per_batch"],
+        dp_graph_bytes_per_batch_rank=mib["dp_graph_mib_per_batch_rank"],
+        dp_graph_large_batch=s.count("dp_graph_large_batch", 0),
+        dp_graph_large_bytes_per_batch_rank=mib["dp_graph_large_mib_per_batch_rank"],
+        prefill_graph_bytes_per_size=mib["prefill_graph_mib_per_size"],
+        prefill_graph_mla_bytes=mib["prefill_graph_mla_mib"],
+        floor_bytes=mib["floor_mib"],
+        floor_above_bytes=s.number("floor_above_gib") * GIB,
+        deepep_bytes=mib["deepep_mib"],
+        prefill_graph_grid=tuple(tuple(r) for r in grid))
+
+
+def _parse(name: str, raw: Mapping, where: str) -> EngineProfile:
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{where} [{name}]: expected a table of engine settings")
+    c = _Checker(where, name, raw)
+    c.keys(_REQUIRED, _OPTIONAL)
+
+    def opt(key, read, *args):
+        return read(key, *args) if key in raw else None
+
+    kv_full = c.word("kv_full", KV_FULL)
+    if kv_full != "retract":
+        extra = [k for k in RETRACT_KEYS if k in raw]
+        if extra:
+            c.fail(extra[0], "only the 'retract' admission reserve reads it",
+                   "remove it or set kv_full = \"retract\"")
+    else:
+        for k in RETRACT_KEYS[:3]:
+            if k not in raw:
+                raise SpecError(f"{where} [{name}]: kv_full = \"retract\" needs {k}; add it")
+    policy = c.word("policy", POLICIES)
+    chunk = c.count("chunk_tokens", words=CHUNK_RULES)
+    budget = opt("step_token_budget", c.count)
+    if budget is None and (policy == "decode-first" or chunk == "off"):
+        raise SpecError(f"{where} [{name}]: policy {policy!r} with chunk_tokens {chunk!r} needs "
+                        "step_token_budget; add it")
+    running = c.count("max_running_requests", words=RUNNING_RULES)
+    if (running == "by-kv") != ("running_requests_rule" in raw):
+        c.fail("max_running_requests", "a 'by-kv' cap and a running_requests_rule table go "
+               "together", f"add [{name}.running_requests_rule] or give a number")
+    fraction = c.number("kv_memory_fraction", share=True, words=FRACTION_RULES)
+    if (fraction == "by-rule") != ("kv_memory_rule" in raw):
+        c.fail("kv_memory_fraction", "a 'by-rule' share and a kv_memory_rule table go together",
+               f"add [{name}.kv_memory_rule] or give a share")
+    ratio = {}
+    if kv_full == "retract":
+        ratio = {"new_token_ratio_init": c.number("new_token_ratio_init", share=True),
+                 "new_token_ratio_min": c.number("new_token_ratio_min", share=True),
+                 "new_token_ratio_decay_steps": c.count("new_token_ratio_decay_steps")}
+        if ratio["new_token_ratio_min"] > ratio["new_token_ratio_init"]:
+            c.fail("new_token_ratio_min", "larger than new_token_ratio_init",
+                   "make it <= new_token_ratio_init")
+    return EngineProfile(
+        name=name,
+        version=c.text("version"),
+        description=c.text("description"),
+        policy=policy,
+        mixed_chunk=c.flag("mixed_chunk"),
+        chunk_tokens=chunk,
+        max_running_requests=running,
+        kv_block_tokens=c.count("kv_block_tokens"),
+        kv_memory_fraction=fraction,
+        kv_memory_basis=c.word("kv_memory_basis", KV_BASES),
+        kv_full=kv_full,
+        cuda_graph_batch_sizes=c.sizes("cuda_graph_batch_sizes"),
+        cuda_graph_padding=c.flag("cuda_graph_padding"),
+        dp_routing=c.word("dp_routing", DP_ROUTING),
+        overlap_scheduler=c.flag("overlap_scheduler"),
+        prefill_order=c.word("prefill_order", PREFILL_ORDERS),
+        step_token_budget=budget,
+        max_prefill_tokens=opt("max_prefill_tokens", c.count),
+        running_requests_rule=_running_rule(c) if running == "by-kv" else None,
+        kv_memory_rule=_memory_rule(c) if fraction == "by-rule" else None,
+        **ratio,
+        schedule_conservativeness=opt("schedule_conservativeness", c.number),
+        dp_attention_conservativeness_factor=opt("dp_attention_conservativeness_factor", c.number),
+        reserve_clip_tokens=opt("reserve_clip_tokens", c.count),
+        retract_decode_steps=opt("retract_decode_steps", c.count, 0),
+        ignore_eos_full_reserve=opt("ignore_eos_full_reserve", c.flag),
+        cuda_graph_max_batch_size_tp_below_4=opt("cuda_graph_max_batch_size_tp_below_4", c.count),
+        long_prefill_token_threshold=opt("long_prefill_token_threshold", c.count, 0),
+        host_step_s=None if "host_step_us" not in raw else c.number("host_step_us") * 1e-6)
+
+
+_BUILTIN: dict[str, EngineProfile] = {}
+
+
+def _builtin() -> dict[str, EngineProfile]:
+    if not _BUILTIN:
+        raw = load_toml(Path(__file__).with_name("builtin.toml"))
+        _BUILTIN.update({n: _parse(n, t, "builtin.toml") for n, t in raw.items()})
+    return _BUILTIN
+
+
+def builtin_engines() -> list[str]:
+    """The names of the shipped engine profiles."""
+    return list(_builtin())
+
+
+def load_engine(name_or_path: str) -> EngineProfile:
+    """A built-in engine profile by name, or the one profile table in a TOML file."""
+    shipped = _builtin()
+    if name_or_path in shipped:
+        return shipped[name_or_path]
+    p = Path(name_or_path)
+    if p.suffix != ".toml":
+        raise SpecError(f"engine {name_or_path!r}: unknown; use {', '.join(shipped)} or a "
+                        "profile .toml")
+    if not p.is_file():
+        raise SpecError(f"engine {name_or_path}: no such file; give {', '.join(shipped)} or an "
+                        "existing profile .toml")
+    raw = load_toml(p)
+    if len(raw) != 1 or not isinstance(next(iter(raw.values())), Mapping):
+        raise SpecError(f"{p}: expected exactly one engine table, found {len(raw)} top-level "
+                        "entries; keep one [name] table")
+    (name, table), = raw.items()
+    return _parse(name, table, str(p))

@@ -1,0 +1,253 @@
+"""Engine scheduler profiles (issue 31): each built-in loads with the defaults read in the
+engine's own source (the expected values below are written from that reading, with the file and
+setting; they are not taken from builtin.toml), the derived rules evaluate as the engine code
+does, and every kind of bad profile is a one-line error naming the file, the key and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from moesym.engines import builtin_engines, load_engine
+from moesym.errors import SpecError
+from moesym.model.serve import default_chunk_tokens
+
+MIB = 2**20
+
+
+def test_builtins():
+    assert builtin_engines() == ["sglang", "vllm", "trtllm"]
+
+
+def test_sglang_defaults():
+    p = load_engine("sglang")
+    assert p.version == "0.5.23"
+    # srt/managers/scheduler.py get_next_batch_to_run: "Run prefill first if possible"
+    assert p.policy == "prefill-first"
+    # srt/arg_groups/fields/schedule.py: enable_mixed_chunk False, max_prefill_tokens 16384,
+    # schedule_policy "fcfs", schedule_conservativeness 1.0, disable_overlap_schedule False
+    assert p.mixed_chunk is False
+    assert p.max_prefill_tokens == 16384
+    assert p.prefill_order == "fcfs"
+    assert p.schedule_conservativeness == 1.0
+    assert p.overlap_scheduler is True
+    assert p.step_token_budget is None
+    assert p.chunk_tokens == "by-memory"
+    assert p.kv_block_tokens == 1  # arg_groups/overrides.py _page_size_default on CUDA
+    assert (p.kv_full, p.kv_memory_basis) == ("retract", "weights-kv")
+    # environ.py SGLANG_INIT_NEW_TOKEN_RATIO 0.7, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14,
+    # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS 600, SGLANG_RETRACT_DECODE_STEPS 20,
+    # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION 4096; parallel_hook.py conservativeness x 0.3 with DP
+    assert p.new_token_ratio_init == 0.7
+    assert p.new_token_ratio_min == pytest.approx(0.7 * 0.14)
+    assert p.new_token_ratio_decay_steps == 600
+    assert p.retract_decode_steps == 20
+    assert p.reserve_clip_tokens == 4096
+    assert p.dp_attention_conservativeness_factor == 0.3
+    assert p.ignore_eos_full_reserve is True
+    # arg_groups/serving_hook.py handle_load_balance_method: auto -> round_robin
+    assert p.dp_routing == "round-robin"
+    assert p.cuda_graph_padding is True
+
+
+def test_sglang_graph_sizes():
+    """cuda_graph_hook.py generate_decode_cuda_graph_batch_sizes at memory_hook.py's max_bs
+    (H100/H200: 512 at tp >= 4, 256 below)."""
+    p = load_engine("sglang")
+    full = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + [512]
+    assert list(p.graph_batch_sizes(8)) == full
+    assert list(p.graph_batch_sizes(2)) == [b for b in full if b <= 256]
+    assert len(full) == 52
+
+
+def test_sglang_running_requests_rule():
+    """kv_cache_configurator.py resolve_max_num_reqs: min(clamp(int(kv / ctx x 512), 2048,
+    4096), kv // 2)."""
+    p = load_engine("sglang")
+    assert p.running_requests(1_000_000, 163_840) == 3125   # 1e6 / 163840 x 512 = 3125
+    assert p.running_requests(100_000, 163_840) == 2048     # 312 -> raised to 2048
+    assert p.running_requests(3_000, 163_840) == 1500       # 3000 // 2
+    assert p.running_requests(10_000_000, 4_096) == 4096    # 1.25e6 -> capped at 4096
+
+
+def test_sglang_memory_fraction_rule():
+    """memory_hook.py handle_gpu_memory_settings, derived by hand for an H100 (nvidia-smi
+    81559 MiB), tp 8, chunk 8192, decode graphs to 512, non-MLA (58 prefill graph sizes up to
+    8192 tokens: 8 + 14 + 8 + 8 + 12 + 8), no DP attention:
+    reserved = 512 + 1.5 x 8192 + 8 / 8 x 1024 + 2 x 512 + 8 x 58 = 15312 MiB (above the
+    10240 floor); fraction = round((81559 - 15312) / 81559, 3) = 0.812."""
+    p = load_engine("sglang")
+    assert len(p.kv_memory_rule.prefill_graph_sizes(8192)) == 58
+    assert p.kv_memory_rule.reserved_bytes(81559 * MIB, chunk_tokens=8192, tp=8,
+                                           decode_graph_max_batch=512) == 15312 * MIB
+    assert p.memory_fraction(81559 * MIB, chunk_tokens=8192, tp=8) == 0.812
+    # H200 (143771 MiB), DeepSeek (MLA), 8-way attention DP, DeepEP: 512 + 12288 + 1024
+    # + 1024 + 3 x 512 x 8 + 1.5 x 512 x 8 (max_bs 512 > 300) + 1536 = 34816, + 2048 DeepEP
+    assert p.memory_fraction(143771 * MIB, chunk_tokens=8192, tp=8, attn_dp=8, mla=True,
+                             deepep=True) == round((143771 - 34816 - 2048) / 143771, 3)
+    # a 24 GiB GPU: no 10 GiB floor (below 60 GiB); 50 prefill graph sizes up to 4096 tokens
+    # (8 + 14 + 8 + 8 + 12): 512 + 1.5 x 4096 + 128 + 2 x 48 + 8 x 50
+    small = 24576 * MIB
+    reserved = 512 + 1.5 * 4096 + 1024 / 8 + 2 * 48 + 8 * 50
+    assert p.memory_fraction(small, chunk_tokens=4096, tp=1, decode_graph_max_batch=48) == \
+        round((24576 - reserved) / 24576, 3)
+
+
+def test_sglang_chunk_rule_matches_the_source():
+    """moesym's CHUNK_BY_MEMORY against memory_hook.py: 8192 on H100 (81559 MiB) and H200
+    (143771 MiB), 16384 on B200 (183359 MiB), 4096 on A100-40GB; // attn_dp_size."""
+    assert default_chunk_tokens(81559 * MIB, 1) == 8192
+    assert default_chunk_tokens(143771 * MIB, 1) == 8192
+    assert default_chunk_tokens(183359 * MIB, 1) == 16384
+    assert default_chunk_tokens(40960 * MIB, 1) == 4096
+    assert default_chunk_tokens(143771 * MIB, 8) == 1024
+
+
+def test_vllm_defaults():
+    p = load_engine("vllm")
+    assert p.version == "0.33.0"
+    # v1/core/sched/scheduler.py schedule: RUNNING requests first, then WAITING
+    assert (p.policy, p.mixed_chunk) == ("decode-first", True)
+    # engine/arg_utils.py get_batch_defaults, OPENAI_API_SERVER on H100/H200: 8192 and 1024
+    assert p.step_token_budget == 8192
+    assert p.chunk_tokens == 8192
+    assert p.max_running_requests == 1024
+    assert p.kv_block_tokens == 16          # config/cache.py DEFAULT_BLOCK_SIZE
+    assert p.kv_memory_fraction == 0.92     # config/cache.py gpu_memory_utilization
+    assert p.kv_memory_basis == "weights-kv-activations"
+    assert p.memory_fraction(80 * 2**30) == 0.92
+    assert p.kv_full == "preempt-recompute"
+    # config/vllm.py _set_cudagraph_sizes: [1, 2, 4] + 8..248 by 8 + 256..512 by 16
+    assert list(p.cuda_graph_batch_sizes) == [1, 2, 4] + list(range(8, 256, 8)) + list(
+        range(256, 513, 16))
+    assert p.graph_batch_sizes(2) == p.cuda_graph_batch_sizes
+    assert p.cuda_graph_padding is True
+    assert p.dp_routing == "shortest-queue"
+    assert p.overlap_scheduler is True      # async_scheduling resolves to True
+    assert p.prefill_order == "fcfs"
+    assert p.long_prefill_token_threshold == 0
+    assert p.running_requests(10**6, 4096) == 1024
+    assert p.new_token_ratio_init is None and p.host_step_s is None
+
+
+def test_trtllm_defaults():
+    """Not read in the engine's source (PyPI has a stub): TensorRT-LLM 1.x's documented
+    trtllm-serve defaults, as builtin.toml says; 8192 tokens, 0.9 of free memory, 32-token
+    blocks and GUARANTEED_NO_EVICT are also stated by NVIDIA's aiconfigurator-core 0.12.0
+    (sdk/backends/trtllm_backend.py) and ai-dynamo 1.6.1 (dynamo/trtllm/backend_args.py,
+    dynamo/mocker/args.py)."""
+    p = load_engine("trtllm")
+    assert "not read" in p.version
+    assert (p.policy, p.chunk_tokens, p.step_token_budget) == ("decode-first", "off", 8192)
+    assert p.max_running_requests == 2048
+    assert p.kv_block_tokens == 32
+    assert (p.kv_memory_fraction, p.kv_memory_basis) == (0.9, "free-after-weights")
+    assert p.kv_full == "hold"
+    assert list(p.cuda_graph_batch_sizes) == list(range(1, 33)) + [64, 128]
+    assert p.cuda_graph_padding is False
+
+
+# --- a user's profile, and bad ones -------------------------------------------------------
+
+GOOD = """[mine]
+version = "1"
+description = "a test engine"
+policy = "decode-first"
+mixed_chunk = true
+chunk_tokens = 2048
+step_token_budget = 4096
+max_running_requests = 256
+kv_block_tokens = 16
+kv_memory_fraction = 0.9
+kv_memory_basis = "weights-kv-activations"
+kv_full = "preempt-recompute"
+cuda_graph_batch_sizes = [1, 2, 4, 8]
+cuda_graph_padding = true
+dp_routing = "round-robin"
+overlap_scheduler = false
+prefill_order = "fcfs"
+host_step_us = 150
+"""
+
+
+def _write(tmp_path, text, name="eng.toml"):
+    f = tmp_path / name
+    f.write_text(text)
+    return str(f)
+
+
+def _replace(key, line):
+    """GOOD with ``key``'s line replaced (or removed when ``line`` is empty)."""
+    out = [(line if line else None) if ln.split(" = ")[0] == key else ln
+           for ln in GOOD.splitlines()]
+    return "\n".join(x for x in out if x is not None) + "\n"
+
+
+def test_user_profile(tmp_path):
+    p = load_engine(_write(tmp_path, GOOD))
+    assert (p.name, p.chunk_tokens, p.step_token_budget, p.max_running_requests) == \
+        ("mine", 2048, 4096, 256)
+    assert p.host_step_s == pytest.approx(150e-6)
+    assert p.cuda_graph_batch_sizes == (1, 2, 4, 8)
+
+
+RETRACT = GOOD.replace('kv_full = "preempt-recompute"', 'kv_full = "retract"')
+
+BAD = [
+    # (profile text, words the one-line error must contain)
+    (GOOD + "max_seqs = 4\n", ["[mine].max_seqs", "unknown key"]),
+    (_replace("policy", ""), ["missing key policy"]),
+    (_replace("mixed_chunk", 'mixed_chunk = "yes"'), ["[mine].mixed_chunk", "true or false"]),
+    (_replace("version", "version = 3"), ["[mine].version", "string"]),
+    (_replace("kv_block_tokens", "kv_block_tokens = 16.5"), ["kv_block_tokens", "whole number"]),
+    (_replace("max_running_requests", "max_running_requests = -8"),
+     ["max_running_requests", "at least 1"]),
+    (_replace("host_step_us", "host_step_us = -1.0"), ["host_step_us", "negative"]),
+    (_replace("kv_memory_fraction", "kv_memory_fraction = 1.5"),
+     ["kv_memory_fraction", "(0, 1]"]),
+    (_replace("policy", 'policy = "decode-last"'), ["[mine].policy", "'prefill-first'"]),
+    (_replace("kv_full", 'kv_full = "swap"'), ["[mine].kv_full", "'retract'"]),
+    (_replace("dp_routing", 'dp_routing = "random"'), ["dp_routing", "'shortest-queue'"]),
+    (_replace("chunk_tokens", 'chunk_tokens = "by-magic"'), ["chunk_tokens", "'by-memory'"]),
+    (_replace("cuda_graph_batch_sizes", "cuda_graph_batch_sizes = [1, 4, 2]"),
+     ["cuda_graph_batch_sizes", "ascending"]),
+    (_replace("cuda_graph_batch_sizes", "cuda_graph_batch_sizes = [1, 2, 2, 4]"),
+     ["cuda_graph_batch_sizes", "repeated"]),
+    (_replace("cuda_graph_batch_sizes", "cuda_graph_batch_sizes = [0, 2]"),
+     ["cuda_graph_batch_sizes", ">= 1"]),
+    (_replace("step_token_budget", ""), ["step_token_budget", "needs"]),
+    (_replace("max_running_requests", 'max_running_requests = "by-kv"'),
+     ["max_running_requests", "running_requests_rule"]),
+    (_replace("kv_memory_fraction", 'kv_memory_fraction = "by-rule"'),
+     ["kv_memory_fraction", "kv_memory_rule"]),
+    (GOOD + "new_token_ratio_init = 0.7\n", ["new_token_ratio_init", "retract"]),
+    (RETRACT, ["needs new_token_ratio_init"]),
+    (RETRACT + "new_token_ratio_init = 0.5\nnew_token_ratio_min = 0.6\n"
+     "new_token_ratio_decay_steps = 600\n", ["new_token_ratio_min", "larger"]),
+    (_replace("max_running_requests", 'max_running_requests = "by-kv"')
+     + "[mine.running_requests_rule]\nrequests_per_context = 512\nmin_requests = 2048\n"
+     "max_requests = 4096\n", ["missing key kv_tokens_per_request"]),
+    (GOOD + "[other]\nversion = \"2\"\n", ["exactly one engine table"]),
+    ("[mine\nversion =", ["malformed TOML"]),
+]
+
+
+@pytest.mark.parametrize("text,words", BAD)
+def test_bad_profile_is_one_line_naming_file_and_key(tmp_path, text, words):
+    path = _write(tmp_path, text)
+    with pytest.raises(SpecError) as e:
+        load_engine(path)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert path in msg
+    for w in words:
+        assert w in msg, msg
+
+
+@pytest.mark.parametrize("arg,words", [("sgl", ["'sgl'", "sglang, vllm, trtllm"]),
+                                       ("/no/such/engine.toml", ["no such file"])])
+def test_bad_engine_name(arg, words):
+    with pytest.raises(SpecError) as e:
+        load_engine(arg)
+    assert "\n" not in str(e.value)
+    for w in words:
+        assert w in str(e.value)
