@@ -1,5 +1,6 @@
 """Plots (optional extra ``moesym[plot]``): roofline of each term against batch with the
-crossovers marked, the Pareto front, and a step-time breakdown bar chart."""
+crossovers marked, the Pareto front, a step-time breakdown bar chart and a simulated
+benchmark's time series."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import numpy as np
 from .errors import MoesymError
 from .model.report import BREAKDOWN_KEYS
 
-__all__ = ["breakdown_bar", "equation_sides", "term_roofline", "pareto_plot", "timeline_gantt"]
+__all__ = ["breakdown_bar", "equation_sides", "term_roofline", "pareto_plot", "serving_timeline",
+           "timeline_gantt"]
 
 
 def _plt():
@@ -136,5 +138,27 @@ def equation_sides(answers, path: str | Path, xlabel: str = "") -> Path | None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return Path(path)
+
+
+def serving_timeline(tl: dict, path: str | Path, title: str = "") -> Path:
+    """A simulated benchmark over time (``moesym simulate --plot``): running requests and the
+    queue, KV tokens in use, prefill tokens per step."""
+    plt = _plt()
+    fig, axes = plt.subplots(3, 1, figsize=(8, 6), sharex=True)
+    t = tl["time_s"]
+    axes[0].plot(t, tl["running"], label="running")
+    axes[0].plot(t, tl["waiting"], label="waiting")
+    axes[0].set_ylabel("requests")
+    axes[0].legend(loc="upper right")
+    axes[1].plot(t, np.asarray(tl["kv_used_tokens"]) / 1e3, color="#aa4466")
+    axes[1].set_ylabel("KV (k tokens)")
+    axes[2].plot(t, tl["prefill_tokens"], ".", ms=2, color="#228833")
+    axes[2].set_ylabel("prefill tokens")
+    axes[2].set_xlabel("time (s)")
+    axes[0].set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
     plt.close(fig)
     return Path(path)

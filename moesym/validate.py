@@ -37,7 +37,8 @@ from .specs.deployment import A2AMode, Deployment, Phase, Workload
 from .specs.hardware import load_hardware
 from .specs.model import load_model
 
-__all__ = ["Case", "CASES", "fit_serving", "load_cases", "run_case", "serving_fits", "validate"]
+__all__ = ["Case", "CASES", "SERVING_CASES", "ServingCase", "fit_serving", "load_cases", "run_case",
+           "serving_fits", "validate", "validate_serving"]
 
 _INFERSIM = ("InferSim README (alibaba/InferSim), table of actual throughput measured on "
              "SGLang deployments")
@@ -219,3 +220,76 @@ def load_cases(path) -> tuple[Case, ...]:
                         metric=metric, source=str(d.get("source", str(p))),
                         setup=str(d.get("setup", ""))))
     return tuple(out)
+
+
+# -- serving under load: published benchmark runs, simulated (moesym simulate) -------------------
+_INFERENCEX = ("SemiAnalysis InferenceX public runs (GitHub SemiAnalysisAI/InferenceX issue #870 "
+               "and PR #1061)")
+
+
+@dataclass(frozen=True)
+class ServingCase:
+    """A published serving benchmark at a fixed concurrency: ``measured`` maps a metric of
+    ``moesym simulate``'s report (``output_tokens_per_gpu_s``, ``ttft_ms.mean``,
+    ``tpot_ms.mean``, ``tpot_ms.p50``, ``tpot_ms.p99``) to its published value. The client:
+    closed loop, ``num_prompts`` requests of ``isl`` / ``osl`` tokens."""
+
+    name: str
+    model: str
+    hardware: str
+    deployment: Deployment
+    engine: str
+    isl: int
+    osl: int
+    concurrency: int
+    measured: dict
+    source: str = _INFERENCEX
+    setup: str = ""
+    num_prompts: int = 0  # 0: 10 x concurrency (the count is not published; assumed)
+
+
+def _r1(c: int, measured: dict) -> ServingCase:
+    return ServingCase(f"deepseek-r1-h200x8-sglang-c{c}", "deepseek-v3", "h200",
+                       Deployment(gpus=8, tp=8, ep=1, weights="fp8"), "sglang", 1024, 1024, c,
+                       measured, setup="DeepSeek-R1-0528 FP8 (DeepSeek-V3 architecture), 8 x "
+                       "H200, SGLang 0.5.7, TP8 EP1, 1024/1024")
+
+
+def _oss(c: int, measured: dict) -> ServingCase:
+    return ServingCase(f"gpt-oss-120b-mi300x-vllm-c{c}", "gpt-oss-120b", "mi300x",
+                       Deployment(gpus=1, weights="moe=mxfp4,attn=bf16,dense=bf16"), "vllm",
+                       1024, 1024, c, measured, setup="gpt-oss-120b (MXFP4 experts), 1 x "
+                       "MI300X, vLLM 0.17.0 (ROCm), TP1, 1024/1024")
+
+
+SERVING_CASES: tuple[ServingCase, ...] = (
+    _r1(8, {"output_tokens_per_gpu_s": 74.6, "ttft_ms.mean": 330.6, "tpot_ms.mean": 12.8}),
+    _r1(16, {"output_tokens_per_gpu_s": 111.9, "tpot_ms.mean": 17.2}),
+    _r1(32, {"output_tokens_per_gpu_s": 151.1, "tpot_ms.mean": 25.6}),
+    _r1(64, {"output_tokens_per_gpu_s": 223.6, "ttft_ms.mean": 423.1, "tpot_ms.mean": 34.6,
+             "tpot_ms.p99": 37.0}),
+    _oss(64, {"output_tokens_per_gpu_s": 2008.0, "tpot_ms.p50": 31.4}),
+    _oss(128, {"output_tokens_per_gpu_s": 2990.0, "tpot_ms.p50": 41.3}),
+    _oss(256, {"output_tokens_per_gpu_s": 4271.0, "tpot_ms.p50": 58.3}),
+)
+
+
+def validate_serving(cases=SERVING_CASES, seed: int = 0) -> list[dict]:
+    """Each serving case simulated (:func:`moesym.serving.simulate`, the case's engine
+    profile); one row per published metric with the signed relative error. Nothing is
+    fitted on these cases."""
+    from .serving import simulate
+    from .serving.clients import Client
+
+    rows = []
+    for c in cases:
+        client = Client(concurrency=c.concurrency, num_prompts=c.num_prompts or 10 * c.concurrency)
+        r = simulate(load_model(c.model), load_hardware(c.hardware), c.deployment, client,
+                     str(c.isl), str(c.osl), engine=c.engine, seed=seed, timeline_points=1)
+        for metric, meas in c.measured.items():
+            head, _, stat = metric.partition(".")
+            pred = r[head][stat] if stat else r[head]
+            rows.append({"name": c.name, "metric": metric, "measured": meas, "predicted": pred,
+                         "error": (pred - meas) / meas, "source": c.source, "setup": c.setup,
+                         "engine": c.engine, "concurrency": c.concurrency})
+    return rows

@@ -24,6 +24,7 @@ COMMANDS = {
     "derive": "closed forms: crossover batch, optimal EP, ...",
     "sweep": "grid of step times (CSV or Parquet)",
     "optimize": "best TP/EP/micro-batch/batch under TPOT/TTFT and memory",
+    "simulate": "a serving benchmark simulated request by request: TTFT/TPOT percentiles",
     "validate": "error against published end-to-end measurements",
     "report": "one self-contained HTML page of a prediction (charts, timeline, formulas)",
     "list": "built-in models and GPUs, their sources and calibration state",

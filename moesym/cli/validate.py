@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..validate import CASES, load_cases, serving_fits, validate
+from ..validate import CASES, load_cases, serving_fits, validate, validate_serving
 from . import COMMANDS
 from .common import add_json, add_no_cache, add_timing, emit_json
 
@@ -18,6 +18,9 @@ def register(sub) -> None:
     p.add_argument("--fit-serving", action="store_true",
                    help="also fit each GPU's serving efficiency on all of its cases (the value a "
                         "hardware file's [efficiency] serving should hold)")
+    p.add_argument("--no-serving", action="store_true",
+                   help="skip the serving section (published benchmarks at a concurrency, "
+                        "simulated with moesym simulate)")
     add_json(p)
     add_no_cache(p)
     p.set_defaults(func=run)
@@ -32,10 +35,13 @@ def _shown(case: dict, key: str) -> str:
 def run(args) -> int:
     cases = validate(args.timing, load_cases(args.cases) if args.cases else CASES)
     fits = serving_fits(cases) if args.fit_serving else None
+    serving = [] if args.cases or args.no_serving else validate_serving()
     if args.json:
         out = {"cases": cases}
         if fits is not None:
             out["serving_fits"] = fits
+        if serving:
+            out["serving"] = serving
         emit_json(out)
         return 0
     print(f"{'case':<34} {'measured':>9} {'predicted':>10} {'error':>8} {'eta_sv':>7} "
@@ -55,4 +61,21 @@ def run(args) -> int:
         for hw, f in fits.items():
             print(f"fit on all {len(f['cases'])} {hw} case(s): serving = {f['serving_frac']:.3f} "
                   f"(hardware file: {f['shipped']:.3f})")
+    if serving:
+        _print_serving(serving)
     return 0
+
+
+def _print_serving(rows: list[dict]) -> None:
+    print("\nserving under load (moesym simulate; closed loop, 10 x concurrency prompts; nothing "
+          "fitted on these):")
+    print(f"{'case':<36} {'metric':<24} {'measured':>9} {'predicted':>10} {'error':>8}")
+    for r in rows:
+        print(f"{r['name']:<36} {r['metric']:<24} {r['measured']:>9.1f} {r['predicted']:>10.1f} "
+              f"{r['error']:+8.1%}")
+    for kind in ("tpot", "ttft", "output"):
+        errs = [abs(r["error"]) for r in rows if r["metric"].startswith(kind)]
+        if errs:
+            from statistics import median
+
+            print(f"{kind:<7} median |error| {median(errs):.1%} over {len(errs)}")

@@ -1,0 +1,152 @@
+"""``moesym simulate``: a serving benchmark (closed loop at a concurrency, or Poisson at a
+rate) simulated request by request through an engine's scheduler, every step timed by the
+compiled step model: TTFT, TPOT, ITL and E2E percentiles, throughput per GPU, goodput."""
+
+from __future__ import annotations
+
+from ..errors import MoesymError
+from . import COMMANDS
+from .common import (add_deployment, add_json, add_model_hw, deployment_from, emit_json, fmt_s,
+                     model_hw_from, positive_float, positive_int, probability)
+
+__all__ = ["register", "run"]
+
+#: a run longer than this many simulated steps is said up front (about a minute of wall time)
+_STEPS_WARN = 2_000_000
+
+
+def register(sub) -> None:
+    p = sub.add_parser("simulate", help=COMMANDS["simulate"])
+    add_model_hw(p)
+    add_deployment(p)
+    g = p.add_argument_group("benchmark client")
+    g.add_argument("--concurrency", type=positive_int, default=None,
+                   help="closed loop: requests in flight; all start at once, each finished "
+                        "one is replaced (needs --num-prompts, default 10 x concurrency)")
+    g.add_argument("--request-rate", type=positive_float, default=None, metavar="R",
+                   help="open loop: Poisson arrivals, R requests per second (with --duration "
+                        "or --num-prompts)")
+    g.add_argument("--num-prompts", type=positive_int, default=None)
+    g.add_argument("--duration", type=positive_float, default=None, metavar="S",
+                   help="open loop: seconds of arrivals")
+    g.add_argument("--isl", type=positive_int, default=None, help="prompt tokens per request")
+    g.add_argument("--osl", type=positive_int, default=None, help="output tokens per request")
+    g.add_argument("--isl-dist", default=None, metavar="DIST",
+                   help="prompt lengths drawn from fixed:N, uniform:A:B, lognormal:MEAN:SIGMA "
+                        "or a file of lengths")
+    g.add_argument("--osl-dist", default=None, metavar="DIST", help="output lengths, as --isl-dist")
+    g.add_argument("--random-range-ratio", type=probability, default=None, metavar="R",
+                   help="lengths as the engine's benchmark draws them around --isl/--osl "
+                        "(SGLang: uniform in [R x N, N]; vLLM: [(1-R) N, (1+R) N])")
+    g.add_argument("--lengths-file", default=None, metavar="CSV",
+                   help="isl,osl pairs, one request per line (repeated in order)")
+    g.add_argument("--seed", type=int, default=0)
+    e = p.add_argument_group("engine")
+    e.add_argument("--engine", default="sglang", metavar="NAME|FILE.toml",
+                   help="scheduler profile: sglang, vllm, trtllm or a profile file "
+                        "(default sglang)")
+    e.add_argument("--chunk", type=positive_int, default=None,
+                   help="prompt tokens per step per attention DP rank (default: the engine's)")
+    e.add_argument("--max-running-requests", type=positive_int, default=None,
+                   help="requests held at once per rank (default: the engine's)")
+    s = p.add_argument_group("service level")
+    s.add_argument("--ttft-ms", type=positive_float, default=None, help="goodput: TTFT limit")
+    s.add_argument("--tpot-ms", type=positive_float, default=None, help="goodput: TPOT limit")
+    add_json(p)
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="draw the time series (running, queue, KV use, prefill tokens)")
+    p.add_argument("--timeline-points", type=positive_int, default=500,
+                   help="steps kept in the JSON time series (evenly spaced)")
+    p.set_defaults(func=run)
+
+
+def _lengths_args(args) -> tuple[str, str]:
+    if args.lengths_file:
+        given = [f for f in ("isl", "osl", "isl_dist", "osl_dist") if getattr(args, f)]
+        if given:
+            raise MoesymError(f"--lengths-file gives both lengths: drop --{given[0].replace('_', '-')}")
+        return "", ""
+    out = []
+    for name in ("isl", "osl"):
+        n, dist = getattr(args, name), getattr(args, f"{name}_dist")
+        if n is not None and dist is not None:
+            raise MoesymError(f"--{name} and --{name}-dist: give one")
+        if n is None and dist is None:
+            raise MoesymError(f"simulate needs --{name} N (or --{name}-dist, or --lengths-file)")
+        if dist is None and args.random_range_ratio is not None:
+            from ..serving.clients import range_ratio
+
+            tool = "vllm" if args.engine == "vllm" else "sglang"
+            dist = range_ratio(n, args.random_range_ratio, tool)
+        out.append(dist or str(n))
+    return out[0], out[1]
+
+
+def run(args) -> int:
+    from ..serving import simulate
+    from ..serving.clients import Client
+
+    model, hw = model_hw_from(args)
+    dep = deployment_from(args)
+    if dep.pp > 1 or dep.cp > 1:
+        raise MoesymError("simulate: --pp and --cp are not simulated (one pipeline stage, no "
+                          "context parallelism); use predict --phase serve for them")
+    if dep.mesh is not None:
+        raise MoesymError("simulate: a --mesh deployment has no engine scheduler profile here; "
+                          "use predict --phase serve")
+    client = Client(args.concurrency, args.request_rate, args.num_prompts, args.duration)
+    isl, osl = _lengths_args(args)
+    _warn_long(args, client, dep)
+    limits = {"ttft_s": args.ttft_ms / 1e3 if args.ttft_ms else None,
+              "tpot_s": args.tpot_ms / 1e3 if args.tpot_ms else None}
+    r = simulate(model, hw, dep, client, isl, osl, engine=args.engine, seed=args.seed,
+                 pairs=args.lengths_file, chunk=args.chunk,
+                 max_running=args.max_running_requests,
+                 limits=limits if any(v is not None for v in limits.values()) else None,
+                 timeline_points=args.timeline_points)
+    if args.plot:
+        from ..plots import serving_timeline
+
+        serving_timeline(r["timeline"], args.plot, f"{model.name} on {dep.gpus} x {hw.name}, "
+                                                   f"{r['engine']['name']}")
+    if args.json:
+        emit_json(r)
+        return 0
+    _print(r, model, hw, dep, client)
+    return 0
+
+
+def _warn_long(args, client, dep) -> None:
+    import warnings
+
+    n = args.num_prompts or (10 * client.concurrency if client.closed else
+                             client.request_rate * client.duration_s)
+    osl = args.osl or 1024
+    per_step = client.concurrency if client.closed else max(1.0, n / 10)
+    steps = n * osl / max(1.0, min(per_step, n)) * max(1, dep.dp)
+    if steps > _STEPS_WARN:
+        warnings.warn(f"about {steps:.2g} rank-steps to simulate (over a minute): fewer "
+                      "--num-prompts (or a shorter --duration) gives the same percentiles "
+                      "sooner", stacklevel=2)
+
+
+def _print(r, model, hw, dep, client) -> None:
+    e = r["engine"]
+    how = (f"concurrency {client.concurrency}" if client.closed
+           else f"{client.request_rate:g} requests/s")
+    print(f"{model.name} on {dep.gpus} x {hw.name}  tp={dep.tp} ep={dep.ep} "
+          f"weights={dep.weights}  engine {e['name']} {e['version']} ({e['policy']}, chunk "
+          f"{e['chunk_tokens']}, {e['dp_ranks']} DP rank(s))")
+    print(f"  {r['requests']} requests, {how}, {r['duration_s']:.2f} s simulated "
+          f"({r['steps']} steps, {r['preemptions']} preemptions)")
+    print(f"  {'':<6} {'mean':>10} {'p50':>10} {'p90':>10} {'p99':>10}")
+    for k in ("ttft", "tpot", "itl", "e2e"):
+        s = r[f"{k}_ms"]
+        print(f"  {k.upper():<6} " + " ".join(f"{fmt_s(s[p] / 1e3):>10}"
+                                              for p in ("mean", "p50", "p90", "p99")))
+    print(f"  output tok/GPU/s {r['output_tokens_per_gpu_s']:.1f}   input tok/GPU/s "
+          f"{r['input_tokens_per_gpu_s']:.1f}   requests/s {r['requests_per_s']:.3g}")
+    if "goodput" in r:
+        g = r["goodput"]
+        print(f"  goodput          {g['share_meeting_slo']:.1%} of requests meet the limits, "
+              f"{g['requests_per_s']:.3g} requests/s")

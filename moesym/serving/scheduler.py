@@ -1,0 +1,316 @@
+"""An engine's scheduler, step by step, in step space: which requests each attention
+data-parallel rank runs in each step (prefill pieces, decode requests, their KV), with no clock.
+
+Time enters only through :meth:`EngineState.admit`, which makes requests visible to the
+scheduler; a closed-loop client's requests arrive on completions, which this module raises
+itself (:attr:`EngineState.on_finish`), so a closed-loop benchmark is scheduled entirely in
+step space and its steps are timed afterwards in bulk (:mod:`moesym.serving.simulator`).
+
+A rank holds a waiting queue, the requests being prefilled (a prompt longer than the step's
+budget is chunked over several steps) and the decoding requests. Two policies, read from the
+engine profile (:class:`SchedulerConfig`):
+
+* ``prefill-first`` (SGLang): a step with prompts waiting, and room for them, is a prefill step
+  of at most ``chunk_tokens`` prompt tokens (first-come first-served, the last prompt chunked);
+  the decoding requests sit it out unless ``mixed_chunk``, when they ride in the same step;
+  otherwise the step decodes every running request.
+* ``decode-first`` (vLLM V1, TensorRT-LLM in-flight batching): every decoding request takes its
+  token(s) from the step's ``step_tokens`` budget; what is left goes to prompts being prefilled,
+  then to new prompts, first-come first-served, each chunked to what is left.
+
+Decoding requests advance together: a rank counts its decode steps ``D``, a request that
+started decoding at count ``D0`` holds ``isl + a (D - D0)`` tokens of KV (``a``: tokens a decode
+step emits per request, speculative decoding's accepted length) and finishes at ``D0 + m`` with
+``m = ceil((osl - 1) / a)`` (the prefill's last chunk emits the first token), so a step costs
+O(log n) per finishing request, not O(n) per running one.
+
+KV admission (``kv_reserve``): a prompt is admitted when the KV in use, plus ``kv_reserve``
+times the decoding requests' remaining output, plus the new prompt and ``kv_reserve`` times its
+output, fits the rank's KV capacity; ``kv_reserve = 1`` never runs out (TensorRT-LLM's
+guaranteed-no-evict), ``0`` allocates on demand (vLLM). When a decode step would overflow, the
+newest decoding requests are preempted: they go back to the front of the queue and later
+prefill their prompt and the tokens they had emitted again (recompute), which emits their next
+token.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+__all__ = ["SchedulerConfig", "EngineState", "StepContent", "IDLE", "DECODE", "PREFILL", "MIXED"]
+
+IDLE, DECODE, PREFILL, MIXED = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """An engine's scheduling rules as numbers (resolved from an engine profile, the hardware
+    and the deployment by :func:`moesym.serving.engine.scheduler_config`)."""
+
+    policy: str = "decode-first"           # or "prefill-first"
+    mixed_chunk: bool = True               # prefill-first: decode requests ride in prefill steps
+    chunk_tokens: int = 8192               # prompt tokens per step (per rank)
+    step_tokens: int = 8192                # decode-first: all tokens of a step (per rank)
+    max_running: int = 1 << 30             # requests held at once per rank (prefilling + decoding)
+    kv_capacity_tokens: float = math.inf   # per rank
+    kv_reserve: float = 0.0                # share of future output reserved at admission
+    accepted: float = 1.0                  # tokens one decode step emits per request
+    graph_sizes: tuple = ()                # captured decode batch sizes (ascending)
+    dp_routing: str = "round-robin"        # or "shortest-queue"
+
+    def __post_init__(self):
+        if self.policy not in ("prefill-first", "decode-first"):
+            raise ValueError(f"policy {self.policy!r}: prefill-first or decode-first")
+
+
+@dataclass
+class StepContent:
+    """What one rank runs in one step: ``kind`` (IDLE, DECODE, PREFILL, MIXED), decode
+    requests ``batch`` (padded to a captured graph size in ``graph_batch``), their mean KV
+    length ``kv_mean``, prefill tokens ``tokens`` and the token-weighted mean length
+    ``prompt_len`` of the prompts they belong to."""
+
+    kind: int = IDLE
+    batch: int = 0
+    graph_batch: int = 0
+    kv_mean: float = 0.0
+    tokens: int = 0
+    prompt_len: float = 0.0
+
+
+@dataclass
+class _Rank:
+    waiting: deque = field(default_factory=deque)
+    prefilling: list = field(default_factory=list)   # request ids, oldest first
+    heap: list = field(default_factory=list)         # (finish count, admission stamp, id)
+    decoding: dict = field(default_factory=dict)     # id -> admission stamp (insertion = age)
+    D: int = 0                                       # decode steps run
+    A: float = 0.0                                   # sum of (isl_i - a D0_i) over decoding
+    rem: float = 0.0                                 # sum of (D0_i + m_i) over decoding
+    decode_steps: list = field(default_factory=list)  # global step index of each decode step
+    prefill_kv: float = 0.0                           # KV held by the requests in prefill
+
+
+class EngineState:
+    """The scheduler of ``ranks`` attention data-parallel ranks over requests with prompt
+    lengths ``isl`` and output lengths ``osl`` (lists of ints). Call :meth:`admit` to make
+    requests visible, :meth:`step` to run one step; the results are the per-request records
+    (``first_step``, ``finish_step``, ``segments``, ``extra_emits``) and ``steps``."""
+
+    def __init__(self, cfg: SchedulerConfig, ranks: int, isl, osl):
+        self.cfg, self.n = cfg, len(isl)
+        self.ranks = [_Rank() for _ in range(ranks)]
+        self.isl0 = [int(x) for x in isl]
+        self.osl = [int(x) for x in osl]
+        a = cfg.accepted
+        self.prompt = list(self.isl0)          # tokens to prefill (grows when preempted)
+        self.done = [0] * self.n               # prompt tokens prefilled so far
+        self.left = [max(0, math.ceil((o - 1) / a - 1e-9)) for o in self.osl]  # decode steps
+        self.rank_of = [-1] * self.n
+        self.first_step = [-1] * self.n
+        self.finish_step = [-1] * self.n
+        self.segments: list[list] = [[] for _ in range(self.n)]   # (rank, D0, D1)
+        self.extra_emits: list[list] = [[] for _ in range(self.n)]  # steps of re-prefill tokens
+        self.d0 = [0] * self.n
+        self.stamp = [0] * self.n
+        self.preemptions = 0
+        self.step_index = 0
+        self.on_finish = None    # callback(request id, step index): a closed-loop client
+        self._rr = 0
+        self._finished: list = []
+
+    # -- arrivals --------------------------------------------------------------------------
+    def admit(self, rid: int) -> None:
+        """Request ``rid`` has arrived: route it to a rank's queue."""
+        if self.cfg.dp_routing == "shortest-queue":
+            r = min(range(len(self.ranks)), key=lambda i: self._load(self.ranks[i]))
+        else:
+            r = self._rr % len(self.ranks)
+            self._rr += 1
+        self.rank_of[rid] = r
+        self.ranks[r].waiting.append(rid)
+
+    @staticmethod
+    def _load(rk: _Rank) -> int:
+        return len(rk.waiting) + len(rk.prefilling) + len(rk.decoding)
+
+    def busy(self) -> bool:
+        return any(rk.waiting or rk.prefilling or rk.decoding for rk in self.ranks)
+
+    # -- KV --------------------------------------------------------------------------------
+    def _kv_decoding(self, rk: _Rank) -> float:
+        return rk.A + self.cfg.accepted * len(rk.decoding) * rk.D
+
+    def kv_used(self, rk: _Rank) -> float:
+        return self._kv_decoding(rk) + rk.prefill_kv
+
+    def _reserved(self, rk: _Rank) -> float:
+        """Future output of the decoding requests, times the admission reserve."""
+        if not self.cfg.kv_reserve:
+            return 0.0
+        return self.cfg.kv_reserve * self.cfg.accepted * (rk.rem - len(rk.decoding) * rk.D)
+
+    def _fits(self, rk: _Rank, rid: int) -> bool:
+        need = self.prompt[rid] + self.cfg.kv_reserve * self.cfg.accepted * self.left[rid]
+        return self.kv_used(rk) + self._reserved(rk) + need <= self.cfg.kv_capacity_tokens
+
+    # -- one step --------------------------------------------------------------------------
+    def step(self) -> list[StepContent]:
+        """Run one step on every rank; its contents per rank (index ``self.step_index``)."""
+        s = self.step_index
+        out = [self._rank_step(rk, r, s) for r, rk in enumerate(self.ranks)]
+        self.step_index += 1
+        finished, self._finished = self._finished, []
+        if self.on_finish is not None:  # after every rank has stepped: a request that a
+            for rid in finished:        # finish releases arrives for the next step
+                self.on_finish(rid, s)
+        return out
+
+    def _rank_step(self, rk: _Rank, r: int, s: int) -> StepContent:
+        cfg = self.cfg
+        if cfg.policy == "prefill-first":
+            pieces = self._pieces(rk, cfg.chunk_tokens, len(rk.decoding))
+            decode = not pieces or cfg.mixed_chunk
+        else:
+            b = len(rk.decoding)
+            budget = cfg.step_tokens - math.ceil(b * cfg.accepted)
+            pieces = self._pieces(rk, max(0, min(budget, cfg.chunk_tokens)), b)
+            decode = True
+        if decode and rk.decoding:
+            self._make_room(rk)
+        b = len(rk.decoding) if decode else 0
+        c = StepContent()
+        if b:
+            c.batch = b
+            c.kv_mean = self._kv_decoding(rk) / b
+            c.graph_batch = _padded(b, cfg.graph_sizes) if not pieces else b
+        if pieces:
+            c.tokens = sum(t for _, t in pieces)
+            c.prompt_len = sum(self.prompt[i] * t for i, t in pieces) / c.tokens
+        c.kind = (MIXED if b else PREFILL) if pieces else (DECODE if b else IDLE)
+        if b:
+            self._decode(rk, r, s)
+        for rid, t in pieces:
+            self._prefilled(rk, r, rid, t, s)
+        return c
+
+    def _pieces(self, rk: _Rank, budget: int, decoding: int) -> list:
+        """Prompt pieces of this step: the prompts in prefill first, then new ones (first come,
+        first served) while the budget, the request limit and the KV allow."""
+        pieces = []
+        for rid in rk.prefilling:
+            if budget <= 0:
+                break
+            t = min(self.prompt[rid] - self.done[rid], budget)
+            pieces.append((rid, t))
+            budget -= t
+        held = decoding + len(rk.prefilling)
+        while budget > 0 and rk.waiting and held < self.cfg.max_running:
+            rid = rk.waiting[0]
+            if not self._fits(rk, rid):
+                break
+            rk.waiting.popleft()
+            rk.prefilling.append(rid)
+            rk.prefill_kv += self.prompt[rid]
+            held += 1
+            t = min(self.prompt[rid] - self.done[rid], budget)
+            pieces.append((rid, t))
+            budget -= t
+        return pieces
+
+    def _prefilled(self, rk: _Rank, r: int, rid: int, t: int, s: int) -> None:
+        self.done[rid] += t
+        if self.done[rid] < self.prompt[rid]:
+            return
+        rk.prefilling.remove(rid)
+        rk.prefill_kv -= self.prompt[rid]
+        if self.first_step[rid] < 0:
+            self.first_step[rid] = s
+        else:  # a preempted request's recompute emits its next token
+            self.extra_emits[rid].append(s)
+            self.left[rid] = max(0, self.left[rid] - 1)
+        if self.left[rid] == 0:
+            self._finish(rid, s)
+            return
+        self.d0[rid] = rk.D
+        self.stamp[rid] += 1
+        rk.decoding[rid] = self.stamp[rid]
+        rk.A += self.prompt[rid] - self.cfg.accepted * rk.D
+        rk.rem += rk.D + self.left[rid]
+        heapq.heappush(rk.heap, (rk.D + self.left[rid], self.stamp[rid], rid))
+
+    def _decode(self, rk: _Rank, r: int, s: int) -> None:
+        rk.D += 1
+        rk.decode_steps.append(s)
+        while rk.heap and rk.heap[0][0] <= rk.D:
+            _, stamp, rid = heapq.heappop(rk.heap)
+            if rk.decoding.get(rid) != stamp:
+                continue  # preempted since
+            self._leave(rk, rid)
+            self.segments[rid].append((r, self.d0[rid], rk.D))
+            self.left[rid] = 0
+            self._finish(rid, s)
+
+    def _leave(self, rk: _Rank, rid: int) -> None:
+        del rk.decoding[rid]
+        rk.A -= self.prompt[rid] - self.cfg.accepted * self.d0[rid]
+        rk.rem -= self.d0[rid] + self.left[rid]
+
+    def _make_room(self, rk: _Rank) -> None:
+        """Preempt the newest decoding requests while this decode step's new tokens would
+        overflow the KV (each goes back to the queue's front, to recompute)."""
+        a = self.cfg.accepted
+        while rk.decoding and (self.kv_used(rk) + a * len(rk.decoding)
+                               > self.cfg.kv_capacity_tokens):
+            rid = next(reversed(rk.decoding))
+            r = self.rank_of[rid]
+            steps = rk.D - self.d0[rid]
+            self._leave(rk, rid)
+            if steps:
+                self.segments[rid].append((r, self.d0[rid], rk.D))
+            self.left[rid] -= steps
+            self.prompt[rid] += math.floor(a * steps)  # KV of the tokens emitted so far
+            self.done[rid] = 0
+            rk.waiting.appendleft(rid)
+            self.preemptions += 1
+
+    def _finish(self, rid: int, s: int) -> None:
+        self.finish_step[rid] = s
+        self._finished.append(rid)
+
+    # -- speculation -----------------------------------------------------------------------
+    def snapshot(self):
+        """Everything :meth:`step` and :meth:`admit` change, to roll back a speculative run."""
+        ranks = [(deque(rk.waiting), list(rk.prefilling), list(rk.heap), dict(rk.decoding), rk.D,
+                  rk.A, rk.rem, len(rk.decode_steps), rk.prefill_kv) for rk in self.ranks]
+        per_req = (list(self.prompt), list(self.done), list(self.left), list(self.rank_of),
+                   list(self.first_step), list(self.finish_step), list(self.d0),
+                   list(self.stamp), [len(x) for x in self.segments],
+                   [len(x) for x in self.extra_emits])
+        return ranks, per_req, self.preemptions, self.step_index, self._rr
+
+    def restore(self, snap) -> None:
+        ranks, per_req, self.preemptions, self.step_index, self._rr = snap
+        for rk, (w, p, h, d, D, A, rem, nsteps, pkv) in zip(self.ranks, ranks):
+            rk.waiting, rk.prefilling, rk.heap, rk.decoding = deque(w), list(p), list(h), dict(d)
+            rk.D, rk.A, rk.rem, rk.prefill_kv = D, A, rem, pkv
+            del rk.decode_steps[nsteps:]
+        (self.prompt, self.done, self.left, self.rank_of, self.first_step, self.finish_step,
+         self.d0, self.stamp, nseg, nemit) = (list(x) for x in per_req)
+        for lst, n in zip(self.segments, nseg):
+            del lst[n:]
+        for lst, n in zip(self.extra_emits, nemit):
+            del lst[n:]
+
+
+def _padded(b: int, sizes: tuple) -> int:
+    """The captured graph batch a decode batch of ``b`` replays at (``b`` itself when it is
+    larger than every captured size: run eagerly)."""
+    if not sizes or b > sizes[-1]:
+        return b
+    import bisect
+
+    return sizes[bisect.bisect_left(sizes, b)]

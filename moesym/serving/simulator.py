@@ -1,0 +1,165 @@
+"""A serving benchmark, simulated request by request through an engine's scheduler.
+
+The scheduler (:mod:`moesym.serving.scheduler`) decides each step's contents in step space; a
+timer (:class:`moesym.serving.timer.ModelTimer`, moesym's compiled step models) gives each
+rank's step time, and the ranks of one step wait for the slowest (their MoE layers and
+communication run together). Only an open-loop client's arrivals depend on the clock, so the
+run advances in epochs: from the present state, the scheduler runs ahead up to the next timed
+arrival (every step of a closed-loop run), the steps are timed in one bulk evaluation, and the
+steps that started before the arrival are kept (the rest are rolled back and rerun with the
+arrival in the queue). Step times are exact at every step; the cost is one bulk evaluation
+per arrival at most.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .clients import Client
+from .scheduler import EngineState, SchedulerConfig
+
+__all__ = ["Run", "run"]
+
+_AHEAD = 4096  # steps run ahead when no timed arrival bounds the epoch
+
+
+@dataclass
+class Run:
+    """What a simulated benchmark measured: per request ``arrival_s``, ``first_token_s``,
+    ``finish_s``, ``isl``, ``osl``, token emission times (``token_times``, a list of arrays),
+    and per step ``step_start_s``, ``step_s`` and the per-rank contents (arrays of shape
+    steps x ranks: ``kind``, ``batch``, ``kv_mean``, ``tokens``, ``prompt_len``) with the
+    scheduler's ``running``, ``waiting`` and ``kv_used`` after each step (sums over ranks)."""
+
+    arrival_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    isl: np.ndarray
+    osl: np.ndarray
+    token_times: list
+    step_start_s: np.ndarray
+    step_s: np.ndarray
+    contents: dict
+    running: np.ndarray
+    waiting: np.ndarray
+    kv_used: np.ndarray
+    preemptions: int
+
+
+def run(cfg: SchedulerConfig, ranks: int, client: Client, isl, osl, times_fn,
+        arrivals_s=None) -> Run:
+    """Simulate ``client`` sending requests of lengths ``isl``/``osl`` (arrays, one entry
+    per request in sending order) to an engine of ``ranks`` attention DP ranks scheduled by
+    ``cfg``; ``times_fn(kind, batch, kv_mean, tokens, prompt_len)`` times rank steps (arrays,
+    steps x ranks). ``arrivals_s``: an open-loop client's arrival times."""
+    n = len(isl)
+    st = EngineState(cfg, ranks, isl, osl)
+    arrival = np.zeros(n)
+    arrival_step = np.full(n, -1)  # closed loop: arrives at the end of this step (-1: at 0)
+    sent = 0
+    if client.closed:
+        def replace(rid, s):
+            nonlocal sent
+            if sent < n:
+                arrival_step[sent] = s
+                st.admit(sent)
+                sent += 1
+
+        st.on_finish = replace
+        for _ in range(min(client.concurrency, n)):
+            st.admit(sent)
+            sent += 1
+        timed = np.array([])
+    else:
+        timed = np.asarray(arrivals_s, dtype=float)
+        arrival[:] = timed
+
+    cols = {k: [] for k in ("kind", "batch", "kv_mean", "tokens", "prompt_len", "graph_batch")}
+    starts, durs, running, waiting, kv = [], [], [], [], []
+    t, nxt = 0.0, 0
+    last_step_s = 0.0
+    while True:
+        while nxt < len(timed) and timed[nxt] <= t:
+            st.admit(nxt)
+            nxt += 1
+        if not st.busy():
+            if nxt >= len(timed):
+                break
+            t = float(timed[nxt])  # idle until the next arrival
+            continue
+        t_next = float(timed[nxt]) if nxt < len(timed) else math.inf
+        if math.isfinite(t_next) and last_step_s > 0:
+            ahead = int(min(_AHEAD, max(1, (t_next - t) / last_step_s * 1.5 + 1)))
+        else:
+            ahead = _AHEAD if not math.isfinite(t_next) else 1
+        snap = st.snapshot() if math.isfinite(t_next) else None
+        block, block_state = [], []
+        for _ in range(ahead):
+            if not st.busy():
+                break
+            block.append(st.step())
+            block_state.append(_state(st))
+        arr = {k: np.array([[getattr(c, k) for c in row] for row in block]) for k in cols}
+        rank_s = times_fn(arr["kind"], arr["graph_batch"], arr["kv_mean"], arr["tokens"],
+                          arr["prompt_len"])
+        step_s = rank_s.max(axis=1)
+        start = t + np.concatenate(([0.0], np.cumsum(step_s)[:-1]))
+        keep = len(block)
+        if math.isfinite(t_next):
+            keep = max(1, int(np.searchsorted(start, t_next, side="left")))
+            if keep < len(block):  # the arrival is seen by step `keep`: rerun up to it
+                st.restore(snap)
+                for _ in range(keep):
+                    st.step()
+        for k in cols:
+            cols[k].append(arr[k][:keep])
+        starts.append(start[:keep])
+        durs.append(step_s[:keep])
+        for (r, w, u) in block_state[:keep]:
+            running.append(r)
+            waiting.append(w)
+            kv.append(u)
+        t = float(start[keep - 1] + step_s[keep - 1])
+        last_step_s = float(np.mean(step_s[:keep]))
+        if client.closed and not st.busy() and sent >= n:
+            break
+
+    start = np.concatenate(starts) if starts else np.zeros(0)
+    dur = np.concatenate(durs) if durs else np.zeros(0)
+    end = start + dur
+    if client.closed:
+        arrival = np.where(arrival_step >= 0, end[np.maximum(arrival_step, 0)], 0.0)
+    first = end[np.asarray(st.first_step)]
+    finish = end[np.asarray(st.finish_step)]
+    token_times = _token_times(st, end, first)
+    contents = {k: np.concatenate(v) if v else np.zeros((0, ranks)) for k, v in cols.items()}
+    return Run(arrival, first, finish, np.asarray(isl), np.asarray(osl), token_times, start, dur,
+               contents, np.asarray(running), np.asarray(waiting), np.asarray(kv),
+               st.preemptions)
+
+
+def _state(st: EngineState) -> tuple:
+    return (sum(len(rk.decoding) + len(rk.prefilling) for rk in st.ranks),
+            sum(len(rk.waiting) for rk in st.ranks),
+            sum(st.kv_used(rk) for rk in st.ranks))
+
+
+def _token_times(st: EngineState, end: np.ndarray, first: np.ndarray) -> list:
+    """Each request's token emission times: its first token, each decode step it took part
+    in, and a recompute's token after a preemption."""
+    steps = [np.asarray(rk.decode_steps, dtype=np.int64) for rk in st.ranks]
+    out = []
+    for rid in range(st.n):
+        parts = [first[rid:rid + 1]]
+        for r, d0, d1 in st.segments[rid]:
+            parts.append(end[steps[r][d0:d1]])
+        if st.extra_emits[rid]:
+            parts.append(end[np.asarray(st.extra_emits[rid])])
+        tt = np.concatenate(parts)
+        if st.extra_emits[rid]:
+            tt.sort()
+        out.append(tt)
+    return out

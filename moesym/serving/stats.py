@@ -1,0 +1,79 @@
+"""What a serving benchmark reports, from a simulated run (:class:`moesym.serving.simulator.Run`).
+
+Per request, as SGLang's ``bench_serving`` and vLLM's ``benchmark_serving`` define them:
+TTFT = first token - arrival; TPOT = (finish - first token) / (output tokens - 1) (requests of
+one output token have none); ITL = the gaps between a request's consecutive tokens, pooled over
+requests; E2E = finish - arrival. Each as mean, p50, p90, p99 (linear interpolation, NumPy's
+default, as the tools use). The run's duration is from the first arrival to the last finish;
+throughputs divide the tokens by it and by the deployment's GPUs. Goodput: requests per second
+that meet every given limit.
+
+>>> summary(np.array([1.0, 2.0, 3.0, 4.0]))["p50"]
+2.5
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["summary", "report", "PERCENTILES"]
+
+PERCENTILES = (50, 90, 99)
+
+
+def summary(x: np.ndarray, scale: float = 1.0) -> dict:
+    """Mean and percentiles of ``x`` times ``scale`` (NaN for no samples)."""
+    x = np.asarray(x, dtype=float) * scale
+    if not len(x):
+        return {"mean": float("nan"), **{f"p{p}": float("nan") for p in PERCENTILES}}
+    return {"mean": float(x.mean()), **{f"p{p}": float(np.percentile(x, p)) for p in PERCENTILES}}
+
+
+def per_request(run) -> dict:
+    """TTFT, TPOT, E2E (s) per request and the pooled ITL gaps (s)."""
+    ttft = run.first_token_s - run.arrival_s
+    e2e = run.finish_s - run.arrival_s
+    many = run.osl > 1
+    tpot = (run.finish_s[many] - run.first_token_s[many]) / (run.osl[many] - 1)
+    itl = np.concatenate([np.diff(t) for t in run.token_times]) if run.token_times else np.zeros(0)
+    return {"ttft": ttft, "tpot": tpot, "itl": itl, "e2e": e2e, "tpot_mask": many}
+
+
+def report(run, gpus: int, limits: dict | None = None) -> dict:
+    """The benchmark's numbers (ms for latencies, per GPU per second for throughputs).
+    ``limits``: ``{"ttft_s": x, "tpot_s": y}`` for goodput (either may be absent)."""
+    pr = per_request(run)
+    duration = float(run.finish_s.max() - run.arrival_s.min()) if len(run.finish_s) else 0.0
+    out = {f"{k}_ms": summary(pr[k], 1e3) for k in ("ttft", "tpot", "itl", "e2e")}
+    n = len(run.osl)
+    out.update({
+        "requests": n, "duration_s": duration,
+        "requests_per_s": n / duration if duration else float("nan"),
+        "output_tokens_per_gpu_s": float(run.osl.sum()) / duration / gpus if duration else 0.0,
+        "input_tokens_per_gpu_s": float(run.isl.sum()) / duration / gpus if duration else 0.0,
+        "steps": len(run.step_s), "preemptions": run.preemptions,
+    })
+    if limits:
+        ok = np.ones(n, dtype=bool)
+        if limits.get("ttft_s") is not None:
+            ok &= pr["ttft"] <= limits["ttft_s"]
+        if limits.get("tpot_s") is not None:
+            tp = np.zeros(n)
+            tp[pr["tpot_mask"]] = pr["tpot"]
+            ok &= tp <= limits["tpot_s"]
+        out["goodput"] = {"share_meeting_slo": float(ok.mean()) if n else 0.0,
+                          "requests_per_s": float(ok.sum()) / duration if duration else 0.0,
+                          **{k: v for k, v in limits.items() if v is not None}}
+    return out
+
+
+def timeline(run, points: int = 500) -> dict:
+    """Per-step running requests, queue, KV tokens in use and prefill tokens (sums over ranks),
+    thinned to at most ``points`` steps (evenly spaced)."""
+    s = len(run.step_s)
+    idx = np.unique(np.linspace(0, s - 1, min(points, s)).astype(int)) if s else np.zeros(0, int)
+    return {"time_s": run.step_start_s[idx].tolist(), "step_s": run.step_s[idx].tolist(),
+            "running": run.running[idx].tolist(), "waiting": run.waiting[idx].tolist(),
+            "kv_used_tokens": run.kv_used[idx].tolist(),
+            "prefill_tokens": run.contents["tokens"].sum(axis=1)[idx].tolist() if s else [],
+            "decode_batch": run.contents["batch"].sum(axis=1)[idx].tolist() if s else []}

@@ -1,0 +1,82 @@
+"""Step times of a simulation from moesym's own compiled step models, in bulk.
+
+A step of one attention data-parallel rank is a decode step (``B`` requests at mean KV ``L``),
+a prefill step (``T`` prompt tokens of prompts of mean length ``L``, chunk ``C``, the
+engine's chunk or the prompt when shorter) or a mixed
+step (both; the prompts' length is ``L_in``): the three compiled models of
+:func:`moesym.model.predictor.compiled_predict_model` (decode, prefill and serve phase), each
+built once and evaluated on arrays of steps, never rebuilt per step. With micro-batches, a
+decode step of fewer requests than micro-batches runs as that many micro-batches (an engine
+cannot split further), from the model built at that count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..specs.deployment import Deployment, Phase, Workload
+from ..symtab import N
+from .scheduler import DECODE, MIXED, PREFILL
+
+__all__ = ["ModelTimer"]
+
+
+class ModelTimer:
+    """``times(kind, batch, kv_mean, tokens, prompt_len)`` (arrays of equal shape) -> step
+    seconds of each rank's step; idle steps take 0."""
+
+    def __init__(self, model, hw, dep: Deployment, chunk: int):
+        self.model, self.hw, self.dep, self.chunk = model, hw, dep, chunk
+        self._cms: dict = {}
+
+    def _cm(self, phase: Phase, mb: int):
+        key = (phase, mb)
+        if key not in self._cms:
+            from ..model.predictor import compiled_predict_model
+
+            dep = replace(self.dep, micro_batches=mb)
+            dep.check_overlap(phase)
+            wl = {Phase.DECODE: Workload(Phase.DECODE, batch=1, context=1),
+                  Phase.PREFILL: Workload(Phase.PREFILL, tokens=self.chunk, context=self.chunk,
+                                          chunk=self.chunk),
+                  Phase.SERVE: Workload(Phase.SERVE, batch=1, isl=1, osl=1,
+                                        chunk=self.chunk)}[phase]
+            self._cms[key] = compiled_predict_model(self.model, self.hw, dep, wl, memory=False)
+        return self._cms[key]
+
+    def prepare(self) -> None:
+        """Build (or load) the models a run needs before the run starts."""
+        for phase in (Phase.DECODE, Phase.PREFILL, Phase.SERVE):
+            self._cm(phase, self.dep.micro_batches)
+
+    def times(self, kind, batch, kv_mean, tokens, prompt_len) -> np.ndarray:
+        kind = np.asarray(kind)
+        out = np.zeros(kind.shape)
+        mb = self.dep.micro_batches
+        f = lambda a, m: np.asarray(a, dtype=float)[m]  # noqa: E731
+        for k, phase in ((DECODE, Phase.DECODE), (PREFILL, Phase.PREFILL), (MIXED, Phase.SERVE)):
+            sel = kind == k
+            if not sel.any():
+                continue
+            for m in range(1, mb + 1):
+                # a step splits into min(micro-batches, its decode requests or its tokens)
+                work = np.asarray(batch if k == DECODE else tokens)
+                use = sel & (np.minimum(work, mb) == m) if mb > 1 else sel
+                if not use.any():
+                    continue
+                # a prompt shorter than the chunk is prefilled in one piece of its length
+                env = {N.chunk: np.minimum(float(self.chunk), f(prompt_len, use))}
+                if k == DECODE:
+                    env.update({N.batch: f(batch, use), N.context: f(kv_mean, use)})
+                elif k == PREFILL:
+                    env.update({N.tokens: f(tokens, use), N.context: f(prompt_len, use)})
+                else:
+                    env.update({N.batch: f(batch, use), N.context: f(kv_mean, use),
+                                N.tokens: f(tokens, use), N.isl: f(prompt_len, use)})
+                cm = self._cm(phase, m)
+                out[use] = cm.evaluate(0, {**cm.parts[0]["static"], **env})["step_time_s"]
+                if mb == 1:
+                    break
+        return out

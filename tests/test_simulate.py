@@ -1,0 +1,287 @@
+"""The serving simulation (moesym.serving) against an independent event simulation written
+here (plain Python, one request and one token at a time), queueing identities, the single-
+request limit and the steady state, and its bad-input errors."""
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from moesym.serving.clients import Client, lengths, range_ratio
+from moesym.serving.scheduler import SchedulerConfig
+from moesym.serving.simulator import run
+
+
+# -- an independent reference: every request and every token stepped explicitly -------------
+def toy_time(kind, b, kv, p, L):
+    """A synthetic rank step time (s) of the step's contents: nonlinear enough that a wrong
+    batch, KV, token count or prompt length changes it."""
+    if kind == 0:
+        return 0.0
+    return 1e-3 + 2e-4 * b + 1e-7 * b * kv + 3e-6 * p + 1e-9 * p * L + (5e-4 if p else 0.0)
+
+
+def _pad(b, sizes):
+    big = [s for s in sizes if s >= b]
+    return min(big) if big else b
+
+
+def reference(cfg, ranks, isl, osl, closed_c=None, arrivals=None):
+    """Per request (arrival, first token, finish) times, by brute force."""
+    n = len(isl)
+    arr = [math.inf] * n
+    if closed_c is not None:
+        for i in range(min(closed_c, n)):
+            arr[i] = 0.0
+    else:
+        arr = list(arrivals)
+    rank = [i % ranks for i in range(n)]      # round robin in sending order
+    seen = [False] * n
+    waiting = [[] for _ in range(ranks)]
+    pref = [[] for _ in range(ranks)]
+    dec = [[] for _ in range(ranks)]
+    done = [0] * n
+    steps_left = [max(0, math.ceil(o - 1)) for o in osl]
+    emitted_decode = [0] * n
+    first = [None] * n
+    fin = [None] * n
+    sent = min(closed_c, n) if closed_c is not None else n
+    t = 0.0
+    while any(f is None for f in fin):
+        for i in range(n):
+            if not seen[i] and arr[i] <= t:
+                seen[i] = True
+                waiting[rank[i]].append(i)
+        if not any(waiting[r] or pref[r] or dec[r] for r in range(ranks)):
+            t = min(arr[i] for i in range(n) if not seen[i])
+            continue
+        times, finished = [], []
+        for r in range(ranks):
+            kv = sum(isl[i] + emitted_decode[i] for i in dec[r]) + sum(isl[i] for i in pref[r])
+            reserved = cfg.kv_reserve * sum(steps_left[i] - emitted_decode[i] for i in dec[r])
+
+            def pieces(budget, ndec):
+                out = []
+                for i in pref[r]:
+                    if budget <= 0:
+                        break
+                    x = min(isl[i] - done[i], budget)
+                    out.append((i, x))
+                    budget -= x
+                held = ndec + len(pref[r])
+                nonlocal kv
+                while budget > 0 and waiting[r] and held < cfg.max_running:
+                    i = waiting[r][0]
+                    if kv + reserved + isl[i] + cfg.kv_reserve * steps_left[i] > cfg.kv_capacity_tokens:
+                        break
+                    waiting[r].pop(0)
+                    pref[r].append(i)
+                    kv += isl[i]
+                    held += 1
+                    x = min(isl[i] - done[i], budget)
+                    out.append((i, x))
+                    budget -= x
+                return out
+
+            if cfg.policy == "prefill-first":
+                pc = pieces(cfg.chunk_tokens, len(dec[r]))
+                decode = not pc or cfg.mixed_chunk
+            else:
+                pc = pieces(max(0, min(cfg.step_tokens - len(dec[r]), cfg.chunk_tokens)), len(dec[r]))
+                decode = True
+            b = len(dec[r]) if decode else 0
+            kvd = sum(isl[i] + emitted_decode[i] for i in dec[r])
+            p = sum(x for _, x in pc)
+            L = sum(isl[i] * x for i, x in pc) / p if p else 0.0
+            kind = (3 if b else 2) if p else (1 if b else 0)
+            bb = _pad(b, cfg.graph_sizes) if (b and not p) else b
+            times.append(toy_time(kind, bb, kvd / b if b else 0.0, p, L))
+            if b:
+                for i in list(dec[r]):
+                    emitted_decode[i] += 1
+                    if emitted_decode[i] >= steps_left[i]:
+                        dec[r].remove(i)
+                        finished.append(i)
+            for i, x in pc:
+                done[i] += x
+                if done[i] >= isl[i]:
+                    pref[r].remove(i)
+                    first[i] = ("step", None)
+                    if steps_left[i] == 0:
+                        finished.append(i)
+                    else:
+                        dec[r].append(i)
+            for i, x in pc:
+                if first[i] == ("step", None):
+                    first[i] = "pending"
+        dt = max(times)
+        t += dt
+        for i in range(n):
+            if first[i] == "pending":
+                first[i] = t
+        for i in finished:
+            fin[i] = t
+            if closed_c is not None and sent < n:
+                arr[sent] = t
+                sent += 1
+    return np.array(arr), np.array(first, dtype=float), np.array(fin, dtype=float)
+
+
+def toy_times(kind, b, kv, p, L):
+    out = np.zeros(kind.shape)
+    for idx in np.ndindex(kind.shape):
+        out[idx] = toy_time(kind[idx], b[idx], kv[idx], p[idx], L[idx])
+    return out
+
+
+def random_case(rng):
+    policy = rng.choice(["prefill-first", "decode-first"])
+    cfg = SchedulerConfig(policy=policy, mixed_chunk=bool(rng.random() < 0.5),
+                          chunk_tokens=rng.choice([16, 64, 200]), step_tokens=rng.choice([64, 300]),
+                          max_running=rng.choice([2, 5, 1000]),
+                          kv_capacity_tokens=rng.choice([math.inf, 2000.0]),
+                          kv_reserve=1.0, graph_sizes=rng.choice([(), (1, 2, 4, 8)]))
+    n = rng.randint(1, 25)
+    isl = [rng.randint(1, 300) for _ in range(n)]
+    osl = [rng.randint(1, 30) for _ in range(n)]
+    ranks = rng.choice([1, 2, 3])
+    return cfg, ranks, isl, osl
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_matches_an_independent_event_simulation(seed):
+    rng = random.Random(seed)
+    cfg, ranks, isl, osl = random_case(rng)
+    if rng.random() < 0.5:
+        c = rng.randint(1, 8)
+        got = run(cfg, ranks, Client(concurrency=c, num_prompts=len(isl)), isl, osl, toy_times)
+        want = reference(cfg, ranks, isl, osl, closed_c=c)
+    else:
+        arrivals = np.cumsum([rng.expovariate(30.0) for _ in isl])
+        got = run(cfg, ranks, Client(request_rate=30.0, num_prompts=len(isl)), isl, osl,
+                  toy_times, arrivals)
+        want = reference(cfg, ranks, isl, osl, arrivals=arrivals)
+    np.testing.assert_allclose(got.arrival_s, want[0], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got.first_token_s, want[1], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got.finish_s, want[2], rtol=1e-9, atol=1e-12)
+
+
+def test_preemption_keeps_every_token_and_the_kv_within_capacity():
+    """On-demand KV (reserve 0) that runs out: requests are preempted and recomputed, every
+    request still emits all its tokens, in order, and the KV never exceeds the capacity."""
+    cfg = SchedulerConfig(policy="decode-first", chunk_tokens=256, step_tokens=512,
+                          kv_capacity_tokens=1500.0, kv_reserve=0.0)
+    isl, osl = [200] * 12, [200] * 12
+    r = run(cfg, 1, Client(concurrency=12, num_prompts=12), isl, osl, toy_times)
+    assert r.preemptions > 0
+    assert r.kv_used.max() <= 1500.0
+    for tt, o in zip(r.token_times, osl):
+        assert len(tt) == o and np.all(np.diff(tt) > 0)
+
+
+def test_littles_law():
+    """Time-averaged requests in the system (the scheduler's own running + waiting, weighted
+    by step time) = arrival rate x mean time in the system, for a Poisson client."""
+    cfg = SchedulerConfig(policy="decode-first", chunk_tokens=128, step_tokens=256)
+    rng = np.random.default_rng(1)
+    n = 400
+    isl, osl = rng.integers(50, 300, n), rng.integers(20, 60, n)
+    arrivals = np.cumsum(rng.exponential(1 / 60.0, n))
+    r = run(cfg, 1, Client(request_rate=60.0, num_prompts=n), isl, osl, toy_times, arrivals)
+    T = r.finish_s.max()
+    in_system = np.sum((r.running + r.waiting) * r.step_s) / T
+    lam_w = n / T * np.mean(r.finish_s - r.arrival_s)
+    assert in_system == pytest.approx(lam_w, rel=0.05)
+
+
+# -- on moesym's own compiled model -----------------------------------------------------------
+@pytest.fixture(scope="module")
+def qwen_h20():
+    import moesym as ms
+
+    return ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20"), ms.Deployment(gpus=1)
+
+
+def _profile(**kw):
+    """vLLM's profile with a 2048-token step and chunk (and any other field overridden)."""
+    from dataclasses import replace
+
+    from moesym.engines import load_engine
+
+    base = dict(chunk_tokens=2048, step_token_budget=2048, cuda_graph_batch_sizes=(1, 2, 4, 8))
+    base.update(kw)
+    return replace(load_engine("vllm"), **base)
+
+
+def test_one_request_at_a_time_is_its_prefill_and_decode_steps(qwen_h20):
+    """Concurrency 1: TTFT = the prompt's prefill step (predict's prefill at that prompt),
+    TPOT = the mean of predict's decode step at batch 1 over the KV lengths it passes."""
+    import moesym as ms
+    from moesym.serving import simulate
+
+    model, hw, dep = qwen_h20
+    isl, osl = 1000, 6
+    r = simulate(model, hw, dep, Client(concurrency=1, num_prompts=2), str(isl), str(osl),
+                 engine=_profile())
+    pre = ms.predict(model, hw, dep, phase="prefill", tokens=isl, context=isl)
+    dec = [ms.predict(model, hw, dep, phase="decode", batch=1, context=isl + j)["step_time_s"]
+           for j in range(osl - 1)]
+    assert r["ttft_ms"]["mean"] == pytest.approx(pre["step_time_s"] * 1e3, rel=1e-9)
+    assert r["tpot_ms"]["mean"] == pytest.approx(np.mean(dec) * 1e3, rel=1e-9)
+
+
+def test_empty_queue_matches_the_steady_state(qwen_h20):
+    """Desynchronised requests that never queue (decode-first, mixed chunks): the simulated
+    TPOT and output throughput come close to predict --phase serve's steady state at the same
+    requests in flight (the steady state's Poisson approximation of prefill arrivals and its
+    mean KV length are the difference)."""
+    import moesym as ms
+    from moesym.serving import simulate
+
+    model, hw, dep = qwen_h20
+    r = simulate(model, hw, dep, Client(concurrency=32, num_prompts=600), "uniform:500:1500",
+                 "uniform:100:300", engine=_profile(cuda_graph_padding=False))
+    ss = ms.predict(model, hw, dep, phase="serve", batch=32, isl=1000, osl=200, chunk=2048)
+    assert r["timeline"]["waiting"][-len(r["timeline"]["waiting"]) // 2] == 0
+    assert r["tpot_ms"]["mean"] == pytest.approx(ss["tpot_s"] * 1e3, rel=0.1)
+    assert r["output_tokens_per_gpu_s"] == pytest.approx(ss["output_tokens_per_gpu_s"], rel=0.1)
+
+
+def test_lengths_and_range_ratio():
+    isl, osl = lengths(1000, "uniform:10:20", "lognormal:100:0.5", seed=3)
+    assert isl.min() >= 10 and isl.max() <= 20 and set(np.unique(isl)) == set(range(10, 21))
+    assert abs(osl.mean() - 100) < 5
+    # SGLang bench_serving: randint(max(int(N R), 1), N + 1); vLLM: [floor(N(1-R)), ceil(N(1+R))]
+    assert range_ratio(1000, 0.5) == "uniform:500:1000"
+    assert range_ratio(1000, 0.5, "vllm") == "uniform:500:1500"
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--concurrency", "0", "--isl", "10", "--osl", "10"], "--concurrency"),
+    (["--request-rate", "-1", "--duration", "5", "--isl", "10", "--osl", "10"], "--request-rate"),
+    (["--request-rate", "2", "--isl", "10", "--osl", "10"], "--duration"),
+    (["--concurrency", "4", "--duration", "5", "--isl", "10", "--osl", "10"], "--duration"),
+    (["--concurrency", "4", "--osl", "10"], "--isl"),
+    (["--concurrency", "4", "--isl-dist", "uniform:9:3", "--osl", "10"], "--isl"),
+    (["--concurrency", "4", "--isl", "10", "--osl", "10", "--num-prompts", "0"], "--num-prompts"),
+    (["--concurrency", "4", "--isl", "10", "--osl", "10", "--pp", "2", "--gpus", "2"], "--pp"),
+    (["--concurrency", "4", "--isl", "10", "--osl", "10", "--engine", "nosuch"], "nosuch"),
+    (["--concurrency", "4", "--lengths-file", "/nonexistent.csv"], "--lengths-file"),
+])
+def test_bad_input_is_one_line(argv, needle, capsys):
+    from moesym.cli import main
+
+    rc = main(["simulate", "qwen3-8b", "--hardware", "h20"] + argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and needle in err, err
+
+
+def test_empty_lengths_file(tmp_path, capsys):
+    from moesym.cli import main
+
+    f = tmp_path / "lengths.csv"
+    f.write_text("isl,osl\n")
+    rc = main(["simulate", "qwen3-8b", "--hardware", "h20", "--concurrency", "2",
+               "--lengths-file", str(f)])
+    assert rc == 2 and "--lengths-file" in capsys.readouterr().err
