@@ -371,25 +371,34 @@ class MemoryModel:
         return solve_max(self._bound_except(expr, S.context), S.context,
                          self.values[S.hbm_capacity])
 
+    def parts(self) -> dict:
+        """Bytes per GPU of each part (``weights``, ``activation``, ``workspace``, ``comm``:
+        ``{name: bytes}``; ``reserve``), the KV bytes per token and ``kv_pool`` (what the rest
+        leaves for KV), without solving for the batch or context limits."""
+        e, n = self.expressions, self.number
+        out = {k: {name: n(v) for name, v in e[k].items()}
+               for k in ("weights", "activation", "workspace", "comm")}
+        out["reserve"] = n(e["reserve"])
+        out["kv_per_token"] = n(e["kv_per_token"])
+        out["kv_pool"] = self.values[S.hbm_capacity] - out["reserve"] - sum(
+            sum(out[k].values()) for k in ("weights", "activation", "workspace", "comm"))
+        return out
+
     def report(self) -> dict:
         e, dep, wl = self.expressions, self.deployment, self.workload
         n = self.number
-        weights = {k: n(v) for k, v in e["weights"].items()}
-        act = {k: n(v) for k, v in e["activation"].items()}
-        ws = {k: n(v) for k, v in e["workspace"].items()}
-        comm = {k: n(v) for k, v in e["comm"].items()}
+        p = self.parts()
+        weights, act, ws, comm = p["weights"], p["activation"], p["workspace"], p["comm"]
         hbm = self.values[S.hbm_capacity]
-        reserve = n(e["reserve"])
+        reserve = p["reserve"]
         kv = n(e["kv"])
-        non_kv = sum(weights.values()) + sum(act.values()) + sum(ws.values()) + sum(comm.values()) \
-            + reserve
-        free = hbm - non_kv - kv
+        pool = p["kv_pool"]
+        free = pool - kv
         b_rank = self.max_requests()
         b_rank_int = math.floor(b_rank + 1e-9) if math.isfinite(b_rank) else None
         per_gpu = b_rank_int // dep.tp if b_rank_int is not None else None
         l_max = self.max_context()
-        kv_tok = n(e["kv_per_token"])
-        pool = hbm - non_kv
+        kv_tok = p["kv_per_token"]
         fmts = weight_formats(dep.weights, self.hardware, self.model.is_moe)
         mode = a2a_mode(self.model, dep, wl.phase)
         m = self.model

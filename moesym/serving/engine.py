@@ -28,23 +28,24 @@ __all__ = ["scheduler_config", "kv_capacity_tokens"]
 
 def kv_capacity_tokens(model, hw, dep, context: int, profile=None, chunk: int = 0) -> float:
     """KV tokens one attention DP rank holds (each GPU of the rank holding its share)."""
-    from ..memory import memory_report
+    from ..memory import memory_model
     from ..specs.deployment import Phase, Workload
 
-    r = memory_report(model, hw, dep, Workload(Phase.DECODE, batch=1, context=max(1, context)))
-    per_token = r["kv_bytes_per_token"]
+    p = memory_model(model, hw, dep, Workload(Phase.DECODE, batch=1, context=max(1, context))).parts()
+    per_token = p["kv_per_token"]
     if per_token <= 0:
         return math.inf
-    pool = r["kv_pool_bytes"]
+    pool = p["kv_pool"]
     if profile is not None:
         hbm = hw.hbm_capacity_bytes
         frac = profile.memory_fraction(hbm, chunk_tokens=chunk * dep.dp, tp=dep.tp, pp=dep.pp,
                                        attn_dp=dep.dp, mla=bool(model.kv_lora_rank),
                                        deepep=dep.ep > 1 and dep.ep >= dep.stage_gpus)
-        used = r["weights_bytes"] + r["activation_bytes"] + r["workspace_bytes"]
-        engine_pool = {"weights-kv": frac * hbm - r["weights_bytes"],
+        weights = sum(p["weights"].values())
+        used = weights + sum(p["activation"].values()) + sum(p["workspace"].values())
+        engine_pool = {"weights-kv": frac * hbm - weights,
                        "weights-kv-activations": frac * hbm - used,
-                       "free-after-weights": frac * (hbm - used - r["comm_buffer_bytes"])
+                       "free-after-weights": frac * (hbm - used - sum(p["comm"].values()))
                        }[profile.kv_memory_basis]
         pool = min(pool, engine_pool)
     return max(0.0, pool) / per_token

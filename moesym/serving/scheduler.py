@@ -40,7 +40,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-__all__ = ["SchedulerConfig", "EngineState", "StepContent", "IDLE", "DECODE", "PREFILL", "MIXED"]
+__all__ = ["SchedulerConfig", "EngineState", "STEP_FIELDS", "IDLE", "DECODE", "PREFILL", "MIXED"]
 
 IDLE, DECODE, PREFILL, MIXED = 0, 1, 2, 3
 
@@ -66,19 +66,13 @@ class SchedulerConfig:
             raise ValueError(f"policy {self.policy!r}: prefill-first or decode-first")
 
 
-@dataclass
-class StepContent:
-    """What one rank runs in one step: ``kind`` (IDLE, DECODE, PREFILL, MIXED), decode
-    requests ``batch`` (padded to a captured graph size in ``graph_batch``), their mean KV
-    length ``kv_mean``, prefill tokens ``tokens`` and the token-weighted mean length
-    ``prompt_len`` of the prompts they belong to."""
-
-    kind: int = IDLE
-    batch: int = 0
-    graph_batch: int = 0
-    kv_mean: float = 0.0
-    tokens: int = 0
-    prompt_len: float = 0.0
+#: the fields of one rank's step, in the order :meth:`EngineState.step` gives them: its kind
+#: (IDLE, DECODE, PREFILL, MIXED), decode requests, the captured graph batch they replay at,
+#: their mean KV length, prefill tokens, the token-weighted mean length of the prompts those
+#: belong to; then, after the step, the requests held (prefilling and decoding), the requests
+#: waiting and the KV tokens in use
+STEP_FIELDS = ("kind", "batch", "graph_batch", "kv_mean", "tokens", "prompt_len", "held",
+               "waiting", "kv_used")
 
 
 @dataclass
@@ -158,8 +152,9 @@ class EngineState:
         return self.kv_used(rk) + self._reserved(rk) + need <= self.cfg.kv_capacity_tokens
 
     # -- one step --------------------------------------------------------------------------
-    def step(self) -> list[StepContent]:
-        """Run one step on every rank; its contents per rank (index ``self.step_index``)."""
+    def step(self) -> list[tuple]:
+        """Run one step on every rank: per rank a tuple of :data:`STEP_FIELDS` (step index
+        ``self.step_index``)."""
         s = self.step_index
         out = [self._rank_step(rk, r, s) for r, rk in enumerate(self.ranks)]
         self.step_index += 1
@@ -169,7 +164,7 @@ class EngineState:
                 self.on_finish(rid, s)
         return out
 
-    def _rank_step(self, rk: _Rank, r: int, s: int) -> StepContent:
+    def _rank_step(self, rk: _Rank, r: int, s: int) -> tuple:
         cfg = self.cfg
         if cfg.policy == "prefill-first":
             pieces = self._pieces(rk, cfg.chunk_tokens, len(rk.decoding))
@@ -182,20 +177,19 @@ class EngineState:
         if decode and rk.decoding:
             self._make_room(rk)
         b = len(rk.decoding) if decode else 0
-        c = StepContent()
-        if b:
-            c.batch = b
-            c.kv_mean = self._kv_decoding(rk) / b
-            c.graph_batch = _padded(b, cfg.graph_sizes) if not pieces else b
+        kv_mean = self._kv_decoding(rk) / b if b else 0.0
+        graph = (_padded(b, cfg.graph_sizes) if not pieces else b) if b else 0
+        tokens = prompt_len = 0
         if pieces:
-            c.tokens = sum(t for _, t in pieces)
-            c.prompt_len = sum(self.prompt[i] * t for i, t in pieces) / c.tokens
-        c.kind = (MIXED if b else PREFILL) if pieces else (DECODE if b else IDLE)
+            tokens = sum(t for _, t in pieces)
+            prompt_len = sum(self.prompt[i] * t for i, t in pieces) / tokens
+        kind = (MIXED if b else PREFILL) if pieces else (DECODE if b else IDLE)
         if b:
             self._decode(rk, r, s)
         for rid, t in pieces:
             self._prefilled(rk, r, rid, t, s)
-        return c
+        return (kind, b, graph, kv_mean, tokens, prompt_len,
+                len(rk.decoding) + len(rk.prefilling), len(rk.waiting), self.kv_used(rk))
 
     def _pieces(self, rk: _Rank, budget: int, decoding: int) -> list:
         """Prompt pieces of this step: the prompts in prefill first, then new ones (first come,

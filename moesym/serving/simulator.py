@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .clients import Client
-from .scheduler import EngineState, SchedulerConfig
+from .scheduler import STEP_FIELDS, EngineState, SchedulerConfig
 
 __all__ = ["Run", "run"]
 
@@ -77,8 +77,7 @@ def run(cfg: SchedulerConfig, ranks: int, client: Client, isl, osl, times_fn,
         timed = np.asarray(arrivals_s, dtype=float)
         arrival[:] = timed
 
-    cols = {k: [] for k in ("kind", "batch", "kv_mean", "tokens", "prompt_len", "graph_batch")}
-    starts, durs, running, waiting, kv = [], [], [], [], []
+    blocks, starts, durs = [], [], []
     t, nxt = 0.0, 0
     last_step_s = 0.0
     while True:
@@ -96,15 +95,14 @@ def run(cfg: SchedulerConfig, ranks: int, client: Client, isl, osl, times_fn,
         else:
             ahead = _AHEAD if not math.isfinite(t_next) else 1
         snap = st.snapshot() if math.isfinite(t_next) else None
-        block, block_state = [], []
+        block = []
         for _ in range(ahead):
             if not st.busy():
                 break
             block.append(st.step())
-            block_state.append(_state(st))
-        arr = {k: np.array([[getattr(c, k) for c in row] for row in block]) for k in cols}
-        rank_s = times_fn(arr["kind"], arr["graph_batch"], arr["kv_mean"], arr["tokens"],
-                          arr["prompt_len"])
+        arr = np.array(block, dtype=float)  # steps x ranks x STEP_FIELDS
+        rank_s = times_fn(*(arr[..., STEP_FIELDS.index(k)] for k in
+                            ("kind", "graph_batch", "kv_mean", "tokens", "prompt_len")))
         step_s = rank_s.max(axis=1)
         start = t + np.concatenate(([0.0], np.cumsum(step_s)[:-1]))
         keep = len(block)
@@ -114,14 +112,9 @@ def run(cfg: SchedulerConfig, ranks: int, client: Client, isl, osl, times_fn,
                 st.restore(snap)
                 for _ in range(keep):
                     st.step()
-        for k in cols:
-            cols[k].append(arr[k][:keep])
+        blocks.append(arr[:keep])
         starts.append(start[:keep])
         durs.append(step_s[:keep])
-        for (r, w, u) in block_state[:keep]:
-            running.append(r)
-            waiting.append(w)
-            kv.append(u)
         t = float(start[keep - 1] + step_s[keep - 1])
         last_step_s = float(np.mean(step_s[:keep]))
         if client.closed and not st.busy() and sent >= n:
@@ -135,16 +128,11 @@ def run(cfg: SchedulerConfig, ranks: int, client: Client, isl, osl, times_fn,
     first = end[np.asarray(st.first_step)]
     finish = end[np.asarray(st.finish_step)]
     token_times = _token_times(st, end, first)
-    contents = {k: np.concatenate(v) if v else np.zeros((0, ranks)) for k, v in cols.items()}
+    allsteps = np.concatenate(blocks) if blocks else np.zeros((0, ranks, len(STEP_FIELDS)))
+    contents = {k: allsteps[..., i] for i, k in enumerate(STEP_FIELDS)}
+    total = {k: contents[k].sum(axis=1) for k in ("held", "waiting", "kv_used")}
     return Run(arrival, first, finish, np.asarray(isl), np.asarray(osl), token_times, start, dur,
-               contents, np.asarray(running), np.asarray(waiting), np.asarray(kv),
-               st.preemptions)
-
-
-def _state(st: EngineState) -> tuple:
-    return (sum(len(rk.decoding) + len(rk.prefilling) for rk in st.ranks),
-            sum(len(rk.waiting) for rk in st.ranks),
-            sum(st.kv_used(rk) for rk in st.ranks))
+               contents, total["held"], total["waiting"], total["kv_used"], st.preemptions)
 
 
 def _token_times(st: EngineState, end: np.ndarray, first: np.ndarray) -> list:

@@ -26,7 +26,8 @@ def summary(x: np.ndarray, scale: float = 1.0) -> dict:
     x = np.asarray(x, dtype=float) * scale
     if not len(x):
         return {"mean": float("nan"), **{f"p{p}": float("nan") for p in PERCENTILES}}
-    return {"mean": float(x.mean()), **{f"p{p}": float(np.percentile(x, p)) for p in PERCENTILES}}
+    q = np.percentile(x, PERCENTILES)
+    return {"mean": float(x.mean()), **{f"p{p}": float(v) for p, v in zip(PERCENTILES, q)}}
 
 
 def per_request(run) -> dict:
