@@ -285,3 +285,50 @@ def test_empty_lengths_file(tmp_path, capsys):
     rc = main(["simulate", "qwen3-8b", "--hardware", "h20", "--concurrency", "2",
                "--lengths-file", str(f)])
     assert rc == 2 and "--lengths-file" in capsys.readouterr().err
+
+
+# -- optimize against percentile limits -------------------------------------------------------
+def test_sla_optimize_answer_meets_its_limits_and_the_next_concurrency_does_not(cli_json):
+    """The best deployment's concurrency meets the p90 limits when simulated again through
+    moesym simulate (the last two of three rounds measured), and the concurrency the search
+    found failing misses the limit it names as binding."""
+    from moesym.cli import main
+
+    args = ["qwen3-30b-a3b", "--hardware", "h20", "--gpus", "2", "--isl", "512", "--osl", "64"]
+    r = cli_json(["optimize", *args, "--phase", "serve", "--ttft-ms", "400", "--tpot-ms", "40",
+                  "--percentile", "90", "--engine", "vllm"])
+    b = r["best"]
+    assert b["meets"] and b["ttft_p90_s"] <= 0.4 and b["tpot_p90_s"] <= 0.04
+
+    def p90(concurrency):
+        import moesym as ms
+        from moesym.serving import Simulation
+        from moesym.serving.clients import Client
+        from moesym.serving.sla import percentile_latencies
+
+        dep = ms.Deployment(gpus=2, tp=b["tp"], ep=b["ep"], micro_batches=b["micro_batches"],
+                            a2a=ms.A2AMode(b["a2a"]))
+        sim = Simulation(ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20"), dep, "vllm")
+        run = sim.run(Client(concurrency=concurrency, num_prompts=3 * concurrency), "512", "64")
+        return percentile_latencies(run, 90, warmup=concurrency)
+
+    ok = p90(b["concurrency"])
+    assert ok["ttft_s"] <= 0.4 and ok["tpot_s"] <= 0.04
+    if b["fails_at_concurrency"] is not None:
+        bad = p90(b["fails_at_concurrency"])
+        assert all(bad[f"{k}_s"] > {"ttft": 0.4, "tpot": 0.04}[k] for k in b["binding"])
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--percentile", "0", "--tpot-ms", "50"], "--percentile"),
+    (["--percentile", "101", "--tpot-ms", "50"], "--percentile"),
+    (["--percentile", "90"], "--ttft-ms"),
+    (["--percentile", "90", "--tpot-ms", "0.001"], "relax"),
+])
+def test_sla_bad_input_is_one_line(extra, needle, capsys):
+    from moesym.cli import main
+
+    rc = main(["optimize", "qwen3-8b", "--hardware", "h20", "--gpus", "1", "--phase", "serve",
+               "--isl", "256", "--osl", "32", *extra])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and needle in err, err

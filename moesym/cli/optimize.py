@@ -30,6 +30,12 @@ def register(sub) -> None:
                         "predict's)")
     p.add_argument("--tpot-ms", type=positive_float, default=None)
     p.add_argument("--ttft-ms", type=positive_float, default=None)
+    p.add_argument("--percentile", type=positive_float, default=None, metavar="P",
+                   help="serve: hold --ttft-ms / --tpot-ms at the P-th percentile of a "
+                        "simulated benchmark (moesym simulate) and search the concurrency too")
+    p.add_argument("--engine", default="sglang", metavar="NAME|FILE.toml",
+                   help="with --percentile: the engine whose scheduler is simulated (sglang, "
+                        "vllm, trtllm or a profile file)")
     p.add_argument("--max-size", type=positive_int, default=1 << 15,
                    help="largest batch (decode) or tokens (prefill) per DP rank to consider")
     p.add_argument("--disaggregate", default=None, metavar="IN:OUT",
@@ -85,6 +91,8 @@ def run(args) -> int:
             if getattr(args, flag) is not None:
                 raise MoesymError(f"--{flag} sets --phase serve; a {args.phase} search takes "
                                   "--context")
+    if args.percentile is not None:
+        return _run_sla(args)
     io = None
     if args.disaggregate:  # checked before the search, which takes seconds
         try:
@@ -197,3 +205,49 @@ def _launch(args, model, base, best: dict) -> dict:
 
     dep, wl = _best_deployment(args, model, base, best)
     return launch_command(args.emit, model, dep, wl)
+
+
+def _run_sla(args) -> int:
+    """``--percentile``: the steady state's short list simulated (moesym.serving.sla)."""
+    from ..errors import MoesymError
+    from ..serving.sla import optimize_sla
+
+    if args.phase != "serve":
+        raise MoesymError("--percentile holds serving latencies: use --phase serve with --isl "
+                          "and --osl")
+    for flag in ("disaggregate", "isl_dist", "expert_cache"):
+        if getattr(args, flag, None) is not None:
+            raise MoesymError(f"--{flag.replace('_', '-')} is not searched with --percentile; "
+                              "drop one of them")
+    if args.prefix_hit:
+        raise MoesymError("--prefix-hit is not simulated; drop it or --percentile")
+    model, hw = model_hw_from(args)
+    base = deployment_from(args)
+    r = optimize_sla(model, hw, args.gpus, base, args.isl, args.osl,
+                     ttft_s=args.ttft_ms / 1e3 if args.ttft_ms else None,
+                     tpot_s=args.tpot_ms / 1e3 if args.tpot_ms else None,
+                     percentile=args.percentile, engine=args.engine, progress=not args.json,
+                     micro_batches=tuple(args.micro_batches or (1, 2)), a2a_modes=args.a2a,
+                     tps=args.tp, eps=args.ep, max_size=args.max_size, chunk=args.chunk or 0,
+                     pps=args.pp)
+    if args.json:
+        emit_json(r)
+        return 0
+    b, q = r["best"], f"p{r['percentile']:g}"
+    print(f"best under {q} limits ({r['engine']} scheduler simulated): tp={b['tp']} ep={b['ep']} "
+          f"micro-batches={b['micro_batches']} a2a={b['a2a']} concurrency={b['concurrency']}  "
+          f"{b['tokens_per_gpu_s']:.1f} output tokens/GPU/s")
+    print(f"      TTFT {q} {fmt_s(b[f'ttft_{q}_s'])} (mean {fmt_s(b['ttft_mean_s'])})  TPOT {q} "
+          f"{fmt_s(b[f'tpot_{q}_s'])} (mean {fmt_s(b['tpot_mean_s'])})  binding: "
+          f"{', '.join(b['binding'])}")
+    print("short list (steady state, then simulated):")
+    for c in r["candidates"]:
+        if c["meets"]:
+            print(f"  tp={c['tp']:<3} ep={c['ep']:<4} mb={c['micro_batches']} a2a={c['a2a']:<13} "
+                  f"concurrency {c['concurrency']:<6} {c['tokens_per_gpu_s']:10.1f} tokens/GPU/s  "
+                  f"(steady state: batch {c['steady_state']['batch']} per rank, "
+                  f"{c['steady_state']['tokens_per_gpu_s']:.1f})  binding: {', '.join(c['binding'])}")
+        else:
+            print(f"  tp={c['tp']:<3} ep={c['ep']:<4} mb={c['micro_batches']} a2a={c['a2a']:<13} "
+                  f"misses {', '.join(c['binding'])} even at one request per rank")
+    return 0

@@ -40,6 +40,9 @@ def register(sub) -> None:
                         "(SGLang: uniform in [R x N, N]; vLLM: [(1-R) N, (1+R) N])")
     g.add_argument("--lengths-file", default=None, metavar="CSV",
                    help="isl,osl pairs, one request per line (repeated in order)")
+    g.add_argument("--warmup-requests", type=int, default=0, metavar="N",
+                   help="leave the first N requests sent out of the statistics (default 0: the "
+                        "benchmark tools measure every request, the initial burst included)")
     g.add_argument("--seed", type=int, default=0)
     e = p.add_argument_group("engine")
     e.add_argument("--engine", default="sglang", metavar="NAME|FILE.toml",
@@ -103,7 +106,7 @@ def run(args) -> int:
                  pairs=args.lengths_file, chunk=args.chunk,
                  max_running=args.max_running_requests,
                  limits=limits if any(v is not None for v in limits.values()) else None,
-                 timeline_points=args.timeline_points)
+                 timeline_points=args.timeline_points, warmup=args.warmup_requests)
     if args.plot:
         from ..plots import serving_timeline
 
@@ -137,7 +140,8 @@ def _print(r, model, hw, dep, client) -> None:
     print(f"{model.name} on {dep.gpus} x {hw.name}  tp={dep.tp} ep={dep.ep} "
           f"weights={dep.weights}  engine {e['name']} {e['version']} ({e['policy']}, chunk "
           f"{e['chunk_tokens']}, {e['dp_ranks']} DP rank(s))")
-    print(f"  {r['requests']} requests, {how}, {r['duration_s']:.2f} s simulated "
+    skip = f" after {r['warmup_requests']} warm-up" if r["warmup_requests"] else ""
+    print(f"  {r['requests']} requests{skip}, {how}, {r['duration_s']:.2f} s simulated "
           f"({r['steps']} steps, {r['preemptions']} preemptions)")
     print(f"  {'':<6} {'mean':>10} {'p50':>10} {'p90':>10} {'p99':>10}")
     for k in ("ttft", "tpot", "itl", "e2e"):

@@ -14,52 +14,79 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["simulate"]
+__all__ = ["Simulation", "simulate"]
+
+
+class Simulation:
+    """One replica of ``dep`` running ``engine`` (a name, a profile file or an
+    :class:`moesym.engines.EngineProfile`): its compiled step models are built once and every
+    :meth:`run` reuses them. ``chunk`` / ``max_running``: the user's overrides of the
+    engine's prompt tokens per step and request cap."""
+
+    def __init__(self, model, hw, dep, engine="sglang", *, chunk: int | None = None,
+                 max_running: int | None = None):
+        if isinstance(engine, str):
+            from ..engines import load_engine
+
+            engine = load_engine(engine)
+        self.model, self.hw, self.dep, self.profile = model, hw, dep, engine
+        self.chunk, self.max_running = chunk, max_running
+        self._timers: dict = {}
+        self.cfg = None
+
+    def run(self, client, isl="1024", osl="1024", *, seed: int = 0, pairs: str | None = None):
+        """The :class:`moesym.serving.simulator.Run` of ``client`` sending requests of lengths
+        ``isl`` / ``osl`` (as :func:`.clients.lengths`)."""
+        from ..errors import MoesymError
+        from .clients import lengths
+        from .engine import scheduler_config
+        from .simulator import run
+        from .timer import ModelTimer
+
+        rng = np.random.default_rng(seed)
+        n = client.count(rng)
+        arrivals = None
+        if not client.closed:
+            arrivals = client.arrival_times(rng, n)
+            n = len(arrivals)
+        if n == 0:
+            raise MoesymError("--request-rate x --duration sends no request; raise either")
+        isl_a, osl_a = lengths(n, isl, osl, seed=seed, pairs=pairs)
+        self.cfg = cfg = scheduler_config(
+            self.profile, self.model, self.hw, self.dep,
+            mean_len=float(np.mean(isl_a) + np.mean(osl_a) / 2), max_len=int(np.max(isl_a)),
+            chunk=self.chunk, max_running=self.max_running)
+        timer = self._timers.get(cfg.chunk_tokens)
+        if timer is None:
+            timer = self._timers[cfg.chunk_tokens] = ModelTimer(self.model, self.hw, self.dep,
+                                                                 cfg.chunk_tokens)
+            timer.prepare()
+        return run(cfg, self.dep.dp, client, isl_a, osl_a, timer.times, arrivals)
+
+    def engine_summary(self) -> dict:
+        """The engine's numbers as the last run resolved them."""
+        cfg, p = self.cfg, self.profile
+        return {"name": p.name, "version": p.version, "policy": cfg.policy,
+                "mixed_chunk": cfg.mixed_chunk, "chunk_tokens": cfg.chunk_tokens,
+                "step_tokens": cfg.step_tokens, "max_running_requests": cfg.max_running,
+                "kv_capacity_tokens_per_rank": cfg.kv_capacity_tokens,
+                "kv_reserve": cfg.kv_reserve,
+                "cuda_graph_max_batch": cfg.graph_sizes[-1] if cfg.graph_sizes else 0,
+                "dp_ranks": self.dep.dp}
 
 
 def simulate(model, hw, dep, client, isl="1024", osl="1024", *, engine="sglang", seed: int = 0,
              pairs: str | None = None, chunk: int | None = None, max_running: int | None = None,
-             limits: dict | None = None, timer=None, timeline_points: int = 500) -> dict:
+             limits: dict | None = None, timeline_points: int = 500, warmup: int = 0) -> dict:
     """Simulate ``client`` (:class:`moesym.serving.clients.Client`) against one replica of
-    ``dep`` running ``engine`` (a name or profile); lengths as :func:`.clients.lengths`.
-    Returns the benchmark report of :func:`.stats.report` plus ``timeline`` and ``engine``."""
-    from .clients import lengths
-    from .engine import scheduler_config
-    from .simulator import run
+    ``dep`` running ``engine``; lengths as :func:`.clients.lengths`. Returns the benchmark
+    report of :func:`.stats.report` (the first ``warmup`` requests not measured) plus
+    ``timeline`` and ``engine``."""
     from .stats import report, timeline
-    from .timer import ModelTimer
 
-    if isinstance(engine, str):
-        from ..engines import load_engine
-
-        profile = load_engine(engine)
-    else:
-        profile = engine
-    rng = np.random.default_rng(seed)
-    n = client.count(rng)
-    arrivals = None
-    if not client.closed:
-        arrivals = client.arrival_times(rng, n)
-        n = len(arrivals)
-    if n == 0:
-        from ..errors import MoesymError
-
-        raise MoesymError("--request-rate x --duration sends no request; raise either")
-    isl_a, osl_a = lengths(n, isl, osl, seed=seed, pairs=pairs)
-    mean_len = float(np.mean(isl_a) + np.mean(osl_a) / 2)
-    cfg = scheduler_config(profile, model, hw, dep, mean_len=mean_len,
-                           max_len=int(np.max(isl_a)), chunk=chunk, max_running=max_running)
-    if timer is None:
-        timer = ModelTimer(model, hw, dep, cfg.chunk_tokens)
-        timer.prepare()
-    r = run(cfg, dep.dp, client, isl_a, osl_a, timer.times, arrivals)
-    out = report(r, dep.gpus, limits)
+    sim = Simulation(model, hw, dep, engine, chunk=chunk, max_running=max_running)
+    r = sim.run(client, isl, osl, seed=seed, pairs=pairs)
+    out = report(r, dep.gpus, limits, warmup)
     out["timeline"] = timeline(r, timeline_points)
-    out["engine"] = {"name": profile.name, "version": profile.version, "policy": cfg.policy,
-                     "mixed_chunk": cfg.mixed_chunk, "chunk_tokens": cfg.chunk_tokens,
-                     "step_tokens": cfg.step_tokens, "max_running_requests": cfg.max_running,
-                     "kv_capacity_tokens_per_rank": cfg.kv_capacity_tokens,
-                     "kv_reserve": cfg.kv_reserve, "cuda_graph_max_batch":
-                         cfg.graph_sizes[-1] if cfg.graph_sizes else 0,
-                     "dp_ranks": dep.dp}
+    out["engine"] = sim.engine_summary()
     return out

@@ -166,7 +166,9 @@ class EngineState:
 
     def _rank_step(self, rk: _Rank, r: int, s: int) -> tuple:
         cfg = self.cfg
-        if cfg.policy == "prefill-first":
+        if not rk.waiting and not rk.prefilling:  # no prompt to schedule: decode (or idle)
+            pieces, decode = (), True
+        elif cfg.policy == "prefill-first":
             pieces = self._pieces(rk, cfg.chunk_tokens, len(rk.decoding))
             decode = not pieces or cfg.mixed_chunk
         else:
@@ -174,10 +176,12 @@ class EngineState:
             budget = cfg.step_tokens - math.ceil(b * cfg.accepted)
             pieces = self._pieces(rk, max(0, min(budget, cfg.chunk_tokens)), b)
             decode = True
-        if decode and rk.decoding:
-            self._make_room(rk)
         b = len(rk.decoding) if decode else 0
-        kv_mean = self._kv_decoding(rk) / b if b else 0.0
+        a = cfg.accepted
+        if b and rk.A + a * b * rk.D + rk.prefill_kv + a * b > cfg.kv_capacity_tokens:
+            self._make_room(rk)
+            b = len(rk.decoding)
+        kv_mean = (rk.A + a * b * rk.D) / b if b else 0.0
         graph = (_padded(b, cfg.graph_sizes) if not pieces else b) if b else 0
         tokens = prompt_len = 0
         if pieces:
@@ -188,8 +192,9 @@ class EngineState:
             self._decode(rk, r, s)
         for rid, t in pieces:
             self._prefilled(rk, r, rid, t, s)
-        return (kind, b, graph, kv_mean, tokens, prompt_len,
-                len(rk.decoding) + len(rk.prefilling), len(rk.waiting), self.kv_used(rk))
+        nd = len(rk.decoding)
+        return (kind, b, graph, kv_mean, tokens, prompt_len, nd + len(rk.prefilling),
+                len(rk.waiting), rk.A + a * nd * rk.D + rk.prefill_kv)
 
     def _pieces(self, rk: _Rank, budget: int, decoding: int) -> list:
         """Prompt pieces of this step: the prompts in prefill first, then new ones (first come,

@@ -101,8 +101,7 @@ def run(cfg: SchedulerConfig, ranks: int, client: Client, isl, osl, times_fn,
                 break
             block.append(st.step())
         arr = np.array(block, dtype=float)  # steps x ranks x STEP_FIELDS
-        rank_s = times_fn(*(arr[..., STEP_FIELDS.index(k)] for k in
-                            ("kind", "graph_batch", "kv_mean", "tokens", "prompt_len")))
+        rank_s = _timed(times_fn, arr)
         step_s = rank_s.max(axis=1)
         start = t + np.concatenate(([0.0], np.cumsum(step_s)[:-1]))
         keep = len(block)
@@ -150,4 +149,21 @@ def _token_times(st: EngineState, end: np.ndarray, first: np.ndarray) -> list:
         if st.extra_emits[rid]:
             tt.sort()
         out.append(tt)
+    return out
+
+
+_TIMED = [STEP_FIELDS.index(k) for k in ("kind", "graph_batch", "kv_mean", "tokens", "prompt_len")]
+
+
+def _timed(times_fn, arr: np.ndarray) -> np.ndarray:
+    """Each rank step's time; a step whose ranks all run the same content (a symmetric load
+    over attention DP ranks) is evaluated once."""
+    x = arr[..., _TIMED]
+    same = (x == x[:, :1]).all(axis=(1, 2))
+    out = np.empty(arr.shape[:2])
+    if same.any():
+        out[same] = times_fn(*x[same, 0].T)[:, None]
+    if not same.all():
+        rest = x[~same].reshape(-1, len(_TIMED))
+        out[~same] = times_fn(*rest.T).reshape(-1, arr.shape[1])
     return out

@@ -30,28 +30,38 @@ def summary(x: np.ndarray, scale: float = 1.0) -> dict:
     return {"mean": float(x.mean()), **{f"p{p}": float(v) for p, v in zip(PERCENTILES, q)}}
 
 
-def per_request(run) -> dict:
-    """TTFT, TPOT, E2E (s) per request and the pooled ITL gaps (s)."""
-    ttft = run.first_token_s - run.arrival_s
-    e2e = run.finish_s - run.arrival_s
-    many = run.osl > 1
-    tpot = (run.finish_s[many] - run.first_token_s[many]) / (run.osl[many] - 1)
-    itl = np.concatenate([np.diff(t) for t in run.token_times]) if run.token_times else np.zeros(0)
-    return {"ttft": ttft, "tpot": tpot, "itl": itl, "e2e": e2e, "tpot_mask": many}
+def per_request(run, warmup: int = 0) -> dict:
+    """TTFT, TPOT, E2E (s) per request and the pooled ITL gaps (s), of the requests after the
+    first ``warmup`` sent (all by default, as the benchmark tools measure)."""
+    sl = slice(warmup, None)
+    arrival, first, finish, osl = run.arrival_s[sl], run.first_token_s[sl], run.finish_s[sl], \
+        run.osl[sl]
+    many = osl > 1
+    tpot = (finish[many] - first[many]) / (osl[many] - 1)
+    gaps = [np.diff(t) for t in run.token_times[sl]]
+    return {"ttft": first - arrival, "tpot": tpot, "itl": np.concatenate(gaps) if gaps else
+            np.zeros(0), "e2e": finish - arrival, "tpot_mask": many, "arrival": arrival,
+            "finish": finish, "isl": run.isl[sl], "osl": osl}
 
 
-def report(run, gpus: int, limits: dict | None = None) -> dict:
-    """The benchmark's numbers (ms for latencies, per GPU per second for throughputs).
-    ``limits``: ``{"ttft_s": x, "tpot_s": y}`` for goodput (either may be absent)."""
-    pr = per_request(run)
-    duration = float(run.finish_s.max() - run.arrival_s.min()) if len(run.finish_s) else 0.0
+def report(run, gpus: int, limits: dict | None = None, warmup: int = 0) -> dict:
+    """The benchmark's numbers (ms for latencies, per GPU per second for throughputs) over the
+    requests after the first ``warmup``; the duration runs from the first of them to arrive to
+    the last to finish. ``limits``: ``{"ttft_s": x, "tpot_s": y}`` for goodput."""
+    if not 0 <= warmup < len(run.osl):
+        from ..errors import MoesymError
+
+        raise MoesymError(f"--warmup-requests {warmup}: must be below the {len(run.osl)} "
+                          "requests sent")
+    pr = per_request(run, warmup)
+    duration = float(pr["finish"].max() - pr["arrival"].min())
     out = {f"{k}_ms": summary(pr[k], 1e3) for k in ("ttft", "tpot", "itl", "e2e")}
-    n = len(run.osl)
+    n = len(pr["osl"])
     out.update({
-        "requests": n, "duration_s": duration,
+        "requests": n, "warmup_requests": warmup, "duration_s": duration,
         "requests_per_s": n / duration if duration else float("nan"),
-        "output_tokens_per_gpu_s": float(run.osl.sum()) / duration / gpus if duration else 0.0,
-        "input_tokens_per_gpu_s": float(run.isl.sum()) / duration / gpus if duration else 0.0,
+        "output_tokens_per_gpu_s": float(pr["osl"].sum()) / duration / gpus if duration else 0.0,
+        "input_tokens_per_gpu_s": float(pr["isl"].sum()) / duration / gpus if duration else 0.0,
         "steps": len(run.step_s), "preemptions": run.preemptions,
     })
     if limits:
