@@ -166,6 +166,54 @@ def _pareto(result) -> str:
                     f"</tr>{rows}</table>")
 
 
+def _simulate_argv(argv, concurrency: int, prompts: int) -> list:
+    """The ``moesym simulate`` command of a ``report --phase serve`` command (its workload
+    flags that simulate does not take dropped, the client added)."""
+    drop = {"--phase": 1, "--batch": 1, "--out": 1, "--context": 1, "--tokens": 1}
+    out, skip = [], 0
+    for i, a in enumerate(argv):
+        if skip:
+            skip -= 1
+            continue
+        key = a.split("=")[0]
+        if key in drop:
+            skip = drop[key] if "=" not in a else 0
+            continue
+        out.append("simulate" if i == 0 and a == "report" else a)
+    return ["moesym", *out, "--concurrency", str(concurrency), "--num-prompts", str(prompts)]
+
+
+def _under_load(model, hw, dep, wl, argv=()) -> str:
+    """A closed-loop benchmark at the workload's requests in flight (every DP rank), simulated
+    through the engine's scheduler (``moesym simulate``): percentiles and the time series."""
+    from .serving import simulate
+    from .serving.clients import Client
+
+    c = wl.batch * dep.dp
+    n = min(10 * c, 4000)
+    r = simulate(model, hw, dep, Client(concurrency=c, num_prompts=n), str(wl.isl),
+                 str(wl.osl), timeline_points=200)
+    rows = [(k.upper(), *(_fmt_s(r[f"{k}_ms"][p] / 1e3) for p in ("mean", "p50", "p90", "p99")))
+            for k in ("ttft", "tpot", "itl", "e2e")]
+    table = ("<table><tr><th></th><th>mean</th><th>p50</th><th>p90</th><th>p99</th></tr>"
+             + "".join("<tr>" + "".join(f"<td>{escape(x)}</td>" for x in row) + "</tr>"
+                       for row in rows) + "</table>")
+    e, tl = r["engine"], r["timeline"]
+    note = (f"<p class='note'>Concurrency {c}, {r['requests']} requests of {wl.isl}/{wl.osl} "
+            f"tokens, all starting at once (the initial burst is measured, as benchmark tools "
+            f"do); engine {escape(e['name'])} {escape(e['version'])} ({escape(e['policy'])}, "
+            f"chunk {e['chunk_tokens']}). Output {r['output_tokens_per_gpu_s']:.1f} tokens/GPU/s "
+            f"(steady state above: queueing ignored). Reproduce: <code>"
+            f"{escape(shlex.join(_simulate_argv(list(argv), c, n)))}</code>.</p>")
+    t = [max(x, 1e-6) for x in tl["time_s"]]
+    chart = svg.lines(t, [("running", tl["running"], svg.PALETTE[0]),
+                          ("waiting", tl["waiting"], svg.PALETTE[1])], "time (s)", "requests",
+                      "Requests over the run", log_x=False)
+    kv = svg.lines(t, [("KV in use", [x / 1e3 for x in tl["kv_used_tokens"]], svg.PALETTE[2])],
+                   "time (s)", "k tokens", "KV cache in use", log_x=False)
+    return table + note + chart + kv
+
+
 def _workload_text(wl) -> str:
     if wl.phase is Phase.SERVE:
         return f"serve: {wl.batch} requests in flight per rank, ISL {wl.isl}, OSL {wl.osl}"
@@ -216,6 +264,9 @@ def report_html(model, hw, dep, wl, argv=(), optimize_result=None, progress=None
                  "<p class='note'>Serving alternates decode steps and mixed steps (a prefill "
                  "chunk beside the decodes), so no one layer stands for it: the report of "
                  "<code>--phase decode</code> or <code>--phase prefill</code> draws each.</p>"]
+        if dep.pp == 1 and dep.cp == 1 and dep.mesh is None:
+            say("under load")
+            html += ["<h2>Under load: a simulated benchmark</h2>", _under_load(model, hw, dep, wl, argv)]
     say("closed forms")
     forms, marks = _closed_forms(model, hw, dep, wl)
     say("sweep")

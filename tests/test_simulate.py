@@ -332,3 +332,25 @@ def test_sla_bad_input_is_one_line(extra, needle, capsys):
                "--isl", "256", "--osl", "32", *extra])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and needle in err, err
+
+
+def test_report_serve_page_has_the_simulated_benchmark_it_says_how_to_reproduce(tmp_path, cli_json):
+    """The serve report's "Under load" section prints a moesym simulate command; running it
+    gives the TTFT and TPOT the page shows."""
+    import html
+    import re
+    import shlex
+
+    from moesym.cli import main
+
+    out = tmp_path / "r.html"
+    assert main(["report", "qwen3-8b", "--hardware", "h20", "--phase", "serve", "--isl", "512",
+                 "--osl", "32", "--batch", "4", "--out", str(out)]) == 0
+    page = out.read_text()
+    cmd = html.unescape(re.search(r"Reproduce: <code>(moesym simulate[^<]*)</code>", page)[1])
+    r = cli_json(shlex.split(cmd)[1:])
+    section = page[page.index("Under load"):]
+    for key in ("ttft", "tpot"):
+        mean = re.search(rf"<td>{key.upper()}</td><td>([0-9.]+) (ms|s)</td>", section)
+        shown = float(mean[1]) * (1e3 if mean[2] == "s" else 1.0)
+        assert shown == pytest.approx(r[f"{key}_ms"]["mean"], rel=1e-3)
