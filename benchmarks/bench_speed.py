@@ -5,7 +5,9 @@ same run (issue 15). Each figure is the best of ``--repeat`` runs of a fresh pro
 - ``predict`` cold (empty compiled-model cache) and cached, DeepSeek-V3 decode on 128 H800;
 - ``optimize`` DeepSeek-V3 on 128 H800 (decode, TPOT 50 ms), cold and with the cache warm;
 - ``sweep`` of a 1.3 M-point DeepSeek-V3 decode grid to Parquet (cache warm), in points/s;
-- every ``derive`` command for DeepSeek-V3 (decode, H800, 128 GPUs).
+- every ``derive`` command for DeepSeek-V3 (decode, H800, 128 GPUs);
+- ``simulate``: 2,000 requests of 1024/1024 at concurrency 64, DeepSeek-V3 on 8 H200 (cache
+  warm), and ``optimize --percentile 90`` (the serving SLA search) on 8 and 64 H200.
 
 Run ``python benchmarks/bench_speed.py`` (``--write-readme`` replaces the table between the
 ``speed-table`` markers of README.md). Times depend on the machine and its load: read the
@@ -31,6 +33,10 @@ OPTIMIZE = f"optimize {V3} --gpus 128 --phase decode --context 4096 --tpot-ms 50
 SWEEP_POINTS = 16384 * 8 * 5 * 2
 SWEEP = (f"sweep {V3} --phase decode --batch 1:16384:1 --context 1024:131072 "
          "--ep 8,16,32,64,128 --micro-batches 1,2 --gpus 128 --weights fp8 --out {out}")
+R1 = "deepseek-v3 --hardware h200 --weights fp8 --isl 1024 --osl 1024"
+SIMULATE = f"simulate {R1} --gpus 8 --tp 8 --ep 1 --concurrency 64 --num-prompts 2000 --json"
+SLA = (f"optimize {R1} --gpus {{gpus}} --phase serve --ttft-ms 2000 --tpot-ms 50 "
+       "--percentile 90 --json")
 DERIVES = {
     "crossover": f"derive crossover {V3} --gpus 128 --ep 128 --weights fp8 --json",
     "attention": f"derive attention {V3} --gpus 32 --ep 32 --weights fp8 --context 8192 --json",
@@ -95,6 +101,13 @@ def main() -> None:
     add("sweep 1.3 M points to Parquet, cache warm", s, f"{SWEEP_POINTS / s / 1e6:.2f} M points/s")
     for name, cmd in DERIVES.items():
         add(f"derive {name}", best(_moesym(cmd), env, 1))
+    _run(_moesym(SIMULATE), env)  # its three compiled models
+    add("simulate 2,000 requests, concurrency 64, cache warm", best(_moesym(SIMULATE), env,
+                                                                     args.repeat))
+    for gpus in (8, 64):
+        cmd = _moesym(SLA.format(gpus=gpus))
+        _run(cmd, env)
+        add(f"optimize --percentile 90, {gpus} H200, cache warm", best(cmd, env, 1))
     shutil.rmtree(tmp, ignore_errors=True)
 
     table = ["| command (whole process, best of runs) | seconds | / reference | note |",
