@@ -94,8 +94,8 @@ class EngineState:
     requests visible, :meth:`step` to run one step; the results are the per-request records
     (``first_step``, ``finish_step``, ``segments``, ``extra_emits``) and ``steps``."""
 
-    def __init__(self, cfg: SchedulerConfig, ranks: int, isl, osl):
-        self.cfg, self.n = cfg, len(isl)
+    def __init__(self, cfg: SchedulerConfig, ranks: int, isl, osl, prefilled: bool = False):
+        self.cfg, self.n, self.prefilled = cfg, len(isl), prefilled
         self.ranks = [_Rank() for _ in range(ranks)]
         self.isl0 = [int(x) for x in isl]
         self.osl = [int(x) for x in osl]
@@ -115,6 +115,7 @@ class EngineState:
         self.on_finish = None    # callback(request id, step index): a closed-loop client
         self._rr = 0
         self._finished: list = []
+        self.finished_at: list[list] = []   # per step: the requests it finished
 
     # -- arrivals --------------------------------------------------------------------------
     def admit(self, rid: int) -> None:
@@ -159,6 +160,7 @@ class EngineState:
         out = [self._rank_step(rk, r, s) for r, rk in enumerate(self.ranks)]
         self.step_index += 1
         finished, self._finished = self._finished, []
+        self.finished_at.append(finished)
         if self.on_finish is not None:  # after every rank has stepped: a request that a
             for rid in finished:        # finish releases arrives for the next step
                 self.on_finish(rid, s)
@@ -166,7 +168,10 @@ class EngineState:
 
     def _rank_step(self, rk: _Rank, r: int, s: int) -> tuple:
         cfg = self.cfg
-        if not rk.waiting and not rk.prefilling:  # no prompt to schedule: decode (or idle)
+        if self.prefilled:  # a disaggregated decode side: prompts arrive with their KV
+            self._join_waiting(rk, s)
+            pieces, decode = (), True
+        elif not rk.waiting and not rk.prefilling:  # no prompt to schedule: decode (or idle)
             pieces, decode = (), True
         elif cfg.policy == "prefill-first":
             pieces = self._pieces(rk, cfg.chunk_tokens, len(rk.decoding))
@@ -220,6 +225,22 @@ class EngineState:
             budget -= t
         return pieces
 
+    def _join_waiting(self, rk: _Rank, s: int) -> None:
+        """Prefilled mode: waiting requests join the decoding ones, first come first served,
+        while the request cap and the KV allow (their first token was emitted by the prefill
+        side and is delivered now)."""
+        while rk.waiting and len(rk.decoding) < self.cfg.max_running:
+            rid = rk.waiting[0]
+            if not self._fits(rk, rid):
+                break
+            rk.waiting.popleft()
+            if self.first_step[rid] < 0:
+                self.first_step[rid] = s
+            if self.left[rid] == 0:
+                self._finish(rid, s)
+            else:
+                self._join(rk, rid)
+
     def _prefilled(self, rk: _Rank, r: int, rid: int, t: int, s: int) -> None:
         self.done[rid] += t
         if self.done[rid] < self.prompt[rid]:
@@ -234,6 +255,10 @@ class EngineState:
         if self.left[rid] == 0:
             self._finish(rid, s)
             return
+        self._join(rk, rid)
+
+    def _join(self, rk: _Rank, rid: int) -> None:
+        """``rid`` starts decoding at this rank's next decode step."""
         self.d0[rid] = rk.D
         self.stamp[rid] += 1
         rk.decoding[rid] = self.stamp[rid]
@@ -293,6 +318,7 @@ class EngineState:
 
     def restore(self, snap) -> None:
         ranks, per_req, self.preemptions, self.step_index, self._rr = snap
+        del self.finished_at[self.step_index:]
         for rk, (w, p, h, d, D, A, rem, nsteps, pkv) in zip(self.ranks, ranks):
             rk.waiting, rk.prefilling, rk.heap, rk.decoding = deque(w), list(p), list(h), dict(d)
             rk.D, rk.A, rk.rem, rk.prefill_kv = D, A, rem, pkv

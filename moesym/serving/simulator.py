@@ -21,7 +21,7 @@ import numpy as np
 from .clients import Client
 from .scheduler import STEP_FIELDS, EngineState, SchedulerConfig
 
-__all__ = ["Run", "run"]
+__all__ = ["Run", "Side", "run"]
 
 _AHEAD = 4096  # steps run ahead when no timed arrival bounds the epoch
 
@@ -49,6 +49,88 @@ class Run:
     preemptions: int
 
 
+class Side:
+    """One engine replica on its own clock: its scheduler, the arrivals pushed to it (time,
+    request) and the steps it has committed. :meth:`advance` runs ahead in one bulk timing
+    and keeps the steps that start before a horizon (and before the next pushed arrival)."""
+
+    def __init__(self, st: EngineState, times_fn):
+        import heapq
+
+        self.st, self.times_fn, self._heap = st, times_fn, heapq
+        self.t = 0.0               # end of the last committed step (or idle until)
+        self.last_start = -math.inf
+        self.pending: list = []    # (time, sequence, request)
+        self._seq = 0
+        self.blocks, self.starts, self.durs = [], [], []
+        self.last_step_s = 0.0
+        self.late = 0              # arrivals pushed before a committed step's start
+
+    def push(self, time: float, rid: int) -> None:
+        if time < self.last_start:
+            self.late += 1
+        self._heap.heappush(self.pending, (time, self._seq, rid))
+        self._seq += 1
+
+    def next_arrival(self) -> float:
+        return self.pending[0][0] if self.pending else math.inf
+
+    def busy(self) -> bool:
+        return self.st.busy()
+
+    def advance(self, horizon: float = math.inf) -> range:
+        """Commit the steps that start before ``horizon`` and the next pushed arrival; the
+        indices of the steps committed (empty when the side is idle: its clock then moves to
+        the next arrival or the horizon, whichever comes first)."""
+        st = self.st
+        s0 = st.step_index
+        while self.pending and self.pending[0][0] <= self.t:
+            st.admit(self._heap.heappop(self.pending)[2])
+        if not st.busy():
+            target = min(self.next_arrival(), horizon)
+            if math.isfinite(target):
+                self.t = max(self.t, target)
+            return range(s0, s0)
+        bound = min(horizon, self.next_arrival())
+        if self.t >= bound:
+            return range(s0, s0)
+        if math.isfinite(bound) and self.last_step_s > 0:
+            ahead = int(min(_AHEAD, max(1, (bound - self.t) / self.last_step_s * 1.5 + 1)))
+        else:
+            ahead = _AHEAD if not math.isfinite(bound) else 1
+        snap = st.snapshot() if math.isfinite(bound) else None
+        block = []
+        for _ in range(ahead):
+            if not st.busy():
+                break
+            block.append(st.step())
+        arr = np.array(block, dtype=float)  # steps x ranks x STEP_FIELDS
+        step_s = _timed(self.times_fn, arr).max(axis=1)
+        start = self.t + np.concatenate(([0.0], np.cumsum(step_s)[:-1]))
+        keep = len(block)
+        if math.isfinite(bound):
+            keep = max(1, int(np.searchsorted(start, bound, side="left")))
+            if keep < len(block):  # the step that starts past the bound is rerun later
+                st.restore(snap)
+                for _ in range(keep):
+                    st.step()
+        self.blocks.append(arr[:keep])
+        self.starts.append(start[:keep])
+        self.durs.append(step_s[:keep])
+        self.last_start = float(start[keep - 1])
+        self.t = float(start[keep - 1] + step_s[keep - 1])
+        self.last_step_s = float(np.mean(step_s[:keep]))
+        return range(s0, s0 + keep)
+
+    def steps(self) -> tuple:
+        """(start, duration, contents steps x ranks x STEP_FIELDS) of the committed steps."""
+        ranks = len(self.st.ranks)
+        if not self.starts:
+            return np.zeros(0), np.zeros(0), np.zeros((0, ranks, len(STEP_FIELDS)))
+        return (np.concatenate(self.starts), np.concatenate(self.durs),
+                np.concatenate(self.blocks))
+
+
 def run(cfg: SchedulerConfig, ranks: int, client: Client, isl, osl, times_fn,
         arrivals_s=None) -> Run:
     """Simulate ``client`` sending requests of lengths ``isl``/``osl`` (arrays, one entry
@@ -57,6 +139,7 @@ def run(cfg: SchedulerConfig, ranks: int, client: Client, isl, osl, times_fn,
     steps x ranks). ``arrivals_s``: an open-loop client's arrival times."""
     n = len(isl)
     st = EngineState(cfg, ranks, isl, osl)
+    side = Side(st, times_fn)
     arrival = np.zeros(n)
     arrival_step = np.full(n, -1)  # closed loop: arrives at the end of this step (-1: at 0)
     sent = 0
@@ -72,66 +155,27 @@ def run(cfg: SchedulerConfig, ranks: int, client: Client, isl, osl, times_fn,
         for _ in range(min(client.concurrency, n)):
             st.admit(sent)
             sent += 1
-        timed = np.array([])
     else:
-        timed = np.asarray(arrivals_s, dtype=float)
-        arrival[:] = timed
-
-    blocks, starts, durs = [], [], []
-    t, nxt = 0.0, 0
-    last_step_s = 0.0
-    while True:
-        while nxt < len(timed) and timed[nxt] <= t:
-            st.admit(nxt)
-            nxt += 1
-        if not st.busy():
-            if nxt >= len(timed):
-                break
-            t = float(timed[nxt])  # idle until the next arrival
-            continue
-        t_next = float(timed[nxt]) if nxt < len(timed) else math.inf
-        if math.isfinite(t_next) and last_step_s > 0:
-            ahead = int(min(_AHEAD, max(1, (t_next - t) / last_step_s * 1.5 + 1)))
-        else:
-            ahead = _AHEAD if not math.isfinite(t_next) else 1
-        snap = st.snapshot() if math.isfinite(t_next) else None
-        block = []
-        for _ in range(ahead):
-            if not st.busy():
-                break
-            block.append(st.step())
-        arr = np.array(block, dtype=float)  # steps x ranks x STEP_FIELDS
-        rank_s = _timed(times_fn, arr)
-        step_s = rank_s.max(axis=1)
-        start = t + np.concatenate(([0.0], np.cumsum(step_s)[:-1]))
-        keep = len(block)
-        if math.isfinite(t_next):
-            keep = max(1, int(np.searchsorted(start, t_next, side="left")))
-            if keep < len(block):  # the arrival is seen by step `keep`: rerun up to it
-                st.restore(snap)
-                for _ in range(keep):
-                    st.step()
-        blocks.append(arr[:keep])
-        starts.append(start[:keep])
-        durs.append(step_s[:keep])
-        t = float(start[keep - 1] + step_s[keep - 1])
-        last_step_s = float(np.mean(step_s[:keep]))
-        if client.closed and not st.busy() and sent >= n:
-            break
-
-    start = np.concatenate(starts) if starts else np.zeros(0)
-    dur = np.concatenate(durs) if durs else np.zeros(0)
+        arrival[:] = arrivals_s
+        for rid, t in enumerate(arrivals_s):
+            side.push(float(t), rid)
+    while side.busy() or side.pending:
+        side.advance()
+    start, dur, allsteps = side.steps()
     end = start + dur
     if client.closed:
         arrival = np.where(arrival_step >= 0, end[np.maximum(arrival_step, 0)], 0.0)
     first = end[np.asarray(st.first_step)]
-    finish = end[np.asarray(st.finish_step)]
-    token_times = _token_times(st, end, first)
-    allsteps = np.concatenate(blocks) if blocks else np.zeros((0, ranks, len(STEP_FIELDS)))
+    return _result(st, arrival, first, end[np.asarray(st.finish_step)], isl, osl, start, dur,
+                   allsteps, st.preemptions)
+
+
+def _result(st, arrival, first, finish, isl, osl, start, dur, allsteps, preemptions) -> Run:
     contents = {k: allsteps[..., i] for i, k in enumerate(STEP_FIELDS)}
     total = {k: contents[k].sum(axis=1) for k in ("held", "waiting", "kv_used")}
-    return Run(arrival, first, finish, np.asarray(isl), np.asarray(osl), token_times, start, dur,
-               contents, total["held"], total["waiting"], total["kv_used"], st.preemptions)
+    return Run(arrival, first, finish, np.asarray(isl), np.asarray(osl),
+               _token_times(st, start + dur, first), start, dur, contents, total["held"],
+               total["waiting"], total["kv_used"], preemptions)
 
 
 def _token_times(st: EngineState, end: np.ndarray, first: np.ndarray) -> list:
