@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Simulation", "simulate"]
+__all__ = ["Simulation", "kv_transfer_s", "simulate", "simulate_disaggregated"]
 
 
 class Simulation:
@@ -34,14 +34,10 @@ class Simulation:
         self._timers: dict = {}
         self.cfg = None
 
-    def run(self, client, isl="1024", osl="1024", *, seed: int = 0, pairs: str | None = None):
-        """The :class:`moesym.serving.simulator.Run` of ``client`` sending requests of lengths
-        ``isl`` / ``osl`` (as :func:`.clients.lengths`)."""
+    def requests(self, client, isl, osl, seed: int = 0, pairs: str | None = None) -> tuple:
+        """(prompt lengths, output lengths, open-loop arrival times or None) of a run."""
         from ..errors import MoesymError
         from .clients import lengths
-        from .engine import scheduler_config
-        from .simulator import run
-        from .timer import ModelTimer
 
         rng = np.random.default_rng(seed)
         n = client.count(rng)
@@ -52,6 +48,14 @@ class Simulation:
         if n == 0:
             raise MoesymError("--request-rate x --duration sends no request; raise either")
         isl_a, osl_a = lengths(n, isl, osl, seed=seed, pairs=pairs)
+        return isl_a, osl_a, arrivals
+
+    def configure(self, isl_a, osl_a, phases=None):
+        """The scheduler numbers and the timer of a run of these lengths."""
+        from ..specs.deployment import Phase
+        from .engine import scheduler_config
+        from .timer import ModelTimer
+
         self.cfg = cfg = scheduler_config(
             self.profile, self.model, self.hw, self.dep,
             mean_len=float(np.mean(isl_a) + np.mean(osl_a) / 2), max_len=int(np.max(isl_a)),
@@ -60,7 +64,16 @@ class Simulation:
         if timer is None:
             timer = self._timers[cfg.chunk_tokens] = ModelTimer(self.model, self.hw, self.dep,
                                                                  cfg.chunk_tokens)
-            timer.prepare()
+            timer.prepare(phases or (Phase.DECODE, Phase.PREFILL, Phase.SERVE))
+        return cfg, timer
+
+    def run(self, client, isl="1024", osl="1024", *, seed: int = 0, pairs: str | None = None):
+        """The :class:`moesym.serving.simulator.Run` of ``client`` sending requests of lengths
+        ``isl`` / ``osl`` (as :func:`.clients.lengths`)."""
+        from .simulator import run
+
+        isl_a, osl_a, arrivals = self.requests(client, isl, osl, seed, pairs)
+        cfg, timer = self.configure(isl_a, osl_a)
         return run(cfg, self.dep.dp, client, isl_a, osl_a, timer.times, arrivals)
 
     def engine_summary(self) -> dict:
@@ -73,6 +86,49 @@ class Simulation:
                 "kv_reserve": cfg.kv_reserve,
                 "cuda_graph_max_batch": cfg.graph_sizes[-1] if cfg.graph_sizes else 0,
                 "dp_ranks": self.dep.dp}
+
+
+def kv_transfer_s(model, hw, dep_prefill, isl) -> np.ndarray:
+    """Seconds to send each prompt's KV from a prefill rank to a decode rank: every GPU of the
+    rank sends its share (``isl`` x its KV bytes per token) over its scale-out link at the
+    link's efficiency, after the link's latency."""
+    from ..memory import memory_model
+    from ..specs.deployment import Phase, Workload
+
+    per_token = memory_model(model, hw, dep_prefill, Workload(Phase.DECODE, batch=1,
+                                                               context=1)).parts()["kv_per_token"]
+    rate = hw.scale_out_Bps * hw.efficiency.scale_out
+    return np.asarray(isl, dtype=float) * per_token / rate + hw.latency.scale_out_s
+
+
+def simulate_disaggregated(model, hw, dep_prefill, dep_decode, replicas: tuple, client,
+                           isl="1024", osl="1024", *, engine="sglang", seed: int = 0,
+                           pairs: str | None = None, chunk: int | None = None,
+                           max_running: int | None = None, limits: dict | None = None,
+                           timeline_points: int = 500, warmup: int = 0) -> dict:
+    """``replicas = (P, D)`` prefill replicas of ``dep_prefill`` and decode replicas of
+    ``dep_decode`` (:mod:`.disagg`); the report as :func:`simulate`'s, per GPU of all
+    P + D replicas, plus ``disaggregation``."""
+    from ..specs.deployment import Phase
+    from .disagg import run_disaggregated
+    from .stats import report, timeline
+
+    pre = Simulation(model, hw, dep_prefill, engine, chunk=chunk)
+    dec = Simulation(model, hw, dep_decode, pre.profile, max_running=max_running)
+    isl_a, osl_a, arrivals = pre.requests(client, isl, osl, seed, pairs)
+    cfg_p, timer_p = pre.configure(isl_a, osl_a, (Phase.PREFILL,))
+    cfg_d, timer_d = dec.configure(isl_a, osl_a, (Phase.DECODE,))
+    xfer = kv_transfer_s(model, hw, dep_prefill, isl_a)
+    r, info = run_disaggregated((cfg_p, cfg_d), (dep_prefill.dp, dep_decode.dp), replicas, client,
+                                isl_a, osl_a, (timer_p.times, timer_d.times), xfer, arrivals)
+    gpus = replicas[0] * dep_prefill.gpus + replicas[1] * dep_decode.gpus
+    out = report(r, gpus, limits, warmup)
+    out["timeline"] = timeline(r, timeline_points)
+    out["engine"] = dec.engine_summary()
+    out["disaggregation"] = {"prefill_replicas": replicas[0], "decode_replicas": replicas[1],
+                             "prefill_gpus": dep_prefill.gpus, "decode_gpus": dep_decode.gpus,
+                             "gpus": gpus, "prefill_chunk_tokens": cfg_p.chunk_tokens, **info}
+    return out
 
 
 def simulate(model, hw, dep, client, isl="1024", osl="1024", *, engine="sglang", seed: int = 0,

@@ -84,8 +84,11 @@ class Side:
         the next arrival or the horizon, whichever comes first)."""
         st = self.st
         s0 = st.step_index
+        if self.t >= horizon:  # a step starting now might miss an arrival still to come
+            return range(s0, s0)
         while self.pending and self.pending[0][0] <= self.t:
             st.admit(self._heap.heappop(self.pending)[2])
+            self.last_start = max(self.last_start, self.t)  # what arrives later is late
         if not st.busy():
             target = min(self.next_arrival(), horizon)
             if math.isfinite(target):

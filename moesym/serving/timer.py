@@ -46,9 +46,10 @@ class ModelTimer:
             self._cms[key] = compiled_predict_model(self.model, self.hw, dep, wl, memory=False)
         return self._cms[key]
 
-    def prepare(self) -> None:
-        """Build (or load) the models a run needs before the run starts."""
-        for phase in (Phase.DECODE, Phase.PREFILL, Phase.SERVE):
+    def prepare(self, phases=(Phase.DECODE, Phase.PREFILL, Phase.SERVE)) -> None:
+        """Build (or load) the models a run needs before the run starts (a disaggregated
+        prefill replica runs prefill steps only, a decode replica decode steps only)."""
+        for phase in phases:
             self._cm(phase, self.dep.micro_batches)
 
     def times(self, kind, batch, kv_mean, tokens, prompt_len) -> np.ndarray:
