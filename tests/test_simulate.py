@@ -466,3 +466,43 @@ def test_disaggregated_matches_a_discrete_event_loop(seed):
     np.testing.assert_allclose(got.arrival_s, want[0], rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(got.first_token_s, want[1], rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(got.finish_s, want[2], rtol=1e-9, atol=1e-12)
+
+
+def test_disaggregated_one_request_at_a_time(qwen_h20):
+    """Concurrency 1, one prefill and one decode replica: TTFT = the prompt's prefill step plus
+    its KV transfer (isl x KV bytes per token over the scale-out link at its efficiency, plus
+    its latency), TPOT = the mean of predict's decode steps over the KV lengths it passes."""
+    import moesym as ms
+    from moesym.serving import simulate_disaggregated
+
+    model, hw, dep = qwen_h20
+    isl, osl = 1000, 6
+    r = simulate_disaggregated(model, hw, dep, dep, (1, 1), Client(concurrency=1, num_prompts=2),
+                               str(isl), str(osl), engine=_profile())
+    pre = ms.predict(model, hw, dep, phase="prefill", tokens=isl, context=isl)["step_time_s"]
+    from moesym.memory import memory_model
+
+    kv_per_token = memory_model(model, hw, dep).parts()["kv_per_token"]
+    # Qwen3-30B-A3B: 48 layers x 4 KV heads x 128 dims x (K and V) x 2 bytes = 98,304 B/token
+    assert kv_per_token == 48 * 4 * 128 * 2 * 2
+    xfer = isl * kv_per_token / (hw.scale_out_Bps * hw.efficiency.scale_out) + hw.latency.scale_out_s
+    dec = [ms.predict(model, hw, dep, phase="decode", batch=1, context=isl + j)["step_time_s"]
+           for j in range(osl - 1)]
+    assert r["ttft_ms"]["mean"] == pytest.approx((pre + xfer) * 1e3, rel=1e-9)
+    assert r["tpot_ms"]["mean"] == pytest.approx(np.mean(dec) * 1e3, rel=1e-9)
+    assert r["disaggregation"]["gpus"] == 2 and r["disaggregation"]["late_arrivals"] == 0
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--prefill-gpus", "2"], "--disaggregate"),
+    (["--disaggregate", "1"], "--disaggregate"),
+    (["--disaggregate", "0:1"], "--disaggregate"),
+    (["--disaggregate", "1:1", "--prefill-tp", "3", "--prefill-gpus", "3"], "prefill replica"),
+])
+def test_disaggregate_bad_input(argv, needle, capsys):
+    from moesym.cli import main
+
+    rc = main(["simulate", "qwen3-8b", "--hardware", "h20", "--concurrency", "2", "--isl", "64",
+               "--osl", "8", *argv])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and needle in err, err

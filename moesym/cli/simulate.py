@@ -52,6 +52,17 @@ def register(sub) -> None:
                    help="prompt tokens per step per attention DP rank (default: the engine's)")
     e.add_argument("--max-running-requests", type=positive_int, default=None,
                    help="requests held at once per rank (default: the engine's)")
+    d = p.add_argument_group("disaggregated serving (prefill and decode replicas)")
+    d.add_argument("--disaggregate", default=None, metavar="P:D",
+                   help="P prefill replicas and D decode replicas; the deployment flags above "
+                        "are a decode replica's, --prefill-* a prefill replica's")
+    d.add_argument("--prefill-gpus", type=positive_int, default=None,
+                   help="GPUs of a prefill replica (default: --gpus)")
+    d.add_argument("--prefill-tp", type=positive_int, default=None, help="default: --tp")
+    d.add_argument("--prefill-ep", type=positive_int, default=None,
+                   help="default: the prefill replica's GPUs")
+    d.add_argument("--prefill-micro-batches", type=positive_int, default=None,
+                   help="default: --micro-batches")
     s = p.add_argument_group("service level")
     s.add_argument("--ttft-ms", type=positive_float, default=None, help="goodput: TTFT limit")
     s.add_argument("--tpot-ms", type=positive_float, default=None, help="goodput: TPOT limit")
@@ -102,11 +113,18 @@ def run(args) -> int:
     _warn_long(args, client, dep)
     limits = {"ttft_s": args.ttft_ms / 1e3 if args.ttft_ms else None,
               "tpot_s": args.tpot_ms / 1e3 if args.tpot_ms else None}
-    r = simulate(model, hw, dep, client, isl, osl, engine=args.engine, seed=args.seed,
-                 pairs=args.lengths_file, chunk=args.chunk,
-                 max_running=args.max_running_requests,
-                 limits=limits if any(v is not None for v in limits.values()) else None,
-                 timeline_points=args.timeline_points, warmup=args.warmup_requests)
+    kw = dict(engine=args.engine, seed=args.seed, pairs=args.lengths_file, chunk=args.chunk,
+              max_running=args.max_running_requests,
+              limits=limits if any(v is not None for v in limits.values()) else None,
+              timeline_points=args.timeline_points, warmup=args.warmup_requests)
+    replicas = _replicas(args)
+    if replicas is None:
+        r = simulate(model, hw, dep, client, isl, osl, **kw)
+    else:
+        from ..serving import simulate_disaggregated
+
+        r = simulate_disaggregated(model, hw, _prefill_deployment(args, model, dep), dep,
+                                   replicas, client, isl, osl, **kw)
     if args.plot:
         from ..plots import serving_timeline
 
@@ -117,6 +135,40 @@ def run(args) -> int:
         return 0
     _print(r, model, hw, dep, client)
     return 0
+
+
+def _replicas(args):
+    """(P, D) of --disaggregate, or None (aggregated; --prefill-* then refused)."""
+    given = [f for f in ("prefill_gpus", "prefill_tp", "prefill_ep", "prefill_micro_batches")
+             if getattr(args, f) is not None]
+    if args.disaggregate is None:
+        if given:
+            raise MoesymError(f"--{given[0].replace('_', '-')} sizes a prefill replica: add "
+                              "--disaggregate P:D")
+        return None
+    try:
+        p, d = (int(x) for x in args.disaggregate.split(":"))
+        if p <= 0 or d <= 0:
+            raise ValueError
+    except ValueError:
+        raise MoesymError(f"--disaggregate {args.disaggregate!r}: use P:D, the numbers of "
+                          "prefill and decode replicas, e.g. 1:2") from None
+    return p, d
+
+
+def _prefill_deployment(args, model, dep):
+    """A prefill replica's deployment: the decode replica's with --prefill-* applied."""
+    from dataclasses import replace
+
+    gpus = args.prefill_gpus or dep.gpus
+    out = replace(dep, gpus=gpus, tp=args.prefill_tp or dep.tp,
+                  ep=args.prefill_ep or (gpus if args.prefill_gpus else dep.ep),
+                  micro_batches=args.prefill_micro_batches or dep.micro_batches)
+    try:
+        out.check_model(model)
+    except MoesymError as exc:
+        raise MoesymError(f"prefill replica: {exc}") from None
+    return out
 
 
 def _warn_long(args, client, dep) -> None:
@@ -137,9 +189,11 @@ def _print(r, model, hw, dep, client) -> None:
     e = r["engine"]
     how = (f"concurrency {client.concurrency}" if client.closed
            else f"{client.request_rate:g} requests/s")
+    x = r.get("disaggregation")
+    chunk = (f"prefill chunk {x['prefill_chunk_tokens']}" if x else f"chunk {e['chunk_tokens']}")
     print(f"{model.name} on {dep.gpus} x {hw.name}  tp={dep.tp} ep={dep.ep} "
-          f"weights={dep.weights}  engine {e['name']} {e['version']} ({e['policy']}, chunk "
-          f"{e['chunk_tokens']}, {e['dp_ranks']} DP rank(s))")
+          f"weights={dep.weights}  engine {e['name']} {e['version']} ({e['policy']}, {chunk}, "
+          f"{e['dp_ranks']} DP rank(s){' per decode replica' if x else ''})")
     skip = f" after {r['warmup_requests']} warm-up" if r["warmup_requests"] else ""
     print(f"  {r['requests']} requests{skip}, {how}, {r['duration_s']:.2f} s simulated "
           f"({r['steps']} steps, {r['preemptions']} preemptions)")
@@ -150,6 +204,11 @@ def _print(r, model, hw, dep, client) -> None:
                                               for p in ("mean", "p50", "p90", "p99")))
     print(f"  output tok/GPU/s {r['output_tokens_per_gpu_s']:.1f}   input tok/GPU/s "
           f"{r['input_tokens_per_gpu_s']:.1f}   requests/s {r['requests_per_s']:.3g}")
+    if "disaggregation" in r:
+        x = r["disaggregation"]
+        print(f"  disaggregated    {x['prefill_replicas']} prefill x {x['prefill_gpus']} GPUs + "
+              f"{x['decode_replicas']} decode x {x['decode_gpus']} GPUs ({x['gpus']} GPUs; per "
+              f"GPU rates over all), KV transfer {x['kv_transfer_ms']['mean']:.2f} ms mean")
     if "goodput" in r:
         g = r["goodput"]
         print(f"  goodput          {g['share_meeting_slo']:.1%} of requests meet the limits, "
