@@ -25,6 +25,7 @@ form of the same equations (derivations/ shows both).
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -96,7 +97,7 @@ def regime_at(step: StepModel, overrides: Mapping[sp.Symbol, float]) -> dict:
     """What limits each breakdown key of ``step`` with ``overrides`` bound (``predict``'s
     ``bounds`` rule): ``{key: compute | memory | communication | overhead}``, the routed
     experts by their roofline (compute or memory)."""
-    from .model.report import key_bounds
+    from .model.metrics import key_bounds
 
     cm = step.compiled
     known = set(cm.parts[0]["args"]) | set(cm.parts[0]["static"])
@@ -135,7 +136,7 @@ def crossover(model: ModelSpec, hw: HardwareSpec, dep: Deployment, lazy: bool = 
     compute-bound: the first batch whose routed-expert roofline (``predict``'s
     ``bounds.routed_experts.roofline``) is compute.
 
-    The roofline is :func:`moesym.model.report.routed_expert_roofline`: tensor time of the expert
+    The roofline is :func:`moesym.model.metrics.routed_expert_roofline`: tensor time of the expert
     GEMMs against the larger of their own memory time and the expert-weight read. On the
     roofline time model without lazy loading this is seed 000's B* = R / (2 S) across the EP
     group: F_g eta_gg b_w t_p (E + R) / (2 N_gpu W eta_m k) per GPU. On the kernel model the
@@ -219,7 +220,9 @@ def max_batch_for_tpot(model: ModelSpec, hw: HardwareSpec, dep: Deployment, cont
     fixed = {k: v for k, v in vals.items() if k != S.batch}
     batches = np.arange(1, b_max + 1, dtype=float)
     tpot = _tpot(step.expr, dep)
-    t = evaluate(tpot, fixed, {S.batch: batches})
+    with warnings.catch_warnings():  # below --micro-batches requests: predict's count, quietly
+        warnings.simplefilter("ignore")
+        t = step.evaluate(tpot, batch=batches)
     ok = np.flatnonzero(t <= tpot_s)
     if not len(ok):
         raise MoesymError(f"even one request per GPU takes {t[0]:.4g} s per token > the TPOT "
@@ -238,13 +241,20 @@ def max_batch_for_tpot(model: ModelSpec, hw: HardwareSpec, dep: Deployment, cont
                    S.batch, dep.timing, (("TPOT", tpot), ("TPOT target", sp.Float(tpot_s))))
 
 
+def _decode_rates(step_expr: sp.Expr, dep: Deployment) -> dict:
+    """TPOT and tokens per GPU per second as predict reports them
+    (:func:`moesym.model.metrics.step_rates`), as expressions of the decode step time."""
+    from .model.metrics import accepted_tokens, step_rates
+
+    a = accepted_tokens(dep)
+    return step_rates(Phase.DECODE, S.batch, step_expr, S.tp, S.pp,
+                      accepted=1 if a == 1 else sp.Float(a))
+
+
 def _tpot(step_expr: sp.Expr, dep: Deployment) -> sp.Expr:
     """TPOT as predict reports it: the step time over the tokens one step emits per request
     (1, or speculative decoding's expected accepted length)."""
-    from .model.report import accepted_tokens
-
-    a = accepted_tokens(dep)
-    return step_expr if a == 1 else step_expr / sp.Float(a)
+    return _decode_rates(step_expr, dep)["tpot_s"]
 
 
 def comm_hidden(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int,
@@ -601,10 +611,12 @@ def gpus_for_throughput(model: ModelSpec, hw: HardwareSpec, target_tokens_s: flo
     title = "Smallest instance meeting a throughput target"
     rows = _instance_table(model, hw, base, context,
                            lambda e: target_tokens_s * tpot_s * base.tp / e, max_gpus)
-    from .model.report import accepted_tokens
+    from .model.metrics import accepted_tokens, step_rates
 
     a = accepted_tokens(base)  # tokens a step emits per request
-    meets = [r for r in rows if r[2] and r[1] / a <= tpot_s]
+    meets = [r for r in rows
+             if r[2] and step_rates(Phase.DECODE, r[3], r[1], base.tp, base.pp, accepted=a)
+             ["tpot_s"] <= tpot_s]
     if not meets:
         raise MoesymError(f"no instance up to {max_gpus} GPUs reaches {target_tokens_s:g} "
                           f"tokens/s at TPOT {tpot_s * 1e3:g} ms within memory: relax --tpot-ms")
@@ -652,15 +664,17 @@ def solve_terms(step: StepModel) -> dict:
     ``routed_memory`` (the routed experts' roofline sides per micro-batch),
     ``tokens_per_gpu_s``, and ``memory_used`` / ``memory_free`` (bytes per GPU)."""
     from .memory import memory_model
+    from .model.metrics import step_rates
     from .model.report import routed_expert_roofline_expr
 
     out = {"step": step.expr, "layer": step.layer_s, "layer_compute": step.layer_compute_s,
            "exposed_comm": step.layer_s - step.layer_compute_s, **step.per_layer_s}
     if step.workload.phase is Phase.DECODE:  # as predict reports them (MTP, PP, CP included)
-        out["tpot"] = _tpot(step.expr, step.deployment)
-        out["tokens_per_gpu_s"] = S.batch / S.tp / S.pp / out["tpot"]
+        rates = _decode_rates(step.expr, step.deployment)
+        out["tpot"], out["tokens_per_gpu_s"] = rates["tpot_s"], rates["tokens_per_gpu_s"]
     else:
-        out["tokens_per_gpu_s"] = S.tokens / S.tp / S.pp / S.cp / step.expr
+        out["tokens_per_gpu_s"] = step_rates(step.workload.phase, S.tokens, step.expr, S.tp, S.pp,
+                                             S.cp)["tokens_per_gpu_s"]
     if step.model.is_moe:
         out["routed_compute"], out["routed_memory"] = routed_expert_roofline_expr(step.terms)
     mm = memory_model(step.model, step.hardware, step.deployment, step.workload)

@@ -30,13 +30,16 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .errors import MoesymError
+from .model.metrics import (accepted_tokens, fits, prefill_memory_values, serve_chunk,
+                            serve_memory_values, serve_point, serve_rates, serve_step_times,
+                            step_rates, tokens_per_user_s)
 from .progress import progress_bar
 from .specs.deployment import A2AMode, Deployment, Phase, Workload, valid_mask
 from .specs.hardware import HardwareSpec
 from .specs.model import ModelSpec
 from .symtab import N
 
-__all__ = ["OptimizeResult", "optimize", "choices", "pareto_front", "disaggregate"]
+__all__ = ["OptimizeResult", "optimize", "measure", "choices", "pareto_front", "disaggregate"]
 
 # sizes evaluated per broadcast call (bounds the memory of one call whatever max_size is)
 _BLOCK = 1 << 16
@@ -114,39 +117,32 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve
         out["ok"] = ok
         return out
 
-    from .model.report import accepted_tokens
-
+    accepted = accepted_tokens(dep)
     if ph is Phase.SERVE:
-        from .model.predictor import serve_step_times
-        from .model.serve import default_chunk_tokens, serve_point, serve_rates
-
-        accepted = accepted_tokens(dep)
-
         cm_dec = cms[1]
         isl, osl, chunk = serve
-        chunk = chunk or default_chunk_tokens(capacity, gpus // tp)
-        ctx = isl + osl // 2
+        chunk = serve_chunk(chunk, capacity, gpus // tp)
 
         def measure(sizes):
             p = serve_point(sizes, isl, osl, chunk, accepted, minimum=np.minimum,
                             maximum=np.maximum, exp=np.exp, hit=hit)
-            mem = cm_dec.evaluate(1, {**fixed, N.batch: sizes, N.context: ctx,
-                                      N.prefill_tokens: chunk})["memory_bytes"]
-            fits = np.broadcast_to(mem, sizes.shape) <= capacity
+            mem = cm_dec.evaluate(1, {**fixed, **serve_memory_values(sizes, isl, osl, chunk)}
+                                  )["memory_bytes"]
+            ok = fits(np.broadcast_to(mem, sizes.shape), capacity)
             t_mix, t_dec = (np.full(sizes.shape, np.inf) for _ in range(2))
-            if fits.any():  # time only what fits
-                q = {k: np.broadcast_to(v, sizes.shape)[fits] for k, v in p.items()}
+            if ok.any():  # time only what fits
+                q = {k: np.broadcast_to(v, sizes.shape)[ok] for k, v in p.items()}
                 tm, td = serve_step_times(cms, fixed, q, isl, osl, chunk, lengths)
-                t_mix[fits] = np.broadcast_to(tm, q["decoding"].shape)
-                t_dec[fits] = np.broadcast_to(td, q["decoding"].shape)
+                t_mix[ok] = np.broadcast_to(tm, q["decoding"].shape)
+                t_dec[ok] = np.broadcast_to(td, q["decoding"].shape)
             with np.errstate(invalid="ignore"):  # inf x 0 where nothing fits: dropped below
                 r = serve_rates(p, t_mix, t_dec, chunk, tp * pp, accepted, ceil=np.ceil)
             out = {"step_time_s": r["step_time_s"], "tpot_s": r["tpot_s"], "ttft_s": r["ttft_s"],
-                   "tokens_per_gpu_s": np.where(fits, r["output_tokens_per_gpu_s"], 0.0),
+                   "tokens_per_gpu_s": np.where(ok, r["output_tokens_per_gpu_s"], 0.0),
                    "output_tokens_per_gpu_s": r["output_tokens_per_gpu_s"],
                    "input_tokens_per_gpu_s": r["input_tokens_per_gpu_s"],
                    "chunk_tokens": np.full(sizes.shape, float(chunk))}
-            return feasible(fits, r["step_time_s"], out)
+            return feasible(ok, r["step_time_s"], out)
 
         return measure
 
@@ -168,23 +164,70 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve
             env[N.chunk] = spread(np.minimum(sizes, context))
         mem_env = dict(env)
         if ph is Phase.PREFILL:  # prompts held in memory; 1 / cp of each, and of its tokens
-            mem_env[N.batch] = spread(np.maximum(1.0, np.ceil(sizes / context)) / cp)
-            mem_env[N.tokens] = spread(sizes / cp)
-        fits = mean(cm.evaluate(1, mem_env)["memory_bytes"], sizes.size) <= capacity
+            held = prefill_memory_values(sizes, context, cp, np.ceil, np.maximum)
+            mem_env.update({k: spread(v) for k, v in held.items()})
+        ok = fits(mean(cm.evaluate(1, mem_env)["memory_bytes"], sizes.size), capacity)
         t = np.full(sizes.shape, np.inf)
-        if fits.any():  # time only what fits (decode: memory binds long before max_size)
-            sub_env = subset(env, fits) if not lengths else {
-                k: (v[fits] if isinstance(v, np.ndarray) and v.shape[:1] == sizes.shape else v)
+        if ok.any():  # time only what fits (decode: memory binds long before max_size)
+            sub_env = subset(env, ok) if not lengths else {
+                k: (v[ok] if isinstance(v, np.ndarray) and v.shape[:1] == sizes.shape else v)
                 for k, v in env.items()}
-            t[fits] = mean(cm.evaluate(0, sub_env)["step_time_s"], int(fits.sum()))
-        a = accepted_tokens(dep) if ph is Phase.DECODE else 1.0  # tokens per request per step
-        lat = t / a if ph is Phase.DECODE else t * np.maximum(1.0, context / sizes)
-        per_rank = tp * pp * (cp if ph is Phase.PREFILL else 1)  # GPUs of one DP rank
-        out = {"step_time_s": t, "tpot_s" if ph is Phase.DECODE else "ttft_s": lat,
-               "tokens_per_gpu_s": sizes * a / per_rank / np.where(np.isfinite(t), t, np.inf)}
-        return feasible(fits, t, out)
+            t[ok] = mean(cm.evaluate(0, sub_env)["step_time_s"], int(ok.sum()))
+        # per GPU: a DP rank's tokens over its TP x PP GPUs (x CP in prefill); predict's rates
+        r = step_rates(ph, sizes, t, tp, pp, cp, accepted, context, np.minimum(sizes, context),
+                       np.maximum, np.minimum)
+        lat = "tpot_s" if ph is Phase.DECODE else "ttft_s"
+        out = {"step_time_s": t, lat: r[lat], "tokens_per_gpu_s": r["tokens_per_gpu_s"]}
+        return feasible(ok, t, out)
 
     return measure
+
+
+def _mean_length(ph: Phase, lengths: tuple, context: int, isl: int) -> tuple:
+    """(context, ISL) of a search: a distribution's mean stands for the one length (serve's
+    ISL, else the context), as in predict's workload."""
+    if not lengths:
+        return context, isl
+    mean = max(1, int(round(sum(lengths) / len(lengths))))
+    return (context, mean) if ph is Phase.SERVE else (mean, isl)
+
+
+def _workload(ph: Phase, context, isl, osl, chunk, prefix_hit) -> Workload:
+    """The workload a search's compiled models are built for (its sizes are bound per point)."""
+    if ph is Phase.SERVE:
+        return Workload(ph, batch=1, isl=isl, osl=osl, chunk=chunk, prefix_hit=prefix_hit)
+    if ph is Phase.DECODE:
+        return Workload(ph, batch=1, context=context)
+    return Workload(ph, tokens=context, context=context, prefix_hit=prefix_hit)
+
+
+def _compiled(model: ModelSpec, hw: HardwareSpec, rep: Deployment, wl0: Workload) -> tuple:
+    """The compiled models predict builds for this structure (TP, micro-batches, size, GPUs and
+    EP bound per candidate): serve's mixed and decode steps, else the step with its memory."""
+    from .model.predictor import compiled_predict_model, serve_models
+
+    if wl0.phase is Phase.SERVE:
+        return serve_models(model, hw, rep, replace(wl0, chunk=wl0.chunk or 1))[1:]
+    return (compiled_predict_model(model, hw, rep, wl0),)
+
+
+def measure(model: ModelSpec, hw: HardwareSpec, dep: Deployment, phase: str, sizes,
+            context: int = 0, isl: int = 0, osl: int = 0, chunk: int = 0,
+            prefix_hit: float = 0.0, lengths=()) -> dict:
+    """What the search measures for one pinned deployment ``dep`` (its TP, EP, micro-batches,
+    A2A mode, PP and CP) at ``sizes`` (batch or tokens per attention DP rank): step time,
+    latency, tokens per GPU per second and ``ok`` (fits, no limit), one array each, from the
+    same compiled model and metrics as :func:`optimize`."""
+    ph = Phase(phase)
+    lengths = tuple(lengths)
+    context, isl = _mean_length(ph, lengths, context, isl)
+    wl0 = _workload(ph, context, isl, osl, chunk, prefix_hit)
+    rep = replace(dep, tp=1, micro_batches=1)
+    fn = _measure_fn(_compiled(model, hw, rep, wl0), hw.hbm_capacity_bytes, ph, context, {},
+                     dep.tp, dep.ep, dep.micro_batches, dep.stage_gpus, dep,
+                     (isl, osl, chunk) if ph is Phase.SERVE else None, prefix_hit, lengths,
+                     dep.pp, dep.cp)
+    return fn(np.asarray(sizes, dtype=float))
 
 
 def _search(measure, tp, mb, max_size):
@@ -237,7 +280,7 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     quarters of E and E); each is its own model, and a larger cache leaves less memory for the
     batch, so the search weighs the cache against the batch it displaces.
     """
-    from .model.predictor import compiled_predict_model, ep_class, serve_models
+    from .model.predictor import ep_class
 
     ph = Phase(phase)
     base = base or Deployment()
@@ -265,20 +308,11 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
         ({"tpot_s": tpot_s} if decode else {"ttft_s": ttft_s})
     lat_key = "ttft_s" if ph is Phase.PREFILL else "tpot_s"
     lengths = tuple(lengths)
-    if lengths:  # the mean stands for the one length, as in predict's workload
-        mean = max(1, int(round(sum(lengths) / len(lengths))))
-        if serve:
-            isl = mean
-        else:
-            context = mean
+    context, isl = _mean_length(ph, lengths, context, isl)
     if prefix_hit and ph is Phase.DECODE:
         raise MoesymError("--prefix-hit skips prompt tokens: a decode search has none (use "
                           "--phase prefill or serve)")
-    if serve:
-        wl0 = Workload(ph, batch=1, isl=isl, osl=osl, chunk=chunk, prefix_hit=prefix_hit)
-    else:
-        wl0 = (Workload(ph, batch=1, context=context) if decode
-               else Workload(ph, tokens=context, context=context, prefix_hit=prefix_hit))
+    wl0 = _workload(ph, context, isl, osl, chunk, prefix_hit)
     searched_pp = pps is not None
     pps = sorted(set(pps)) if searched_pp else [base.pp]
     bad = [p for p in pps if gpus % p]
@@ -343,8 +377,7 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
             continue  # auto is the all-gather here: searched under its own name
         key = (pp, cp, mode, ep_class(rep), cache)
         if key not in built:
-            built[key] = (serve_models(model, hw, rep, replace(wl0, chunk=chunk or 1))[1:]
-                          if serve else (compiled_predict_model(model, hw, rep, wl0),))
+            built[key] = _compiled(model, hw, rep, wl0)
         for tp, _, mb in (c for c in cands[pp, cp] if c[1] == ep):
             measure = _measure_fn(built[key], hw.hbm_capacity_bytes, ph, context, limits,
                                   tp, ep, mb, stage, dep_c, (isl, osl, chunk) if serve else None,
@@ -366,7 +399,7 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
         raise MoesymError("no deployment meets the latency limit and fits in memory; relax "
                           "--tpot-ms / --ttft-ms or add GPUs")
     for r in rows:
-        r["tokens_per_user_s"] = (1.0 / r[lat_key]) if decode else r["tokens"] / r[lat_key]
+        r["tokens_per_user_s"] = tokens_per_user_s(ph, r[lat_key], r.get("tokens"))
     best = max((r for r in rows if not r["_front_only"]), key=lambda r: r["tokens_per_gpu_s"])
     clean = lambda r: {k: v for k, v in r.items() if not k.startswith("_")}  # noqa: E731
     table = [clean(r) for r in rows]

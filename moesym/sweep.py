@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from .errors import MoesymError
+from .model.metrics import accepted_tokens, fits, length_symbol, step_rates
 from .specs.deployment import Deployment, Phase, Workload, valid_mask
 from .specs.hardware import HardwareSpec, load_hardware
 from .specs.model import ModelSpec
@@ -170,7 +171,7 @@ class _Grid:
     @property
     def length_symbol(self) -> str:
         """The symbol the representative lengths are bound to (predict's)."""
-        return N.isl if self.wl.phase is Phase.SERVE else N.context
+        return length_symbol(self.wl.phase)
 
     @property
     def tok_axis(self) -> str:
@@ -363,7 +364,7 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
     once for all EPs, the load-imbalance order statistic over batch x EP) and only the overlap
     schedule of that micro-batch count runs. A length distribution adds a last axis (its
     representative lengths) that is averaged over, as predict averages."""
-    from .model.predictor import evaluate_at_lengths
+    from .model.metrics import evaluate_at_lengths, micro_batches_run, prefill_memory_values
 
     ax = {grid.first: list(block), **{n: list(v) for n, v in grid.rest}}
     names = list(ax)
@@ -412,9 +413,8 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
                     # one micro-batch count at a time: the overlap schedule of that count runs
                     for c, mb in enumerate(ax["micro_batches"]):
                         # no more micro-batches than requests (tokens): as predict times it
-                        work = None if serve else env0[N.tokens if prefill else N.batch]
-                        split = (float(mb) if work is None or mb <= work.min()
-                                 else np.minimum(float(mb), work))  # an array only if needed
+                        split = (float(mb) if serve else micro_batches_run(  # an array only
+                            float(mb), env0[N.tokens if prefill else N.batch]))  # if needed
                         env = {**env0, **ep_env, N.gpus: float(stage), N.ep: eps,
                                N.micro_batches: split}
                         if serve:
@@ -422,10 +422,9 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
                                                grid.wl.prefix_hit, pp, grid.lengths)
                         else:
                             got = {"step_time_s": evaluate(cm, 0, env)["step_time_s"]}
-                            if prefill:  # prompts whose KV is held: ceil(tokens / context),
-                                # 1 / cp of each (and of its tokens) on a GPU
-                                env[N.batch] = np.ceil(env[N.tokens] / env[N.context]) / cp
-                                env[N.tokens] = env[N.tokens] / cp
+                            if prefill:  # the prompts whose KV is held, 1 / cp on a GPU
+                                env.update(prefill_memory_values(env[N.tokens], env[N.context],
+                                                                 cp, np.ceil, np.maximum))
                             got["memory_bytes"] = evaluate(cm, 1, env)["memory_bytes"]
                         for k, v in got.items():
                             v = np.broadcast_to(v, full)
@@ -451,14 +450,12 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
         out.update(flat)
     else:
         out["step_time_s"] = flat["step_time_s"]
-        from .model.report import accepted_tokens
-
-        a = 1.0 if prefill else accepted_tokens(grid.base)  # tokens per request per step
         # per GPU: a DP rank's tokens over its TP x PP GPUs (x CP in prefill)
-        gpus_per_rank = out["tp"] * out["pp"] * (out["cp"] if prefill else 1)
-        out["tokens_per_gpu_s"] = out[grid.tok_axis] * a / gpus_per_rank / flat["step_time_s"]
+        out["tokens_per_gpu_s"] = step_rates(
+            grid.wl.phase, out[grid.tok_axis], flat["step_time_s"], out["tp"], out["pp"],
+            out["cp"], accepted_tokens(grid.base))["tokens_per_gpu_s"]
         out["memory_bytes"] = flat["memory_bytes"]
-    out["fits"] = out["memory_bytes"] <= grid.hw.hbm_capacity_bytes
+    out["fits"] = fits(out["memory_bytes"], grid.hw.hbm_capacity_bytes)
     for n in grid.hidden:  # pp, cp where the sweep does not vary them
         del out[n]
     return out
@@ -471,22 +468,18 @@ def _serve_point(cms, env, hw: HardwareSpec, gpus: float, dep: Deployment, hit: 
     models: :func:`moesym.model.serve.serve_point` and ``serve_rates`` on arrays. ``gpus``: one
     pipeline stage's, of ``pp``; ``lengths``: an ISL distribution's representative lengths (the
     mixed step's prompts; ``env``'s ISL is their mean), as predict's."""
-    from .model.predictor import serve_step_times
-    from .model.report import accepted_tokens
-    from .model.serve import default_chunk_tokens, serve_point, serve_rates
+    from .model.metrics import (serve_chunk, serve_memory_values, serve_point, serve_rates,
+                                serve_step_times)
 
     cm_dec = cms[1]
     env = dict(env)
     isl, osl, tp, batch = env.pop(N.isl), env.pop("osl"), env[N.tp], env[N.batch]
-    chunk = env.pop(N.chunk)
-    dp = np.maximum(1, gpus // tp)
-    default = np.vectorize(lambda d: default_chunk_tokens(hw.hbm_capacity_bytes, int(d)))(dp)
-    chunk = np.where(chunk > 0, chunk, default).astype(float)
-    ctx = isl + np.floor(osl / 2)
+    chunk = serve_chunk(env.pop(N.chunk), hw.hbm_capacity_bytes, np.maximum(1, gpus // tp))
     a = accepted_tokens(dep)
     p = serve_point(batch, isl, osl, chunk, a, minimum=np.minimum, maximum=np.maximum, exp=np.exp,
                     hit=hit)
-    mem = cm_dec.evaluate(1, {**env, N.context: ctx, N.prefill_tokens: chunk})["memory_bytes"]
+    held = serve_memory_values(batch, isl, osl, chunk)
+    mem = cm_dec.evaluate(1, {**env, **held})["memory_bytes"]
     t_mix, t_dec = serve_step_times(cms, env, p, isl, osl, chunk, lengths)
     r = serve_rates(p, t_mix, t_dec, chunk, tp * pp, a, ceil=np.ceil)  # per GPU of TP x PP
     return {"step_time_s": r["step_time_s"], "chunk": chunk,

@@ -114,7 +114,6 @@ TABLE: tuple[tuple[str, str, str, str, str, dict], ...] = (
     ("leader_pmf", "P_c", "1", "P(c_g): 1 + Hypergeometric(kG E/G - kG, E/G - 1, k - kG) at c_g", "routing", {"nonnegative": True}),
     ("zipf_rate", "Lambda_z", "1", "successive-sampling rate solving sum_i (1 - exp(-Lambda_z p_i)) = k", "routing", {"positive": True}),
     ("cache_experts", "C_x", "experts", "routed experts per MoE layer resident in GPU memory (expert cache)", "deployment", {"positive": True}),
-    ("bw_host", "W_host", "bytes/s", "host-to-GPU link bandwidth for streaming cold experts", "hardware", {"positive": True}),
     ("expert_buffer_tokens", "T_buf", "tokens", "rows per local expert in a batched activation buffer", "deployment", {"positive": True}),
     ("t_gemm_base", "tau_gb", "s", "grouped-GEMM time when every expert fits in one M tile", "calibration", {"nonnegative": True}),
     ("t_gemm_tile", "tau_gt", "s", "grouped-GEMM time added per extra M tile of one expert", "calibration", {"nonnegative": True}),
@@ -132,6 +131,9 @@ TABLE: tuple[tuple[str, str, str, str, str, dict], ...] = (
 )
 
 NAME_OF: dict[str, str] = {row[0]: row[1] for row in TABLE}
+_twice = sorted({n for n in NAME_OF.values() if list(NAME_OF.values()).count(n) > 1})
+if _twice or len(NAME_OF) != len(TABLE):  # one symbol per name: two rows would collapse into one
+    raise ValueError(f"symbol table: printed name(s) {_twice} declared more than once")
 
 
 class _Names:

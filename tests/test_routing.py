@@ -418,7 +418,7 @@ def _symbolic_exprs():
         "padded": R.padded_rows_per_rank(E, k, T, ep, t),
         "padded_smooth": R.padded_rows_per_rank_smooth(E, k, T, ep, t),
         "gemm_time": R.expected_grouped_gemm_time_s(E, k, T, ep, t),
-        "miss_time": R.cache_miss_transfer_time_s(E, k, T, S.cache_experts, S.hidden, S.bw_host),
+        "miss_time": R.cache_miss_transfer_time_s(E, k, T, S.cache_experts, S.hidden, S.host_bw),
     }
 
 
@@ -431,7 +431,7 @@ def test_lambdify_matches_evalf(name):
     base = {S.experts: [64, 256, 32, 256], S.topk: [4, 8, 2, 8], S.ep: [8, 32, 4, 8],
             S.tokens: [1, 16, 300, 5000], S.tile_m: [32, 16, 64, 32],
             S.cache_experts: [8, 16, 4, 8], S.hidden: rng.uniform(1e6, 1e7, 4),
-            S.bw_host: rng.uniform(1e10, 5e10, 4)}
+            S.host_bw: rng.uniform(1e10, 5e10, 4)}
     arrays = [np.asarray(base[a], dtype=float) for a in args]
     got = np.broadcast_to(fn(*arrays), (4,))
     for i in range(4):

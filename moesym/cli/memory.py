@@ -77,11 +77,10 @@ def run(args) -> int:
     if wl.phase is Phase.SERVE:  # the in-flight requests at their mean KV beside one chunk
         from dataclasses import replace
 
-        from ..model.serve import default_chunk_tokens
+        from ..model.metrics import serve_chunk
 
         opts = dict(dep.memory_options)
-        opts.setdefault("prefill_tokens", wl.chunk or default_chunk_tokens(hw.hbm_capacity_bytes,
-                                                                           dep.dp))
+        opts.setdefault("prefill_tokens", serve_chunk(wl.chunk, hw.hbm_capacity_bytes, dep.dp))
         dep = replace(dep, memory_options=tuple(sorted(opts.items())))
         wl = Workload(Phase.DECODE, batch=wl.batch, context=wl.context, lengths=())
     r = memory_report(model, hw, dep, wl)  # --memory-option rides on the deployment

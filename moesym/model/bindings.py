@@ -6,6 +6,7 @@ from ..specs.deployment import DTYPE_BYTES, Deployment, Phase, Workload, activat
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
 from ..symtab import N
+from .metrics import prefill_memory_values, serve_point
 
 #: SMs a DeepEP normal-mode (or NCCL) kernel holds while it overlaps compute: DeepEP's
 #: ``Buffer.num_sms`` default, 20, as DeepSeek-V3 dedicates 20 of the H800's 132 SMs to
@@ -23,9 +24,7 @@ def workload_values(wl: Workload) -> dict[str, float]:
     if wl.phase is Phase.DECODE:
         return {N.batch: wl.batch, N.context: wl.context}
     hit = {N.prefix_hit: wl.prefix_hit} if wl.prefix_hit else {}
-    if wl.phase is Phase.SERVE:  # the mixed step of the steady state (moesym.model.serve)
-        from .serve import serve_point
-
+    if wl.phase is Phase.SERVE:  # the mixed step of the steady state (moesym.model.metrics)
         chunk = wl.chunk or wl.isl
         p = serve_point(wl.batch, wl.isl, wl.osl, chunk, hit=wl.prefix_hit)
         return {N.batch: p["decoding"], N.tokens: p["mixed_tokens"], N.context: wl.context,
@@ -34,14 +33,11 @@ def workload_values(wl: Workload) -> dict[str, float]:
 
 
 def memory_workload_values(wl: Workload, dep: Deployment | None = None) -> dict[str, float]:
-    """:func:`workload_values` for the memory model: a prefill step also holds the KV of
-    ceil(tokens / context) prompts (B)."""
+    """:func:`workload_values` for the memory model: a prefill step also holds the KV of the
+    prompts it advances (:func:`moesym.model.metrics.prefill_memory_values`)."""
     v = workload_values(wl)
-    if wl.phase is Phase.PREFILL:
-        # with context parallelism each GPU holds 1 / cp of each prompt's KV and tokens
-        cp = dep.cp if dep is not None else 1
-        v[N.batch] = max(1, -(-wl.tokens // wl.context)) / cp
-        v[N.tokens] = wl.tokens / cp
+    if wl.phase is Phase.PREFILL:  # with context parallelism 1 / cp of each on a GPU
+        v.update(prefill_memory_values(wl.tokens, wl.context, dep.cp if dep is not None else 1))
     return v
 
 

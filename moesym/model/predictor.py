@@ -27,9 +27,14 @@ from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
 from ..symtab import N
 from .bindings import memory_workload_values, workload_values
-from .report import accepted_tokens, report_from_numbers
+from .metrics import (accepted_tokens, averaged, clamp_micro_batches, evaluate_at_lengths,
+                      expert_cache_report, fits, length_symbol, report_from_numbers, serve_chunk,
+                      serve_memory_values, serve_point, serve_rates, serve_report, serve_step_times,
+                      serve_steps)
 
-__all__ = ["compiled_predict_model", "predict", "structure", "evaluate_at_lengths"]
+# evaluate_at_lengths and serve_step_times are the metrics layer's, importable from here too
+__all__ = ["compiled_predict_model", "predict", "predict_serve", "step_report", "serve_models",
+           "serve_step_times", "structure", "evaluate_at_lengths"]
 
 
 def numeric_routing(dep: Deployment) -> bool:
@@ -113,72 +118,42 @@ def predict(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
     """The ``moesym predict`` report; with ``memory`` also per-GPU memory and whether it fits."""
     if wl.phase is Phase.SERVE:
         return predict_serve(model, hw, dep, wl, memory)
-    work = wl.batch if wl.phase is Phase.DECODE else wl.tokens
-    if dep.micro_batches > work:  # an engine runs what it can split (SGLang: TBO falls back)
-        what = "--batch" if wl.phase is Phase.DECODE else "--tokens"
-        warnings.warn(f"--micro-batches {dep.micro_batches} has no effect beyond {what} {work} "
-                      f"(an engine cannot split it further): timed as {work} micro-batch(es)",
-                      stacklevel=2)
-        dep = replace(dep, micro_batches=work)
+    dep = clamp_micro_batches(dep, wl)  # an engine runs what it can split (SGLang: TBO falls back)
     dep.check_overlap(wl.phase)
-    cm = compiled_predict_model(model, hw, dep, wl, memory)
-    values = {**cm.parts[0]["static"], **workload_values(wl), **_lengths(wl)}
-    r = report_from_numbers(_averaged(cm.evaluate(0, values)), values, model, dep, wl)
+    return step_report(compiled_predict_model(model, hw, dep, wl, memory), model, hw, dep, wl,
+                       memory)
+
+
+def step_report(cm: CompiledModel, model: ModelSpec, hw: HardwareSpec, dep: Deployment,
+                wl: Workload, memory: bool = True) -> dict:
+    """The report of a decode or prefill step from its compiled model ``cm`` (part 0 the report
+    expressions, part 1 the memory when ``memory``), at ``wl``'s numbers and ``dep``'s
+    micro-batch count (clamped by the caller, :func:`moesym.model.metrics.clamp_micro_batches`;
+    a model built for more micro-batches is evaluated at that count); a length distribution
+    averaged over its lengths. ``predict`` and ``StepModel.predict`` both answer with it."""
+    lengths = (length_symbol(wl.phase), wl.lengths)
+    values = {**cm.parts[0]["static"], **workload_values(wl), N.micro_batches: dep.micro_batches}
+    r = report_from_numbers(averaged(evaluate_at_lengths(cm, 0, values, *lengths)), values, model,
+                            dep, wl)
     if dep.expert_cache is not None and model.is_moe:
         r.update(expert_cache_report(model, dep, wl))
     if wl.lengths:
         r["lengths"] = {"mean": wl.context, "points": len(wl.lengths),
                         "min": min(wl.lengths), "max": max(wl.lengths)}
     if memory:
-        mem_values = {**memory_workload_values(wl, dep), **_lengths(wl)}
-        used = float(_averaged(cm.evaluate(1, mem_values))["memory_bytes"])
-        r["memory_bytes"] = used
-        r["fits"] = bool(used <= hw.hbm_capacity_bytes)
+        used = averaged(evaluate_at_lengths(cm, 1, memory_workload_values(wl, dep), *lengths))
+        r["memory_bytes"] = used["memory_bytes"]
+        r["fits"] = bool(fits(used["memory_bytes"], hw.hbm_capacity_bytes))
     return r
-
-
-def _lengths(wl: Workload) -> dict:
-    """A length distribution's representative values bound to the length symbol (the model is
-    evaluated at each and averaged: a step's per-request costs add over its requests)."""
-    if not wl.lengths:
-        return {}
-    import numpy as np
-
-    return {N.isl if wl.phase is Phase.SERVE else N.context: np.asarray(wl.lengths, dtype=float)}
-
-
-def evaluate_at_lengths(cm: CompiledModel, i: int, env: dict, symbol: str, lengths) -> dict:
-    """``cm.evaluate(i, env)`` at each of a distribution's representative ``lengths`` bound to
-    ``symbol``, averaged, for arrays broadcast against each other (``sweep``, ``optimize``):
-    the lengths take a new last axis, every array of ``env`` one more length-1 axis (so the
-    others keep their alignment), and each output is averaged over that axis, as ``predict``
-    averages its scalar workload over the lengths. No lengths: ``cm.evaluate`` as is."""
-    if not lengths:
-        return cm.evaluate(i, env)
-    import numpy as np
-
-    env = {k: (np.asarray(v)[..., None] if np.ndim(v) else v) for k, v in env.items()}
-    env[symbol] = np.asarray(lengths, dtype=float)
-    return {k: (np.asarray(v, dtype=float).mean(axis=-1) if np.ndim(v) else v)
-            for k, v in cm.evaluate(i, env).items()}
-
-
-def _averaged(nums: dict) -> dict:
-    """Each output averaged over the representative lengths (scalars unchanged)."""
-    import numpy as np
-
-    return {k: float(np.mean(v)) for k, v in nums.items()}
 
 
 def serve_models(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
                  memory: bool = True) -> tuple:
     """(chunk, mixed-step compiled model, decode-step compiled model) of a serve workload; the
     decode model also holds the memory of the in-flight requests beside one prefill chunk."""
-    from .serve import default_chunk_tokens
-
     dep.check_overlap(Phase.SERVE)
     dep.check_overlap(Phase.DECODE)
-    chunk = wl.chunk or default_chunk_tokens(hw.hbm_capacity_bytes, dep.dp)
+    chunk = serve_chunk(wl.chunk, hw.hbm_capacity_bytes, dep.dp)
     mixed = compiled_predict_model(model, hw, dep, replace(wl, chunk=chunk), memory=False)
     opts = dict(dep.memory_options)
     opts.setdefault("prefill_tokens", chunk)  # the chunk's activations sit beside the decode's
@@ -188,76 +163,26 @@ def serve_models(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Worklo
     return chunk, mixed, decode
 
 
-def serve_step_times(cms, env: dict, point: dict, isl, osl, chunk, lengths=()) -> tuple:
-    """(mixed-step, decode-step) times at the steady state ``point`` of
-    :func:`moesym.model.serve.serve_point` (numbers or arrays, as ``env`` binds the rest), from
-    :func:`serve_models`' two compiled models: the decode requests at their mean KV
-    ``ISL + OSL / 2`` and the mixed step's prompt tokens beside them. ``sweep`` and
-    ``optimize`` both evaluate the serve phase through it. ``lengths``: an ISL distribution's
-    representative lengths (``isl`` their mean): the mixed step's prompts are drawn from it,
-    its time averaged over them, as :func:`predict_serve` does."""
-    import numpy as np
-
-    cm_mix, cm_dec = cms
-    dec = {**env, N.batch: point["decoding"], N.context: isl + np.floor(np.asarray(osl) / 2)}
-    t_dec = cm_dec.evaluate(0, dec)["step_time_s"]
-    t_mix = evaluate_at_lengths(cm_mix, 0, {**dec, N.tokens: point["mixed_tokens"], N.isl: isl,
-                                            N.chunk: chunk}, N.isl, lengths)["step_time_s"]
-    return t_mix, t_dec
-
-
 def predict_serve(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
                   memory: bool = True) -> dict:
-    """Aggregated serving (``--phase serve``): the steady state of :mod:`moesym.model.serve`
-    from the mixed step's and the decode step's compiled models. ``per_layer_s`` and the
-    bounds are the mixed step's; ``decode_step`` has the decode-only step's."""
-    from .serve import serve_point, serve_rates
-
+    """Aggregated serving (``--phase serve``): the steady state of
+    :mod:`moesym.model.metrics` (its serving section) from the mixed step's and the decode
+    step's compiled models. ``per_layer_s`` and the bounds are the mixed step's;
+    ``decode_step`` has the decode-only step's."""
     chunk, cm_mix, cm_dec = serve_models(model, hw, dep, wl, memory)
     a = accepted_tokens(dep)
     p = serve_point(wl.batch, wl.isl, wl.osl, chunk, a, hit=wl.prefix_hit)
-    vals_mix = {**cm_mix.parts[0]["static"], N.batch: p["decoding"], N.tokens: p["mixed_tokens"],
-                N.context: wl.context, N.isl: wl.isl, N.chunk: chunk,
-                **({N.prefix_hit: wl.prefix_hit} if wl.prefix_hit else {})}
-    vals_dec = {**cm_dec.parts[0]["static"], N.batch: p["decoding"], N.context: wl.context}
-    vals_mix.update(_lengths(wl))  # the chunk's prompts drawn from the ISL distribution
-    mixed = report_from_numbers(_averaged(cm_mix.evaluate(0, vals_mix)), vals_mix, model, dep, wl)
+    hit = {N.prefix_hit: wl.prefix_hit} if wl.prefix_hit else {}
+    nums_mix, nums_dec = serve_steps((cm_mix, cm_dec), hit, p, wl.isl, wl.osl, chunk, wl.lengths)
+    mixed = report_from_numbers(averaged(nums_mix), cm_mix.parts[0]["static"], model, dep, wl)
     dec_wl = Workload(Phase.DECODE, batch=wl.batch, context=wl.context)
-    dec = report_from_numbers(cm_dec.evaluate(0, vals_dec), vals_dec, model, dep, dec_wl)
+    dec = report_from_numbers(nums_dec, cm_dec.parts[0]["static"], model, dep, dec_wl)
     rates = serve_rates(p, mixed["step_time_s"], dec["step_time_s"], chunk, dep.tp * dep.pp, a)
     if dep.mtp:
         rates["accepted_tokens_per_step"] = a
-    mixed_busy = p["mixed_share"] * mixed["step_time_s"]
-    main = mixed if mixed_busy >= rates["step_time_s"] - mixed_busy else dec
-    r = {**rates, "tokens_per_gpu_s": rates["output_tokens_per_gpu_s"],
-         "bound": main["bound"], "bound_term": main["bound_term"],
-         "per_layer_s": mixed["per_layer_s"], "layer_s": mixed["layer_s"],
-         "layer_compute_s": mixed["layer_compute_s"], "bounds": mixed["bounds"],
-         "work_per_layer": mixed.get("work_per_layer", {}), "serving_frac": mixed["serving_frac"],
-         "serve": {"chunk_tokens": chunk, "kv_mean_tokens": wl.context,
-                   "decoding_requests": p["decoding"], "prefill_tokens_per_step": p["prefill_per_step"],
-                   "mixed_step_tokens": p["mixed_tokens"], "mixed_step_share": p["mixed_share"],
-                   "queueing": "ignored: TTFT is the prompt's own chunks"},
-         "mixed_step": {k: mixed[k] for k in ("step_time_s", "bound", "bound_term")},
-         "decode_step": {k: dec[k] for k in ("step_time_s", "bound", "bound_term", "per_layer_s")}}
+    r = serve_report(p, rates, chunk, wl.context, mixed, dec)
     if memory:
-        used = float(cm_dec.evaluate(1, memory_workload_values(dec_wl))["memory_bytes"])
-        r["memory_bytes"] = used
-        r["fits"] = bool(used <= hw.hbm_capacity_bytes)
+        used = cm_dec.evaluate(1, serve_memory_values(wl.batch, wl.isl, wl.osl, chunk))
+        r["memory_bytes"] = float(used["memory_bytes"])
+        r["fits"] = bool(fits(r["memory_bytes"], hw.hbm_capacity_bytes))
     return r
-
-
-def expert_cache_report(model: ModelSpec, dep: Deployment, wl: Workload) -> dict:
-    """Hit rate and cold experts per MoE layer of ``--expert-cache`` at this workload's tokens
-    per micro-batch (:mod:`moesym.routing.cache`)."""
-    from ..routing.cache import hit_rate, misses_per_step
-
-    tokens = (wl.batch * (1 + dep.mtp) if wl.phase is not Phase.PREFILL else wl.tokens)
-    T = tokens * dep.stage_gpus / dep.tp / dep.micro_batches / dep.pp  # through a layer per pass
-    s = dep.routing.skew
-    args = (model.num_experts, model.experts_per_token, dep.expert_cache, s, dep.cache_policy, T)
-    return {"expert_cache_hit_rate": hit_rate(*args),
-            "expert_cache": {"resident_experts_per_layer": min(dep.expert_cache, model.num_experts),
-                             "cold_experts_per_pass": misses_per_step(*args),
-                             "policy": dep.cache_policy, "placement": dep.expert_placement,
-                             "prefetch": dep.prefetch}}

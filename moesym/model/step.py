@@ -83,20 +83,66 @@ class StepModel:
     def evaluate(self, expr: sp.Expr | None = None, **grid) -> np.ndarray:
         """Evaluate ``expr`` (default: step time) with any symbols overridden by arrays.
 
-        Keys are symbol attribute names (``batch=np.arange(1, 257)``) or symbols' printed names.
+        Keys are symbol attribute names (``batch=np.arange(1, 257)``) or symbols' printed names,
+        each a free symbol of the step model or of ``expr`` (anything else, such as a batch
+        given to a prefill step, is an error naming it: never a silent constant). As
+        ``predict``: an engine runs no more micro-batches than requests (decode) or prompt
+        tokens (prefill) (:func:`moesym.model.metrics.micro_batches_run`, with a warning), and
+        a workload's length distribution is averaged over unless its length is a grid key.
         """
-        from ..symbols import by_name
+        from .metrics import at_lengths, length_symbol
 
-        g = {by_name(k): v for k, v in grid.items()}
-        return evaluate(self.expr if expr is None else expr, self.values, g)
+        e = self.expr if expr is None else sp.sympify(expr)
+        g = self._symbols(grid, e.free_symbols | self.free_symbols, "evaluate")
+        g.update(self._micro_batches(g, e.free_symbols))
+        length = by_name(length_symbol(self.workload.phase))
+        lengths = () if length in g or length not in e.free_symbols else self.workload.lengths
+        return at_lengths(lambda env: evaluate(e, self.values, env), g, length, lengths)
 
     def values_with(self, **overrides) -> dict:
-        from ..symbols import by_name
-
+        """:attr:`values` with ``overrides`` (keys as :meth:`evaluate`'s: free symbols of the
+        step model, by attribute or printed name)."""
         v = dict(self.values)
-        for k, x in overrides.items():
-            v[by_name(k)] = x
+        v.update(self._symbols(overrides, self.free_symbols | set(self.values), "values_with"))
         return v
+
+    def _symbols(self, given: Mapping, free, where: str) -> dict:
+        """``{symbol: value}`` of keyword arguments; a key that names no symbol, or one the
+        expression does not contain, is an error naming it (never a silent constant)."""
+        from ..errors import MoesymError
+
+        out = {}
+        for k, v in given.items():
+            try:
+                s = by_name(k)
+            except KeyError:
+                raise MoesymError(f"{where}({k}=...): moesym declares no symbol {k!r} (use an "
+                                  "attribute name such as batch or a printed name such as B)") \
+                    from None
+            if s not in free:
+                raise MoesymError(
+                    f"{where}({k}=...): {s} is not a free symbol of this "
+                    f"{self.workload.phase.value} step model, so it would not change the "
+                    f"result; its free symbols: {', '.join(sorted(map(str, free)))}")
+            out[s] = v
+        return out
+
+    def _micro_batches(self, grid: dict, free) -> dict:
+        """The micro-batch count to bind where the engine would split fewer than asked
+        (:func:`moesym.model.metrics.micro_batches_run`); empty where it splits them all."""
+        from .metrics import micro_batches_run, warn_micro_batches
+
+        if S.micro_batches not in free or self.workload.phase is Phase.SERVE:
+            return {}
+        size = S.batch if self.workload.phase is Phase.DECODE else S.tokens
+        asked = grid.get(S.micro_batches, self.values.get(S.micro_batches))
+        work = grid.get(size, self.values.get(size))
+        if work is None:
+            return {}
+        if not warn_micro_batches(asked, work, self.workload.phase, stacklevel=4):
+            return {}
+        run = micro_batches_run(asked, work)
+        return {S.micro_batches: run}
 
     @cached_property
     def compiled(self):
@@ -141,21 +187,20 @@ class StepModel:
                 for e in events if t0 <= e.start < t1 or (e.start < t0 < e.end)]
 
     def predict(self) -> dict:
-        """Numbers for the configured point: the contract's ``predict`` keys and more. A serve
-        workload answers with ``moesym predict --phase serve``'s steady state of in-flight
-        batching (:func:`moesym.model.predictor.predict_serve`), not this one mixed step."""
-        from .report import report_from_numbers
+        """Numbers for the configured point: ``moesym predict``'s report (without memory),
+        through the same metrics (:func:`moesym.model.predictor.step_report`): no more micro-batches
+        than requests or prompt tokens, a length distribution averaged. A serve workload
+        answers with ``moesym predict --phase serve``'s steady state of in-flight batching
+        (:func:`moesym.model.predictor.predict_serve`), not this one mixed step."""
+        from .metrics import clamp_micro_batches
+        from .predictor import predict_serve, step_report
 
         if self.workload.phase is Phase.SERVE:
-            from .predictor import predict_serve
-
             return predict_serve(self.model, self.hardware, self.deployment, self.workload,
                                  memory=False)
-
-        cm = self.compiled
-        values = cm.parts[0]["static"]
-        return report_from_numbers(cm.evaluate(0, {}), values, self.model, self.deployment,
-                                   self.workload)
+        dep = clamp_micro_batches(self.deployment, self.workload)
+        return step_report(self.compiled, self.model, self.hardware, dep, self.workload,
+                           memory=False)
 
 
 def _cache_tables(model: ModelSpec, dep: Deployment, D: Dims, tokens_mb) -> dict:

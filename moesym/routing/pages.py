@@ -166,7 +166,7 @@ def _derivations() -> list[Derivation]:
                    f"{zipf_cache_hit_rate(64, 2, 8, 1.0):.3f}."),
         Derivation("cache_miss_transfer_time", "Host transfer time of cache misses per layer",
                    cache_miss_transfer_time_s(E, k, T, C, 3 * S.hidden * S.moe_inter * S.w_bytes,
-                                              S.bw_host),
+                                              S.host_bw),
                    "Each cold expert touched in the step is streamed once over the host link; "
                    "expert bytes 3*d*d_e*b_w (gate, up, down).",
                    "Exact expected count under the uniform model; ignores prefetch overlap.",

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from ..errors import SpecError
 
-__all__ = ["Phase", "A2AMode", "Routing", "Deployment", "Workload", "DTYPE_BYTES", "TOPOLOGY",
-           "VALIDITY", "valid_mask",
+__all__ = ["Phase", "A2AMode", "Routing", "Deployment", "Workload", "serve_kv_tokens",
+           "DTYPE_BYTES", "TOPOLOGY", "VALIDITY", "valid_mask",
            "activation_dispatch_bytes"]
 
 
@@ -497,6 +497,13 @@ def valid_mask(model, gpus, ep, tp, redundant: int = 0, a2a=None, gpus_per_node:
     return ok
 
 
+def serve_kv_tokens(isl, osl):
+    """Mean KV length of a serve workload's decoding requests: the prompt and, on average, half
+    the output, ``ISL + floor(OSL / 2)`` (numbers or NumPy arrays; the serve steady state of
+    :mod:`moesym.model.metrics` evaluates its decode steps there)."""
+    return isl + osl // 2
+
+
 @dataclass(frozen=True)
 class Workload:
     """What one step processes on one attention data-parallel rank."""
@@ -534,7 +541,7 @@ class Workload:
             _pos_int("--isl", self.isl)
             _pos_int("--osl", self.osl)
             # the running requests hold their prompt and, on average, half their output
-            object.__setattr__(self, "context", self.isl + self.osl // 2)
+            object.__setattr__(self, "context", serve_kv_tokens(self.isl, self.osl))
             if self.chunk:
                 _pos_int("--chunk", self.chunk)
             return
