@@ -257,7 +257,7 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     ``max_size``: largest batch (decode, serve) or tokens (prefill) per attention DP rank
     searched. ``micro_batches``, ``a2a_modes``, ``tps``, ``eps``: the values each choice may
     take (None: every valid one); a pinned value that no valid deployment has is an error.
-    Serve (aggregated serving, :mod:`moesym.model.serve`) takes ``isl``, ``osl`` and ``chunk``
+    Serve (aggregated serving, :mod:`moesym.model.metrics`) takes ``isl``, ``osl`` and ``chunk``
     (0: the engine's default for each TP) instead of ``context``; its throughput is output
     tokens per GPU per second, limited by TPOT (with prefill interference) and TTFT.
     ``progress``: a progress bar on stderr over the (A2A mode, EP) models.

@@ -465,7 +465,7 @@ def _serve_point(cms, env, hw: HardwareSpec, gpus: float, dep: Deployment, hit: 
                  pp: int = 1, lengths: tuple = ()) -> dict:
     """Serve quantities at broadcast grid arrays (``env``: batch, ISL, OSL, chunk (0: the
     engine's default for the point's DP size), TP, ...) from the mixed-step and decode-step
-    models: :func:`moesym.model.serve.serve_point` and ``serve_rates`` on arrays. ``gpus``: one
+    models: :func:`moesym.model.metrics.serve_point` and ``serve_rates`` on arrays. ``gpus``: one
     pipeline stage's, of ``pp``; ``lengths``: an ISL distribution's representative lengths (the
     mixed step's prompts; ``env``'s ISL is their mean), as predict's."""
     from .model.metrics import (serve_chunk, serve_memory_values, serve_point, serve_rates,

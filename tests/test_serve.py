@@ -15,7 +15,7 @@ import pytest
 from moesym import Deployment, Workload, load_hardware, load_model
 from moesym.cli import main
 from moesym.model.predictor import predict
-from moesym.model.serve import default_chunk_tokens, serve_point
+from moesym.model.metrics import default_chunk_tokens, serve_point
 
 
 def test_steady_state_by_hand():

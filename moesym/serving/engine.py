@@ -2,7 +2,7 @@
 simulation schedules by, for one model, GPU and deployment.
 
 * prompt tokens per step: the profile's chunk, SGLang's by-memory rule
-  (:func:`moesym.model.serve.default_chunk_tokens`), or, where the engine does not chunk, the
+  (:func:`moesym.model.metrics.default_chunk_tokens`), or, where the engine does not chunk, the
   step budget (a prompt is prefilled whole and must fit it); per attention DP rank;
 * the step's token budget (decode-first engines): the profile's, else the chunk;
 * requests held at once: the profile's cap or its rule at the rank's KV capacity;
@@ -57,8 +57,7 @@ def scheduler_config(profile, model, hw, dep, *, mean_len: float, max_len: int,
     """The scheduling numbers of ``profile`` on this deployment; explicit ``chunk``,
     ``max_running`` and ``step_tokens`` (the user's flags) override the profile's.
     ``mean_len``: the run's mean KV length of a request; ``max_len``: its longest prompt."""
-    from ..model.report import accepted_tokens
-    from ..model.serve import default_chunk_tokens
+    from ..model.metrics import accepted_tokens, default_chunk_tokens
 
     budget = step_tokens or profile.step_token_budget
     if chunk is None:

@@ -26,7 +26,7 @@ class Phase(str, Enum):
     PREFILL = "prefill"
     DECODE = "decode"
     # aggregated serving: in-flight batching, decode steps and mixed steps that also prefill a
-    # chunk of new prompts (moesym.model.serve); a step model of this phase is the mixed step
+    # chunk of new prompts (moesym.model.metrics); a step model of this phase is the mixed step
     SERVE = "serve"
 
     @property
