@@ -236,7 +236,8 @@ def test_random_argument_vectors_fail_in_one_line_with_exit_2(argv):
 @pytest.mark.parametrize("argv,flag", [
     (["predict", *Q8, *DEC, "--tokens", "100"], "--tokens"),
     (["predict", *Q8, "--phase", "prefill", "--batch", "100"], "--batch"),
-    (["derive", "crossover", *V3, "--gpus", "8", "--weights", "fp8", "--tokens", "5"], "--tokens"),
+    pytest.param(["derive", "crossover", *V3, "--gpus", "8", "--weights", "fp8", "--tokens", "5"],
+                 "--tokens", marks=pytest.mark.slow),  # a whole derive: the slow tier
     (["predict", *Q8, *DEC, "--prefetch"], "--prefetch"),
     (["predict", *Q8, *DEC, "--cache-policy", "lru"], "--cache-policy"),
     (["predict", "mixtral-8x7b", "--hardware", "rtx-4090", *DEC, "--weights", "w4a16",

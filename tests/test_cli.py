@@ -137,6 +137,7 @@ def test_node_size_defaults_to_the_hardware_file(cli_json):
     assert cli_json(comm) == cli_json(comm + ["--gpus-per-node", "1"])
 
 
+@pytest.mark.slow
 def test_checkpoint_precision_not_modelled_is_said():
     """DeepSeek-V3 ships FP8 weights: predicting it at the --weights default (bf16) says so in
     one line, and says nothing once --weights fp8 is given."""

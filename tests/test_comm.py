@@ -253,7 +253,8 @@ def _crossover(a2a, ep, hw="h100"):
     return grid, ratio
 
 
-@pytest.mark.parametrize("a2a", ["deepep-ll", "deepep-normal"])
+@pytest.mark.parametrize("a2a", ["deepep-ll",
+                                 pytest.param("deepep-normal", marks=pytest.mark.slow)])
 def test_two_micro_batches_lose_small_win_large(a2a):
     grid, ratio = _crossover(a2a, 32)
     assert ratio[grid == 8][0] > 1.0  # fixed costs paid twice, nothing to hide

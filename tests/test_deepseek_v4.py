@@ -157,6 +157,7 @@ def test_mean_prefill_keys_is_the_average_over_positions(kind, cached):
         assert got == pytest.approx(keys.mean(), rel=0.01)
 
 
+@pytest.mark.slow
 def test_prefix_hit_computes_the_prompt_tail():
     """A prefix hit F on 16K-token prompts: projections and experts run on (1 - F) of the
     tokens; the attention of the computed tail reads more entries per query than the prompt's

@@ -35,10 +35,12 @@ def _substituted(cf) -> float:
     return abs(f) / max(abs(v) for v in near)
 
 
-CASES = [("deepseek-v3", "h800", 8), ("deepseek-v3", "h800", 32), ("deepseek-v3", "h800", 128),
-         ("deepseek-v3", "h200", 16), ("deepseek-v3", "h100", 64),
-         ("qwen3-30b-a3b", "h20", 1), ("qwen3-30b-a3b", "h20", 4), ("qwen3-30b-a3b", "h800", 8),
-         ("qwen3-30b-a3b", "h100", 32)]
+# the fast tier checks one case; the rest run in the slow tier
+CASES = [("qwen3-30b-a3b", "h20", 1)] + [
+    pytest.param(*c, marks=pytest.mark.slow) for c in [
+        ("deepseek-v3", "h800", 8), ("deepseek-v3", "h800", 32), ("deepseek-v3", "h800", 128),
+        ("deepseek-v3", "h200", 16), ("deepseek-v3", "h100", 64), ("qwen3-30b-a3b", "h20", 4),
+        ("qwen3-30b-a3b", "h800", 8), ("qwen3-30b-a3b", "h100", 32)]]
 
 
 @pytest.mark.parametrize("model,hw,gpus", CASES)
@@ -63,6 +65,7 @@ def test_crossover_is_where_predicts_routed_expert_bound_flips(model, hw, gpus):
     assert cf.value - 1 <= cf.closed_value <= cf.value + 1e-9
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model,hw,gpus,tpot_ms", [("deepseek-v3", "h800", 128, 50),
                                                    ("qwen3-30b-a3b", "h20", 1, 50),
                                                    ("qwen3-30b-a3b", "h100", 8, 20)])
@@ -78,6 +81,7 @@ def test_tpot_is_the_largest_batch_whose_predict_meets_the_target(model, hw, gpu
         assert cf.value <= cf.closed_value < cf.value + 1
 
 
+@pytest.mark.slow
 def test_tpot_with_speculative_decoding_is_predicts_tpot_not_its_step():
     """With --mtp a step emits more than one token per request: the TPOT target bounds the step
     time over the accepted length (derive answered where the step time met it: 127, where
@@ -93,6 +97,7 @@ def test_tpot_with_speculative_decoding_is_predicts_tpot_not_its_step():
         assert _predict(m, h, dep, cf.value)["step_time_s"] > 0.05  # the step alone is over it
 
 
+@pytest.mark.slow
 def test_tpot_of_the_issue_case_is_what_predict_allows():
     # issue 17: the roofline closed form said 184.6 requests where predict allowed 68
     m, h = ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20")
@@ -120,6 +125,7 @@ def test_roofline_crossover_without_lazy_loading_is_seed_000_r_over_2s():
     assert cf.timing == "roofline"
 
 
+@pytest.mark.slow
 def test_comm_hidden_is_where_predict_exposes_communication():
     m, h = ms.load_model("deepseek-v3"), ms.load_hardware("h100")
     dep = ms.Deployment(gpus=32, ep=32, weights="fp8", micro_batches=2)
@@ -168,6 +174,7 @@ def test_solve_rejects_bad_terms_and_variables():
         dv.solve(m, h, ms.Deployment(), wl, "warp_speed", equal=("step", "0.05"))
 
 
+@pytest.mark.slow  # 512 predicts
 def test_solve_minimize_finds_the_full_models_minimum():
     # tokens per GPU per second is largest where -throughput is smallest: the scan is exact
     m, h = ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20")
@@ -178,6 +185,7 @@ def test_solve_minimize_finds_the_full_models_minimum():
     assert cf.value == 1 + int(np.argmin(per_token))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("var,values", [("ep", (1, 2, 4, 8, 16)), ("tp", (1, 2, 4, 8, 16))])
 def test_solve_over_a_deployment_count_is_predicts_best_valid_value(var, values):
     """Each EP or TP is its own deployment (A2A mode, EP class, numbers bound per EP): solve
@@ -221,6 +229,7 @@ def test_model_root_steps_and_smooth_regimes_by_hand():
     assert (r.exact, r.kind, r.value) == (9.0, "step", 8.0)
 
 
+@pytest.mark.slow  # regenerates every page and figure
 def test_committed_pages_match_the_code(tmp_path):
     from moesym.pages import write_all
 
@@ -246,6 +255,7 @@ def _instance_predict(model, hw, dep, e, batch, context=4096):
     return predict(model, hw, d, Workload(Phase.DECODE, batch=batch, context=context))
 
 
+@pytest.mark.slow
 def test_ep_min_tpot_is_predicts_best_ep_and_the_square_root_of_the_regime():
     from scipy.optimize import minimize_scalar
 
@@ -275,6 +285,7 @@ def test_ep_min_tpot_is_predicts_best_ep_and_the_square_root_of_the_regime():
     assert any(p.exp == sp.Rational(1, 2) for p in cf.expr.atoms(sp.Pow))  # a square root
 
 
+@pytest.mark.slow
 def test_ep_min_tpot_without_growing_latency_falls_to_the_largest_ep():
     cf = dv.ep_min_tpot(ms.load_model("deepseek-v3"), ms.load_hardware("h800"), 4096, 4096,
                         ms.Deployment(weights="fp8", a2a="deepep-ll"))
@@ -282,6 +293,7 @@ def test_ep_min_tpot_without_growing_latency_falls_to_the_largest_ep():
     assert cf.value == 256
 
 
+@pytest.mark.slow
 def test_gpus_for_throughput_is_predicts_smallest_instance_and_the_roofline_root():
     X, tau = 200_000.0, 0.05
     m, h = ms.load_model("deepseek-v3"), ms.load_hardware("h800")
@@ -299,6 +311,7 @@ def test_gpus_for_throughput_is_predicts_smallest_instance_and_the_roofline_root
     assert t == pytest.approx(tau, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_micro_batches_pay_where_predict_says_two_beat_one():
     """SGLang (2025-05, 72 H100, DeepSeek-V3, EP72, DeepEP low-latency, 32 redundant experts,
     context ~2K) measured two-batch overlap at -27% at 32 and +25.5% at 256 requests per GPU:

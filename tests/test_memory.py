@@ -306,6 +306,7 @@ def test_memory_option_flags_override_engine_defaults():
     assert "--memory-option" in bad.stderr
 
 
+@pytest.mark.slow
 def test_memory_options_reach_predict_sweep_and_optimize(tmp_path, capsys):
     """--memory-option rides on the deployment: predict, sweep and optimize read it as memory
     does. The reserve is reserve_fraction x HBM capacity, so raising it from the default 0.04 to

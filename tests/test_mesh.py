@@ -148,6 +148,7 @@ def test_column_statistics_against_monte_carlo(ring, wrap, x):
     assert float(col.p2p_hops_per_token) == pytest.approx(hops / n, rel=0.05, abs=0.02)
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None)
 @given(st.sampled_from([(4, 8), (8, 4), (16, 2), (2, 16)]), st.booleans(), st.integers(1, 64))
 def test_local_reduction_one_message_per_device_per_token(shape, wrap, tokens):

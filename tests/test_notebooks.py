@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+FAST = {"calibration"}  # the rest run in the slow tier
 
 
 def test_there_are_notebooks():
@@ -18,7 +19,8 @@ def test_there_are_notebooks():
     assert {"quickstart", "closed_forms", "capacity_planning", "calibration"} <= names
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [p if p.stem in FAST else pytest.param(p, marks=pytest.mark.slow)
+                                  for p in NOTEBOOKS], ids=lambda p: p.stem)
 def test_notebook_runs(path, tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     nb = json.loads(path.read_text())

@@ -78,6 +78,7 @@ def test_empty_cache_streams_every_active_expert_by_hand(mix):
     assert r["step_time_s"] - _tpot(mix)["step_time_s"] == pytest.approx(32 * want, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_more_cache_is_never_slower(mix):
     for placement in ("stream", "host-compute"):
         for policy in ("static-top", "lru"):
@@ -120,6 +121,7 @@ def test_contract_command_runs(capsys):
     assert 0 < r["expert_cache_hit_rate"] < 1 and r["tokens_per_gpu_s"] > 0
 
 
+@pytest.mark.slow
 def test_derive_expert_cache_is_where_the_streamed_tier_fits_under_compute():
     # issue 17 item 4: the cache size from which the expert tier hides under the layer's compute.
     # Qwen3-30B-A3B BF16 on one H100 (PCIe host link), batch 256, uniform routing, static cache:
@@ -200,6 +202,7 @@ def test_bad_frequency_files_are_one_line_exit_2(tmp_path, capsys, text, field):
     assert rc == 2 and "\n" not in err and field in err and "--routing" in err
 
 
+@pytest.mark.slow
 def test_optimize_chooses_the_expert_cache_against_the_batch_it_displaces():
     # issue 19: optimize searches the cache size; checked against a brute force of predict over
     # every (cache, batch): a bigger cache is faster per step but leaves less memory for KV

@@ -31,6 +31,8 @@ from moesym.optimize import choices, optimize
 from moesym.specs.deployment import A2AMode, Deployment
 from moesym.sweep import sweep_frame
 
+pytestmark = pytest.mark.slow  # brute force over whole spaces: the slow tier
+
 MB = (1, 2)
 DECODE_MODES = ("deepep-ll", "deepep-normal", "allgather")  # what optimize considers by default
 

@@ -21,6 +21,10 @@ from moesym.model.predictor import predict
 from moesym.specs.model import ModelSpec
 from moesym.symbols import S
 
+# the slow tier: each example builds a step model; tests/test_step.py checks the same
+# properties on fixed cases in the fast tier
+pytestmark = pytest.mark.slow
+
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
 GPUS = ["h800", "h20", "h100", "h200", "b200", "mi300x", "a100"]

@@ -45,6 +45,7 @@ def test_the_page_is_one_self_contained_file(page, capsys):
     assert "moesym report deepseek-v3 --hardware h800" in html
 
 
+@pytest.mark.slow
 def test_optimize_report_adds_the_pareto_front(tmp_path):
     out = tmp_path / "o.html"
     assert main(["optimize", "qwen3-30b-a3b", "--hardware", "h20", "--gpus", "4", "--phase",
@@ -55,7 +56,8 @@ def test_optimize_report_adds_the_pareto_front(tmp_path):
 
 @pytest.mark.parametrize("extra", [
     ["--phase", "prefill", "--tokens", "16384", "--context", "4096"],
-    ["--phase", "serve", "--isl", "1024", "--osl", "1024", "--batch", "64", "--gpus", "4", "--ep", "4"],
+    pytest.param(["--phase", "serve", "--isl", "1024", "--osl", "1024", "--batch", "64",
+                  "--gpus", "4", "--ep", "4"], marks=pytest.mark.slow),
 ])
 def test_other_phases_write_a_page(tmp_path, extra):
     out = tmp_path / "p.html"
@@ -63,6 +65,7 @@ def test_other_phases_write_a_page(tmp_path, extra):
     assert "<h2>Prediction" in out.read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get "
                                               "install chromium; CI installs it)")
 def test_the_page_renders_in_headless_chromium(page, tmp_path):

@@ -191,9 +191,10 @@ def test_max_expert_load_ratio_mc(E, k, T):
     check(float(R.max_expert_load_ratio(E, k, T)), c.max(1) / (T * k / E), REL_MAX, "max expert")
 
 
-@pytest.mark.parametrize("E,k,ep,G,kG,T", [(256, 8, 8, 8, 4, 1), (256, 8, 8, 8, 4, 16),
-                                            (256, 8, 32, 8, 4, 64), (64, 4, 4, 8, 2, 1),
-                                            (64, 4, 4, 8, 2, 256)])
+@pytest.mark.parametrize("E,k,ep,G,kG,T", [
+    (256, 8, 8, 8, 4, 1), (256, 8, 8, 8, 4, 16), (64, 4, 4, 8, 2, 1),
+    pytest.param(256, 8, 32, 8, 4, 64, marks=pytest.mark.slow),
+    pytest.param(64, 4, 4, 8, 2, 256, marks=pytest.mark.slow)])
 def test_grouped_max_rank_load_ratio_mc(E, k, ep, G, kG, T):
     c = counts(sim_grouped(E, k, T, G, kG, 400, seed=ep + T), E)
     rank_max = c.reshape(len(c), ep, -1).sum(-1).max(1) / (T * k / ep)
@@ -202,7 +203,8 @@ def test_grouped_max_rank_load_ratio_mc(E, k, ep, G, kG, T):
     check(float(R.max_rank_load_ratio(E, k, ep, T, G, kG)), rank_max, rel, "grouped max rank")
 
 
-@pytest.mark.parametrize("E,k,ep", [(256, 8, 8), (64, 2, 64), (16, 4, 2)])
+@pytest.mark.parametrize("E,k,ep", [(256, 8, 8), pytest.param(64, 2, 64, marks=pytest.mark.slow),
+                                    (16, 4, 2)])
 def test_ratio_at_least_one_and_tends_to_one(E, k, ep):
     vals = [float(R.max_rank_load_ratio(E, k, ep, T)) for T in (1, 4, 16, 256, 4096, 10 ** 6)]
     assert all(v >= 1 for v in vals)
@@ -242,7 +244,8 @@ def test_zipf_inclusion_and_distinct_mc(E, k, s):
 
 
 @pytest.mark.parametrize("E,k,ep,T,s,placement", [(64, 4, 8, 16, 1.0, "round_robin"),
-                                                   (64, 4, 8, 256, 1.0, "contiguous"),
+                                                   pytest.param(64, 4, 8, 256, 1.0, "contiguous",
+                                                                marks=pytest.mark.slow),
                                                    (32, 2, 4, 1, 0.8, "round_robin"),
                                                    (32, 2, 32, 64, 0.8, "contiguous")])
 def test_zipf_max_rank_load_ratio_mc(E, k, ep, T, s, placement):
@@ -303,8 +306,9 @@ def test_eplb_finite_tokens_mc():
 
 
 # ------------------------------------------------------------------------- tile padding
-@pytest.mark.parametrize("E,k,ep,T,tile", [(256, 8, 32, 1, 32), (256, 8, 32, 16, 32),
-                                           (64, 4, 8, 256, 32), (64, 4, 8, 1024, 16)])
+@pytest.mark.parametrize("E,k,ep,T,tile", [
+    (256, 8, 32, 1, 32), (256, 8, 32, 16, 32), (64, 4, 8, 256, 32),
+    pytest.param(64, 4, 8, 1024, 16, marks=pytest.mark.slow)])
 def test_padded_rows_mc(E, k, ep, T, tile):
     c = counts(sim_uniform(E, k, T, 300, seed=T + tile), E)[:, : E // ep]
     rows = (np.ceil(c / tile) * tile).sum(1)
@@ -422,7 +426,9 @@ def _symbolic_exprs():
     }
 
 
-@pytest.mark.parametrize("name", list(_symbolic_exprs()))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow)  # the slowest three
+                                  if n in ("max_expert", "distinct_destinations", "padded_smooth")
+                                  else n for n in _symbolic_exprs()])
 def test_lambdify_matches_evalf(name):
     expr = _symbolic_exprs()[name]
     args = sorted(expr.free_symbols, key=str)

@@ -169,7 +169,8 @@ def test_user_schedule_file_and_bad_input(tmp_path, capsys):
         load(str(f))
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", [0, 1, 2] + [pytest.param(s, marks=pytest.mark.slow)
+                                              for s in range(3, 6)])
 def test_step_model_orders_ideal_tbo_and_the_single_batch_schedules(seed):
     """At the step level, on random decode deployments with DeepEP low-latency (comm kernels
     hold no SMs): the ideal bound <= two-batch overlap, and sbo <= none for one micro-batch."""
@@ -215,6 +216,7 @@ def test_prefill_layout_caps_deepgemm_at_the_sms_deepep_leaves():
     assert load("tbo-sglang").layout("decode").gemm_sms == "all"
 
 
+@pytest.mark.slow
 def test_capped_gemms_take_sms_over_sms_minus_comm_of_their_compute():
     """Each FP8 GEMM's compute time x 132 / (132 - 20), its memory time unchanged; the
     elementwise and attention kernels untouched; a BF16 model (no DeepGEMM) caps nothing."""

@@ -98,7 +98,8 @@ def test_default_chunk_is_sglangs():
 
 
 CASES = [("qwen3-30b-a3b", "h20", Deployment()),
-         ("deepseek-v3", "h200", Deployment(gpus=8, ep=8, weights="fp8"))]
+         pytest.param("deepseek-v3", "h200", Deployment(gpus=8, ep=8, weights="fp8"),
+                      marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("name,hw,dep", CASES)
@@ -205,6 +206,7 @@ def test_sweep_and_optimize_evaluate_what_predict_does(tmp_path):
             assert q["output_tokens_per_gpu_s"] <= best["output_tokens_per_gpu_s"] * (1 + 1e-9)
 
 
+@pytest.mark.slow
 def test_disaggregation_is_compared_with_aggregated_serving():
     from moesym.optimize import disaggregate
 

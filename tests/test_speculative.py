@@ -109,6 +109,7 @@ def test_memory_holds_the_mtp_module(v3, capsys):
     assert 0.5e9 / 16 < extra < 2 * 11.5e9 / 16
 
 
+@pytest.mark.slow
 def test_serve_with_mtp_emits_more_per_step(v3):
     m, h = v3
     dep = Deployment(gpus=8, ep=8, weights="fp8")

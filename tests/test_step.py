@@ -64,6 +64,7 @@ def test_prefill_uses_tokens_and_chunk():
     assert {S.tokens, S.context, S.chunk} <= free and S.batch not in free
 
 
+@pytest.mark.slow
 def test_compiled_equals_evalf_at_random_points():
     step = _step("deepseek-v3", "h800", gpus=32, ep=32, weights="fp8", micro_batches=2)
     expr = step.expr

@@ -21,7 +21,9 @@ def _predict(model, hw, phase, gpus, ep, size, context):
     return r
 
 
-@pytest.mark.parametrize("phase,sizes", [("decode", [8, 64]), ("prefill", [1024, 4096, 16384])])
+@pytest.mark.parametrize("phase,sizes", [("decode", [8, 64]),
+                                         pytest.param("prefill", [1024, 4096, 16384],
+                                                      marks=pytest.mark.slow)])
 def test_sweep_points_equal_predict_across_ep_and_chunks(phase, sizes):
     size_axis = "batch" if phase == "decode" else "tokens"
     df = sweep_frame(ms.load_model("qwen3-30b-a3b"), "h20", phase,
@@ -34,7 +36,7 @@ def test_sweep_points_equal_predict_across_ep_and_chunks(phase, sizes):
         assert row.fits == r["fits"]
 
 
-@pytest.mark.parametrize("phase", ["decode", "prefill"])
+@pytest.mark.parametrize("phase", ["decode", pytest.param("prefill", marks=pytest.mark.slow)])
 def test_parquet_output_equals_the_csv(tmp_path, phase):
     """The Parquet writer (Arrow columns built from their buffers, many small chunks written on
     a second thread while the next is evaluated) holds exactly the CSV's rows, in order: same

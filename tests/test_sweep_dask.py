@@ -34,6 +34,7 @@ def local():
     return sweep_frame(ms.load_model(MODEL), "h20", "decode", AXES)
 
 
+@pytest.mark.slow
 def test_partitions_are_the_local_chunks(client, local):
     model = ms.load_model(MODEL)
     ddf = sweep_dask(model, "h20", "decode", AXES, chunk_points=CHUNK, client=client)
@@ -60,6 +61,7 @@ def test_invalid_blocks_are_dropped_like_local():
                                   check_exact=True)
 
 
+@pytest.mark.slow
 def test_cli_dask_csv_equals_local(client, tmp_path, capsys):
     out_local, out_dask = tmp_path / "local.csv", tmp_path / "dask.csv"
     assert main(ARGV + ["--out", str(out_local)]) == 0
@@ -70,6 +72,7 @@ def test_cli_dask_csv_equals_local(client, tmp_path, capsys):
     assert out_dask.read_bytes() == out_local.read_bytes()
 
 
+@pytest.mark.slow
 def test_cli_dask_parquet_in_process_cluster(tmp_path, capsys, local):
     out = tmp_path / "sweep.parquet"
     assert main(ARGV + ["--out", str(out), "--backend", "dask"]) == 0

@@ -85,6 +85,7 @@ def test_sweep_without_pp_or_cp_writes_no_such_columns(tmp_path):
     assert "pp" not in rows[0] and "cp" not in rows[0]
 
 
+@pytest.mark.slow
 def test_sweep_cp_and_pp_in_prefill_under_a_prompt_length_distribution(tmp_path):
     """--cp 1,2,4 x --tp 1,2 x --pp 1,2 on 4 GPUs with --isl-dist: CP must divide the stage's
     attention DP ranks (gpus / pp / tp); each point averaged over the representative prompt
@@ -114,6 +115,7 @@ def test_sweep_decode_under_a_kv_length_distribution_equals_predict(tmp_path):
     assert abs(at_mean["step_time_s"] / float(rows[0]["step_time_s"]) - 1) > 1e-4
 
 
+@pytest.mark.slow
 def test_sweep_serve_with_pp_and_an_isl_distribution_equals_predict(tmp_path):
     grid = {"batch": [16, 64], "pp": [1, 2], "ep": [2, 4]}
     dist = "lognormal:1000:0.5"
@@ -179,6 +181,7 @@ def _predict_row(row, phase, fixed):
     return _predict(["--phase", phase, *fixed, *dep, *size])
 
 
+@pytest.mark.slow
 def test_optimize_prefill_searches_cp_under_an_isl_distribution(cli_json):
     """optimize --phase prefill --cp 1,2 --isl-dist: rows carry cp and are predict's numbers
     (TTFT at the distribution's mean prompt); the best meets the TTFT limit and fits."""
@@ -212,6 +215,7 @@ def test_optimize_cp_rows_at_cp_2_are_predicts(cli_json):
             assert p[k] == pytest.approx(r[k], rel=1e-9), k
 
 
+@pytest.mark.slow
 def test_optimize_serve_searches_pipeline_depths_as_predict_times_them(cli_json):
     """optimize --phase serve --pp 1,2 (refused before): batches a multiple of pp, output tokens
     per GPU over TP x PP GPUs, every row predict's."""
@@ -261,6 +265,7 @@ def test_the_dask_backend_gives_the_local_rows_with_pp_cp_and_a_distribution():
     assert len(local) == 2 * 8  # the (pp, tp, cp) combinations predict takes, per token count
 
 
+@pytest.mark.slow
 def test_sweep_pp_send_tier_follows_each_points_stage(tmp_path):
     """One compiled model serves every GPU count of a --pp sweep: the send between stages must
     switch from the scale-up link to RDMA at the point where a stage fills a node (8 H20s), not
