@@ -121,7 +121,7 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve
     if ph is Phase.SERVE:
         cm_dec = cms[1]
         isl, osl, chunk = serve
-        chunk = serve_chunk(chunk, capacity, gpus // tp)
+        chunk = serve_chunk(chunk, capacity, gpus // tp, dep.engine)
 
         def measure(sizes):
             p = serve_point(sizes, isl, osl, chunk, accepted, minimum=np.minimum,

@@ -474,7 +474,8 @@ def _serve_point(cms, env, hw: HardwareSpec, gpus: float, dep: Deployment, hit: 
     cm_dec = cms[1]
     env = dict(env)
     isl, osl, tp, batch = env.pop(N.isl), env.pop("osl"), env[N.tp], env[N.batch]
-    chunk = serve_chunk(env.pop(N.chunk), hw.hbm_capacity_bytes, np.maximum(1, gpus // tp))
+    chunk = serve_chunk(env.pop(N.chunk), hw.hbm_capacity_bytes, np.maximum(1, gpus // tp),
+                        dep.engine)
     a = accepted_tokens(dep)
     p = serve_point(batch, isl, osl, chunk, a, minimum=np.minimum, maximum=np.maximum, exp=np.exp,
                     hit=hit)

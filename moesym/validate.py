@@ -237,8 +237,7 @@ class ServingCase:
     name: str
     model: str
     hardware: str
-    deployment: Deployment
-    engine: str
+    deployment: Deployment  # its engine's scheduler is simulated
     isl: int
     osl: int
     concurrency: int
@@ -250,14 +249,14 @@ class ServingCase:
 
 def _r1(c: int, measured: dict) -> ServingCase:
     return ServingCase(f"deepseek-r1-h200x8-sglang-c{c}", "deepseek-v3", "h200",
-                       Deployment(gpus=8, tp=8, ep=1, weights="fp8"), "sglang", 1024, 1024, c,
-                       measured, setup="DeepSeek-R1-0528 FP8 (DeepSeek-V3 architecture), 8 x "
+                       Deployment(gpus=8, tp=8, ep=1, weights="fp8", engine="sglang"), 1024, 1024,
+                       c, measured, setup="DeepSeek-R1-0528 FP8 (DeepSeek-V3 architecture), 8 x "
                        "H200, SGLang 0.5.7, TP8 EP1, 1024/1024")
 
 
 def _oss(c: int, measured: dict) -> ServingCase:
     return ServingCase(f"gpt-oss-120b-mi300x-vllm-c{c}", "gpt-oss-120b", "mi300x",
-                       Deployment(gpus=1, weights="moe=mxfp4,attn=bf16,dense=bf16"), "vllm",
+                       Deployment(gpus=1, weights="moe=mxfp4,attn=bf16,dense=bf16", engine="vllm"),
                        1024, 1024, c, measured, setup="gpt-oss-120b (MXFP4 experts), 1 x "
                        "MI300X, vLLM 0.17.0 (ROCm), TP1, 1024/1024")
 
@@ -285,11 +284,11 @@ def validate_serving(cases=SERVING_CASES, seed: int = 0) -> list[dict]:
     for c in cases:
         client = Client(concurrency=c.concurrency, num_prompts=c.num_prompts or 10 * c.concurrency)
         r = simulate(load_model(c.model), load_hardware(c.hardware), c.deployment, client,
-                     str(c.isl), str(c.osl), engine=c.engine, seed=seed, timeline_points=1)
+                     str(c.isl), str(c.osl), seed=seed, timeline_points=1)
         for metric, meas in c.measured.items():
             head, _, stat = metric.partition(".")
             pred = r[head][stat] if stat else r[head]
             rows.append({"name": c.name, "metric": metric, "measured": meas, "predicted": pred,
                          "error": (pred - meas) / meas, "source": c.source, "setup": c.setup,
-                         "engine": c.engine, "concurrency": c.concurrency})
+                         "engine": c.deployment.engine, "concurrency": c.concurrency})
     return rows

@@ -251,3 +251,27 @@ def test_bad_engine_name(arg, words):
     assert "\n" not in str(e.value)
     for w in words:
         assert w in str(e.value)
+
+
+def test_deployment_engine_names_are_the_builtin_profiles():
+    from moesym.specs.deployment import ENGINES
+
+    assert tuple(builtin_engines()) == ENGINES
+
+
+def test_engine_flag_sets_the_serve_chunk(cli_json):
+    """predict --phase serve takes the engine's prompt tokens per step: SGLang's 8192 on a
+    141 GB H200 divided over 8 attention-DP ranks (parallel_hook.py: // attn_dp_size) = 1024;
+    vLLM's 8192-token step budget per engine, one engine per DP rank (arg_utils.py)."""
+    base = ["predict", "qwen3-30b-a3b", "--hardware", "h200", "--gpus", "8", "--phase", "serve",
+            "--isl", "1024", "--osl", "256", "--batch", "16"]
+    assert cli_json(base)["serve"]["chunk_tokens"] == 1024
+    assert cli_json(base + ["--engine", "vllm"])["serve"]["chunk_tokens"] == 8192
+
+
+def test_unknown_engine_is_one_line(capsys):
+    from moesym.cli import main
+
+    rc = main(["predict", "qwen3-8b", "--hardware", "h20", "--phase", "decode", "--engine", "tgi"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "--engine 'tgi'" in err and len(err.splitlines()) == 1

@@ -134,6 +134,10 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
     one value or a comma list of the values the search may choose from (default: any)."""
     g = p.add_argument_group("deployment")
     g.add_argument("--gpus", type=positive_int, default=1)
+    g.add_argument("--engine", default="sglang", metavar="NAME|FILE.toml",
+                   help="serving engine whose defaults apply (prompt tokens per step in serve) "
+                        "and whose scheduler simulate and optimize --percentile run: sglang, "
+                        "vllm, trtllm or a profile file (default sglang)")
     g.add_argument("--gpus-per-node", type=positive_int, default=None,
                    help="GPUs per node (default: the hardware file's gpus_per_node)")
     if search:
@@ -314,7 +318,8 @@ def deployment_from(args) -> Deployment:
                       expert_placement=getattr(args, "expert_placement", "stream"),
                       dequant=getattr(args, "dequant", "fused"),
                       accept=getattr(args, "accept", None),
-                      memory_options=_memory_option_pairs(getattr(args, "memory_option", [])))
+                      memory_options=_memory_option_pairs(getattr(args, "memory_option", [])),
+                      engine=getattr(args, "engine", "sglang"))
 
 
 def _mesh_from(args, tp: int) -> tuple:

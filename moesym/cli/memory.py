@@ -80,7 +80,7 @@ def run(args) -> int:
         from ..model.metrics import serve_chunk
 
         opts = dict(dep.memory_options)
-        opts.setdefault("prefill_tokens", serve_chunk(wl.chunk, hw.hbm_capacity_bytes, dep.dp))
+        opts.setdefault("prefill_tokens", serve_chunk(wl.chunk, hw.hbm_capacity_bytes, dep.dp, dep.engine))
         dep = replace(dep, memory_options=tuple(sorted(opts.items())))
         wl = Workload(Phase.DECODE, batch=wl.batch, context=wl.context, lengths=())
     r = memory_report(model, hw, dep, wl)  # --memory-option rides on the deployment

@@ -33,9 +33,6 @@ def register(sub) -> None:
     p.add_argument("--percentile", type=positive_float, default=None, metavar="P",
                    help="serve: hold --ttft-ms / --tpot-ms at the P-th percentile of a "
                         "simulated benchmark (moesym simulate) and search the concurrency too")
-    p.add_argument("--engine", default="sglang", metavar="NAME|FILE.toml",
-                   help="with --percentile: the engine whose scheduler is simulated (sglang, "
-                        "vllm, trtllm or a profile file)")
     p.add_argument("--max-size", type=positive_int, default=1 << 15,
                    help="largest batch (decode) or tokens (prefill) per DP rank to consider")
     p.add_argument("--disaggregate", default=None, metavar="IN:OUT",
@@ -226,7 +223,7 @@ def _run_sla(args) -> int:
     r = optimize_sla(model, hw, args.gpus, base, args.isl, args.osl,
                      ttft_s=args.ttft_ms / 1e3 if args.ttft_ms else None,
                      tpot_s=args.tpot_ms / 1e3 if args.tpot_ms else None,
-                     percentile=args.percentile, engine=args.engine, progress=not args.json,
+                     percentile=args.percentile, engine=base.engine, progress=not args.json,
                      micro_batches=tuple(args.micro_batches or (1, 2)), a2a_modes=args.a2a,
                      tps=args.tp, eps=args.ep, max_size=args.max_size, chunk=args.chunk or 0,
                      pps=args.pp)

@@ -45,9 +45,6 @@ def register(sub) -> None:
                         "benchmark tools measure every request, the initial burst included)")
     g.add_argument("--seed", type=int, default=0)
     e = p.add_argument_group("engine")
-    e.add_argument("--engine", default="sglang", metavar="NAME|FILE.toml",
-                   help="scheduler profile: sglang, vllm, trtllm or a profile file "
-                        "(default sglang)")
     e.add_argument("--chunk", type=positive_int, default=None,
                    help="prompt tokens per step per attention DP rank (default: the engine's)")
     e.add_argument("--max-running-requests", type=positive_int, default=None,
@@ -113,7 +110,7 @@ def run(args) -> int:
     _warn_long(args, client, dep)
     limits = {"ttft_s": args.ttft_ms / 1e3 if args.ttft_ms else None,
               "tpot_s": args.tpot_ms / 1e3 if args.tpot_ms else None}
-    kw = dict(engine=args.engine, seed=args.seed, pairs=args.lengths_file, chunk=args.chunk,
+    kw = dict(engine=dep.engine, seed=args.seed, pairs=args.lengths_file, chunk=args.chunk,
               max_running=args.max_running_requests,
               limits=limits if any(v is not None for v in limits.values()) else None,
               timeline_points=args.timeline_points, warmup=args.warmup_requests)

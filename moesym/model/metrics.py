@@ -44,7 +44,7 @@ __all__ = ["accepted_tokens", "micro_batches_run", "warn_micro_batches", "clamp_
            "tokens_per_user_s", "fits", "prefill_memory_values", "routed_expert_roofline",
            "key_bounds", "bound_shares", "report_from_numbers", "length_values",
            "evaluate_at_lengths", "at_lengths", "averaged", "CHUNK_BY_MEMORY",
-           "default_chunk_tokens", "serve_chunk", "serve_kv_tokens", "serve_point", "serve_rates",
+           "default_chunk_tokens", "engine_chunk", "serve_chunk", "serve_kv_tokens", "serve_point", "serve_rates",
            "serve_memory_values", "serve_steps", "serve_step_times", "serve_report",
            "expert_cache_report", "length_symbol"]
 
@@ -411,13 +411,27 @@ def default_chunk_tokens(hbm_capacity_bytes: float, dp: int) -> int:
     return max(1, chunk // dp)
 
 
-def serve_chunk(chunk, hbm_capacity_bytes: float, dp):
+def engine_chunk(engine, hbm_capacity_bytes: float, dp: int) -> int:
+    """Prompt tokens an engine prefills per step per attention DP rank by default: its
+    profile's chunk (:mod:`moesym.engines`), SGLang's by-memory rule
+    (:func:`default_chunk_tokens`), or, for an engine that does not chunk, its step budget;
+    never more than its cap on a prefill batch. ``engine``: a name, profile file or profile."""
+    from ..engines import load_engine
+
+    p = load_engine(engine) if isinstance(engine, str) else engine
+    c = p.chunk_tokens
+    chunk = (default_chunk_tokens(hbm_capacity_bytes, dp) if c == "by-memory" else
+             int(p.step_token_budget) if c == "off" else int(c))
+    return min(chunk, p.max_prefill_tokens) if p.max_prefill_tokens else chunk
+
+
+def serve_chunk(chunk, hbm_capacity_bytes: float, dp, engine="sglang"):
     """The prefill chunk a serve step runs: ``chunk`` where given (> 0), else the engine's
-    default for the attention DP size ``dp`` (:func:`default_chunk_tokens`). Numbers give an
-    int; arrays (``dp`` at least 1) a float array."""
+    default for the attention DP size ``dp`` (:func:`engine_chunk`). Numbers give an int;
+    arrays (``dp`` at least 1) a float array."""
     if np.ndim(chunk) == 0 and np.ndim(dp) == 0:
-        return int(chunk) if chunk else default_chunk_tokens(hbm_capacity_bytes, int(dp))
-    default = np.vectorize(lambda d: default_chunk_tokens(hbm_capacity_bytes, int(d)))(dp)
+        return int(chunk) if chunk else engine_chunk(engine, hbm_capacity_bytes, int(dp))
+    default = np.vectorize(lambda d: engine_chunk(engine, hbm_capacity_bytes, int(d)))(dp)
     return np.where(np.asarray(chunk) > 0, chunk, default).astype(float)
 
 

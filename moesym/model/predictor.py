@@ -153,7 +153,7 @@ def serve_models(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Worklo
     decode model also holds the memory of the in-flight requests beside one prefill chunk."""
     dep.check_overlap(Phase.SERVE)
     dep.check_overlap(Phase.DECODE)
-    chunk = serve_chunk(wl.chunk, hw.hbm_capacity_bytes, dep.dp)
+    chunk = serve_chunk(wl.chunk, hw.hbm_capacity_bytes, dep.dp, dep.engine)
     mixed = compiled_predict_model(model, hw, dep, replace(wl, chunk=chunk), memory=False)
     opts = dict(dep.memory_options)
     opts.setdefault("prefill_tokens", chunk)  # the chunk's activations sit beside the decode's

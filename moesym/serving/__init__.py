@@ -19,12 +19,13 @@ __all__ = ["Simulation", "kv_transfer_s", "simulate", "simulate_disaggregated"]
 
 class Simulation:
     """One replica of ``dep`` running ``engine`` (a name, a profile file or an
-    :class:`moesym.engines.EngineProfile`): its compiled step models are built once and every
+    :class:`moesym.engines.EngineProfile`; default the deployment's): its compiled step models are built once and every
     :meth:`run` reuses them. ``chunk`` / ``max_running``: the user's overrides of the
     engine's prompt tokens per step and request cap."""
 
-    def __init__(self, model, hw, dep, engine="sglang", *, chunk: int | None = None,
+    def __init__(self, model, hw, dep, engine=None, *, chunk: int | None = None,
                  max_running: int | None = None):
+        engine = dep.engine if engine is None else engine
         if isinstance(engine, str):
             from ..engines import load_engine
 
@@ -102,7 +103,7 @@ def kv_transfer_s(model, hw, dep_prefill, isl) -> np.ndarray:
 
 
 def simulate_disaggregated(model, hw, dep_prefill, dep_decode, replicas: tuple, client,
-                           isl="1024", osl="1024", *, engine="sglang", seed: int = 0,
+                           isl="1024", osl="1024", *, engine=None, seed: int = 0,
                            pairs: str | None = None, chunk: int | None = None,
                            max_running: int | None = None, limits: dict | None = None,
                            timeline_points: int = 500, warmup: int = 0) -> dict:
@@ -131,7 +132,7 @@ def simulate_disaggregated(model, hw, dep_prefill, dep_decode, replicas: tuple, 
     return out
 
 
-def simulate(model, hw, dep, client, isl="1024", osl="1024", *, engine="sglang", seed: int = 0,
+def simulate(model, hw, dep, client, isl="1024", osl="1024", *, engine=None, seed: int = 0,
              pairs: str | None = None, chunk: int | None = None, max_running: int | None = None,
              limits: dict | None = None, timeline_points: int = 500, warmup: int = 0) -> dict:
     """Simulate ``client`` (:class:`moesym.serving.clients.Client`) against one replica of

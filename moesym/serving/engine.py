@@ -1,9 +1,9 @@
 """An engine profile (:mod:`moesym.engines`, its defaults as data) resolved to the numbers a
 simulation schedules by, for one model, GPU and deployment.
 
-* prompt tokens per step: the profile's chunk, SGLang's by-memory rule
-  (:func:`moesym.model.metrics.default_chunk_tokens`), or, where the engine does not chunk, the
-  step budget (a prompt is prefilled whole and must fit it); per attention DP rank;
+* prompt tokens per step: :func:`moesym.model.metrics.engine_chunk` (the profile's chunk,
+  SGLang's by-memory rule, or, where the engine does not chunk, the step budget: a prompt is
+  prefilled whole and must fit it); per attention DP rank;
 * the step's token budget (decode-first engines): the profile's, else the chunk;
 * requests held at once: the profile's cap or its rule at the rank's KV capacity;
 * KV capacity per rank in tokens: the smaller of moesym's memory model (weights, activations,
@@ -57,23 +57,15 @@ def scheduler_config(profile, model, hw, dep, *, mean_len: float, max_len: int,
     """The scheduling numbers of ``profile`` on this deployment; explicit ``chunk``,
     ``max_running`` and ``step_tokens`` (the user's flags) override the profile's.
     ``mean_len``: the run's mean KV length of a request; ``max_len``: its longest prompt."""
-    from ..model.metrics import accepted_tokens, default_chunk_tokens
+    from ..model.metrics import accepted_tokens, engine_chunk
 
     budget = step_tokens or profile.step_token_budget
     if chunk is None:
-        c = profile.chunk_tokens
-        if c == "by-memory":
-            chunk = default_chunk_tokens(hw.hbm_capacity_bytes, dep.dp)
-        elif c == "off":  # whole prompts, in the step budget
-            chunk = budget
-            if max_len > budget:
-                raise MoesymError(f"{profile.name} does not chunk prompts by default and a "
-                                  f"{max_len}-token prompt exceeds its {budget}-token step; pass "
-                                  "--chunk N (the engine's chunked prefill)")
-        else:
-            chunk = int(c)
-    if profile.max_prefill_tokens:
-        chunk = min(chunk, profile.max_prefill_tokens)
+        chunk = engine_chunk(profile, hw.hbm_capacity_bytes, dep.dp)
+        if profile.chunk_tokens == "off" and max_len > chunk:  # whole prompts, in the budget
+            raise MoesymError(f"{profile.name} does not chunk prompts by default and a "
+                              f"{max_len}-token prompt exceeds its {chunk}-token step; pass "
+                              "--chunk N (the engine's chunked prefill)")
     budget = budget or chunk
     cap = kv_capacity_tokens(model, hw, dep, int(mean_len), profile, chunk)
     if cap < max_len + 1:

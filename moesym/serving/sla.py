@@ -44,7 +44,7 @@ def _key(row: dict) -> tuple:
 
 
 def optimize_sla(model, hw, gpus: int, base, isl: int, osl: int, *, ttft_s=None, tpot_s=None,
-                 percentile: float = 90.0, engine="sglang", shortlist: int = 4, seed: int = 0,
+                 percentile: float = 90.0, engine=None, shortlist: int = 4, seed: int = 0,
                  progress: bool = False, **search) -> dict:
     """Best deployment and concurrency under ``ttft_s`` / ``tpot_s`` at ``percentile``
     (module docstring). ``search``: more arguments of :func:`moesym.optimize.optimize`
@@ -60,6 +60,7 @@ def optimize_sla(model, hw, gpus: int, base, isl: int, osl: int, *, ttft_s=None,
         raise MoesymError("--percentile needs a limit: --ttft-ms and/or --tpot-ms")
     if not 0 < percentile <= 100:
         raise MoesymError(f"--percentile {percentile}: must be in (0, 100], e.g. 90 or 99")
+    engine = base.engine if engine is None else engine
     profile = load_engine(engine) if isinstance(engine, str) else engine
     steady = optimize(model, hw, gpus, "serve", 0, tpot_s=tpot_s, ttft_s=ttft_s, base=base,
                       isl=isl, osl=osl, progress=progress, **search)

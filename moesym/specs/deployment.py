@@ -156,6 +156,10 @@ def read_expert_frequencies(path: str) -> tuple:
     return tuple(v / total for v in vals)
 
 
+#: the built-in engine profiles (moesym/engines/builtin.toml; a test keeps the two in step)
+ENGINES = ("sglang", "vllm", "trtllm")
+
+
 def _pos_int(name: str, v) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         raise SpecError(f"{name} must be a positive integer, got {v!r}")
@@ -210,9 +214,14 @@ class Deployment:
     # TP runs along the other axis (seed 004: DP / EP over the rows, TP over the 8 columns)
     mesh: tuple | None = None
     dispatch_axis: str = "rows"
+    # the serving engine (moesym.engines): its scheduler and defaults (prompt tokens per step)
+    engine: str = "sglang"
 
     def __post_init__(self) -> None:
         _pos_int("--gpus", self.gpus)
+        if not str(self.engine).endswith(".toml") and self.engine not in ENGINES:
+            raise SpecError(f"--engine {self.engine!r}: use one of {', '.join(ENGINES)} or an "
+                            "engine profile .toml")
         _pos_int("--gpus-per-node", self.gpus_per_node)
         _pos_int("--tp", self.tp)
         _pos_int("--micro-batches", self.micro_batches)
