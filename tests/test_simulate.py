@@ -509,3 +509,15 @@ def test_disaggregate_bad_input(argv, needle, capsys):
                "--osl", "8", *argv])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and needle in err, err
+
+
+def test_lengths_file_pairs_are_sent_in_order(tmp_path, cli_json):
+    """--lengths-file: one request per line, in order and repeated; the prompt and output
+    tokens the run reports are the file's sums."""
+    f = tmp_path / "pairs.csv"
+    f.write_text("isl,osl\n100,5\n300,9\n")
+    r = cli_json(["simulate", "qwen3-8b", "--hardware", "h20", "--concurrency", "2",
+                  "--num-prompts", "4", "--lengths-file", str(f)])
+    # 4 requests: (100,5), (300,9), (100,5), (300,9) -> 800 prompt and 28 output tokens
+    assert r["input_tokens_per_gpu_s"] * r["duration_s"] == pytest.approx(800)
+    assert r["output_tokens_per_gpu_s"] * r["duration_s"] == pytest.approx(28)
