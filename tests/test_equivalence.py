@@ -33,6 +33,12 @@ prompt by one ``--chunk`` (2048 of its 4096 tokens: two steps, tests/test_cli.py
 time did not move. Entry #7 (B200) was re-captured when a transferred calibration began to
 feed a faster SM in proportion (moesym.kernels.calib.transferred; B200's large GEMMs had sat at
 half their peak behind H800's per-SM load rate): its step time fell 2.1%.
+Entries #2, #3, #7, #8, #12, #13, #16, #17, #18 and #19 (H100, H200, B200, A100) were
+re-captured when those GPUs' ``[kernel]`` tables were fitted on their own measured kernels
+(AIConfigurator's TensorRT-LLM tables, issue 32; benchmarks/kernel_fit_aic.py) instead of
+carrying H800's fit: step times rose 2.5% to 100% (the fitted fused-MoE tensor fraction on
+Hopper is TensorRT-LLM's, 0.31 of the FP8 peak against DeepGEMM's 0.64 on H800; the largest
+moves are the prefill entries #13 and #17 and A100's #16).
 """
 
 from __future__ import annotations

@@ -1,0 +1,188 @@
+"""Fit moesym's analytical kernel model per GPU to AIConfigurator's measured kernel tables.
+
+    python benchmarks/kernel_fit_aic.py DIR [--gpu h200 --gpu b200 ...] [--write]
+        [--markdown benchmarks/kernel_fit_aic.md]
+
+DIR is in AIConfigurator's layout (``<gpu>/<family>/<framework>/<version>/<table>.parquet``, e.g.
+``aiconfigurator/aic-core/src/aiconfigurator_core/systems/data`` at commit 095f58a); the
+reading is :mod:`moesym.kernels.aic`, the fitting :mod:`moesym.kernels.fit`. Per GPU (GEMM and
+attention on TensorRT-LLM's tables):
+
+- GEMM: the dtype moesym times that GPU's weights in by default: FP8 with 128-block scales
+  (``fp8_block``, DeepSeek-style checkpoints) where the GPU has FP8, else BF16; shapes with
+  N, K >= 256 (every linear layer of the built-in models; smaller N or K are not layer shapes).
+- Fused MoE (``moe_perf``): the same dtype, balanced routing (the model's mean-rank rows;
+  skewed routing is the routing model's part); TensorRT-LLM's tables where they have such rows,
+  else SGLang's. The two engines differ by up to 2x at few tokens (one calibration per GPU
+  here; per-engine calibration is issue 32 item 3).
+- Attention: GQA prefill/decode (full attention, BF16 compute, BF16 or FP8 KV; decode with at
+  most 16 query heads per KV head: larger groups run another, far slower kernel) and
+  DeepSeek MLA prefill/decode.
+
+Rows faster than physics allows (FLOPs at the dtype's datasheet peak, or bytes at the
+datasheet HBM bandwidth: :func:`moesym.kernels.fit.physical_floor_s`) are excluded and counted.
+Held-out error: every other shape (sorted shape keys) is left out of the fit and reported.
+``--write`` stores each fitted ``[kernel]`` table in hardware/<gpu>.toml (the rest of the file
+kept) with the source, engine, date and held-out errors; ``--markdown`` writes the held-out table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from moesym._resources import data_dir
+from moesym.kernels import aic
+from moesym.kernels.calib import DEFAULTS
+from moesym.kernels.fit import (error_stats, fit_attention, fit_gemm, fit_moe, physical_floor_s,
+                                predict_rows, split_shapes, write_kernel_table)
+from moesym.specs.hardware import load_hardware
+
+SOURCE = "AIConfigurator kernel tables (ai-dynamo/aiconfigurator @ 095f58a, Apache-2.0)"
+MIN_GEMM_DIM = 256  # smallest N and K of the fitted GEMM shapes
+GEMM_SHAPE = ("n", "k")
+MOE_SHAPE = ("hidden", "inter", "topk", "experts", "tp", "ep")
+ATTN_SHAPE = ("family", "phase", "shape", "kv_bytes")
+# GQA decode rows with more query heads per KV head run another kernel, 10-100x below the
+# bandwidth bound (median 1% of it on H200 at 48-128 heads per KV head): outside the model
+MAX_DECODE_GROUP = 16
+# fused-MoE tables: TensorRT-LLM's first (as GEMM and attention; on H200 its held-out error is
+# 12.9% against SGLang's 20.8%), else SGLang's
+MOE_FRAMEWORKS = ("trtllm", "sglang")
+ENGINE_NAMES = {"sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
+def _physical(rows: pd.DataFrame, kind: str, hw) -> tuple[pd.DataFrame, int]:
+    ok = rows.latency_s.to_numpy() >= physical_floor_s(rows, kind, hw.hbm_bw_Bps)
+    return rows[ok].reset_index(drop=True), int((~ok).sum())
+
+
+def _fit_dtype(hw) -> str:
+    return "fp8_block" if "fp8" in hw.peaks_flops else "bfloat16"
+
+
+def fit_gpu(root: Path, gpu: str) -> dict:
+    """Fit one GPU; returns the calibration, the per-class results and the row counts."""
+    hw = load_hardware(gpu)
+    dtype = _fit_dtype(hw)
+    out = {"gpu": gpu, "dtype": dtype, "classes": {}, "excluded": {}, "versions": {}}
+    g, v = aic.read_table(root, gpu, "gemm", "gemm_perf")
+    out["versions"]["gemm"] = ("trtllm", v)
+    g = aic.gemm_rows(g)
+    g = g[(g.table_dtype == dtype) & (g.n >= MIN_GEMM_DIM) & (g.k >= MIN_GEMM_DIM)]
+    g = g.assign(peak_flops=hw.peak_flops(aic.GEMM_DTYPES[dtype][0]))
+    g, out["excluded"]["gemm"] = _physical(g, "gemm", hw)
+    res = fit_gemm(g, sms=hw.sms, peak_flops=None, hbm_bw_Bps=hw.hbm_bw_Bps, base=DEFAULTS,
+                   holdout=split_shapes(g, GEMM_SHAPE), infersim_masked=False)
+    out["classes"]["gemm"] = (res, len(g))
+    calib = res.calib
+
+    m = pd.DataFrame()
+    for fw, v in ((fw, v) for fw in MOE_FRAMEWORKS
+                  for v in aic.table_versions(root, gpu, "moe", "moe_perf", fw)):
+        m = aic.moe_rows(aic.read_table(root, gpu, "moe", "moe_perf", fw, version=v)[0])
+        m = m[(m.table_dtype == dtype) & (m.distribution == "balanced")]
+        if len(m):  # the first engine, newest version, with such rows
+            out["versions"]["moe"] = (fw, v)
+            break
+    if len(m):
+        m = m.assign(peak_flops=hw.peak_flops(aic.GEMM_DTYPES[dtype][0]))
+        m, out["excluded"]["moe"] = _physical(m, "moe", hw)
+        res = fit_moe(m, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps, base=calib,
+                      holdout=split_shapes(m, MOE_SHAPE))
+        out["classes"]["moe"] = (res, len(m))
+        calib = res.calib
+
+    a, v = aic.attention_rows(root, gpu)
+    out["versions"]["attention"] = ("trtllm", v)
+    if len(a):
+        a = a[(a.phase == "prefill") | (a.heads <= MAX_DECODE_GROUP * a.kv_heads) | a.shared_kv]
+        a = a.assign(peak_flops=hw.peak_flops("bf16"))
+        a, out["excluded"]["attention"] = _physical(a, "attention", hw)
+        res = fit_attention(a, sms=hw.sms, peak_flops=hw.peak_flops("bf16"),
+                            hbm_bw_Bps=hw.hbm_bw_Bps, base=calib,
+                            holdout=split_shapes(a, ATTN_SHAPE), unit_overhead=True)
+        out["classes"]["attention"] = (res, len(a))
+        calib = res.calib
+    out["calib"] = calib
+    return out
+
+
+def _versions(fit: dict, cls: str | None = None) -> str:
+    """'TensorRT-LLM 1.3.0rc20 (gemm, attention); SGLang 0.5.14 (moe)', or one class's engine."""
+    by: dict[str, list[str]] = {}
+    for c, (fw, v) in fit["versions"].items():
+        if v and c in fit["classes"] and cls in (None, c):
+            by.setdefault(f"{ENGINE_NAMES[fw]} {v}", []).append(c)
+    if cls is not None:
+        return next(iter(by), "")
+    return "; ".join(f"{e} ({', '.join(cs)})" for e, cs in by.items())
+
+
+def markdown(fits: list[dict], date: str) -> str:
+    """The held-out error table (median and 90th percentile |pred / meas - 1|)."""
+    lines = [f"Held-out kernel-model error per GPU and kernel class (written {date} by "
+             f"benchmarks/kernel_fit_aic.py; data: {SOURCE}). Every other "
+             "shape is held out of the fit; |model / measured - 1| over the held-out rows. "
+             "Excluded: rows faster than their FLOPs at peak or bytes at peak HBM bandwidth.",
+             "",
+             "| GPU | engine | GEMM dtype | class | rows fitted / held out | excluded | "
+             "held-out median | held-out p90 |",
+             "|---|---|---|---|---|---|---|---|"]
+    for f in fits:
+        for cls, (res, n) in f["classes"].items():
+            held = res.per_group[res.per_group["split"] == "held-out"]
+            rows_ho = int(held["rows"].sum())
+            lines.append(f"| {f['gpu']} | {_versions(f, cls)} | {f['dtype'] if cls != 'attention' else 'bfloat16'} "
+                         f"| {cls} | {n - rows_ho} / {rows_ho} | {f['excluded'].get(cls, 0)} | "
+                         f"{res.test_median:.1%} | {res.test_p90:.1%} |")
+            if cls == "attention":  # each table's held-out median, for where the error sits
+                parts = ", ".join(f"{r.table} {r.median:.0%}" for r in held.itertuples())
+                lines.append(f"| | | | ({parts}) | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folder", type=Path)
+    ap.add_argument("--gpu", action="append", default=None)
+    ap.add_argument("--write", action="store_true")
+    ap.add_argument("--markdown", type=Path, default=None)
+    a = ap.parse_args(argv)
+    gpus = a.gpu or [g for g, d in aic.GPU_FOLDERS.items() if (a.folder / d).is_dir()]
+    date = _dt.date.today().isoformat()
+    fits = []
+    for gpu in gpus:
+        f = fit_gpu(a.folder, gpu)
+        fits.append(f)
+        for cls, (res, n) in f["classes"].items():
+            print(f"== {gpu} {cls} ({n} rows, {f['excluded'].get(cls, 0)} excluded as faster "
+                  f"than physics): {res.summary()}")
+        vals = f["calib"].to_toml_values()
+        print("fitted:", ", ".join(f"{k}={v:.4g}" for k, v in vals.items()))
+        if a.write:
+            eng = _versions(f)
+            calib = replace(f["calib"], source=f"fit to {SOURCE} ({aic.GPU_FOLDERS[gpu]})")
+            lines = [f"data: {SOURCE}, {aic.GPU_FOLDERS[gpu]}, {eng}: GEMM and fused MoE in "
+                     f"{f['dtype']}, GQA and MLA attention in bf16; every other shape held out",
+                     *(f"{cls}: {res.summary()}; {f['excluded'].get(cls, 0)} rows faster than "
+                       f"physics excluded" for cls, (res, _) in f["classes"].items()),
+                     "refit with: python benchmarks/kernel_fit_aic.py AIC_DATA_DIR "
+                     f"--gpu {gpu} --write"]
+            record = {"engine": eng, "fit_date": date,
+                      "heldout_error": {c: r.test_median for c, (r, _) in f["classes"].items()}}
+            write_kernel_table(data_dir("hardware") / f"{gpu}.toml", calib, lines, date, record)
+            print(f"wrote [kernel] to hardware/{gpu}.toml")
+    if a.markdown:
+        a.markdown.write_text(markdown(fits, date))
+        print(f"wrote {a.markdown}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
