@@ -22,8 +22,11 @@ attention on TensorRT-LLM's tables):
 Rows faster than physics allows (FLOPs at the dtype's datasheet peak, or bytes at the
 datasheet HBM bandwidth: :func:`moesym.kernels.fit.physical_floor_s`) are excluded and counted.
 Held-out error: every other shape (sorted shape keys) is left out of the fit and reported.
-``--write`` stores each fitted ``[kernel]`` table in hardware/<gpu>.toml (the rest of the file
-kept) with the source, engine, date and held-out errors; ``--markdown`` writes the held-out table.
+The engine's custom all-reduce (``[allreduce]``: fixed time, one-shot and two-shot bandwidth) is
+fitted on SGLang's CUDA-graph timings (``custom_allreduce_perf``, messages up to its 8 MiB limit).
+``--write`` stores each fitted ``[kernel]`` table (with the source, engine, date and held-out
+errors) and ``[allreduce]`` table in hardware/<gpu>.toml (the rest of the file kept);
+``--markdown`` writes the held-out table.
 """
 
 from __future__ import annotations
@@ -39,8 +42,8 @@ import pandas as pd
 from moesym._resources import data_dir
 from moesym.kernels import aic
 from moesym.kernels.calib import DEFAULTS
-from moesym.kernels.fit import (error_stats, fit_attention, fit_gemm, fit_moe, physical_floor_s,
-                                predict_rows, split_shapes, write_kernel_table)
+from moesym.kernels.fit import (fit_attention, fit_gemm, fit_moe, physical_floor_s,
+                                replace_toml_table, split_shapes, write_kernel_table)
 from moesym.specs.hardware import load_hardware
 
 SOURCE = "AIConfigurator kernel tables (ai-dynamo/aiconfigurator @ 095f58a, Apache-2.0)"
@@ -110,7 +113,79 @@ def fit_gpu(root: Path, gpu: str) -> dict:
         out["classes"]["attention"] = (res, len(a))
         calib = res.calib
     out["calib"] = calib
+    out["allreduce"] = fit_allreduce(root, gpu)
     return out
+
+
+# the engine custom all-reduce's switch points (vLLM csrc/custom_all_reduce.cuh, carried over by
+# SGLang's sgl-kernel): one-shot below 256 KiB on up to 8 GPUs (512 KiB on 4, always on 2),
+# two-shot up to the 8 MiB registered buffer (CustomAllreduce max_size = 8192 * 1024), NCCL beyond
+ONESHOT_MAX_KIB, MAX_MIB = 256, 8
+
+
+def _allreduce_model():
+    """``f(message_bytes, gpus, fixed_s, oneshot_Bps, twoshot_Bps)``: the step model's own term
+    (:func:`moesym.terms.comm.tp_allreduce_custom`) lambdified on 1-byte 'tokens'."""
+    from types import SimpleNamespace
+
+    import sympy as sp
+
+    from moesym.terms.comm import tp_allreduce_custom
+    from moesym.terms.dims import symbolic_dims
+
+    m, p, tau, w1, w2 = sp.symbols("m p tau w1 w2", positive=True)
+    car = SimpleNamespace(fixed_s=tau, oneshot_Bps=w1, twoshot_Bps=w2,
+                          oneshot_max_bytes=ONESHOT_MAX_KIB * 1024, max_bytes=MAX_MIB * 2 ** 20)
+    D = symbolic_dims()
+    c = tp_allreduce_custom(D, m, car, 1.0, 0.0, group=p)
+    t = (c.net_bytes / c.net_bw + c.fixed_s).subs({D.hidden: 1, D.act_bytes: 1})
+    return sp.lambdify((m, p, tau, w1, w2), t, "numpy")
+
+
+def fit_allreduce(root: Path, gpu: str) -> dict | None:
+    """Fit the custom all-reduce's fixed time and one-/two-shot bandwidths on SGLang's
+    CUDA-graph timings (messages up to the custom kernel's limit); every other message size
+    held out."""
+    from scipy.optimize import least_squares
+
+    df, v = aic.read_table(root, gpu, "comm", "custom_allreduce_perf", "sglang")
+    if not len(df):
+        return None
+    df = df[(df.backend == "sglang_graph") & (df.message_size <= MAX_MIB * 2 ** 20)]
+    df = df.sort_values(["num_gpus", "message_size"]).reset_index(drop=True)
+    test = (df.groupby("num_gpus").cumcount() % 2 == 1).to_numpy()
+    f = _allreduce_model()
+    m, p = df.message_size.to_numpy(float), df.num_gpus.to_numpy(float)
+    meas = df.latency.to_numpy(float) * 1e-3
+
+    def resid(x, sel):
+        return np.log(f(m[sel], p[sel], x[0] * 1e-6, x[1] * 1e9, x[2] * 1e9) / meas[sel])
+
+    r = least_squares(resid, [3.0, 100.0, 100.0], args=(~test,),
+                      bounds=([0, 1, 1], [100, 5000, 5000]))
+    pred = f(m, p, r.x[0] * 1e-6, r.x[1] * 1e9, r.x[2] * 1e9)
+    err = np.abs(pred / meas - 1)
+    return {"fixed_us": r.x[0], "oneshot_GBps": r.x[1], "twoshot_GBps": r.x[2], "version": v,
+            "rows": len(df), "held_out": int(test.sum()), "test_median": float(np.median(err[test])),
+            "test_worst": float(err[test].max()), "train_median": float(np.median(err[~test]))}
+
+
+def allreduce_block(ar: dict, gpu: str, date: str) -> str:
+    """The ``[allreduce]`` table text for a hardware file."""
+    return "\n".join([
+        f"# engine custom all-reduce, written {date} by benchmarks/kernel_fit_aic.py: fitted on "
+        f"{SOURCE}, {aic.GPU_FOLDERS[gpu]}, SGLang {ar['version']} custom all-reduce under CUDA "
+        f"graphs, 2-8 GPUs, messages <= {MAX_MIB} MiB ({ar['rows']} rows; every other size held "
+        f"out: held-out median {ar['test_median']:.1%}, worst {ar['test_worst']:.1%})",
+        "# switch points: vLLM csrc/custom_all_reduce.cuh (SGLang's sgl-kernel carries it over)",
+        "[allreduce]",
+        f"fixed_us = {ar['fixed_us']:.3g}",
+        f"oneshot_GBps = {ar['oneshot_GBps']:.4g}",
+        f"twoshot_GBps = {ar['twoshot_GBps']:.4g}",
+        f"oneshot_max_KiB = {ONESHOT_MAX_KIB}",
+        f"max_MiB = {MAX_MIB}",
+        f'source = "fit to {SOURCE} ({aic.GPU_FOLDERS[gpu]}, SGLang {ar["version"]} '
+        'custom all-reduce, CUDA graph)"']) + "\n"
 
 
 def _versions(fit: dict, cls: str | None = None) -> str:
@@ -138,12 +213,18 @@ def markdown(fits: list[dict], date: str) -> str:
         for cls, (res, n) in f["classes"].items():
             held = res.per_group[res.per_group["split"] == "held-out"]
             rows_ho = int(held["rows"].sum())
-            lines.append(f"| {f['gpu']} | {_versions(f, cls)} | {f['dtype'] if cls != 'attention' else 'bfloat16'} "
+            dtype = f["dtype"] if cls != "attention" else "bfloat16"
+            lines.append(f"| {f['gpu']} | {_versions(f, cls)} | {dtype} "
                          f"| {cls} | {n - rows_ho} / {rows_ho} | {f['excluded'].get(cls, 0)} | "
                          f"{res.test_median:.1%} | {res.test_p90:.1%} |")
             if cls == "attention":  # each table's held-out median, for where the error sits
                 parts = ", ".join(f"{r.table} {r.median:.0%}" for r in held.itertuples())
                 lines.append(f"| | | | ({parts}) | | | | |")
+        ar = f.get("allreduce")
+        if ar:
+            lines.append(f"| {f['gpu']} | SGLang {ar['version']} (CUDA graph) | bfloat16 | custom "
+                         f"all-reduce | {ar['rows'] - ar['held_out']} / {ar['held_out']} | 0 "
+                         f"| {ar['test_median']:.1%} | (worst {ar['test_worst']:.1%}) |")
     return "\n".join(lines) + "\n"
 
 
@@ -163,6 +244,13 @@ def main(argv=None) -> int:
         for cls, (res, n) in f["classes"].items():
             print(f"== {gpu} {cls} ({n} rows, {f['excluded'].get(cls, 0)} excluded as faster "
                   f"than physics): {res.summary()}")
+        if f["allreduce"]:
+            ar = f["allreduce"]
+            print(f"== {gpu} custom all-reduce ({ar['rows']} rows): fixed {ar['fixed_us']:.2f} "
+                  f"us, one-shot {ar['oneshot_GBps']:.0f} GB/s, two-shot "
+                  f"{ar['twoshot_GBps']:.0f} GB/s; "
+                  f"train median {ar['train_median']:.1%}; held-out median {ar['test_median']:.1%} "
+                  f"worst {ar['test_worst']:.1%}")
         vals = f["calib"].to_toml_values()
         print("fitted:", ", ".join(f"{k}={v:.4g}" for k, v in vals.items()))
         if a.write:
@@ -177,6 +265,9 @@ def main(argv=None) -> int:
             record = {"engine": eng, "fit_date": date,
                       "heldout_error": {c: r.test_median for c, (r, _) in f["classes"].items()}}
             write_kernel_table(data_dir("hardware") / f"{gpu}.toml", calib, lines, date, record)
+            if f["allreduce"]:
+                replace_toml_table(data_dir("hardware") / f"{gpu}.toml", "allreduce",
+                                   allreduce_block(f["allreduce"], gpu, date))
             print(f"wrote [kernel] to hardware/{gpu}.toml")
     if a.markdown:
         a.markdown.write_text(markdown(fits, date))

@@ -112,11 +112,13 @@ def _kv_bytes(col: pd.Series) -> np.ndarray:
     return np.where(col.astype(str).str.contains("fp8"), 1.0, 2.0)
 
 
-def attention_rows(root: Path | str, gpu: str, framework: str = "trtllm") -> tuple[pd.DataFrame, str]:
+def attention_rows(root: Path | str, gpu: str,
+                   framework: str = "trtllm") -> tuple[pd.DataFrame, str]:
     """All attention rows of ``gpu`` (GQA and MLA, prefill and decode) in one frame, and the
     version read (the attention family's)."""
     parts, version = [], ""
-    for phase, table in (("prefill", "context_attention_perf"), ("decode", "generation_attention_perf")):
+    for phase, table in (("prefill", "context_attention_perf"),
+                         ("decode", "generation_attention_perf")):
         df, v = read_table(root, gpu, "attention", table, framework)
         if not len(df):
             continue

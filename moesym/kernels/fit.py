@@ -47,6 +47,7 @@ __all__ = [
     "split_shapes",
     "infersim_masked_active",
     "predict_rows",
+    "replace_toml_table",
     "split_rows",
     "write_kernel_table",
 ]
@@ -391,31 +392,38 @@ def fit_moe(rows: pd.DataFrame, *, sms, hbm_bw_Bps, base: KernelCalib,
                      p90_error(pred[holdout], rows.latency_s.to_numpy()[holdout]))
 
 
-_KERNEL_HEADER = re.compile(r"^\[kernel\]\s*(#.*)?$")
 _TABLE_HEADER = re.compile(r"^\s*\[")
 
 
-def write_kernel_table(path: Path | str, calib: KernelCalib, comment_lines=(),
-                       date: str | None = None, record=None) -> str:
-    """Replace (or append) the ``[kernel]`` table of the hardware TOML file at ``path``.
-
-    The rest of the file is kept byte for byte; comment lines directly above an existing
-    ``[kernel]`` header are replaced with the new ones. Returns the new text.
-    """
+def replace_toml_table(path: Path | str, name: str, block: str) -> str:
+    """Replace (or append) the ``[name]`` table of the TOML file at ``path`` with ``block`` (its
+    comment lines, header and keys). The rest of the file is kept byte for byte; comment lines
+    directly above the old header go with it, those above the next table stay. Returns the
+    new text."""
     path = Path(path)
     lines = path.read_text().splitlines()
-    start = next((i for i, ln in enumerate(lines) if _KERNEL_HEADER.match(ln.strip())), None)
+    header = re.compile(rf"^\[{re.escape(name)}\]\s*(#.*)?$")
+    start = next((i for i, ln in enumerate(lines) if header.match(ln.strip())), None)
     if start is not None:
         end = next((j for j in range(start + 1, len(lines)) if _TABLE_HEADER.match(lines[j])),
                    len(lines))
+        while end > start + 1 and lines[end - 1].startswith("#"):
+            end -= 1
         while start > 0 and lines[start - 1].startswith("#"):
             start -= 1
         lines = lines[:start] + lines[end:]
     while lines and not lines[-1].strip():
         lines.pop()
-    date = date or _dt.date.today().isoformat()
-    block = calib_to_toml(calib, [f"kernel model calibration, written {date} by moesym.kernels.fit",
-                                  *comment_lines], record)
     text = "\n".join(lines) + "\n\n" + block
     path.write_text(text)
     return text
+
+
+def write_kernel_table(path: Path | str, calib: KernelCalib, comment_lines=(),
+                       date: str | None = None, record=None) -> str:
+    """Replace (or append) the ``[kernel]`` table of the hardware TOML file at ``path``
+    (:func:`replace_toml_table`). Returns the new text."""
+    date = date or _dt.date.today().isoformat()
+    block = calib_to_toml(calib, [f"kernel model calibration, written {date} by moesym.kernels.fit",
+                                  *comment_lines], record)
+    return replace_toml_table(path, "kernel", block)
