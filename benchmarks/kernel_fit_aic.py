@@ -41,7 +41,7 @@ import pandas as pd
 
 from moesym._resources import data_dir
 from moesym.kernels import aic
-from moesym.kernels.calib import DEFAULTS
+from moesym.kernels.calib import DEFAULTS, kernel_calib
 from moesym.kernels.fit import (fit_attention, fit_gemm, fit_moe, physical_floor_s,
                                 replace_toml_table, split_shapes, write_kernel_table)
 from moesym.specs.hardware import load_hardware
@@ -54,6 +54,14 @@ ATTN_SHAPE = ("family", "phase", "shape", "kv_bytes")
 # GQA decode rows with more query heads per KV head run another kernel, 10-100x below the
 # bandwidth bound (median 1% of it on H200 at 48-128 heads per KV head): outside the model
 MAX_DECODE_GROUP = 16
+# GPUs whose SM is that of a GPU with measured DeepGEMM grouped GEMMs (InferSim's H800 tables,
+# hardware/h800.toml): moesym's contiguous and masked grouped layouts are DeepGEMM's, which
+# SGLang runs on Hopper; the fused-MoE tables here are other engines' kernels (TensorRT-LLM's
+# CUTLASS at 0.31 of the FP8 peak, SGLang's Triton at 0.24), so these GPUs keep DeepGEMM's
+# fractions and the tables are evaluated, not fitted (per-engine kernels: issue 32 item 3)
+DEEPGEMM_FIT = {"h100": "h800", "h200": "h800"}
+DEEPGEMM_KEYS = ("grouped_contiguous_tensor_frac", "grouped_masked_tensor_frac",
+                 "elementwise_launch_s")
 # fused-MoE tables: TensorRT-LLM's first (as GEMM and attention; on H200 its held-out error is
 # 12.9% against SGLang's 20.8%), else SGLang's
 MOE_FRAMEWORKS = ("trtllm", "sglang")
@@ -96,8 +104,14 @@ def fit_gpu(root: Path, gpu: str) -> dict:
     if len(m):
         m = m.assign(peak_flops=hw.peak_flops(aic.GEMM_DTYPES[dtype][0]))
         m, out["excluded"]["moe"] = _physical(m, "moe", hw)
+        deepgemm = DEEPGEMM_FIT.get(gpu)
+        if deepgemm:  # moesym's grouped layouts are DeepGEMM's, measured on this very SM
+            c = kernel_calib(load_hardware(deepgemm))
+            calib = replace(calib, **{k: getattr(c, k) for k in DEEPGEMM_KEYS})
+            out["moe_kept_from"] = deepgemm
         res = fit_moe(m, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps, base=calib,
-                      holdout=split_shapes(m, MOE_SHAPE))
+                      holdout=split_shapes(m, MOE_SHAPE), params=() if deepgemm else
+                      ("grouped_contiguous_tensor_frac", "elementwise_launch_s"))
         out["classes"]["moe"] = (res, len(m))
         calib = res.calib
 
@@ -214,8 +228,10 @@ def markdown(fits: list[dict], date: str) -> str:
             held = res.per_group[res.per_group["split"] == "held-out"]
             rows_ho = int(held["rows"].sum())
             dtype = f["dtype"] if cls != "attention" else "bfloat16"
+            label = (f"moe (evaluated: {f['moe_kept_from']}'s DeepGEMM fractions)"
+                     if cls == "moe" and f.get("moe_kept_from") else cls)
             lines.append(f"| {f['gpu']} | {_versions(f, cls)} | {dtype} "
-                         f"| {cls} | {n - rows_ho} / {rows_ho} | {f['excluded'].get(cls, 0)} | "
+                         f"| {label} | {n - rows_ho} / {rows_ho} | {f['excluded'].get(cls, 0)} | "
                          f"{res.test_median:.1%} | {res.test_p90:.1%} |")
             if cls == "attention":  # each table's held-out median, for where the error sits
                 parts = ", ".join(f"{r.table} {r.median:.0%}" for r in held.itertuples())
@@ -260,6 +276,10 @@ def main(argv=None) -> int:
                      f"{f['dtype']}, GQA and MLA attention in bf16; every other shape held out",
                      *(f"{cls}: {res.summary()}; {f['excluded'].get(cls, 0)} rows faster than "
                        f"physics excluded" for cls, (res, _) in f["classes"].items()),
+                     *([f"moe: NOT fitted here: grouped-GEMM fractions and elementwise launch kept "
+                        f"from hardware/{f['moe_kept_from']}.toml's DeepGEMM fit (same SM); the "
+                        f"errors above are that calibration's on this fused-MoE table"]
+                       if f.get("moe_kept_from") else []),
                      "refit with: python benchmarks/kernel_fit_aic.py AIC_DATA_DIR "
                      f"--gpu {gpu} --write"]
             record = {"engine": eng, "fit_date": date,

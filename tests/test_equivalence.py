@@ -35,14 +35,12 @@ feed a faster SM in proportion (moesym.kernels.calib.transferred; B200's large G
 half their peak behind H800's per-SM load rate): its step time fell 2.1%.
 Entries #2, #3, #7, #8, #12, #13, #16, #17, #18 and #19 (H100, H200, B200, A100) were
 re-captured when those GPUs' ``[kernel]`` tables were fitted on their own measured kernels
-(AIConfigurator's TensorRT-LLM tables, issue 32; benchmarks/kernel_fit_aic.py) instead of
-carrying H800's fit: step times rose 2.5% to 100% (the fitted fused-MoE tensor fraction on
-Hopper is TensorRT-LLM's, 0.31 of the FP8 peak against DeepGEMM's 0.64 on H800; the largest
-moves are the prefill entries #13 and #17 and A100's #16). Entries #3, #12 and #17 (TP 8 on
-H200, TP 2 on H100) were re-captured when a GPU with an ``[allreduce]`` table began to run its
-TP all-reduces as the engine's custom one-shot/two-shot kernel (fitted on SGLang's CUDA-graph
-timings; NCCL's ring beyond 8 MiB) and, at EP 1, to all-reduce the MoE output instead of the
-all-gather/reduce-scatter pair: step times fell 6.5%, 1.6% and 0.1%.
+(AIConfigurator's tables, issue 32; benchmarks/kernel_fit_aic.py) instead of carrying H800's
+fit (H100 and H200 keep the DeepGEMM grouped-GEMM fractions measured on the same SM), and
+the GPUs got an ``[allreduce]`` table: TP all-reduces inside a node run as the engine's custom
+one-shot/two-shot kernel, and at EP 1 the MoE output is all-reduced instead of all-gathered and
+reduce-scattered. Step times moved +1.8% to +20.8% (A100's #16: +58.9%; its fused MoE is fitted
+on SGLang's Triton kernel).
 """
 
 from __future__ import annotations

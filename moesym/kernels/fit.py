@@ -366,24 +366,28 @@ def physical_floor_s(rows: pd.DataFrame, kind: str, hbm_bw_Bps: float) -> np.nda
 
 
 def fit_moe(rows: pd.DataFrame, *, sms, hbm_bw_Bps, base: KernelCalib,
-            holdout: np.ndarray) -> FitResult:
+            holdout: np.ndarray,
+            params=("grouped_contiguous_tensor_frac", "elementwise_launch_s")) -> FitResult:
     """Fit the grouped-GEMM tensor fraction to balanced fused-MoE rows (the GEMM fit's per-SM
     load rate, HBM fraction, tile and launch constants kept). The tables time one fused kernel
-    at every token count, so the masked (decode) layout gets the same fraction."""
+    at every token count, so the masked (decode) layout gets the same fraction. ``params=()``
+    fits nothing: the errors of ``base`` on the rows."""
     rows = rows.reset_index(drop=True)
     train = rows[~holdout]
-    names = ["grouped_contiguous_tensor_frac", "elementwise_launch_s"]
+    names = list(params)
     meas = train.latency_s.to_numpy()
 
     def resid(x):
         return np.log(predict_moe(train, _unpack(base, names, x), sms=sms,
                                   hbm_bw_Bps=hbm_bw_Bps) / meas)
 
-    lo, hi = _bounds(names)
-    x0 = np.clip(_pack(base, names), np.array(lo) + 1e-9, np.array(hi) - 1e-9)
-    r = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.2)
-    calib = _unpack(base, names, r.x)
-    calib = replace(calib, grouped_masked_tensor_frac=calib.grouped_contiguous_tensor_frac)
+    calib = base
+    if names:
+        lo, hi = _bounds(names)
+        x0 = np.clip(_pack(base, names), np.array(lo) + 1e-9, np.array(hi) - 1e-9)
+        r = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.2)
+        calib = _unpack(base, names, r.x)
+        calib = replace(calib, grouped_masked_tensor_frac=calib.grouped_contiguous_tensor_frac)
     pred = predict_moe(rows, calib, sms=sms, hbm_bw_Bps=hbm_bw_Bps)
     rows = rows.assign(table=rows.table_dtype)
     tr = error_stats(pred[~holdout], rows.latency_s.to_numpy()[~holdout])
