@@ -58,7 +58,10 @@ MAX_DECODE_GROUP = 16
 # hardware/h800.toml): moesym's contiguous and masked grouped layouts are DeepGEMM's, which
 # SGLang runs on Hopper; the fused-MoE tables here are other engines' kernels (TensorRT-LLM's
 # CUTLASS at 0.31 of the FP8 peak, SGLang's Triton at 0.24), so these GPUs keep DeepGEMM's
-# fractions and the tables are evaluated, not fitted (per-engine kernels: issue 32 item 3)
+# fractions and the tables are evaluated, not fitted (per-engine kernels: issue 32 item 3).
+# They keep DeepGEMM's per-SM load rate too: fitted freely on TensorRT-LLM's GEMMs it falls to
+# 65 GB/s, where every large FP8 GEMM tile waits on its loads and the model never turns
+# tensor-bound (the GEMM held-out median is 12.3-12.8% with it kept, 10.0-10.7% without)
 DEEPGEMM_FIT = {"h100": "h800", "h200": "h800"}
 DEEPGEMM_KEYS = ("grouped_contiguous_tensor_frac", "grouped_masked_tensor_frac",
                  "elementwise_launch_s")
@@ -88,8 +91,14 @@ def fit_gpu(root: Path, gpu: str) -> dict:
     g = g[(g.table_dtype == dtype) & (g.n >= MIN_GEMM_DIM) & (g.k >= MIN_GEMM_DIM)]
     g = g.assign(peak_flops=hw.peak_flops(aic.GEMM_DTYPES[dtype][0]))
     g, out["excluded"]["gemm"] = _physical(g, "gemm", hw)
-    res = fit_gemm(g, sms=hw.sms, peak_flops=None, hbm_bw_Bps=hw.hbm_bw_Bps, base=DEFAULTS,
-                   holdout=split_shapes(g, GEMM_SHAPE), infersim_masked=False)
+    deepgemm = DEEPGEMM_FIT.get(gpu)
+    base = DEFAULTS
+    if deepgemm:  # the per-SM load rate of the same SM, as DeepGEMM measured it
+        sm_bw = kernel_calib(load_hardware(deepgemm)).sm_bandwidth_Bps
+        base = replace(DEFAULTS, sm_bandwidth_Bps=sm_bw)
+    res = fit_gemm(g, sms=hw.sms, peak_flops=None, hbm_bw_Bps=hw.hbm_bw_Bps, base=base,
+                   holdout=split_shapes(g, GEMM_SHAPE), infersim_masked=False,
+                   keep=("sm_bandwidth_Bps",) if deepgemm else ())
     out["classes"]["gemm"] = (res, len(g))
     calib = res.calib
 
@@ -104,7 +113,6 @@ def fit_gpu(root: Path, gpu: str) -> dict:
     if len(m):
         m = m.assign(peak_flops=hw.peak_flops(aic.GEMM_DTYPES[dtype][0]))
         m, out["excluded"]["moe"] = _physical(m, "moe", hw)
-        deepgemm = DEEPGEMM_FIT.get(gpu)
         if deepgemm:  # moesym's grouped layouts are DeepGEMM's, measured on this very SM
             c = kernel_calib(load_hardware(deepgemm))
             calib = replace(calib, **{k: getattr(c, k) for k in DEEPGEMM_KEYS})
@@ -276,9 +284,10 @@ def main(argv=None) -> int:
                      f"{f['dtype']}, GQA and MLA attention in bf16; every other shape held out",
                      *(f"{cls}: {res.summary()}; {f['excluded'].get(cls, 0)} rows faster than "
                        f"physics excluded" for cls, (res, _) in f["classes"].items()),
-                     *([f"moe: NOT fitted here: grouped-GEMM fractions and elementwise launch kept "
-                        f"from hardware/{f['moe_kept_from']}.toml's DeepGEMM fit (same SM); the "
-                        f"errors above are that calibration's on this fused-MoE table"]
+                     *([f"NOT fitted here: the per-SM load rate, the grouped-GEMM fractions and the "
+                        f"elementwise launch kept from hardware/{f['moe_kept_from']}.toml's "
+                        f"DeepGEMM fit (same SM); the moe errors above are that calibration's on "
+                        f"this fused-MoE table"]
                        if f.get("moe_kept_from") else []),
                      "refit with: python benchmarks/kernel_fit_aic.py AIC_DATA_DIR "
                      f"--gpu {gpu} --write"]

@@ -156,17 +156,20 @@ def _group_stats(rows, pred, test, label_col) -> pd.DataFrame:
 
 def fit_gemm(rows: pd.DataFrame, *, sms, peak_flops, hbm_bw_Bps, base: KernelCalib = DEFAULTS,
              op_bytes=1, tile_m=(64, 128), tile_n_max=(128, 256),
-             infersim_masked: bool = True, holdout: np.ndarray | None = None) -> FitResult:
+             infersim_masked: bool = True, holdout: np.ndarray | None = None,
+             keep=()) -> FitResult:
     """Fit the GEMM fields of ``base`` to ``rows`` (``m, n, k, groups, layout, latency_s``).
 
-    Layouts absent from ``rows`` keep their ``base`` tensor fraction.
+    Layouts absent from ``rows`` keep their ``base`` tensor fraction; fields named in ``keep``
+    keep their ``base`` value.
     """
     test = split_rows(rows) if holdout is None else holdout
     train = rows[~test]
     names = [n for n in _GEMM_PARAMS
              if not (n.startswith("grouped_contiguous") and "contiguous" not in set(rows.layout))
              and not (n.startswith("grouped_masked") and "masked" not in set(rows.layout))
-             and not (n == "gemm_tensor_frac" and "dense" not in set(rows.layout))]
+             and not (n == "gemm_tensor_frac" and "dense" not in set(rows.layout))
+             and n not in keep]
     meas = train.latency_s.to_numpy()
     best = None
     for tm in tile_m:
