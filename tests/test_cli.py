@@ -58,9 +58,17 @@ def test_list_shows_every_gpu_with_its_calibration_state(capsys):
     assert main(["list", "hardware", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["hardware"]}
     assert set(rows) == set(builtin_hardware())
-    # h800 and h20 carry [kernel] tables fitted on their own kernels; the others the h800 fit
-    assert rows["h800"]["kernel_calibration"] == rows["h20"]["kernel_calibration"] == "fitted"
-    assert rows["h100"]["kernel_calibration"] == "transferred"
+    # h800 and h20 carry [kernel] tables fitted on InferSim's kernels, the NVIDIA GPUs of
+    # issue 32 on AIConfigurator's; the others (gh200, ...) the h800 fit
+    fitted = ("h800", "h20", "h100", "h200", "b200", "b300", "gb200", "gb300", "a100")
+    assert all(rows[g]["kernel_calibration"] == rows[g]["calibration"] == "fitted" for g in fitted)
+    assert rows["gh200"]["calibration"] == "transferred" and rows["gh200"]["kernel_error"] is None
+    # contract item 17: source and held-out error per kernel class of every fitted GPU
+    for g in fitted:
+        assert rows[g]["source"] and rows[g]["engine"] and rows[g]["fit_date"]
+        err = rows[g]["kernel_error"]
+        assert "gemm" in err and "attention" in err and all(0 < v < 1 for v in err.values())
+    assert "AIConfigurator" in rows["h200"]["source"] and "TensorRT-LLM" in rows["h200"]["engine"]
     assert rows["h20"]["serving_efficiency"] < 1
     assert main(["list", "models", "--json"]) == 0
     models = json.loads(capsys.readouterr().out)["models"]
@@ -69,11 +77,18 @@ def test_list_shows_every_gpu_with_its_calibration_state(capsys):
 
 
 def test_transferred_calibration_is_said_in_one_line():
-    r = subprocess.run([sys.executable, "-m", "moesym", "predict", "qwen3-8b", "--hardware", "h100",
+    r = subprocess.run([sys.executable, "-m", "moesym", "predict", "qwen3-8b", "--hardware", "gh200",
                         "--phase", "decode", "--no-cache"], capture_output=True, text=True)
     assert r.returncode == 0
     err = [ln for ln in r.stderr.splitlines() if "transferred" in ln]
-    assert len(err) == 1 and err[0].startswith("moesym: warning: hardware h100")
+    assert len(err) == 1 and err[0].startswith("moesym: warning: hardware gh200")
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200", "b200", "b300", "gb200", "gb300", "a100"])
+def test_fitted_gpus_predict_without_the_transferred_warning(gpu):
+    r = subprocess.run([sys.executable, "-m", "moesym", "predict", "qwen3-8b", "--hardware", gpu,
+                        "--phase", "decode", "--no-cache"], capture_output=True, text=True)
+    assert r.returncode == 0 and "transferred" not in r.stderr and "not measured" not in r.stderr
 
 
 def test_a_config_is_named_from_the_config_not_its_folder(tmp_path, capsys):

@@ -330,3 +330,71 @@ def test_ring_mcast_table_from_the_cli(cli_json):
             # the fabric's four constants fitted to all three rows (the average row through the
             # expected farthest of E experts drawn from the column): every entry within 10%
             assert abs(ratio - 1) < 0.10
+
+
+# --- the engine's custom all-reduce (issue 32 item 2) ---------------------------------------
+
+# SGLang 0.5.14's custom all-reduce on H200 under CUDA graphs, BF16, measured by NVIDIA and
+# published in AIConfigurator (ai-dynamo/aiconfigurator @ 095f58a, systems/data/h200_sxm/comm/
+# sglang/0.5.14/custom_allreduce_perf.parquet): {GPUs: [(message bytes, latency us)]}
+_H200_CUSTOM_AR_US = {
+    2: [(1024, 2.37), (16384, 2.61), (65536, 3.12), (131072, 3.62), (524288, 5.9),
+        (1048576, 9.11), (4194304, 29.47), (8388608, 55.48)],
+    8: [(1024, 3.33), (16384, 4.15), (65536, 6.7), (131072, 8.02), (524288, 13.05),
+        (1048576, 19.31), (4194304, 61.71), (8388608, 107.6)],
+}
+
+
+def _allreduce_time_s(D_subs, cost):
+    t = cost.net_bytes / cost.net_bw + cost.fixed_s
+    return float(sp.sympify(t).subs(D_subs))
+
+
+@pytest.mark.parametrize("gpus", sorted(_H200_CUSTOM_AR_US))
+def test_custom_allreduce_meets_the_published_h200_timings(gpus):
+    """hardware/h200.toml's [allreduce] (fitted on half the message sizes of that table) times
+    the published rows within 25% each: tokens of one byte so that M = tokens."""
+    D = symbolic_dims()
+    car = load_hardware("h200").allreduce
+    for m, us in _H200_CUSTOM_AR_US[gpus]:
+        c = comm.tp_allreduce_custom(D, m, car, 1e12, 3e-6, group=gpus)
+        t = _allreduce_time_s({D.hidden: 1, D.act_bytes: 1}, c)
+        assert t == pytest.approx(us * 1e-6, rel=0.25), (gpus, m)
+
+
+def test_custom_allreduce_switches_as_the_engine_does():
+    """One-shot below 256 KiB on 8 GPUs (512 KiB on 4, always on 2), two-shot up to the 8 MiB
+    buffer, NCCL's ring beyond (vLLM csrc/custom_all_reduce.cuh); bytes derived here."""
+    from types import SimpleNamespace
+
+    D = symbolic_dims()
+    car = SimpleNamespace(fixed_s=3e-6, oneshot_Bps=2e11, twoshot_Bps=1e11,
+                          oneshot_max_bytes=262144, max_bytes=8388608)
+    subs = {D.hidden: 1, D.act_bytes: 1}
+
+    def net(m, p):
+        return float(comm.tp_allreduce_custom(D, m, car, 4e11, 3e-6, group=p).net_bytes.subs(subs))
+
+    assert net(262144, 8) == 7 * 262144            # one-shot: every peer's buffer read
+    assert net(262145, 8) == 2 * 7 / 8 * 262145    # two-shot
+    assert net(524288, 4) == 3 * 524288            # one-shot up to 512 KiB on 4 GPUs
+    assert net(8388608, 2) == 8388608              # always one-shot on 2 GPUs
+    big = comm.tp_allreduce_custom(D, 2 ** 24, car, 4e11, 3e-6, group=8)
+    ring = comm.tp_allreduce(D, 2 ** 24, 4e11, 3e-6, group=8)
+    assert _allreduce_time_s(subs, big) == pytest.approx(_allreduce_time_s(subs, ring))
+    one = comm.tp_allreduce_custom(D, 5, car, 4e11, 3e-6, group=1)
+    assert _allreduce_time_s(subs, one) == 0       # one GPU reduces nothing
+
+
+def test_tp_decode_uses_the_custom_allreduce_where_the_gpu_has_one(cli_json):
+    """DeepSeek-V3 decode, 8 tokens, TP8 EP1 on H200: two one-shot all-reduces per layer of
+    M = 8 x 7168 x 2 B = 114,688 B each: 2 (tau + 7 M / W_1) with the file's tau and W_1
+    (on H800, without [allreduce], NCCL's ring stays)."""
+    argv = ["predict", "deepseek-v3", "--phase", "decode", "--batch", "8", "--context", "1536",
+            "--gpus", "8", "--tp", "8", "--ep", "1", "--weights", "fp8", "--hardware"]
+    car = load_hardware("h200").allreduce
+    m = 8 * 7168 * 2
+    want = 2 * (car.fixed_s + 7 * m / car.oneshot_Bps)
+    assert cli_json(argv + ["h200"])["per_layer_s"]["tp_comm"] == pytest.approx(want, rel=1e-9)
+    assert load_hardware("h800").allreduce is None
+    assert cli_json(argv + ["h800"])["per_layer_s"]["tp_comm"] > 3 * want

@@ -33,6 +33,15 @@ prompt by one ``--chunk`` (2048 of its 4096 tokens: two steps, tests/test_cli.py
 time did not move. Entry #7 (B200) was re-captured when a transferred calibration began to
 feed a faster SM in proportion (moesym.kernels.calib.transferred; B200's large GEMMs had sat at
 half their peak behind H800's per-SM load rate): its step time fell 2.1%.
+Entries #2, #3, #7, #8, #12, #13, #16, #17, #18 and #19 (H100, H200, B200, A100) were
+re-captured when those GPUs' ``[kernel]`` tables were fitted on their own measured kernels
+(AIConfigurator's tables, issue 32; benchmarks/kernel_fit_aic.py) instead of carrying H800's
+fit (H100 and H200 keep the per-SM load rate and grouped-GEMM fractions DeepGEMM measured on
+the same SM), and
+the GPUs got an ``[allreduce]`` table: TP all-reduces inside a node run as the engine's custom
+one-shot/two-shot kernel, and at EP 1 the MoE output is all-reduced instead of all-gathered and
+reduce-scattered. Step times moved -2.0% to +18.4% (A100's #16: +58.9%; its fused MoE is fitted
+on SGLang's Triton kernel).
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ CASES = [("qwen3-30b-a3b", "h20", Deployment()),
 @pytest.mark.parametrize("name,hw,dep", CASES)
 def test_serve_limits(name, hw, dep):
     m, h = load_model(name), load_hardware(hw)
-    with pytest.warns(UserWarning) if hw == "h200" else _nothing():
+    with _nothing():  # (H200 warned of its transferred calibration until issue 32 fitted it)
         # OSL >> ISL: almost no prefill, the decode step at the mean KV length
         r = predict(m, h, dep, Workload("serve", batch=32, isl=16, osl=100_000), memory=False)
         d = predict(m, h, dep, Workload("decode", batch=32, context=16 + 50_000), memory=False)

@@ -36,10 +36,18 @@ def _hardware_rows() -> list[dict]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             hw = load_hardware(name)
-        kernel_source = str(dict(hw.kernel).get("source", "")) if hw.kernel else ""
+        kernel = dict(hw.kernel) if hw.kernel else {}
+        state = calibration_state(hw)
         rows.append({"name": name, "description": hw.description if hasattr(hw, "description")
-                     else "", "kernel_calibration": calibration_state(hw),
-                     "kernel_source": kernel_source,
+                     else "", "kernel_calibration": state, "calibration": state,
+                     "kernel_source": str(kernel.get("source", "")),
+                     "source": str(kernel.get("source", "")),
+                     "engine": str(kernel.get("engine", "")),
+                     "fit_date": str(kernel.get("fit_date", "")),
+                     # held-out median |model / measured - 1| per kernel class (fitted GPUs)
+                     "kernel_error": ({k: float(v) for k, v in kernel["heldout_error"].items()}
+                                      if state == "fitted" and "heldout_error" in kernel
+                                      else None),
                      "serving_efficiency": hw.efficiency.serving,
                      "peaks_TFLOPs": {k: v / 1e12 for k, v in hw.peaks_flops.items()},
                      "hbm_TBps": hw.hbm_bw_Bps / 1e12, "hbm_GB": hw.hbm_capacity_bytes / 1e9})
@@ -67,12 +75,19 @@ def run(args) -> int:
     if args.what == "hardware":
         for r in rows:
             peaks = ", ".join(f"{k} {v:g}" for k, v in r["peaks_TFLOPs"].items())
-            print(f"{r['name']:<8} kernel model: {r['kernel_calibration']:<14} "
+            print(f"{r['name']:<13} kernel model: {r['kernel_calibration']:<14} "
                   f"serving efficiency {r['serving_efficiency']:.3f}  {r['hbm_GB']:.0f} GB at "
                   f"{r['hbm_TBps']:.2f} TB/s, {peaks} TFLOP/s")
-        print("fitted: [kernel] table fitted on that GPU's measured kernels (InferSim tables); "
-              "transferred: the H800 fit reused (predict says so); serving efficiency: the "
-              "end-to-end fit on published cases, 1 where none lowers it")
+            if r["calibration"] != "datasheet only":
+                fit = ", ".join(x for x in (r["engine"], r["fit_date"]) if x)
+                err = ("; held-out error " + ", ".join(f"{k} {v:.0%}" for k, v in
+                                                       r["kernel_error"].items())
+                       if r["kernel_error"] else "")
+                print(f"{'':<13} {r['source']}{f' [{fit}]' if fit else ''}{err}")
+        print("fitted: [kernel] table fitted on that GPU's measured kernels (source, engine, "
+              "date; held-out error: median |model / measured - 1| on shapes left out of the "
+              "fit); transferred: another GPU's fit reused (predict says so); serving "
+              "efficiency: the end-to-end fit on published cases, 1 where none lowers it")
         return 0
     for r in rows:
         moe = (f"{r['experts']} experts top-{r['experts_per_token']}" if r["experts"]

@@ -1,5 +1,6 @@
 """Kernel-time models: analytical GEMM / grouped-GEMM / attention / elementwise times, measured
-kernel tables (InferSim CSV layout), fitting of the per-GPU ``[kernel]`` calibration, and
+kernel tables (InferSim CSV layout; AIConfigurator's parquet layout in :mod:`.aic`), fitting of
+the per-GPU ``[kernel]`` calibration, and
 :class:`KernelTiming`, a drop-in replacement for :class:`moesym.timing.RooflineTiming`."""
 
 from .analytical import (

@@ -179,7 +179,7 @@ def attention_decode_time(batch, kv_len, heads, kv_heads, qk_dim, v_dim, *, sms,
         units   = batch kv_heads ceiling(heads / kv_heads / t_q) ceiling(kv_len / s)
         (t_q: 64 rows for MLA's shared latent, 16 rows per KV head for GQA)
         waves   = ceiling(units / N_SM)
-        compute = waves 2 t_q min(kv_len, s) (d_qk + d_v) / (eta_a P / N_SM)
+        compute = waves (2 t_q min(kv_len, s) (d_qk + d_v) / (eta_a P / N_SM) + tau_unit)
         memory  = max(bytes / (eta_hbm,a W), waves min(kv_len, s) kv_bytes_per_token / W_SM)
         time    = max(compute, memory) + tau_attn
 
@@ -199,7 +199,9 @@ def attention_decode_time(batch, kv_len, heads, kv_heads, qk_dim, v_dim, *, sms,
     units = batch * kv_heads * q_tiles * _ceil(kv_len / split)
     waves = _ceil(units / sms)
     chunk = _min(kv_len, split)
-    compute = waves * 2 * tq * chunk * (qk_dim + v_dim) / (peak_flops / sms * calib.attention_tensor_frac)
+    compute = waves * (2 * tq * chunk * (qk_dim + v_dim)
+                       / (peak_flops / sms * calib.attention_tensor_frac)
+                       + calib.attention_unit_overhead_s)
     unit_bytes = chunk * per_token / kv_heads
     memory = _max((kv_total + qo_bytes) / (hbm_bw_Bps * calib.attention_hbm_frac),
                   waves * unit_bytes / calib.sm_bandwidth_Bps)
@@ -227,7 +229,7 @@ def attention_prefill_time(batch, seq_len, heads, kv_heads, qk_dim, v_dim, *, sm
     mean unit does ``2 t_q (t_q (n_q + 1) / 2) (d_qk + d_v)`` FLOPs (non-causal: ``2 t_q L (.)``)::
 
         waves   = ceiling(heads Q / N_SM),  Q = batch n_q  (a chunk, batch < 1: ceiling(batch L / t_q))
-        compute = waves mean_unit_flops / (eta_a P / N_SM)
+        compute = waves (mean_unit_flops / (eta_a P / N_SM) + tau_unit)
         memory  = batch L (heads + kv_heads) (d_qk + d_v) b_a / (eta_hbm,a W)
 
     >>> t = attention_prefill_time(1, 4096, 32, 8, 128, 128, sms=132, peak_flops=989e12,
@@ -243,10 +245,11 @@ def attention_prefill_time(batch, seq_len, heads, kv_heads, qk_dim, v_dim, *, sm
     # prefill) has the tiles of its own batch L queries, each unit at the prompt's mean key count
     tiles = _chunk_tiles(batch, seq_len, n_q, tq)
     waves = _ceil(heads * tiles / sms)
-    compute = waves * unit_flops / (peak_flops / sms * calib.attention_prefill_tensor_frac)
+    compute = waves * (unit_flops / (peak_flops / sms * calib.attention_prefill_tensor_frac)
+                       + calib.attention_unit_overhead_s)
     total_bytes = batch * seq_len * (heads + kv_heads) * (qk_dim + v_dim) * act_bytes
     memory = total_bytes / (hbm_bw_Bps * calib.attention_hbm_frac)
-    return KernelTime(compute, memory, calib.attention_launch_s)
+    return KernelTime(compute, memory, calib.prefill_attention_launch_s)
 
 
 def attention_time_from_cost(flops, hbm_bytes, *, peak_flops, hbm_bw_Bps,

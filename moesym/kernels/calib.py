@@ -27,7 +27,12 @@ attention_decode_q_tile_rows        16       decode query tile: the query heads 
                                              are padded to it (MMA m16 granularity)
 attention_prefill_tensor_frac       0.6      per-SM tensor-core rate achieved in prefill attention
 attention_kv_split_tokens           512      KV tokens per split-KV work unit (decode)
+attention_unit_overhead_us          0        fixed time per wave of attention work units
+                                             (per-unit setup and the split-KV merge; 0: none)
 attention_launch_us                 23.5     fixed latency per attention kernel
+attention_prefill_launch_us         0        fixed latency per prefill attention kernel where
+                                             the engine runs another kernel there (0: the same
+                                             as attention_launch_us)
 elementwise_hbm_frac                0.80     achieved fraction of HBM bandwidth, elementwise
 elementwise_launch_us               3.0      fixed latency per elementwise kernel
 tile_step_base_us                   0        tile-stepped expert GEMMs (0: not used): time when
@@ -76,7 +81,9 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
     "attention_decode_q_tile_rows": ("attention_decode_q_tile_rows", 1, "int", 16),
     "attention_prefill_tensor_frac": ("attention_prefill_tensor_frac", 1, "frac", 0.6),
     "attention_kv_split_tokens": ("attention_kv_split_tokens", 1, "int", 512),
+    "attention_unit_overhead_us": ("attention_unit_overhead_s", 1e-6, "nonneg", 0.0),
     "attention_launch_us": ("attention_launch_s", 1e-6, "nonneg", 23.5),
+    "attention_prefill_launch_us": ("attention_prefill_launch_s", 1e-6, "nonneg", 0.0),
     "elementwise_hbm_frac": ("elementwise_hbm_frac", 1, "frac", 0.80),
     "elementwise_launch_us": ("elementwise_launch_s", 1e-6, "nonneg", 3.0),
     # tile-stepped expert compute (accelerators whose matmul engines work in fixed row tiles,
@@ -91,7 +98,11 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
 }
 _OPTIONAL = ("tile_step_base_us", "tile_step_us", "tile_step_rows", "tile_step_ref_hidden",
              "tile_step_ref_inter")  # written only when used
-_INFO_KEYS = {"source"}  # free text, kept but not used
+_OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us")  # written only when not 0
+# record of the fit, read by ``moesym list hardware``, never by the model: ``source`` (free
+# text), ``engine`` (the engine and version whose kernels were timed), ``fit_date``,
+# ``heldout_error`` ({kernel class: median |pred / meas - 1| on held-out shapes})
+_INFO_KEYS = {"source", "engine", "fit_date", "heldout_error"}
 
 
 @dataclass(frozen=True)
@@ -114,7 +125,9 @@ class KernelCalib:
     attention_decode_q_tile_rows: int = 16
     attention_prefill_tensor_frac: float = 0.6
     attention_kv_split_tokens: int = 512
+    attention_unit_overhead_s: float = 0.0
     attention_launch_s: float = 23.5e-6
+    attention_prefill_launch_s: float = 0.0
     elementwise_hbm_frac: float = 0.80
     elementwise_launch_s: float = 3.0e-6
     tile_step_base_s: float = 0.0
@@ -128,6 +141,12 @@ class KernelCalib:
     def tile_stepped(self) -> bool:
         """Expert GEMMs timed as base + step x extra row tiles (``tile_step_base_us`` > 0)."""
         return self.tile_step_base_s > 0
+
+    @property
+    def prefill_attention_launch_s(self) -> float:
+        """Launch latency of a prefill attention kernel (``attention_prefill_launch_us``, else
+        ``attention_launch_us``)."""
+        return self.attention_prefill_launch_s or self.attention_launch_s
 
     def tensor_frac(self, layout: str) -> float:
         """Per-SM tensor-core fraction for a GEMM layout ('dense', 'contiguous', 'masked')."""
@@ -146,6 +165,8 @@ class KernelCalib:
             if key in _OPTIONAL and not self.tile_stepped:
                 continue
             v = getattr(self, fname)
+            if key in _OPTIONAL_NONZERO and not v:
+                continue
             out[key] = int(v) if kind == "int" else float(v) / factor
         return out
 
@@ -157,8 +178,10 @@ def parse_kernel_calib(table: Mapping[str, object], where: str) -> KernelCalib:
     """Parse a ``[kernel]`` table (TOML units) into a :class:`KernelCalib`; missing keys default."""
     vals: dict[str, object] = {}
     for key, raw in table.items():
-        if key in _INFO_KEYS:
+        if key == "source":
             vals["source"] = str(raw)
+            continue
+        if key in _INFO_KEYS:
             continue
         if key not in _KEYS:
             raise SpecError(f"{where} [kernel]: unknown key '{key}'; allowed: "
@@ -231,8 +254,10 @@ def _fmt(v) -> str:
     return f"{v:.4g}" if abs(v) < 1e5 else f"{v:.6g}"
 
 
-def calib_to_toml(c: KernelCalib, comment_lines: list[str] | tuple[str, ...] = ()) -> str:
-    """TOML text of a ``[kernel]`` table for ``c``, with leading ``#`` comment lines.
+def calib_to_toml(c: KernelCalib, comment_lines: list[str] | tuple[str, ...] = (),
+                  record: Mapping[str, object] | None = None) -> str:
+    """TOML text of a ``[kernel]`` table for ``c``, with leading ``#`` comment lines and the fit
+    ``record`` (``engine``, ``fit_date``, ``heldout_error``: see ``_INFO_KEYS``) after ``source``.
 
     >>> print(calib_to_toml(KernelCalib(), ["fit: none"]).splitlines()[1])
     [kernel]
@@ -242,4 +267,12 @@ def calib_to_toml(c: KernelCalib, comment_lines: list[str] | tuple[str, ...] = (
     for key, v in c.to_toml_values().items():
         lines.append(f"{key} = {_fmt(v) if not isinstance(v, float) else _fmt(float(v))}")
     lines.append(f'source = "{c.source}"')
+    for key, v in (record or {}).items():
+        if key not in _INFO_KEYS:
+            raise ValueError(f"fit record key {key!r} is not one of {sorted(_INFO_KEYS)}")
+        if isinstance(v, Mapping):
+            inner = ", ".join(f"{k} = {float(x):.3f}" for k, x in v.items())
+            lines.append(f"{key} = {{ {inner} }}")
+        else:
+            lines.append(f'{key} = "{v}"')
     return "\n".join(lines) + "\n"

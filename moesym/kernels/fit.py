@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from .analytical import attention_decode_time, attention_prefill_time, gemm_time
+from .analytical import attention_decode_time, attention_prefill_time, elementwise_time, gemm_time
 from .calib import DEFAULTS, KernelCalib, calib_to_toml
 from .tables import KernelTables
 
@@ -39,8 +39,15 @@ __all__ = [
     "error_stats",
     "fit_attention",
     "fit_gemm",
+    "fit_moe",
+    "moe_gemm_rows",
+    "physical_floor_s",
+    "predict_attention",
+    "predict_moe",
+    "split_shapes",
     "infersim_masked_active",
     "predict_rows",
+    "replace_toml_table",
     "split_rows",
     "write_kernel_table",
 ]
@@ -49,10 +56,13 @@ _GEMM_PARAMS = ("gemm_tensor_frac", "grouped_contiguous_tensor_frac", "grouped_m
                 "sm_bandwidth_Bps", "gemm_hbm_frac", "launch_s", "tile_overhead_s")
 # scale of each parameter inside the optimiser (keeps variables O(1))
 _SCALE = {"sm_bandwidth_Bps": 1e9, "launch_s": 1e-6, "tile_overhead_s": 1e-6,
-          "attention_launch_s": 1e-6}
+          "attention_launch_s": 1e-6, "elementwise_launch_s": 1e-6,
+          "attention_unit_overhead_s": 1e-6, "attention_prefill_launch_s": 1e-6}
 _GEMM_LOSS_SCALE = 0.05  # Cauchy loss scale of the GEMM fit, in log(predicted / measured)
 _BOUNDS = {"sm_bandwidth_Bps": (1.0, 2000.0), "launch_s": (0.0, 100.0),
-           "tile_overhead_s": (0.0, 100.0), "attention_launch_s": (0.0, 200.0)}
+           "tile_overhead_s": (0.0, 100.0), "attention_launch_s": (0.0, 200.0),
+           "elementwise_launch_s": (0.0, 50.0), "attention_unit_overhead_s": (0.0, 50.0),
+           "attention_prefill_launch_s": (0.1, 200.0)}
 
 
 def infersim_masked_active(m):
@@ -66,6 +76,12 @@ def split_rows(rows: pd.DataFrame, x: str = "m") -> np.ndarray:
             if c in rows.columns]
     rank = rows.groupby(keys, sort=False)[x].rank(method="first").to_numpy()
     return (rank % 3) == 2
+
+
+def p90_error(pred: np.ndarray, meas: np.ndarray) -> float:
+    """90th percentile of |pred / meas - 1| (nan without rows)."""
+    e = np.abs(np.asarray(pred) / np.asarray(meas) - 1)
+    return float(np.percentile(e, 90)) if e.size else float("nan")
 
 
 def error_stats(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float]:
@@ -84,9 +100,12 @@ def predict_rows(rows: pd.DataFrame, calib: KernelCalib, *, sms, peak_flops, hbm
         g = r.groups.to_numpy(float)
         if layout == "masked" and infersim_masked:
             g = g * infersim_masked_active(r.m.to_numpy(float))
+        # per-row peaks and operand bytes where the rows mix dtypes (columns peak_flops, op_bytes)
+        pk = r.peak_flops.to_numpy(float) if "peak_flops" in r else peak_flops
+        ob = r.op_bytes.to_numpy(float) if "op_bytes" in r else op_bytes
         t = gemm_time(r.m.to_numpy(float), r.n.to_numpy(float), r.k.to_numpy(float), sms=sms,
-                      peak_flops=peak_flops, hbm_bw_Bps=hbm_bw_Bps, calib=calib,
-                      op_bytes=op_bytes, groups=g, layout=layout)
+                      peak_flops=pk, hbm_bw_Bps=hbm_bw_Bps, calib=calib,
+                      op_bytes=ob, groups=g, layout=layout)
         out[sel] = t.total_s
     return out
 
@@ -101,6 +120,7 @@ class FitResult:
     test_median: float
     test_worst: float
     per_group: pd.DataFrame  # error statistics per table / split
+    test_p90: float = float("nan")  # 90th percentile of the held-out errors
 
     def summary(self) -> str:
         return (f"train median {self.train_median:.1%} worst {self.train_worst:.1%}; "
@@ -136,17 +156,20 @@ def _group_stats(rows, pred, test, label_col) -> pd.DataFrame:
 
 def fit_gemm(rows: pd.DataFrame, *, sms, peak_flops, hbm_bw_Bps, base: KernelCalib = DEFAULTS,
              op_bytes=1, tile_m=(64, 128), tile_n_max=(128, 256),
-             infersim_masked: bool = True, holdout: np.ndarray | None = None) -> FitResult:
+             infersim_masked: bool = True, holdout: np.ndarray | None = None,
+             keep=()) -> FitResult:
     """Fit the GEMM fields of ``base`` to ``rows`` (``m, n, k, groups, layout, latency_s``).
 
-    Layouts absent from ``rows`` keep their ``base`` tensor fraction.
+    Layouts absent from ``rows`` keep their ``base`` tensor fraction; fields named in ``keep``
+    keep their ``base`` value.
     """
     test = split_rows(rows) if holdout is None else holdout
     train = rows[~test]
     names = [n for n in _GEMM_PARAMS
              if not (n.startswith("grouped_contiguous") and "contiguous" not in set(rows.layout))
              and not (n.startswith("grouped_masked") and "masked" not in set(rows.layout))
-             and not (n == "gemm_tensor_frac" and "dense" not in set(rows.layout))]
+             and not (n == "gemm_tensor_frac" and "dense" not in set(rows.layout))
+             and n not in keep]
     meas = train.latency_s.to_numpy()
     best = None
     for tm in tile_m:
@@ -170,7 +193,8 @@ def fit_gemm(rows: pd.DataFrame, *, sms, peak_flops, hbm_bw_Bps, base: KernelCal
                         op_bytes=op_bytes, infersim_masked=infersim_masked)
     tr = error_stats(pred[~test], rows.latency_s.to_numpy()[~test])
     te = error_stats(pred[test], rows.latency_s.to_numpy()[test])
-    return FitResult(calib, *tr, *te, _group_stats(rows, pred, test, "layout"))
+    return FitResult(calib, *tr, *te, _group_stats(rows, pred, test, "layout"),
+                     p90_error(pred[test], rows.latency_s.to_numpy()[test]))
 
 
 def _attn_shape(family: str, phase: str, key: str) -> dict:
@@ -198,70 +222,215 @@ def attention_rows(tables: KernelTables) -> pd.DataFrame:
     return pd.DataFrame(recs)
 
 
-def _predict_attention(rows: pd.DataFrame, calib, sms, peak_flops, hbm_bw_Bps) -> np.ndarray:
+def predict_attention(rows: pd.DataFrame, calib, sms, peak_flops, hbm_bw_Bps) -> np.ndarray:
+    """Model latency (s) of every attention row (the frame of :func:`attention_rows`)."""
     out = np.empty(len(rows))
-    for i, r in enumerate(rows.itertuples()):
-        kw = {"sms": sms, "peak_flops": peak_flops, "hbm_bw_Bps": hbm_bw_Bps, "calib": calib}
-        if r.phase == "decode":
-            t = attention_decode_time(r.batch, r.m, r.heads, r.kv_heads, r.qk_dim, r.v_dim,
-                                      kv_bytes=r.kv_bytes, shared_kv=r.shared_kv, **kw)
+    kw = {"sms": sms, "peak_flops": peak_flops, "hbm_bw_Bps": hbm_bw_Bps, "calib": calib}
+    for (phase, shared), r in rows.groupby(["phase", "shared_kv"], sort=False):
+        sel = rows.index.get_indexer(r.index)
+        a = [r[c].to_numpy(float) for c in ("batch", "m", "heads", "kv_heads", "qk_dim", "v_dim")]
+        if phase == "decode":
+            t = attention_decode_time(*a, kv_bytes=r.kv_bytes.to_numpy(float),
+                                      shared_kv=bool(shared), **kw)
         else:
-            t = attention_prefill_time(r.batch, r.m, r.heads, r.kv_heads, r.qk_dim, r.v_dim, **kw)
-        out[i] = float(t.total_s)
+            t = attention_prefill_time(*a, **kw)
+        out[sel] = np.broadcast_to(np.asarray(t.total_s, dtype=float), len(r))
     return out
 
 
 def fit_attention(rows: pd.DataFrame, *, sms, peak_flops, hbm_bw_Bps,
-                  base: KernelCalib = DEFAULTS) -> FitResult:
+                  base: KernelCalib = DEFAULTS, holdout: np.ndarray | None = None,
+                  unit_overhead: bool = False) -> FitResult:
     """Fit attention_tensor_frac, attention_hbm_frac and attention_launch_s (robust soft-L1 loss:
-    single odd files should not pull the fit)."""
-    test = split_rows(rows)
+    single odd files should not pull the fit); ``unit_overhead`` also fits the fixed time per
+    wave of work units (``attention_unit_overhead_us``) and, with rows of both phases, the
+    prefill kernel's own launch latency (``attention_prefill_launch_us``)."""
+    rows = rows.reset_index(drop=True)
+    test = split_rows(rows) if holdout is None else holdout
     train = rows[~test]
     names = ["attention_tensor_frac", "attention_hbm_frac", "attention_launch_s"]
+    if unit_overhead:
+        names.append("attention_unit_overhead_s")
     if (rows.phase == "prefill").any():
         names.append("attention_prefill_tensor_frac")
+        if unit_overhead and (rows.phase == "decode").any():
+            names.append("attention_prefill_launch_s")
     meas = train.latency_s.to_numpy()
 
     def resid(x):
-        return np.log(_predict_attention(train, _unpack(base, names, x), sms, peak_flops,
+        return np.log(predict_attention(train, _unpack(base, names, x), sms, peak_flops,
                                          hbm_bw_Bps) / meas)
 
     lo, hi = _bounds(names)
     x0 = np.clip(_pack(base, names), np.array(lo) + 1e-9, np.array(hi) - 1e-9)
     r = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.2)
     calib = _unpack(base, names, r.x)
-    pred = _predict_attention(rows, calib, sms, peak_flops, hbm_bw_Bps)
+    pred = predict_attention(rows, calib, sms, peak_flops, hbm_bw_Bps)
     rows = rows.assign(table=rows.family + "/" + rows.phase)
     tr = error_stats(pred[~test], rows.latency_s.to_numpy()[~test])
     te = error_stats(pred[test], rows.latency_s.to_numpy()[test])
-    return FitResult(calib, *tr, *te, _group_stats(rows, pred, test, "table"))
+    return FitResult(calib, *tr, *te, _group_stats(rows, pred, test, "table"),
+                     p90_error(pred[test], rows.latency_s.to_numpy()[test]))
 
 
-_KERNEL_HEADER = re.compile(r"^\[kernel\]\s*(#.*)?$")
+def split_shapes(rows: pd.DataFrame, keys) -> np.ndarray:
+    """Boolean mask of held-out rows: every other shape (the unique ``keys`` tuples, sorted) is
+    held out whole, so held-out error is the error on shapes the fit never saw.
+
+    >>> df = pd.DataFrame({"n": [1, 1, 2, 3, 3], "m": [1, 2, 1, 1, 2]})
+    >>> split_shapes(df, ["n"]).tolist()
+    [False, False, True, False, False]
+    """
+    shape = pd.MultiIndex.from_frame(rows[list(keys)].astype(str))
+    codes = pd.Series(np.arange(len(shape.unique())), index=shape.unique().sort_values())
+    return (codes.reindex(shape).to_numpy() % 2) == 1
+
+
+def moe_assignments(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``(token-expert assignments on the rank, local experts with rows)`` of balanced fused-MoE
+    rows: tokens x top-k spread evenly over all experts, the rank's share 1/EP."""
+    a = rows.tokens.to_numpy(float) * rows.topk.to_numpy(float) / rows.ep.to_numpy(float)
+    return a, np.minimum(rows.local_experts.to_numpy(float), np.maximum(a, 1.0))
+
+
+def moe_gemm_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each balanced fused-MoE row as the two grouped GEMMs moesym times it by (as
+    :func:`moesym.terms.ffn.routed_expert_compute`): gate+up (N = 2 inter, K = hidden) and down
+    (N = hidden, K = inter) over the active local experts, M = assignments / active experts,
+    contiguous layout; row ``i`` of ``rows`` gives rows ``i`` and ``i + len(rows)``."""
+    a, g = moe_assignments(rows)
+    h, i = rows.hidden.to_numpy(float), rows.inter.to_numpy(float)
+    common = {"m": a / g, "groups": g, "layout": "contiguous",
+              "peak_flops": rows.peak_flops.to_numpy(float),
+              "op_bytes": rows.op_bytes.to_numpy(float)}
+    up = pd.DataFrame({**common, "n": 2 * i, "k": h})
+    down = pd.DataFrame({**common, "n": h, "k": i})
+    return pd.concat([up, down], ignore_index=True)
+
+
+def moe_elementwise_bytes(rows: pd.DataFrame, act_bytes: float = 2.0) -> np.ndarray:
+    """HBM bytes of the fused-MoE layer's memory-bound kernels as the step model counts them
+    (:func:`moesym.terms.elementwise.moe_elementwise`, ``swiglu_activation``, and the FP8 input
+    cast where the operands are one byte): top-k over the router logits, permute, unpermute-reduce,
+    the activation between the two GEMMs."""
+    t = rows.tokens.to_numpy(float)
+    d, i = rows.hidden.to_numpy(float), rows.inter.to_numpy(float)
+    ob = rows.op_bytes.to_numpy(float)
+    r, _ = moe_assignments(rows)
+    topk = t * rows.experts.to_numpy(float) * 4
+    permute = 2 * r * d * ob
+    unpermute = r * d * act_bytes + t * d * act_bytes
+    swiglu = 3 * r * i * act_bytes
+    cast = np.where(ob < 2, t * d * (act_bytes + 1 + 4 / 128), 0.0)
+    return topk + permute + unpermute + swiglu + cast
+
+
+_MOE_EW_LAUNCHES = 4  # top-k, permute, unpermute-reduce, activation (the cast fused in the permute)
+
+
+def predict_moe(rows: pd.DataFrame, calib: KernelCalib, *, sms, hbm_bw_Bps) -> np.ndarray:
+    """Model latency (s) of balanced fused-MoE rows: their two grouped GEMMs plus the layer's
+    memory-bound kernels (:func:`moe_elementwise_bytes`)."""
+    t = predict_rows(moe_gemm_rows(rows), calib, sms=sms, peak_flops=None,
+                     hbm_bw_Bps=hbm_bw_Bps, infersim_masked=False)
+    ew = elementwise_time(moe_elementwise_bytes(rows), hbm_bw_Bps=hbm_bw_Bps, calib=calib,
+                          launches=_MOE_EW_LAUNCHES)
+    return t[:len(rows)] + t[len(rows):] + np.asarray(ew.total_s, dtype=float)
+
+
+def physical_floor_s(rows: pd.DataFrame, kind: str, hbm_bw_Bps: float) -> np.ndarray:
+    """The least time physics allows each row: max(FLOPs / peak, bytes / HBM bandwidth), with
+    the per-row ``peak_flops`` column (attention: ``peak_flops`` of the frame's compute dtype).
+
+    ``kind``: ``gemm`` (2 M N K FLOPs; A, B read and C written once), ``moe`` (balanced rows:
+    6 x assignments x hidden x inter FLOPs; each active expert's three matrices read once),
+    ``attention`` (decode: the KV cache read once, 2 heads L (d_qk + d_v) FLOPs per request;
+    prefill: causal half of the score matrix, Q K V O moved once).
+    """
+    pk = rows.peak_flops.to_numpy(float)
+    if kind == "gemm":
+        m, n, k, ob = (rows[c].to_numpy(float) for c in ("m", "n", "k", "op_bytes"))
+        flops, nbytes = 2 * m * n * k, (m * k + n * k) * ob + 2 * m * n
+    elif kind == "moe":
+        a, g = moe_assignments(rows)
+        h, i, ob = (rows[c].to_numpy(float) for c in ("hidden", "inter", "op_bytes"))
+        flops, nbytes = 6 * a * h * i, 3 * g * h * i * ob
+    elif kind == "attention":
+        b, m, hq, hk, dq, dv = (rows[c].to_numpy(float) for c in
+                                ("batch", "m", "heads", "kv_heads", "qk_dim", "v_dim"))
+        dec = (rows.phase == "decode").to_numpy()
+        per_tok = np.where(rows.shared_kv.to_numpy(bool), dq, dq + dv) * hk
+        flops = np.where(dec, 2 * b * hq * m * (dq + dv), b * hq * m * (m + 1) * (dq + dv))
+        nbytes = np.where(dec, b * m * per_tok * rows.kv_bytes.to_numpy(float),
+                          2 * b * m * (hq + hk) * (dq + dv))
+    else:
+        raise ValueError(f"unknown kernel kind {kind!r}")
+    return np.maximum(flops / pk, nbytes / hbm_bw_Bps)
+
+
+def fit_moe(rows: pd.DataFrame, *, sms, hbm_bw_Bps, base: KernelCalib,
+            holdout: np.ndarray,
+            params=("grouped_contiguous_tensor_frac", "elementwise_launch_s")) -> FitResult:
+    """Fit the grouped-GEMM tensor fraction to balanced fused-MoE rows (the GEMM fit's per-SM
+    load rate, HBM fraction, tile and launch constants kept). The tables time one fused kernel
+    at every token count, so the masked (decode) layout gets the same fraction. ``params=()``
+    fits nothing: the errors of ``base`` on the rows."""
+    rows = rows.reset_index(drop=True)
+    train = rows[~holdout]
+    names = list(params)
+    meas = train.latency_s.to_numpy()
+
+    def resid(x):
+        return np.log(predict_moe(train, _unpack(base, names, x), sms=sms,
+                                  hbm_bw_Bps=hbm_bw_Bps) / meas)
+
+    calib = base
+    if names:
+        lo, hi = _bounds(names)
+        x0 = np.clip(_pack(base, names), np.array(lo) + 1e-9, np.array(hi) - 1e-9)
+        r = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.2)
+        calib = _unpack(base, names, r.x)
+        calib = replace(calib, grouped_masked_tensor_frac=calib.grouped_contiguous_tensor_frac)
+    pred = predict_moe(rows, calib, sms=sms, hbm_bw_Bps=hbm_bw_Bps)
+    rows = rows.assign(table=rows.table_dtype)
+    tr = error_stats(pred[~holdout], rows.latency_s.to_numpy()[~holdout])
+    te = error_stats(pred[holdout], rows.latency_s.to_numpy()[holdout])
+    return FitResult(calib, *tr, *te, _group_stats(rows, pred, holdout, "table"),
+                     p90_error(pred[holdout], rows.latency_s.to_numpy()[holdout]))
+
+
 _TABLE_HEADER = re.compile(r"^\s*\[")
 
 
-def write_kernel_table(path: Path | str, calib: KernelCalib, comment_lines=(),
-                       date: str | None = None) -> str:
-    """Replace (or append) the ``[kernel]`` table of the hardware TOML file at ``path``.
-
-    The rest of the file is kept byte for byte; comment lines directly above an existing
-    ``[kernel]`` header are replaced with the new ones. Returns the new text.
-    """
+def replace_toml_table(path: Path | str, name: str, block: str) -> str:
+    """Replace (or append) the ``[name]`` table of the TOML file at ``path`` with ``block`` (its
+    comment lines, header and keys). The rest of the file is kept byte for byte; comment lines
+    directly above the old header go with it, those above the next table stay. Returns the
+    new text."""
     path = Path(path)
     lines = path.read_text().splitlines()
-    start = next((i for i, ln in enumerate(lines) if _KERNEL_HEADER.match(ln.strip())), None)
+    header = re.compile(rf"^\[{re.escape(name)}\]\s*(#.*)?$")
+    start = next((i for i, ln in enumerate(lines) if header.match(ln.strip())), None)
     if start is not None:
         end = next((j for j in range(start + 1, len(lines)) if _TABLE_HEADER.match(lines[j])),
                    len(lines))
+        while end > start + 1 and lines[end - 1].startswith("#"):
+            end -= 1
         while start > 0 and lines[start - 1].startswith("#"):
             start -= 1
         lines = lines[:start] + lines[end:]
     while lines and not lines[-1].strip():
         lines.pop()
-    date = date or _dt.date.today().isoformat()
-    block = calib_to_toml(calib, [f"kernel model calibration, written {date} by moesym.kernels.fit",
-                                  *comment_lines])
     text = "\n".join(lines) + "\n\n" + block
     path.write_text(text)
     return text
+
+
+def write_kernel_table(path: Path | str, calib: KernelCalib, comment_lines=(),
+                       date: str | None = None, record=None) -> str:
+    """Replace (or append) the ``[kernel]`` table of the hardware TOML file at ``path``
+    (:func:`replace_toml_table`). Returns the new text."""
+    date = date or _dt.date.today().isoformat()
+    block = calib_to_toml(calib, [f"kernel model calibration, written {date} by moesym.kernels.fit",
+                                  *comment_lines], record)
+    return replace_toml_table(path, "kernel", block)

@@ -392,8 +392,14 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     # attention output all-reduce + seed 004's all-gather before / reduce-scatter after the MoE
     # (on a mesh: ring hops along its TP axis)
     tp_bw, tp_lat = _tp_link(dep, D, bw_up, bw_out)
-    costs["tp_comm"] = ([comm.tp_allreduce(D, t, tp_bw, tp_lat)] + comm.tp_moe_boundary(D, t, tp_bw, tp_lat)
-                        + _cp_ring(model, dep, wl, D, t))
+    car = _custom_allreduce(hw, dep)
+    ar = (comm.tp_allreduce(D, t, tp_bw, tp_lat) if car is None else
+          comm.tp_allreduce_custom(D, t, car, tp_bw, tp_lat))
+    if car is not None and dep.ep == 1:  # the engine all-reduces the attention and MoE outputs
+        tp = [ar.scaled(2)]
+    else:
+        tp = [ar] + comm.tp_moe_boundary(D, t, tp_bw, tp_lat)
+    costs["tp_comm"] = tp + _cp_ring(model, dep, wl, D, t)
     costs["other"] = [ew.norm_residual(D, t).scaled(2), _attention_elementwise(model, D, t, q["attn"]),
                       ew.swiglu_activation("experts_act", rows, D.moe_inter / D.expert_tp, D.act_bytes)]
     if model.num_experts > 1:  # a single expert needs no routing: it is a dense FFN
@@ -428,6 +434,14 @@ def _tile_stepped(hw: HardwareSpec | None, dep: Deployment) -> bool:
     (which leaves tiles out)."""
     return (hw is not None and dep.timing != "roofline"
             and float(hw.kernel.get("tile_step_base_us", 0) or 0) > 0)
+
+
+def _custom_allreduce(hw: HardwareSpec | None, dep: Deployment):
+    """The hardware's custom all-reduce (``[allreduce]``) where the TP group is one NVLink node
+    of a GPU cluster, else None (NCCL's ring)."""
+    if hw is None or hw.allreduce is None or dep.mesh is not None:
+        return None
+    return hw.allreduce if dep.tp <= hw.gpus_per_node else None
 
 
 def _tp_link(dep: Deployment, D: Dims, bw_up, bw_out) -> tuple:
@@ -478,8 +492,10 @@ def _dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
                                   "dense", wo, dq)
     costs["moe_weight_load"] = _tagged([Cost("ffn_weight_load", g_up.kind, hbm_bytes=w_up + w_down)],
                                        "dense", wo, dq)
-    costs["tp_comm"] = ([comm.tp_allreduce(D, t, S.bw_up * S.eff_up, S.lat_up).scaled(2)]
-                        + _cp_ring(model, dep, wl, D, t))
+    car = _custom_allreduce(hw, dep)
+    ar = (comm.tp_allreduce(D, t, S.bw_up * S.eff_up, S.lat_up) if car is None else
+          comm.tp_allreduce_custom(D, t, car, S.bw_up * S.eff_up, S.lat_up))
+    costs["tp_comm"] = [ar.scaled(2)] + _cp_ring(model, dep, wl, D, t)
     costs["other"] = [ew.norm_residual(D, t).scaled(2), _attention_elementwise(model, D, t, q["attn"]),
                       ew.swiglu_activation("ffn_act", t, D.dense_inter / D.tp, D.act_bytes)]
     if q["dense"]:  # block-FP8 linears quantize their inputs: gate_up's (hidden) and down's (inter)

@@ -23,11 +23,12 @@ from .._resources import data_dir
 from .._toml import load_toml
 from ..errors import SpecError
 
-__all__ = ["HardwareSpec", "Efficiency", "Latency", "load_hardware", "builtin_hardware"]
+__all__ = ["HardwareSpec", "CustomAllReduce", "Efficiency", "Latency", "load_hardware",
+           "builtin_hardware"]
 
 _TOP_KEYS = {"name", "description", "source", "vendor", "sms", "gpus_per_node", "hbm_capacity_GB",
              "hbm_bandwidth_TBps", "peak_TFLOPs", "interconnect", "efficiency", "latency_us", "kernel",
-             "compute_formats", "host", "mesh", "sram_MB", "usable_memory_frac"}
+             "compute_formats", "host", "mesh", "sram_MB", "usable_memory_frac", "allreduce"}
 _INTERCONNECT_KEYS = {"scale_up_GBps", "scale_out_GBps", "scale_up_domain_gpus", "host_link_GBps"}
 _EFF_KEYS = {"scale_up", "scale_out"}
 # compute and memory efficiencies live in the [kernel] table, read by both time models
@@ -50,6 +51,22 @@ class Efficiency:
     scale_up: float
     scale_out: float
     serving: float = 1.0  # end-to-end: modeled step speed a serving engine sustains (optional key)
+
+
+@dataclass(frozen=True)
+class CustomAllReduce:
+    """The serving engine's own all-reduce inside one NVLink node (``[allreduce]``): one-shot
+    (every GPU reads all peers' buffers: fixed + (p - 1) M / one-shot bandwidth) up to
+    ``oneshot_max_bytes`` (for p <= 8; twice that for p <= 4, always for p = 2), two-shot
+    (reduce-scatter + all-gather: 2 fixed + 2 (p - 1) / p M / two-shot bandwidth) up to
+    ``max_bytes``, NCCL beyond. The switch points are vLLM's custom all-reduce, which SGLang's
+    sgl-kernel carries over; the times are fitted on measured tables (the file names them)."""
+
+    fixed_s: float
+    oneshot_Bps: float
+    twoshot_Bps: float
+    oneshot_max_bytes: float
+    max_bytes: float
 
 
 @dataclass(frozen=True)
@@ -92,6 +109,8 @@ class HardwareSpec:
     # a host-to-device copy reads and writes that DRAM (host_link_Bps = hbm_bw_Bps / 2) and
     # competes with the device's own reads for it
     host_unified: bool = False
+    # the engine's custom all-reduce for small TP messages ([allreduce]); None: NCCL's ring only
+    allreduce: CustomAllReduce | None = None
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; raises if the GPU has no such tensor-core format."""
@@ -219,6 +238,7 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
         mesh=_mesh(raw.get("mesh"), where),
         sram_bytes=_positive(raw["sram_MB"], f"{where} sram_MB") * 1e6 if "sram_MB" in raw else 0.0,
         host_unified=unified,
+        allreduce=_allreduce(raw.get("allreduce"), where),
     )
 
 
@@ -235,6 +255,24 @@ def _unified(host, ic: Mapping, where: str) -> bool:
         raise SpecError(f"{where} [interconnect] host_link_GBps: a unified-memory device "
                         "([host] unified = true) copies within its own DRAM; leave it out")
     return u
+
+
+_ALLREDUCE_KEYS = {"fixed_us": 1e-6, "oneshot_GBps": 1e9, "twoshot_GBps": 1e9,
+                   "oneshot_max_KiB": 1024, "max_MiB": 1024 * 1024}
+
+
+def _allreduce(raw, where: str) -> CustomAllReduce | None:
+    """``[allreduce]`` (every key required; ``source`` and comments free) or None."""
+    if raw is None:
+        return None
+    extra = set(raw) - set(_ALLREDUCE_KEYS) - {"source"}
+    if extra:
+        raise SpecError(f"{where} [allreduce]: unknown key '{sorted(extra)[0]}'; allowed: "
+                        f"{', '.join(sorted(_ALLREDUCE_KEYS))}, source")
+    v = {k: _positive(_req(raw, k, f"{where} [allreduce]"), f"{where} [allreduce] {k}") * f
+         for k, f in _ALLREDUCE_KEYS.items()}
+    return CustomAllReduce(v["fixed_us"], v["oneshot_GBps"], v["twoshot_GBps"],
+                           v["oneshot_max_KiB"], v["max_MiB"])
 
 
 def _mesh(raw, where: str):

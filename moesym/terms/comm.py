@@ -53,6 +53,7 @@ __all__ = [
     "ring_farthest_hops",
     "tp_allgather",
     "tp_allreduce",
+    "tp_allreduce_custom",
     "tp_moe_boundary",
     "tp_reduce_scatter",
 ]
@@ -257,6 +258,47 @@ def tp_allreduce(D: Dims, tokens, bw, lat, algo: str = "ring", group=None) -> Co
         raise ValueError(f"all-reduce algorithm {algo!r}: use ring or tree")
     return Cost("tp_comm", KernelClass.COMM, net_bytes=vol, net_bw=sym(bw), fixed_s=fixed,
                 launches=smin(p - 1, 1))
+
+
+def tp_allreduce_custom(D: Dims, tokens, car, bw, lat, group=None) -> Cost:
+    """All-reduce of a (tokens x d) BF16 activation of M bytes over p = tp GPUs of one NVLink
+    node by the engine's custom kernel (``car``, a
+    :class:`~moesym.specs.hardware.CustomAllReduce`), NCCL's ring beyond its size limit::
+
+        one-shot (M <= M_1; M_1 doubled for p <= 4, the whole range for p = 2):
+                   tau_car + (p - 1) M / W_1        (each GPU reads every peer's buffer)
+        two-shot (M <= M_max):  2 tau_car + 2 (p - 1) / p M / W_2   (reduce-scatter + all-gather)
+        beyond:    :func:`tp_allreduce` (ring)
+
+    Under CUDA-graph replay the measured tau_car holds the kernel's launch: no launch latency
+    is added in the custom branches.
+
+    >>> from types import SimpleNamespace as N
+    >>> from moesym.terms.dims import symbolic_dims
+    >>> car = N(fixed_s=3e-6, oneshot_Bps=2e11, twoshot_Bps=1.5e11, oneshot_max_bytes=262144,
+    ...         max_bytes=8388608)
+    >>> D = symbolic_dims()
+    >>> c = tp_allreduce_custom(D, 8, car, 4e11, 3e-6, group=8)
+    >>> m = 8 * 7168 * 2  # bytes of 8 tokens of DeepSeek-V3's hidden state in BF16
+    >>> t = (c.net_bytes / c.net_bw + c.fixed_s).subs({D.hidden: 7168, D.act_bytes: 2})
+    >>> round(float(t) * 1e6, 2), round((3e-6 + 7 * m / 2e11) * 1e6, 2)
+    (7.01, 7.01)
+    """
+    p = D.tp if group is None else sym(group)
+    m = sym(tokens) * D.hidden * D.act_bytes
+    ring = tp_allreduce(D, tokens, bw, lat, "ring", group)
+    one_max = sp.Piecewise((car.max_bytes, sp.Le(p, 2)), (2 * car.oneshot_max_bytes, sp.Le(p, 4)),
+                           (car.oneshot_max_bytes, True))
+    one, two = sp.Le(m, one_max), sp.Le(m, car.max_bytes)
+    active = smin(p - 1, 1)  # one GPU: nothing to reduce
+    return Cost("tp_comm", KernelClass.COMM,
+                net_bytes=sp.Piecewise(((p - 1) * m, one), (2 * (p - 1) / p * m, two),
+                                       (ring.net_bytes, True)),
+                net_bw=sp.Piecewise((car.oneshot_Bps, one), (car.twoshot_Bps, two),
+                                    (ring.net_bw, True)),
+                fixed_s=sp.Piecewise((car.fixed_s * active, one), (2 * car.fixed_s * active, two),
+                                     (ring.fixed_s, True)),
+                launches=sp.Piecewise((0, two), (ring.launches, True)))
 
 
 def tp_allgather(D: Dims, tokens, bw, lat, group=None, elem_bytes=None) -> Cost:
