@@ -84,7 +84,8 @@ def test_transferred_calibration_is_said_in_one_line():
     assert len(err) == 1 and err[0].startswith("moesym: warning: hardware gh200")
 
 
-@pytest.mark.parametrize("gpu", ["h100", "h200", "b200", "b300", "gb200", "gb300", "a100"])
+@pytest.mark.parametrize("gpu", ["h200"] + [pytest.param(g, marks=pytest.mark.slow) for g in
+                                            ("h100", "b200", "b300", "gb200", "gb300", "a100")])
 def test_fitted_gpus_predict_without_the_transferred_warning(gpu):
     r = subprocess.run([sys.executable, "-m", "moesym", "predict", "qwen3-8b", "--hardware", gpu,
                         "--phase", "decode", "--no-cache"], capture_output=True, text=True)

@@ -217,6 +217,7 @@ def test_expert_tensor_parallel_gathers_every_dp_ranks_tokens(qwen):
         Deployment(gpus=4, ep=1, a2a="deepep-ll").check_model(qwen)
 
 
+@pytest.mark.slow
 def test_one_node_never_uses_scale_out(qwen):
     hw = load_hardware("h100")
     for a2a in ("deepep-normal", "deepep-ll", "allgather"):
@@ -230,7 +231,9 @@ def test_one_node_never_uses_scale_out(qwen):
         assert comm.a2a_volume(D, 64, 1, mode, 8).inter_bytes == 0
 
 
-@pytest.mark.parametrize("a2a,n", [("deepep-normal", 2), ("deepep-ll", 1), ("allgather", 2)])
+@pytest.mark.parametrize("a2a,n", [pytest.param("deepep-normal", 2, marks=pytest.mark.slow),
+                                   ("deepep-ll", 1),
+                                   pytest.param("allgather", 2, marks=pytest.mark.slow)])
 def test_more_bandwidth_never_slower(qwen, a2a, n):
     hw = load_hardware("h100")
     dep = Deployment(gpus=32, ep=32, a2a=a2a, micro_batches=n)

@@ -332,7 +332,8 @@ def test_micro_batches_pay_where_predict_says_two_beat_one():
         assert b - 1 <= cf.closed_value <= b
 
 
-@pytest.mark.parametrize("what", [["optimal-ep"], ["ep-min-tpot", "--total-batch", "64"]])
+@pytest.mark.parametrize("what", [pytest.param(["optimal-ep"], marks=pytest.mark.slow),
+                                  ["ep-min-tpot", "--total-batch", "64"]])
 def test_ep_answers_for_an_eight_expert_model(what, cli_json):
     """Mixtral has 8 experts: the closed form's representative EP is 8, not 16 (which refused
     with an error about an --ep the user never gave)."""

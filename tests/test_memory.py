@@ -288,6 +288,7 @@ def test_cli_bad_input_one_line(argv, capsys):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_memory_option_flags_override_engine_defaults():
     # raising the runtime reserve from 4% to 10% of H800's 80e9 bytes takes 4.8e9 bytes from the
     # free memory and nothing else; a bad key is a one-line error

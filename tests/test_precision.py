@@ -63,6 +63,7 @@ def test_timing_and_memory_use_the_same_precision_per_component():
     assert wr["shared_expert"]["hbm_bytes"] == pytest.approx(w16["shared_expert"]["hbm_bytes"])
 
 
+@pytest.mark.slow
 def test_single_fp4_keeps_attention_fp8_in_timing_as_in_memory():
     w4, m4 = _both("fp4")
     w8, m8 = _both("fp8")
@@ -86,6 +87,7 @@ def test_w4a16_reads_four_bits_and_computes_on_bf16_cores():
     assert run["w4a16"]["memory_bytes"] < run["fp8"]["memory_bytes"] < run["bf16"]["memory_bytes"]
 
 
+@pytest.mark.slow
 def test_mxfp4_stays_four_bit_on_hopper_where_fp4_expands():
     _, mx = _both("mxfp4", hw="h100")
     _, f4 = _both("fp4", hw="h100")

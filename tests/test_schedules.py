@@ -130,6 +130,7 @@ def test_prefill_tbo_gain_is_in_sglangs_published_range():
     assert 0.20 <= gain <= 0.40, f"prefill TBO gain {gain:+.1%}"
 
 
+@pytest.mark.slow
 def test_timeline_json_and_png(tmp_path, capsys):
     png = tmp_path / "t.png"
     argv = V3_H100 + ["--phase", "decode", "--batch", "64", "--context", "2048", "--gpus",

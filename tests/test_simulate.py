@@ -290,6 +290,7 @@ def test_empty_lengths_file(tmp_path, capsys):
     assert rc == 2 and "--lengths-file" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 # -- optimize against percentile limits -------------------------------------------------------
 def test_sla_optimize_answer_meets_its_limits_and_the_next_concurrency_does_not(cli_json):
     """The best deployment's concurrency meets the p90 limits when simulated again through

@@ -118,6 +118,7 @@ def test_step_time_never_falls_with_batch_or_context(model, hw, dep):
     assert np.all(np.diff(t) >= -1e-15)
 
 
+@pytest.mark.slow
 def test_more_flops_or_bandwidth_never_slower():
     step = _step("deepseek-v3", "h800", gpus=16, ep=16, weights="fp8")
     base = step.evaluate(batch=np.arange(1, 300))

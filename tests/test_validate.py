@@ -24,9 +24,26 @@ PUBLISHED = {
 
 @pytest.fixture(scope="module")
 def report():
-    out = subprocess.run([sys.executable, "-m", "moesym", "validate", "--json"],
+    out = subprocess.run([sys.executable, "-m", "moesym", "validate", "--json", "--no-serving"],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
+
+
+@pytest.mark.slow
+def test_serving_section_reports_every_published_row():
+    """moesym validate's serving section: one row per published metric of every serving case,
+    with the measurement as published (InferenceX) and a signed error."""
+    from moesym.validate import SERVING_CASES
+
+    out = subprocess.run([sys.executable, "-m", "moesym", "validate", "--json"],
+                         capture_output=True, text=True, check=True)
+    rows = json.loads(out.stdout)["serving"]
+    want = [(c.name, m, v) for c in SERVING_CASES for m, v in c.measured.items()]
+    assert [(r["name"], r["metric"], r["measured"]) for r in rows] == want
+    assert len(rows) == 17  # 11 DeepSeek-R1 / H200 and 6 gpt-oss / MI300X published numbers
+    for r in rows:
+        assert r["error"] == pytest.approx((r["predicted"] - r["measured"]) / r["measured"])
+        assert "InferenceX" in r["source"]
 
 
 def test_every_published_case_is_reported_with_its_measurement(report):
