@@ -96,7 +96,8 @@ def test_gated_attention_output_by_hand():
 
 
 @pytest.mark.parametrize("phase,kw", [("decode", dict(batch=32, context=65536)),
-                                      ("prefill", dict(tokens=8192, context=8192))])
+                                      pytest.param("prefill", dict(tokens=8192, context=8192),
+                                                   marks=pytest.mark.slow)])
 def test_sliding_layers_average_the_two_kernels(phase, kw):
     """gpt-oss alternates 128-token sliding-window layers with full ones: the average layer's
     attention is the mean of a model of only full layers and one of only window layers, each

@@ -46,6 +46,7 @@ def _both(weights, hw="b200", **kw):
     return predict(m, h, dep, wl, memory=False)["work_per_layer"], memory_report(m, h, dep, wl)
 
 
+@pytest.mark.slow
 def test_timing_and_memory_use_the_same_precision_per_component():
     """``moe=fp4,attn=fp8,dense=bf16`` on B200: the routed experts are read and held at
     0.53125 bytes per weight, attention at FP8's, shared experts at BF16's, in the step model's

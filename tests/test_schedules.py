@@ -170,8 +170,8 @@ def test_user_schedule_file_and_bad_input(tmp_path, capsys):
         load(str(f))
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2] + [pytest.param(s, marks=pytest.mark.slow)
-                                              for s in range(3, 6)])
+@pytest.mark.parametrize("seed", [0, 2] + [pytest.param(s, marks=pytest.mark.slow)
+                                           for s in (1, 3, 4, 5)])
 def test_step_model_orders_ideal_tbo_and_the_single_batch_schedules(seed):
     """At the step level, on random decode deployments with DeepEP low-latency (comm kernels
     hold no SMs): the ideal bound <= two-batch overlap, and sbo <= none for one micro-batch."""

@@ -59,6 +59,7 @@ def test_m2_ultra_is_two_m2_max_dies():
     assert b.peak_flops("bf16") == pytest.approx(2 * a.peak_flops("bf16"))
 
 
+@pytest.mark.slow
 def test_predict_says_the_kernel_model_is_transferred_in_one_line():
     p = subprocess.run([sys.executable, "-m", "moesym", "predict", "seed003-moe-7b", *SETUP],
                        capture_output=True, text=True, check=True)

@@ -175,6 +175,7 @@ def test_cli_serve_needs_lengths(capsys):
     assert len(err) == 1 and "--osl" in err[0]
 
 
+@pytest.mark.slow
 def test_sweep_and_optimize_evaluate_what_predict_does(tmp_path):
     """A serve sweep's rows and optimize's best are predict's numbers at those points, and no
     batch of the best deployment beats the optimizer's under its limits (brute force)."""
