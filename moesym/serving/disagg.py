@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from .scheduler import DECODE, PREFILL, EngineState
-from .simulator import Run, Side, _result
+from .simulator import Side, _result, _token_times
 
 __all__ = ["run_disaggregated"]
 
@@ -117,27 +117,23 @@ def run_disaggregated(cfgs: tuple, ranks: tuple, replicas: tuple, client, isl, o
                 send_to_prefill(sent, float(end))
                 sent += 1
 
-    while True:
-        # lower bounds: Pb on any prompt finishing (and leaving for a decode replica), Db on
-        # any request finishing (and, in a closed loop, replaced); each replica's own next
-        # step, the finished ones not yet released, and what one causes in the other
-        # (a finish replaced at once, prefilled in one step; a prompt sent, then joined)
+    def bounds() -> tuple:
+        """Lower bounds: Pb on any prompt finishing (and leaving for a decode replica), Db on
+        any request finishing (and, in a closed loop, replaced): each replica's own next step,
+        the finished ones not yet released, and what one causes in the other (a finish
+        replaced at once, prefilled in one step; a prompt sent, then joined); and whether the
+        client has requests left to send."""
         po = min(prefill_out(s) for s in P)
         do = min(decode_out(s) for s in D)
         pd = prompts_done[0][0] if prompts_done else math.inf
         rd = requests_done[0][0] if requests_done else math.inf
         Db = min(do, rd, po + xfer_min + tmin_join, pd + xfer_min + tmin_join)
         more = client.closed and sent < n
-        Pb = min(po, pd, Db + tmin_p if more else math.inf)
-        release(Pb, Db)
-        if prompts_done or requests_done:  # what was released moved the bounds
-            pd = prompts_done[0][0] if prompts_done else math.inf
-            rd = requests_done[0][0] if requests_done else math.inf
-        po = min(prefill_out(s) for s in P)
-        do = min(decode_out(s) for s in D)
-        Db = min(do, rd, po + xfer_min + tmin_join, pd + xfer_min + tmin_join)
-        more = client.closed and sent < n
-        Pb = min(po, pd, Db + tmin_p if more else math.inf)
+        return min(po, pd, Db + tmin_p if more else math.inf), Db, more, pd, rd
+
+    while True:
+        release(*bounds()[:2])
+        Pb, Db, more, pd, rd = bounds()  # what was released moved them
         to_p = Db if more else math.inf
         to_d = Pb + xfer_min
         live = [(s.t, 0, i) for i, s in enumerate(P) if s.busy() or s.pending] + \
@@ -175,12 +171,11 @@ def run_disaggregated(cfgs: tuple, ranks: tuple, replicas: tuple, client, isl, o
         start, dur, steps = side.steps()
         mine = np.flatnonzero(where_d == j)
         st = side.st
-        if len(mine):
-            first[mine] = start[np.asarray(st.first_step)[mine]]
-            finish[mine] = (start + dur)[np.asarray(st.finish_step)[mine]]
-            sub = _result(st, arrival, first, finish, isl, osl, start, dur, steps, 0)
-            for rid in mine:
-                token_times[rid] = sub.token_times[rid]
+        first[mine] = start[np.asarray(st.first_step)[mine]]
+        finish[mine] = (start + dur)[np.asarray(st.finish_step)[mine]]
+        times = _token_times(st, start + dur, first, mine)
+        for rid, tt in zip(mine, times):
+            token_times[rid] = tt
         parts.append((start, dur, steps))
     order = np.argsort(np.concatenate([p[0] for p in parts]), kind="stable")
     start = np.concatenate([p[0] for p in parts])[order]
@@ -188,9 +183,8 @@ def run_disaggregated(cfgs: tuple, ranks: tuple, replicas: tuple, client, isl, o
     width = max(p[2].shape[1] for p in parts)
     steps = np.concatenate([np.pad(p[2], ((0, 0), (0, width - p[2].shape[1]), (0, 0)))
                             for p in parts])[order]
-    r = _result(D[0].st, arrival, first, finish, isl, osl, start, dur, steps,
+    r = _result(arrival, first, finish, isl, osl, token_times, start, dur, steps,
                 sum(s.st.preemptions for s in D))
-    r.token_times = token_times
     info = {"prefill_steps": [s.st.step_index for s in P],
             "decode_steps": [s.st.step_index for s in D],
             "kv_transfer_ms": {"mean": float(np.mean(transfer_s)) * 1e3,

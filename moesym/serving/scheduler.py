@@ -97,10 +97,9 @@ class EngineState:
     def __init__(self, cfg: SchedulerConfig, ranks: int, isl, osl, prefilled: bool = False):
         self.cfg, self.n, self.prefilled = cfg, len(isl), prefilled
         self.ranks = [_Rank() for _ in range(ranks)]
-        self.isl0 = [int(x) for x in isl]
         self.osl = [int(x) for x in osl]
         a = cfg.accepted
-        self.prompt = list(self.isl0)          # tokens to prefill (grows when preempted)
+        self.prompt = [int(x) for x in isl]    # tokens to prefill (grows when preempted)
         self.done = [0] * self.n               # prompt tokens prefilled so far
         self.left = [max(0, math.ceil((o - 1) / a - 1e-9)) for o in self.osl]  # decode steps
         self.rank_of = [-1] * self.n

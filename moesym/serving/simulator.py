@@ -169,24 +169,24 @@ def run(cfg: SchedulerConfig, ranks: int, client: Client, isl, osl, times_fn,
     if client.closed:
         arrival = np.where(arrival_step >= 0, end[np.maximum(arrival_step, 0)], 0.0)
     first = end[np.asarray(st.first_step)]
-    return _result(st, arrival, first, end[np.asarray(st.finish_step)], isl, osl, start, dur,
-                   allsteps, st.preemptions)
+    return _result(arrival, first, end[np.asarray(st.finish_step)], isl, osl,
+                   _token_times(st, end, first), start, dur, allsteps, st.preemptions)
 
 
-def _result(st, arrival, first, finish, isl, osl, start, dur, allsteps, preemptions) -> Run:
+def _result(arrival, first, finish, isl, osl, token_times, start, dur, allsteps,
+            preemptions) -> Run:
     contents = {k: allsteps[..., i] for i, k in enumerate(STEP_FIELDS)}
     total = {k: contents[k].sum(axis=1) for k in ("held", "waiting", "kv_used")}
-    return Run(arrival, first, finish, np.asarray(isl), np.asarray(osl),
-               _token_times(st, start + dur, first), start, dur, contents, total["held"],
-               total["waiting"], total["kv_used"], preemptions)
+    return Run(arrival, first, finish, np.asarray(isl), np.asarray(osl), token_times, start, dur,
+               contents, total["held"], total["waiting"], total["kv_used"], preemptions)
 
 
-def _token_times(st: EngineState, end: np.ndarray, first: np.ndarray) -> list:
-    """Each request's token emission times: its first token, each decode step it took part
-    in, and a recompute's token after a preemption."""
+def _token_times(st: EngineState, end: np.ndarray, first: np.ndarray, rids=None) -> list:
+    """Each request's (of ``rids``, default all) token emission times: its first token, each
+    decode step it took part in, and a recompute's token after a preemption."""
     steps = [np.asarray(rk.decode_steps, dtype=np.int64) for rk in st.ranks]
     out = []
-    for rid in range(st.n):
+    for rid in (range(st.n) if rids is None else rids):
         parts = [first[rid:rid + 1]]
         for r, d0, d1 in st.segments[rid]:
             parts.append(end[steps[r][d0:d1]])
