@@ -42,6 +42,14 @@ the GPUs got an ``[allreduce]`` table: TP all-reduces inside a node run as the e
 one-shot/two-shot kernel, and at EP 1 the MoE output is all-reduced instead of all-gathered and
 reduce-scattered. Step times moved -2.0% to +18.4% (A100's #16: +58.9%; its fused MoE is fitted
 on SGLang's Triton kernel).
+Entries #0-20 and #25-29 were re-captured when the host's step time began to overlap the GPU's
+(every engine profile runs an overlap scheduler: a step takes max(GPU, host), not the sum: the
+500 us host time vanishes under steps longer than it) and decode steps began to replay as CUDA
+graphs (an elementwise kernel costs the graph floor measured on an H200, 1.5 us, instead of a 3 us
+launch; benchmarks/gpu_small_batch.md). Decode steps fell 1.1% to 7% (#7, B200 at 20 ms: 15%),
+prefill steps by at most 0.6%; the optimize answers kept their deployments and batches. The H20
+entries (#9-11, #14, #15, #26, #29) moved once more, +1.97%, when H20's serving efficiency was
+refitted on the four published H20 cases under that model (0.930 -> 0.912).
 """
 
 from __future__ import annotations

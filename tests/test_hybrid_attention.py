@@ -83,7 +83,9 @@ def test_gated_attention_output_by_hand():
     assert fb["flop"] - fa["flop"] == pytest.approx(2 * t * d * hhd, rel=1e-12)
     assert fb["hbm_bytes"] - fa["hbm_bytes"] == pytest.approx(d * hhd * bw + t * hhd * ba
                                                               + 3 * t * hhd * ba, rel=1e-12)
-    assert b["step_time_s"] > a["step_time_s"]
+    # the layer, not the step: this 4-layer model's GPU step is shorter than the engine's host
+    # time per step, which the overlap scheduler makes the step's floor for both
+    assert b["layer_s"] > a["layer_s"]
     mem = [memory_report(m, hw, ms.Deployment(), wl)["weights_bytes"] for m in (plain, gated)]
     assert mem[1] - mem[0] == pytest.approx(4 * d * hhd * bw, rel=1e-12)
     # Qwen3-Next gates without a config field: its model type says so

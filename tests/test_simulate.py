@@ -167,6 +167,35 @@ def test_matches_an_independent_event_simulation(seed):
     np.testing.assert_allclose(got.finish_s, want[2], rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_one_rank_stands_for_identical_ranks(seed):
+    """A closed loop of one length split evenly over R ranks: one rank simulated and replicated
+    (what Simulation.run does for such loads) equals the R-rank run, per request and per step,
+    with either routing and with preemption."""
+    from dataclasses import replace
+
+    from moesym.serving.simulator import replicate
+
+    rng = random.Random(seed)
+    cfg, _, _, _ = random_case(rng)
+    cfg = replace(cfg, dp_routing=rng.choice(["round-robin", "shortest-queue"]),
+                  kv_reserve=rng.choice([0.0, 1.0]))
+    ranks, per = rng.choice([2, 3, 4]), rng.randint(1, 4)
+    n = ranks * rng.randint(per, 3 * per)
+    isl, osl = [rng.randint(1, 300)] * n, [rng.randint(1, 30)] * n
+    full = run(cfg, ranks, Client(concurrency=ranks * per, num_prompts=n), isl, osl, toy_times)
+    one = replicate(run(cfg, 1, Client(concurrency=per, num_prompts=n // ranks), isl[:n // ranks],
+                        osl[:n // ranks], toy_times), ranks)
+    for a, b in ((full.arrival_s, one.arrival_s), (full.first_token_s, one.first_token_s),
+                 (full.finish_s, one.finish_s), (full.step_s, one.step_s),
+                 (full.running, one.running), (full.kv_used, one.kv_used),
+                 (full.contents["tokens"], one.contents["tokens"])):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+    assert full.preemptions == one.preemptions
+    for a, b in zip(full.token_times, one.token_times):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+
+
 def test_preemption_keeps_every_token_and_the_kv_within_capacity():
     """On-demand KV (reserve 0) that runs out: requests are preempted and recomputed, every
     request still emits all its tokens, in order, and the KV never exceeds the capacity."""

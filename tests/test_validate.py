@@ -94,15 +94,15 @@ def test_shipped_serving_efficiency_is_the_fit_on_all_cases_of_its_gpu(report):
 
 def test_errors_stay_where_the_readme_says(report):
     # README: with the leave-one-out serving efficiency all 6 cases are within 10% and 4 within
-    # 5%; the kernel model alone (eta_sv = 1) has 5 of 6 within 10% and none beyond 15%
-    # (Qwen3-30B-A3B BF16 decode +12.9%). A change that moves a case past these bounds must
-    # update the README.
+    # 5%; the kernel model alone (eta_sv = 1) has 5 of 6 within 10% and none beyond 17%
+    # (Qwen3-30B-A3B BF16 decode +16.5% since decode steps replay CUDA graphs). A change that
+    # moves a case past these bounds must update the README.
     errs = [abs(c["error"]) for c in report["cases"] if c["name"] in PUBLISHED]
     assert len(errs) == 6
     assert max(errs) <= 0.10
     assert sum(e <= 0.05 for e in errs) >= 4
     raw = [abs(c["error_uncalibrated"]) for c in report["cases"] if c["name"] in PUBLISHED]
-    assert max(raw) < 0.15
+    assert max(raw) < 0.17
     assert sum(e <= 0.10 for e in raw) >= 5
 
 

@@ -31,6 +31,7 @@ from .._toml import load_toml
 from ..errors import SpecError
 
 __all__ = ["EngineProfile", "KvMemoryRule", "RunningRequestsRule", "builtin_engines",
+           "host_overlapped",
            "load_engine", "POLICIES", "KV_FULL", "KV_BASES", "DP_ROUTING", "PREFILL_ORDERS"]
 
 MIB = 2**20
@@ -406,6 +407,13 @@ def _builtin() -> dict[str, EngineProfile]:
 def builtin_engines() -> list[str]:
     """The names of the shipped engine profiles."""
     return list(_builtin())
+
+
+def host_overlapped(engine: str) -> bool:
+    """Whether ``engine`` (a name or profile file) schedules step i+1 on the host while the GPU
+    runs step i (its ``overlap_scheduler``; SGLang, vLLM and TensorRT-LLM all do by default):
+    then a step takes the longer of the GPU's and the host's time, not their sum."""
+    return load_engine(engine).overlap_scheduler
 
 
 def load_engine(name_or_path: str) -> EngineProfile:

@@ -817,6 +817,25 @@ def _pipelined(stage, per_layer, work, layer, layer_compute, dep: Deployment, wl
     return S.pp * t_s, per_layer, work, scale(layer), scale(layer_compute)
 
 
+def _graph_replayed(timing, hardware: HardwareSpec, deployment: Deployment):
+    """A decode step as the engines run it: replayed as a CUDA graph (each profile captures the
+    decode batch sizes it serves), so an elementwise kernel costs the graph's per-kernel floor
+    (``[latency_us] graph_kernel``, measured: benchmarks/gpu_small_batch.md) instead of a host
+    launch. GEMM and attention floors are fitted on kernel tables already timed without host
+    launches; hardware without the measurement, and other time models, keep their costs."""
+    from ..engines import load_engine
+    from ..kernels.timing import KernelTiming
+
+    floor = hardware.latency.graph_kernel_s
+    if floor is None or not load_engine(deployment.engine).cuda_graph_batch_sizes:
+        return timing
+    if type(timing) is KernelTiming:
+        return KernelTiming(replace(timing.calib, elementwise_launch_s=floor))
+    if type(getattr(timing, "kernel", None)) is KernelTiming:  # measured tables over the model
+        return replace(timing, kernel=_graph_replayed(timing.kernel, hardware, deployment))
+    return timing
+
+
 def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment, workload: Workload,
                timing=None) -> StepModel:
     """Compose the step model of ``model`` on ``hardware`` under ``deployment`` for ``workload``.
@@ -855,6 +874,8 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
         vals = bindings(model, hardware, deployment, workload)
         timing = timing.bind({s: v for s, v in vals.items() if s not in fixed},
                              gemm_table_dtypes(model, hardware, deployment))
+    if workload.phase is Phase.DECODE:
+        timing = _graph_replayed(timing, hardware, deployment)
     if _tile_stepped(hardware, deployment):  # expert GEMMs in row tiles (seed 004)
         from ..kernels.tile_step import TileStepTiming
 
@@ -892,7 +913,7 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     logits_tokens = {Phase.DECODE: S.batch * q, Phase.PREFILL: S.tokens / S.context / _cp(deployment),
                      Phase.SERVE: S.batch * q + S.tokens / S.isl}[workload.phase]
     once = (timing.time(ffn.lm_head(D, logits_tokens)).total_s
-            + timing.time(ffn.embedding(D, tokens)).total_s + S.t_step)
+            + timing.time(ffn.embedding(D, tokens)).total_s)
     if model.is_moe:
         once += edges
     if deployment.mtp:
@@ -906,6 +927,11 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     # a serving engine sustains eta_sv of the modeled (isolated-kernel) speed: [efficiency] serving,
     # fitted per GPU on end-to-end measurements (moesym.validate); 1 where none exist
     expr = (body + once) / S.eff_serve
+    from ..engines import host_overlapped
+
+    # the host's time per step (scheduling, sampling): an engine with an overlap scheduler
+    # prepares step i+1 while the GPU runs step i, so the step takes the longer of the two
+    expr = smax(expr, S.t_step) if host_overlapped(deployment.engine) else expr + S.t_step / S.eff_serve
     work = _work(main_costs, n)
     if deployment.pp > 1:
         expr, per_layer, work, layer, layer_compute = _pipelined(

@@ -68,14 +68,25 @@ class Simulation:
             timer.prepare(phases or (Phase.DECODE, Phase.PREFILL, Phase.SERVE))
         return cfg, timer
 
-    def run(self, client, isl="1024", osl="1024", *, seed: int = 0, pairs: str | None = None):
+    def run(self, client, isl="1024", osl="1024", *, seed: int = 0, pairs: str | None = None,
+            fold: bool = True):
         """The :class:`moesym.serving.simulator.Run` of ``client`` sending requests of lengths
-        ``isl`` / ``osl`` (as :func:`.clients.lengths`)."""
-        from .simulator import run
+        ``isl`` / ``osl`` (as :func:`.clients.lengths`). ``fold``: where every attention DP
+        rank runs the same load (a closed loop whose concurrency and prompts split evenly over
+        the ranks, every request of the same lengths) one rank is simulated and stands for all
+        (:func:`.simulator.replicate`; a test checks it against the unfolded run)."""
+        from dataclasses import replace
+
+        from .simulator import replicate, run
 
         isl_a, osl_a, arrivals = self.requests(client, isl, osl, seed, pairs)
         cfg, timer = self.configure(isl_a, osl_a)
-        return run(cfg, self.dep.dp, client, isl_a, osl_a, timer.times, arrivals)
+        dp, n = self.dep.dp, len(isl_a)
+        if (fold and dp > 1 and client.closed and client.concurrency % dp == 0 and n % dp == 0
+                and (isl_a == isl_a[0]).all() and (osl_a == osl_a[0]).all()):
+            one = replace(client, concurrency=client.concurrency // dp, num_prompts=n // dp)
+            return replicate(run(cfg, 1, one, isl_a[:n // dp], osl_a[:n // dp], timer.times), dp)
+        return run(cfg, dp, client, isl_a, osl_a, timer.times, arrivals)
 
     def engine_summary(self) -> dict:
         """The engine's numbers as the last run resolved them."""

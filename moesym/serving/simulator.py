@@ -21,7 +21,7 @@ import numpy as np
 from .clients import Client
 from .scheduler import STEP_FIELDS, EngineState, SchedulerConfig
 
-__all__ = ["Run", "Side", "run"]
+__all__ = ["Run", "Side", "replicate", "run"]
 
 _AHEAD = 4096  # steps run ahead when no timed arrival bounds the epoch
 
@@ -171,6 +171,19 @@ def run(cfg: SchedulerConfig, ranks: int, client: Client, isl, osl, times_fn,
     first = end[np.asarray(st.first_step)]
     return _result(arrival, first, end[np.asarray(st.finish_step)], isl, osl,
                    _token_times(st, end, first), start, dur, allsteps, st.preemptions)
+
+
+def replicate(r: Run, ranks: int) -> Run:
+    """The run of one rank as that of ``ranks`` ranks running the same load in lock-step: the
+    requests sent together, one to each rank, finish together, so each request of ``r`` stands
+    for ``ranks`` consecutive ones; each step's contents are the same on every rank (read-only
+    broadcast views) and its totals ``ranks`` times one rank's."""
+    rep = lambda a: np.repeat(a, ranks)  # noqa: E731
+    contents = {k: np.broadcast_to(v, (v.shape[0], ranks)) for k, v in r.contents.items()}
+    return Run(rep(r.arrival_s), rep(r.first_token_s), rep(r.finish_s), rep(r.isl), rep(r.osl),
+               [t for t in r.token_times for _ in range(ranks)], r.step_start_s, r.step_s,
+               contents, r.running * ranks, r.waiting * ranks, r.kv_used * ranks,
+               r.preemptions * ranks)
 
 
 def _result(arrival, first, finish, isl, osl, token_times, start, dur, allsteps,

@@ -38,9 +38,16 @@ def per_request(run, warmup: int = 0) -> dict:
         run.osl[sl]
     many = osl > 1
     tpot = (finish[many] - first[many]) / (osl[many] - 1)
-    gaps = [np.diff(t) for t in run.token_times[sl]]
-    return {"ttft": first - arrival, "tpot": tpot, "itl": np.concatenate(gaps) if gaps else
-            np.zeros(0), "e2e": finish - arrival, "tpot_mask": many, "arrival": arrival,
+    times = run.token_times[sl]
+    if times:  # every request's gaps at once: the differences within each request's times
+        flat = np.concatenate(times)
+        starts = np.cumsum([0] + [len(t) for t in times[:-1]])
+        keep = np.ones(len(flat), dtype=bool)
+        keep[starts] = False
+        itl = np.diff(flat, prepend=0.0)[keep]
+    else:
+        itl = np.zeros(0)
+    return {"ttft": first - arrival, "tpot": tpot, "itl": itl, "e2e": finish - arrival, "tpot_mask": many, "arrival": arrival,
             "finish": finish, "isl": run.isl[sl], "osl": osl}
 
 

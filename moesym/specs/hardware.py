@@ -37,6 +37,8 @@ _EFF_MOVED = {"gemm": "gemm_tensor_frac", "grouped_gemm": "grouped_contiguous_te
               "elementwise_hbm_frac)"}
 _EFF_OPTIONAL = {"serving"}
 _LAT_KEYS = {"kernel", "layer", "step", "scale_up", "scale_out"}
+# per-kernel floor of a kernel replayed in a CUDA graph (decode steps as engines run them)
+_LAT_OPTIONAL = {"graph_kernel"}
 _DTYPES = {"bf16", "fp8", "fp4", "int8"}
 
 
@@ -78,6 +80,9 @@ class Latency:
     step_s: float
     scale_up_s: float
     scale_out_s: float
+    # an elementwise kernel's floor when the decode step replays as a CUDA graph (no host
+    # launch per kernel); None: the hardware has no such measurement and keeps its launch cost
+    graph_kernel_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -182,7 +187,7 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
                             f"[kernel] table's fractions now; write it as [kernel] {new}")
     _check_keys(eff, _EFF_KEYS | _EFF_OPTIONAL, f"{where} [efficiency]")
     lat = _req(raw, "latency_us", where)
-    _check_keys(lat, _LAT_KEYS, f"{where} [latency_us]")
+    _check_keys(lat, _LAT_KEYS | _LAT_OPTIONAL, f"{where} [latency_us]")
     for k in _EFF_KEYS:
         _req(eff, k, f"{where} [efficiency]")
     for k in _LAT_KEYS:
@@ -229,7 +234,8 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
                        _positive(ic.get("host_link_GBps", 64), f"{where} host_link_GBps") * 1e9),
         efficiency=Efficiency(**{k: _fraction(eff[k], f"{where} efficiency.{k}") for k in _EFF_KEYS},
                               serving=_serving(eff, where)),
-        latency=Latency(**{f"{k}_s": nonneg(lat[k], f"{where} latency_us.{k}") * 1e-6 for k in _LAT_KEYS}),
+        latency=Latency(**{f"{k}_s": nonneg(lat[k], f"{where} latency_us.{k}") * 1e-6
+                           for k in _LAT_KEYS | (_LAT_OPTIONAL & set(lat))}),
         compute_formats=MappingProxyType(formats),
         host_dram_Bps=_positive(host["dram_GBps"], f"{where} [host] dram_GBps") * 1e9 if host else 0.0,
         host_flops=_positive(host["peak_TFLOPs"], f"{where} [host] peak_TFLOPs") * 1e12 if host else 0.0,
