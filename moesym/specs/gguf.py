@@ -46,6 +46,7 @@ rules every file type has (the output tensor, the 8-expert bumps).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..errors import SpecError
 from .precision import GGUF_TYPES, bytes_per_element
@@ -218,6 +219,11 @@ def component_bytes(m, file_type: str) -> dict[str, float]:
     """Bytes per weight element of each class (attn, moe, dense; ``hp``: the embeddings and LM
     head together) in a llama.cpp ``file_type`` file of model ``m``: each class's tensors'
     bytes over its elements."""
+    return dict(_component_bytes(m, str(file_type).strip().lower()))
+
+
+@lru_cache(maxsize=256)
+def _component_bytes(m, file_type: str) -> tuple:
     elems: dict[str, float] = {}
     nbytes: dict[str, float] = {}
     for t, typ in tensor_types(m, file_type):
@@ -225,5 +231,5 @@ def component_bytes(m, file_type: str) -> dict[str, float]:
         elems[comp] = elems.get(comp, 0) + t.elements
         nbytes[comp] = nbytes.get(comp, 0) + t.elements * bytes_per_element(typ)
     base = bytes_per_element(file_type_of(file_type))
-    return {c: nbytes[c] / elems[c] if elems.get(c) else base
-            for c in ("attn", "moe", "dense", "hp")}
+    return tuple((c, nbytes[c] / elems[c] if elems.get(c) else base)
+                 for c in ("attn", "moe", "dense", "hp"))
