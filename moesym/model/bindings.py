@@ -80,7 +80,7 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
     from ..symbols import S, by_name
 
     from ..kernels.calib import kernel_calib
-    from ..specs.precision import FORMATS, bytes_per_element, storage_format
+    from ..specs.precision import FORMATS, bytes_per_element, file_type_bytes, storage_format
 
     calib = kernel_calib(hw)
     recipe, stored, compute = _formats(model, hw, dep)
@@ -93,6 +93,7 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
                           f"{runs} and the weights occupy {storage_format(fmt, hw.peaks_flops)} "
                           "bytes in memory", stacklevel=2)
     w_bytes = {c: bytes_per_element(f, dep.group_size) for c, f in stored.items()}
+    w_bytes.update(file_type_bytes(recipe, model) or {})  # a GGUF file's per-tensor mix
     m = model
     v = {
         S.hidden: m.hidden_size, S.vocab: m.vocab_size, S.heads: m.num_heads,
