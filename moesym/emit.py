@@ -158,6 +158,34 @@ def check_engine(engine: str, hw, dep: Deployment, model: ModelSpec | None = Non
                           "(MLX's distributed launch is not emitted)")
 
 
+# the flag that raises each engine's largest captured decode batch (read from the wheels as
+# tests/data/engine_flags.json lists them; TensorRT-LLM takes it in its options file)
+_GRAPH_MAX_FLAG = {"sglang": "--cuda-graph-max-bs-decode", "vllm": "--max-cudagraph-capture-size"}
+
+
+def _engine_profile(engine: str, dep: Deployment, wl: Workload, notes: list) -> list[str]:
+    """What the engine profile moesym timed with asks of the launch line: a decode batch per
+    rank beyond the engine's largest captured CUDA graph gets the flag that captures it
+    (moesym times decode steps as graph replays); a profile of another engine is said."""
+    from .engines import load_engine
+
+    if dep.engine != engine and not str(dep.engine).endswith(".toml"):
+        notes.append(f"timed with {dep.engine}'s scheduler and defaults (--engine {dep.engine}); "
+                     f"add --engine {engine} to time {engine}'s")
+    if wl.phase is Phase.PREFILL or engine not in ("sglang", "vllm", "trtllm"):
+        return []
+    sizes = load_engine(engine).graph_batch_sizes(dep.tp)
+    batch = int(wl.batch) * max(1, dep.mtp + 1)  # speculative steps verify mtp + 1 per request
+    if not sizes or batch <= sizes[-1]:
+        return []
+    if engine == "trtllm":
+        notes.append(f"decode batch {batch} per rank is beyond TensorRT-LLM's largest captured "
+                     f"CUDA graph ({sizes[-1]}): set cuda_graph_config: max_batch_size: {batch} "
+                     "in --extra_llm_api_options")
+        return []
+    return [_GRAPH_MAX_FLAG[engine], str(batch)]
+
+
 def _requests(dep: Deployment, wl: Workload) -> int | None:
     """Requests in flight over the instance (decode and serve), or None for prefill."""
     return None if wl.phase is Phase.PREFILL else wl.batch * dep.dp
@@ -191,7 +219,7 @@ def _sglang(model, dep, wl, notes) -> list[str]:
         cmd += ["--chunked-prefill-size", str(_budget(wl) * dep.dp)]
     if _requests(dep, wl):
         cmd += ["--max-running-requests", str(_requests(dep, wl))]
-    return cmd
+    return cmd + _engine_profile("sglang", dep, wl, notes)
 
 
 def _vllm(model, dep, wl, notes) -> list[str]:
@@ -229,7 +257,7 @@ def _vllm(model, dep, wl, notes) -> list[str]:
         cmd += ["--max-num-batched-tokens", str(_budget(wl))]
     if _requests(dep, wl):
         cmd += ["--max-num-seqs", str(wl.batch)]
-    return cmd
+    return cmd + _engine_profile("vllm", dep, wl, notes)
 
 
 def _trtllm(model, dep, wl, notes) -> list[str]:
@@ -261,7 +289,7 @@ def _trtllm(model, dep, wl, notes) -> list[str]:
         cmd += ["--max_num_tokens", str(_budget(wl))]
     if _requests(dep, wl):
         cmd += ["--max_batch_size", str(wl.batch)]
-    return cmd
+    return cmd + _engine_profile("trtllm", dep, wl, notes)
 
 
 def _cpu_moe_layers(model: ModelSpec, dep: Deployment) -> int:

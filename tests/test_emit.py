@@ -368,3 +368,29 @@ def test_checkpoint_matches_the_weights(capsys):
     f = _launch(capsys, "predict", "deepseek-v3", "--hardware", "h200", "--gpus", "8",
                 "--weights", "fp8", "--phase", "decode", "--emit", "vllm")
     assert shlex.split(f["command"])[2] == "deepseek-ai/DeepSeek-V3"  # it ships FP8
+
+
+@pytest.mark.parametrize("engine, batch, tp, want", [
+    # SGLang 0.5.23 captures decode batches up to 512 at TP >= 4 on 60-160 GiB GPUs, 256 below
+    # (builtin.toml, from its cuda_graph_hook/memory_hook); vLLM 0.33 up to 512
+    ("sglang", 512, 4, None), ("sglang", 513, 4, ("--cuda-graph-max-bs-decode", "513")),
+    ("sglang", 300, 1, ("--cuda-graph-max-bs-decode", "300")),
+    ("vllm", 512, 1, None), ("vllm", 600, 1, ("--max-cudagraph-capture-size", "600"))])
+def test_a_decode_batch_beyond_the_captured_graphs_is_captured(engine, batch, tp, want, capsys):
+    """moesym times decode steps as CUDA-graph replays: where the per-rank batch is beyond the
+    engine's largest captured size, the launch line raises it (the flag as the wheel names it)."""
+    c = _launch(capsys, "predict", "qwen3-30b-a3b", "--hardware", "h100", "--phase", "decode",
+                "--batch", str(batch), "--context", "1024", "--gpus", str(tp), "--tp", str(tp),
+                "--engine", engine, "--emit", engine)
+    flags = {f for f, _ in _pairs(c["command"])}
+    if want is None:
+        assert not flags & {"--cuda-graph-max-bs-decode", "--max-cudagraph-capture-size"}
+    else:
+        assert want in _pairs(c["command"])
+    assert not any("timed with" in n for n in c["notes"])
+
+
+def test_another_engines_profile_is_said(capsys):
+    c = _launch(capsys, "predict", "qwen3-30b-a3b", "--hardware", "h100", "--phase", "decode",
+                "--batch", "8", "--context", "1024", "--engine", "vllm", "--emit", "sglang")
+    assert any("timed with vllm's scheduler" in n for n in c["notes"])
