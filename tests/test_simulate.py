@@ -352,7 +352,53 @@ def test_sla_optimize_answer_meets_its_limits_and_the_next_concurrency_does_not(
         assert all(bad[f"{k}_s"] > {"ttft": 0.4, "tpot": 0.04}[k] for k in b["binding"])
 
 
+@pytest.mark.slow
+def test_sla_pools_answer_meets_its_limits_and_the_next_concurrency_does_not(cli_json):
+    """Disaggregated pools: the answer's concurrency meets the p90 limits when its pools are
+    simulated again (simulate_disaggregated, the last two of three rounds measured), the
+    concurrency found failing misses the binding limit, and the pools fit the GPUs."""
+    import moesym as ms
+    from moesym.serving import simulate_disaggregated
+    from moesym.serving.clients import Client
+
+    args = ["qwen3-30b-a3b", "--hardware", "h20", "--gpus", "4", "--isl", "512", "--osl", "64"]
+    lim = {"ttft": 0.5, "tpot": 0.05}
+    r = cli_json(["optimize", *args, "--phase", "serve", "--ttft-ms", "500", "--tpot-ms", "50",
+                  "--percentile", "90", "--disaggregate", "512:64"])
+    b = r["best"]
+    assert b["meets"] and b["ttft_p90_s"] <= lim["ttft"] and b["tpot_p90_s"] <= lim["tpot"]
+    assert (b["prefill_replicas"] * b["prefill"]["gpus"] + b["decode_replicas"]
+            * b["decode"]["gpus"]) == b["gpus_used"] <= 4
+
+    def p90(concurrency):
+        deps = [ms.Deployment(gpus=x["gpus"], tp=x["tp"], ep=x["ep"],
+                              micro_batches=x["micro_batches"], a2a=ms.A2AMode(x["a2a"]))
+                for x in (b["prefill"], b["decode"])]
+        out = simulate_disaggregated(ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20"),
+                                     *deps, (b["prefill_replicas"], b["decode_replicas"]),
+                                     Client(concurrency=concurrency, num_prompts=3 * concurrency),
+                                     "512", "64", warmup=concurrency)
+        return {k: out[f"{k}_ms"]["p90"] / 1e3 for k in lim}
+
+    ok = p90(b["concurrency"])
+    assert all(ok[k] <= lim[k] for k in lim), ok
+    if b["fails_at_concurrency"] is not None:
+        bad = p90(b["fails_at_concurrency"])
+        assert all(bad[k] > lim[k] for k in b["binding"]), (bad, b["binding"])
+
+
+def test_pool_sizes_balance_the_steady_state_rates():
+    """One-GPU prefill replicas at 1 request/s and two-GPU decode replicas at 4 requests/s on 8
+    GPUs: 4 prefill + 1 decode serve 4 requests/s on 6 GPUs (0.667 per GPU), better than 4 + 2
+    (4 on 8: 0.5) or 2 + 1 (2 on 4: 0.5); by hand."""
+    from moesym.serving.sla import _replicas
+
+    assert _replicas(8, 1, 2, 1.0, 4.0) == (4, 1)
+    assert _replicas(8, 2, 2, 1.0, 1.0) == (2, 2)  # equal rates: even pools, all 8 GPUs
+
+
 @pytest.mark.parametrize("extra, needle", [
+    (["--percentile", "90", "--tpot-ms", "50", "--disaggregate", "100:10"], "--disaggregate"),
     (["--percentile", "0", "--tpot-ms", "50"], "--percentile"),
     (["--percentile", "101", "--tpot-ms", "50"], "--percentile"),
     (["--percentile", "90"], "--ttft-ms"),

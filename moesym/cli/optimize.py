@@ -212,44 +212,64 @@ def _launch(args, model, hw, base, best: dict) -> dict:
 def _run_sla(args) -> int:
     """``--percentile``: the steady state's short list simulated (moesym.serving.sla)."""
     from ..errors import MoesymError
-    from ..serving.sla import optimize_sla
+    from ..serving.sla import optimize_sla, optimize_sla_disaggregated
 
     if args.phase != "serve":
         raise MoesymError("--percentile holds serving latencies: use --phase serve with --isl "
                           "and --osl")
-    for flag in ("disaggregate", "isl_dist", "expert_cache"):
+    for flag in ("isl_dist", "expert_cache"):
         if getattr(args, flag, None) is not None:
             raise MoesymError(f"--{flag.replace('_', '-')} is not searched with --percentile; "
                               "drop one of them")
     if args.prefix_hit:
         raise MoesymError("--prefix-hit is not simulated; drop it or --percentile")
+    if args.disaggregate is not None and args.disaggregate != f"{args.isl}:{args.osl}":
+        raise MoesymError(f"--disaggregate {args.disaggregate}: with --percentile the pools "
+                          f"serve --isl {args.isl} --osl {args.osl}; give --disaggregate "
+                          f"{args.isl}:{args.osl}")
     model, hw = model_hw_from(args)
     base = deployment_from(args)
-    r = optimize_sla(model, hw, args.gpus, base, args.isl, args.osl,
-                     ttft_s=args.ttft_ms / 1e3 if args.ttft_ms else None,
-                     tpot_s=args.tpot_ms / 1e3 if args.tpot_ms else None,
-                     percentile=args.percentile, engine=base.engine, progress=not args.json,
-                     micro_batches=tuple(args.micro_batches or (1, 2)), a2a_modes=args.a2a,
-                     tps=args.tp, eps=args.ep, max_size=args.max_size, chunk=args.chunk or 0,
-                     pps=args.pp)
+    search = optimize_sla_disaggregated if args.disaggregate else optimize_sla
+    r = search(model, hw, args.gpus, base, args.isl, args.osl,
+               ttft_s=args.ttft_ms / 1e3 if args.ttft_ms else None,
+               tpot_s=args.tpot_ms / 1e3 if args.tpot_ms else None,
+               percentile=args.percentile, engine=base.engine, progress=not args.json,
+               micro_batches=tuple(args.micro_batches or (1, 2)), a2a_modes=args.a2a,
+               tps=args.tp, eps=args.ep, max_size=args.max_size, chunk=args.chunk or 0,
+               pps=args.pp)
     if args.json:
         emit_json(r)
         return 0
+    return _print_sla(r, _pools if args.disaggregate else _layout)
+
+
+def _layout(c: dict) -> str:
+    return f"tp={c['tp']:<3} ep={c['ep']:<4} mb={c['micro_batches']} a2a={c['a2a']:<13}"
+
+
+def _pools(c: dict) -> str:
+    p, d = c["prefill"], c["decode"]
+    return (f"{c['prefill_replicas']} x prefill (tp={p['tp']} ep={p['ep']} mb={p['micro_batches']},"
+            f" {p['gpus']} GPUs) + {c['decode_replicas']} x decode (tp={d['tp']} ep={d['ep']} "
+            f"mb={d['micro_batches']}, {d['gpus']} GPUs) = {c['gpus_used']} GPUs:")
+
+
+def _print_sla(r: dict, describe) -> int:
+    """The SLA search's answer and short list, each deployment (or pair of pools) by
+    ``describe``."""
     b, q = r["best"], f"p{r['percentile']:g}"
-    print(f"best under {q} limits ({r['engine']} scheduler simulated): tp={b['tp']} ep={b['ep']} "
-          f"micro-batches={b['micro_batches']} a2a={b['a2a']} concurrency={b['concurrency']}  "
-          f"{b['tokens_per_gpu_s']:.1f} output tokens/GPU/s")
-    print(f"      TTFT {q} {fmt_s(b[f'ttft_{q}_s'])} (mean {fmt_s(b['ttft_mean_s'])})  TPOT {q} "
-          f"{fmt_s(b[f'tpot_{q}_s'])} (mean {fmt_s(b['tpot_mean_s'])})  binding: "
+    kind = "pools, disaggregated" if r.get("disaggregated") else "deployment"
+    xfer = f", KV transfer {b['kv_transfer_ms']['mean']:.2f} ms" if "kv_transfer_ms" in b else ""
+    print(f"best {kind} under {q} limits ({r['engine']} scheduler simulated): {describe(b)} "
+          f"concurrency={b['concurrency']}  {b['tokens_per_gpu_s']:.1f} output tokens/GPU/s")
+    print(f"      TTFT {q} {fmt_s(b[f'ttft_{q}_s'])} (mean {fmt_s(b['ttft_mean_s'])}{xfer})  TPOT "
+          f"{q} {fmt_s(b[f'tpot_{q}_s'])} (mean {fmt_s(b['tpot_mean_s'])})  binding: "
           f"{', '.join(b['binding'])}")
     print("short list (steady state, then simulated):")
     for c in r["candidates"]:
         if c["meets"]:
-            print(f"  tp={c['tp']:<3} ep={c['ep']:<4} mb={c['micro_batches']} a2a={c['a2a']:<13} "
-                  f"concurrency {c['concurrency']:<6} {c['tokens_per_gpu_s']:10.1f} tokens/GPU/s  "
-                  f"(steady state: batch {c['steady_state']['batch']} per rank, "
-                  f"{c['steady_state']['tokens_per_gpu_s']:.1f})  binding: {', '.join(c['binding'])}")
+            print(f"  {describe(c)} concurrency {c['concurrency']:<6} "
+                  f"{c['tokens_per_gpu_s']:10.1f} tokens/GPU/s  binding: {', '.join(c['binding'])}")
         else:
-            print(f"  tp={c['tp']:<3} ep={c['ep']:<4} mb={c['micro_batches']} a2a={c['a2a']:<13} "
-                  f"misses {', '.join(c['binding'])} even at one request per rank")
+            print(f"  {describe(c)} misses {', '.join(c['binding'])} even at one request per rank")
     return 0

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Simulation", "kv_transfer_s", "simulate", "simulate_disaggregated"]
+__all__ = ["DisaggregatedSimulation", "Simulation", "kv_transfer_s", "simulate",
+           "simulate_disaggregated"]
 
 
 class Simulation:
@@ -113,33 +114,52 @@ def kv_transfer_s(model, hw, dep_prefill, isl) -> np.ndarray:
     return np.asarray(isl, dtype=float) * per_token / rate + hw.latency.scale_out_s
 
 
+class DisaggregatedSimulation:
+    """``replicas = (P, D)`` prefill replicas of ``dep_prefill`` and decode replicas of
+    ``dep_decode`` (:mod:`.disagg`), their compiled step models built once; :meth:`run` simulates
+    a client and gives the :class:`.simulator.Run` and the run's disaggregation numbers."""
+
+    def __init__(self, model, hw, dep_prefill, dep_decode, replicas: tuple, engine=None, *,
+                 chunk: int | None = None, max_running: int | None = None):
+        self.pre = Simulation(model, hw, dep_prefill, engine, chunk=chunk)
+        self.dec = Simulation(model, hw, dep_decode, self.pre.profile, max_running=max_running)
+        self.model, self.hw, self.replicas = model, hw, tuple(replicas)
+        self.gpus = replicas[0] * dep_prefill.gpus + replicas[1] * dep_decode.gpus
+
+    def run(self, client, isl="1024", osl="1024", *, seed: int = 0, pairs: str | None = None):
+        from ..specs.deployment import Phase
+        from .disagg import run_disaggregated
+
+        pre, dec = self.pre, self.dec
+        isl_a, osl_a, arrivals = pre.requests(client, isl, osl, seed, pairs)
+        cfg_p, timer_p = pre.configure(isl_a, osl_a, (Phase.PREFILL,))
+        cfg_d, timer_d = dec.configure(isl_a, osl_a, (Phase.DECODE,))
+        xfer = kv_transfer_s(self.model, self.hw, pre.dep, isl_a)
+        r, info = run_disaggregated((cfg_p, cfg_d), (pre.dep.dp, dec.dep.dp), self.replicas,
+                                    client, isl_a, osl_a, (timer_p.times, timer_d.times), xfer,
+                                    arrivals)
+        return r, {"prefill_replicas": self.replicas[0], "decode_replicas": self.replicas[1],
+                   "prefill_gpus": pre.dep.gpus, "decode_gpus": dec.dep.gpus, "gpus": self.gpus,
+                   "prefill_chunk_tokens": cfg_p.chunk_tokens, **info}
+
+
 def simulate_disaggregated(model, hw, dep_prefill, dep_decode, replicas: tuple, client,
                            isl="1024", osl="1024", *, engine=None, seed: int = 0,
                            pairs: str | None = None, chunk: int | None = None,
                            max_running: int | None = None, limits: dict | None = None,
                            timeline_points: int = 500, warmup: int = 0) -> dict:
     """``replicas = (P, D)`` prefill replicas of ``dep_prefill`` and decode replicas of
-    ``dep_decode`` (:mod:`.disagg`); the report as :func:`simulate`'s, per GPU of all
-    P + D replicas, plus ``disaggregation``."""
-    from ..specs.deployment import Phase
-    from .disagg import run_disaggregated
+    ``dep_decode`` (:class:`DisaggregatedSimulation`); the report as :func:`simulate`'s, per
+    GPU of all P + D replicas, plus ``disaggregation``."""
     from .stats import report, timeline
 
-    pre = Simulation(model, hw, dep_prefill, engine, chunk=chunk)
-    dec = Simulation(model, hw, dep_decode, pre.profile, max_running=max_running)
-    isl_a, osl_a, arrivals = pre.requests(client, isl, osl, seed, pairs)
-    cfg_p, timer_p = pre.configure(isl_a, osl_a, (Phase.PREFILL,))
-    cfg_d, timer_d = dec.configure(isl_a, osl_a, (Phase.DECODE,))
-    xfer = kv_transfer_s(model, hw, dep_prefill, isl_a)
-    r, info = run_disaggregated((cfg_p, cfg_d), (dep_prefill.dp, dep_decode.dp), replicas, client,
-                                isl_a, osl_a, (timer_p.times, timer_d.times), xfer, arrivals)
-    gpus = replicas[0] * dep_prefill.gpus + replicas[1] * dep_decode.gpus
-    out = report(r, gpus, limits, warmup)
+    sim = DisaggregatedSimulation(model, hw, dep_prefill, dep_decode, replicas, engine,
+                                  chunk=chunk, max_running=max_running)
+    r, info = sim.run(client, isl, osl, seed=seed, pairs=pairs)
+    out = report(r, sim.gpus, limits, warmup)
     out["timeline"] = timeline(r, timeline_points)
-    out["engine"] = dec.engine_summary()
-    out["disaggregation"] = {"prefill_replicas": replicas[0], "decode_replicas": replicas[1],
-                             "prefill_gpus": dep_prefill.gpus, "decode_gpus": dep_decode.gpus,
-                             "gpus": gpus, "prefill_chunk_tokens": cfg_p.chunk_tokens, **info}
+    out["engine"] = sim.dec.engine_summary()
+    out["disaggregation"] = info
     return out
 
 
