@@ -77,6 +77,8 @@ def _check_outputs(args) -> None:
             continue
         flag = "--" + name.replace("_", "-")
         path = Path(value).expanduser()
+        if value.endswith(("/", "\\")) or path.is_dir():
+            raise MoesymError(f"{flag} {value}: a folder; name a file in it")
         parent = path.parent if str(path.parent) else Path(".")
         if not parent.is_dir():
             raise MoesymError(f"{flag} {value}: folder {parent} does not exist; create it or "

@@ -43,8 +43,53 @@ def register(sub) -> None:
     p.add_argument("--report", default=None, metavar="FILE.html",
                    help="also write the report page of the best deployment, with the Pareto front")
     add_deployment(p, search=True)
+    p.add_argument("--max-points", type=positive_int, default=MAX_POINTS, metavar="N",
+                   help=f"refuse a search of more points (candidate deployments x sizes up to "
+                        f"--max-size) than N before it starts (default {MAX_POINTS:,})")
     add_json(p)
     p.set_defaults(func=run)
+
+
+MAX_POINTS = 200_000_000  # candidates x sizes a search starts without --max-points
+
+
+def _bound(args) -> None:
+    """Refuse a search of more (deployment, size) points than ``--max-points``, counted before
+    it starts: every TP and EP a divisor of --gpus unless listed, each micro-batch count, A2A
+    mode, pipeline and context degree and expert-cache size, each over sizes up to --max-size."""
+    import math
+
+    from ..errors import MoesymError
+    from ..specs.deployment import A2AMode
+
+    g = args.gpus
+    divisors = len({d for i in range(1, math.isqrt(g) + 1) if g % i == 0 for d in (i, g // i)})
+    caches = args.expert_cache
+    n_cache = (len(caches) if isinstance(caches, list) else 1 if caches is None else 64)
+    candidates = (len(args.tp or range(divisors)) * len(args.ep or range(divisors))
+                  * len(args.micro_batches or (1, 2)) * len(args.a2a or list(A2AMode))
+                  * len(args.pp or (1,)) * len(args.cp or (1,)) * n_cache)
+    points = candidates * args.max_size
+    if points > args.max_points:
+        raise MoesymError(f"--gpus {g} and --max-size {args.max_size} give up to {points:,} "
+                          f"points ({candidates:,} candidate deployments x {args.max_size:,} "
+                          f"sizes), beyond --max-points {args.max_points:,}; list --tp / --ep, "
+                          "lower --max-size or raise --max-points")
+
+
+def _check(args, model, base) -> None:
+    """The validation stage on the search's fixed parts: the base deployment (its sharding is
+    checked per candidate), the deepest pipeline listed and the lengths."""
+    from ..specs.checks import check_inputs, check_lengths, check_pipeline
+    from ..specs.deployment import Phase
+
+    check_inputs(model, None, base, sharding=False)
+    check_pipeline(model, max(args.pp or (1,)))
+    if args.phase == "serve":
+        if args.isl and args.osl:
+            check_lengths(model, Phase.SERVE, isl=args.isl, osl=args.osl)
+    elif args.context:
+        check_lengths(model, args.phase, context=args.context)
 
 
 def run(args) -> int:
@@ -99,8 +144,10 @@ def run(args) -> int:
         except ValueError:
             raise MoesymError(f"--disaggregate {args.disaggregate!r}: use IN:OUT, two positive "
                               "token counts (prompt and output lengths), e.g. 4096:1024") from None
+    _bound(args)
     model, hw = model_hw_from(args)
     base = deployment_from(args)
+    _check(args, model, base)
     lengths = ()
     dist = args.context_dist if args.phase == "decode" else args.isl_dist
     if dist is not None:
@@ -218,8 +265,10 @@ def _run_sla(args) -> int:
                               "drop one of them")
     if args.prefix_hit:
         raise MoesymError("--prefix-hit is not simulated; drop it or --percentile")
+    _bound(args)
     model, hw = model_hw_from(args)
     base = deployment_from(args)
+    _check(args, model, base)
     r = optimize_sla(model, hw, args.gpus, base, args.isl, args.osl,
                      ttft_s=args.ttft_ms / 1e3 if args.ttft_ms else None,
                      tpot_s=args.tpot_ms / 1e3 if args.tpot_ms else None,

@@ -91,6 +91,11 @@ class ModelSpec:
     # gated attention output (Qwen3-Next, Qwen3.5): q_proj also emits a gate of h d_h per token
     # and the attention output is multiplied by sigmoid(gate) before o_proj
     attn_output_gate: bool = False
+    # positions (max_position_embeddings; 0: not known) and, where the config has rope scaling,
+    # the length it extends them to and its words (moesym.specs.checks.position_limit)
+    max_positions: int = 0
+    rope_positions: int = 0
+    rope_scaling: str = ""
     published_total_params: float = 0.0
     published_active_params: float = 0.0
 
@@ -497,6 +502,7 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
                   linear_k_dim=c.int("linear_key_head_dim"),
                   linear_v_dim=c.int("linear_value_head_dim"),
                   linear_conv=c.int("linear_conv_kernel_dim", default=4))
+    kw.update(_positions(c, raw, top, where))
     kw["tie_embeddings"] = bool(top.get("tie_word_embeddings", raw.get("tie_word_embeddings", False)))
     kw["weight_dtype"] = _hf_weight_dtype(raw.get("quantization_config"), where)
     sw = c.int("sliding_window", default=0)
@@ -510,6 +516,30 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
                      and raw.get("model_type") in ("mistral", "mixtral"))):
         kw.update(sliding_window=sw, sliding_layers=n_layers)
     return ModelSpec(**kw)
+
+
+def _positions(c: _Cfg, raw: Mapping[str, Any], top: Mapping[str, Any], where: str) -> dict:
+    """``max_positions`` and the rope scaling's length and words, by vLLM's derivation of the
+    longest sequence (vllm/config: ``_get_and_verify_max_len``): yarn scales
+    ``original_max_position_embeddings``, linear and dynamic ``max_position_embeddings``; su,
+    longrope and llama3 configs give the extended length as ``max_position_embeddings``."""
+    n = c.int("max_position_embeddings", default=0)
+    rope = raw.get("rope_scaling") or raw.get("rope_parameters") or top.get("rope_scaling")
+    if not n or not isinstance(rope, Mapping):
+        return {"max_positions": n}
+    kind = str(rope.get("rope_type") or rope.get("type") or "default")
+    factor = rope.get("factor")
+    if kind == "default" or factor is None:
+        return {"max_positions": n}
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1:
+        raise SpecError(f"{where}: field 'rope_scaling.factor' must be a number >= 1, got {factor!r}")
+    orig = rope.get("original_max_position_embeddings")
+    words = f"{kind} x{factor:g}" + (f" of {orig}" if orig else "")
+    if kind in ("su", "longrope", "llama3"):
+        return {"max_positions": n, "rope_positions": n, "rope_scaling": words}
+    base = orig if (kind == "yarn" and isinstance(orig, int) and orig > 0) else n
+    return {"max_positions": n, "rope_positions": max(n, int(base * factor)),
+            "rope_scaling": words}
 
 
 #: DeepSeek-V4's attention layer kinds (HF transformers 5.23 configuration_deepseek_v4.py)
