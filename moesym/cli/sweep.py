@@ -139,8 +139,10 @@ def _bound(args, given: dict) -> None:
                                                         else ",")))
     if points > args.max_points:
         axes = " x ".join(f"{flag} {given[flag]} ({n:,})" for flag, n in sizes.items() if n > 1)
+        size = points * _ROW_BYTES
         raise MoesymError(f"{axes or 'the grid'} gives {points:,} points, about "
-                          f"{points * _ROW_BYTES / 1e9:.3g} GB of CSV, beyond --max-points "
+                          + (f"{size / 1e9:.3g} GB" if size >= 1e9 else f"{size / 1e6:.3g} MB")
+                          + " of CSV, beyond --max-points "
                           f"{args.max_points:,}; narrow the axes or raise --max-points")
 
 

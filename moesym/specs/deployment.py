@@ -131,27 +131,48 @@ class Routing:
 
 
 def read_expert_frequencies(path: str) -> tuple:
-    """Per-expert routing counts or shares from a text/CSV file: one value per line, or
-    ``expert,count`` rows (an optional header row is skipped); normalised to sum 1."""
+    """Per-expert routing counts or shares from a text/CSV file: one value per line (in expert
+    order), or ``expert,count`` rows naming each expert id 0..n-1 once, in any order (an
+    optional header row is skipped); normalised to sum 1."""
+    where = f"--routing freq:{path}"
     p = Path(path).expanduser()
     try:
         lines = [ln.strip() for ln in p.read_text().splitlines() if ln.strip()]
     except OSError:
-        raise SpecError(f"--routing freq:{path}: cannot read the file") from None
-    vals = []
+        raise SpecError(f"{where}: cannot read the file") from None
+    rows = {}  # expert id -> (line, count)
     for n, ln in enumerate(lines):
-        cell = ln.split(",")[-1].strip()
+        cells = [c.strip() for c in ln.split(",")]
         try:
-            v = float(cell)
+            v = float(cells[-1])
         except ValueError:
             if n == 0:  # a header row
                 continue
-            raise SpecError(f"--routing freq:{path}: line {n + 1} {ln!r} is not a number") from None
+            raise SpecError(f"{where}: line {n + 1} {ln!r} is not a number") from None
         if not (math.isfinite(v) and v >= 0):
-            raise SpecError(f"--routing freq:{path}: line {n + 1}: counts must be finite and >= 0")
-        vals.append(v)
+            raise SpecError(f"{where}: line {n + 1}: counts must be finite and >= 0")
+        if len(cells) > 2:
+            raise SpecError(f"{where}: line {n + 1} {ln!r}: give COUNT or EXPERT,COUNT")
+        key = len(rows)
+        if len(cells) == 2:
+            try:
+                key = int(cells[0])
+            except ValueError:
+                raise SpecError(f"{where}: line {n + 1}: expert id {cells[0]!r} is not an "
+                                "integer") from None
+            if key < 0:
+                raise SpecError(f"{where}: line {n + 1}: expert id {key} is negative")
+            if key in rows:
+                raise SpecError(f"{where}: line {n + 1}: expert {key} is listed twice (first on "
+                                f"line {rows[key][0]})")
+        rows[key] = (n + 1, v)
+    missing = [i for i in range(len(rows)) if i not in rows]
+    if missing:
+        raise SpecError(f"{where}: expert ids run 0..{len(rows) - 1} once each: id "
+                        f"{max(rows)} is out of that range and {missing[0]} is missing")
+    vals = [rows[i][1] for i in range(len(rows))]
     if len(vals) < 2 or sum(vals) <= 0:
-        raise SpecError(f"--routing freq:{path}: needs one count per expert (at least 2, not all 0)")
+        raise SpecError(f"{where}: needs one count per expert (at least 2, not all 0)")
     total = sum(vals)
     return tuple(v / total for v in vals)
 
