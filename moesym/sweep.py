@@ -481,6 +481,11 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
             out["cp"], accepted_tokens(grid.base))["tokens_per_gpu_s"]
         out["memory_bytes"] = flat["memory_bytes"]
     out["fits"] = fits(out["memory_bytes"], grid.hw.hbm_capacity_bytes)
+    if grid.base.expert_cache is not None and grid.model.is_moe:  # and the host tier's
+        from .memory.capacity import host_expert_bytes, host_fits
+
+        out["fits"] = out["fits"] & host_fits(grid.hw, grid.base, out["memory_bytes"],
+                                              host_expert_bytes(grid.model, grid.hw, grid.base))
     for n in grid.hidden:  # pp, cp where the sweep does not vary them
         del out[n]
     return out

@@ -248,3 +248,24 @@ def test_a_huge_range_is_counted_not_listed():
     assert n == 10 ** 8
     assert list_size("1:1073741824", "--batch") == 31  # 2^0 .. 2^30
     assert math.prod([list_size("1:1000:1", "x"), list_size("1:40000:1", "x")]) == 4 * 10 ** 7
+
+
+def test_sweep_and_optimize_hold_the_unified_host_tier_too(tmp_path):
+    """A sweep row and the optimizer's memory budget count the host tier: on the M2 Max the
+    80 cold experts per layer (75.4 GB) leave 96 GB - 75.4 GB of the one DRAM to the device."""
+    import csv
+
+    from moesym import load_hardware, load_model
+    from moesym.optimize import device_capacity
+    from moesym.specs.deployment import Deployment
+
+    out = tmp_path / "s.csv"
+    rc, _, _ = _run(["sweep", "qwen3-235b-a22b", "--hardware", "m2-max", "--weights", "w4a16",
+                     "--expert-cache", "48", "--phase", "decode", "--batch", "1,2", "--out",
+                     str(out)])
+    rows = list(csv.DictReader(out.open()))
+    assert rc == 0 and [r["fits"] for r in rows] == ["False", "False"]
+    host = 94 * 80 * 3 * 4096 * 1536 * W4A16
+    dep = Deployment(weights="w4a16", expert_cache=48)
+    cap = device_capacity(load_model("qwen3-235b-a22b"), load_hardware("m2-max"), dep)
+    assert cap == pytest.approx(96e9 - host, rel=1e-12)

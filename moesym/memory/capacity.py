@@ -446,39 +446,53 @@ def device_short(device_bytes: float, hw: HardwareSpec) -> str:
             f"on {hw.name}")
 
 
-def host_tier(model: ModelSpec, hw: HardwareSpec, dep: Deployment, device_bytes: float,
-              expert_bytes_per_param: float | None = None) -> dict:
-    """The routed experts ``--expert-cache`` leaves in host memory (``host_expert_bytes``) and,
-    where they do not fit, ``fits`` False with ``fits_reason``: on unified memory ([host]
-    unified) device and host are one DRAM, which holds ``device_bytes`` and the host tier
-    together; elsewhere the host tier against [host] capacity_GB (not given: said in a
-    warning). {} without a host tier."""
+def host_expert_bytes(model: ModelSpec, hw: HardwareSpec, dep: Deployment,
+                      expert_bytes_per_param: float | None = None) -> float:
+    """Bytes of the routed experts ``--expert-cache`` leaves in host memory (0 without one)."""
     if dep.expert_cache is None or not model.is_moe:
-        return {}
+        return 0.0
     if expert_bytes_per_param is None:
         opts = MemoryOptions(**dict(dep.memory_options))
         fmt = weight_formats(dep.weights, hw, model.is_moe).routed
         expert_bytes_per_param = weight_bytes_per_param(fmt, opts.fp4_scale_group, dep.group_size)
     cold = max(model.num_experts - dep.expert_cache, 0)
-    host = model.moe_layers * cold * model.expert_params() * expert_bytes_per_param
-    out = {"host_expert_bytes": host}
+    return model.moe_layers * cold * model.expert_params() * expert_bytes_per_param
+
+
+def host_fits(hw: HardwareSpec, dep: Deployment, device_bytes, host_bytes: float):
+    """Whether the host tier fits (numbers or arrays of ``device_bytes``): on unified memory
+    ([host] unified) device and host are one DRAM holding both; elsewhere the host tier against
+    [host] capacity_GB, which, not given, leaves it unchecked with a warning."""
     cap = hw.host_capacity_bytes
     if hw.host_unified:
-        if device_bytes + host > cap:
-            out.update(fits=False, fits_reason=(
-                f"unified memory: {device_bytes / 1e9:.1f} GB on the device and {host / 1e9:.1f} "
-                f"GB of experts in host memory share {hw.name}'s one {cap / 1e9:.0f} GB DRAM"))
-    elif cap:
-        if host > cap:
-            out.update(fits=False, fits_reason=(
-                f"{host / 1e9:.1f} GB of experts in host memory, {cap / 1e9:.0f} GB of host "
-                f"memory ([host] capacity_GB of {hw.name})"))
-    elif host:
-        import warnings
+        return device_bytes + host_bytes <= cap
+    if not cap:
+        if host_bytes:
+            import warnings
 
-        warnings.warn(f"--expert-cache {dep.expert_cache}: {host / 1e9:.1f} GB of experts in host "
-                      f"memory, not checked ({hw.name}'s file gives no [host] capacity_GB)",
-                      stacklevel=3)
+            warnings.warn(f"--expert-cache {dep.expert_cache}: {host_bytes / 1e9:.1f} GB of "
+                          f"experts in host memory, not checked ({hw.name}'s file gives no [host] "
+                          "capacity_GB)", stacklevel=3)
+        return device_bytes == device_bytes  # True, in the shape of device_bytes
+    return (device_bytes == device_bytes) & (host_bytes <= cap)
+
+
+def host_tier(model: ModelSpec, hw: HardwareSpec, dep: Deployment, device_bytes: float,
+              expert_bytes_per_param: float | None = None) -> dict:
+    """The host tier of ``--expert-cache`` (``host_expert_bytes``) and, where it does not fit
+    (:func:`host_fits`), ``fits`` False with ``fits_reason``; {} without a host tier."""
+    if dep.expert_cache is None or not model.is_moe:
+        return {}
+    host = host_expert_bytes(model, hw, dep, expert_bytes_per_param)
+    out = {"host_expert_bytes": host}
+    if not host_fits(hw, dep, device_bytes, host):
+        cap = hw.host_capacity_bytes
+        out.update(fits=False, fits_reason=(
+            f"unified memory: {device_bytes / 1e9:.1f} GB on the device and {host / 1e9:.1f} GB "
+            f"of experts in host memory share {hw.name}'s one {cap / 1e9:.0f} GB DRAM"
+            if hw.host_unified else
+            f"{host / 1e9:.1f} GB of experts in host memory, {cap / 1e9:.0f} GB of host memory "
+            f"([host] capacity_GB of {hw.name})"))
     return out
 
 
