@@ -105,6 +105,8 @@ def _yarn(tmp_path) -> Path:
       "--redundant-experts", "8"], "--redundant-experts 8 with EP 1"),
     (["predict", "mixtral-8x7b", "--hardware", "rtx-4090", "--phase", "decode", "--weights",
       "w4a16", "--expert-cache", "4"], "12.0 GB of experts in host memory, not checked"),
+    (["predict", "qwen3-8b", "--hardware", "h800", "--phase", "decode", "--gpus", "64",
+      "--gpus-per-node", "64", "--tp", "8"], "--gpus-per-node 64 is more than h800's 8"),
 ])
 def test_an_assumption_is_one_warning_line_beside_the_answer(tmp_path, argv, said):
     argv = [a.replace("{cfg}", str(_yarn(tmp_path))) for a in argv]

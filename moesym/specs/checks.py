@@ -47,6 +47,10 @@ def check_inputs(model, hw, dep, wl=None, sharding: bool = True) -> None:
     if sharding:
         check_mesh(hw, dep)
         dep.check_model(model)
+    if hw is not None and dep.gpus_per_node > hw.gpus_per_node and dep.gpus > hw.gpus_per_node:
+        warnings.warn(f"--gpus-per-node {dep.gpus_per_node} is more than {hw.name}'s "
+                      f"{hw.gpus_per_node} (its file's gpus_per_node): a hypothetical node, timed "
+                      f"with its {dep.gpus_per_node} GPUs on one scale-up fabric", stacklevel=3)
     check_pipeline(model, dep.pp)
     _draft_tokens(dep)
     _redundant_experts(model, dep)
