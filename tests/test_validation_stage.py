@@ -199,6 +199,9 @@ def test_a_cost_changing_field_left_out_is_an_error_naming_it(cfg, field):
     # Qwen2/3 apply the window only with use_sliding_window (default false)
     (_without(_QWEN3, "use_sliding_window"), "use_sliding_window",
      lambda m: m.sliding_layers == 0),
+    # transformers' DeepseekV3Config: the first 3 layers dense
+    (_without(_DSV3, "first_k_dense_replace"), "first_k_dense_replace",
+     lambda m: m.dense_layers == 3),
     # an unknown family: head_dim from hidden_size / heads, said
     (_without({**_QWEN3, "model_type": "newfamily"}, "head_dim"), "head_dim",
      lambda m: m.head_dim == 128),

@@ -506,6 +506,11 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
             shared = c.int("shared_expert_intermediate_size")
         if "llama4" in family and not c.has("n_shared_experts", "num_shared_experts"):
             shared = c.int("intermediate_size")  # Llama-4 has one shared expert per MoE layer
+        if family in _MLA_FAMILIES and not c.has("first_k_dense_replace", "moe_layer_freq"):
+            k = 3 if family == "deepseek_v3" else 0
+            _assumed(where, "first_k_dense_replace", k, "the default of transformers' "
+                     "DeepseekV3Config" if k else "every layer MoE")
+            c = _Cfg({**c.raw, "first_k_dense_replace": k}, where)
         dense_idx = _dense_layer_indices(c, n_layers, where)
         kw.update(num_experts=n_exp, experts_per_token=topk, moe_intermediate_size=moe_inter,
                   shared_intermediate_size=shared, dense_layers=len(dense_idx),
