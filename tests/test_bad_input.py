@@ -196,6 +196,8 @@ CASES = [
       "--group-size", "96"], "--group-size 96"),
     (["memory", "qwen3-30b-a3b", "--hardware", "h800", "--weights", "w4a16", "--group-size",
       "7"], "--group-size 7"),
+    (["predict", *V3, *DEC, "--gpus", "8", "--weights", "int8", "--group-size", "7"],
+     "kv_lora_rank 512"),  # hidden 7168 = 7 x 1024 divides; the MLA ranks do not
     (["sweep", "qwen3-30b-a3b", "--hardware", "h800", *DEC, "--batch", "8", "--weights", "w4a16",
       "--group-size", "7", "--out", "{tmp}/s.csv"], "--group-size 7"),
     # derived sizes named as derived

@@ -124,7 +124,12 @@ def _gemm_ks(model, fmt_of) -> dict:
     ks = {}
     if fmt_of("attn"):
         ks["hidden_size"] = model.hidden_size
-        if not model.is_mla and not model.is_compressed:
+        if model.is_mla:  # the up-projections read the LoRA ranks, o_proj the value heads
+            ks.update({"kv_lora_rank": model.kv_lora_rank,
+                       "heads x v_head_dim": model.num_heads * model.v_head_dim})
+            if model.q_lora_rank:
+                ks["q_lora_rank"] = model.q_lora_rank
+        elif not model.is_compressed:
             ks["heads x head_dim"] = model.num_heads * model.head_dim
     if fmt_of("moe") and model.is_moe:
         ks["hidden_size"] = model.hidden_size
