@@ -53,20 +53,24 @@ def register(sub) -> None:
 MAX_POINTS = 200_000_000  # candidates x sizes a search starts without --max-points
 
 
-def _bound(args) -> None:
+def _bound(args, model) -> None:
     """Refuse a search of more (deployment, size) points than ``--max-points``, counted before
-    it starts: every TP and EP a divisor of --gpus unless listed, each micro-batch count, A2A
-    mode, pipeline and context degree and expert-cache size, each over sizes up to --max-size."""
+    it starts: every TP (EP) a divisor of --gpus and of the heads (experts) unless listed, each
+    micro-batch count, A2A mode, pipeline and context degree and expert-cache size, each over
+    sizes up to --max-size."""
     import math
 
     from ..errors import MoesymError
     from ..specs.deployment import A2AMode
 
     g = args.gpus
-    divisors = len({d for i in range(1, math.isqrt(g) + 1) if g % i == 0 for d in (i, g // i)})
+    divisors = {d for i in range(1, math.isqrt(g) + 1) if g % i == 0 for d in (i, g // i)}
+    tps = [d for d in divisors if model.num_heads % d == 0]
+    experts = model.num_experts + args.redundant_experts
+    eps = [d for d in divisors if not model.is_moe or experts % d == 0]
     caches = args.expert_cache
     n_cache = (len(caches) if isinstance(caches, list) else 1 if caches is None else 64)
-    candidates = (len(args.tp or range(divisors)) * len(args.ep or range(divisors))
+    candidates = (len(args.tp or tps) * len(args.ep or eps)
                   * len(args.micro_batches or (1, 2)) * len(args.a2a or list(A2AMode))
                   * len(args.pp or (1,)) * len(args.cp or (1,)) * n_cache)
     points = candidates * args.max_size
@@ -144,8 +148,8 @@ def run(args) -> int:
         except ValueError:
             raise MoesymError(f"--disaggregate {args.disaggregate!r}: use IN:OUT, two positive "
                               "token counts (prompt and output lengths), e.g. 4096:1024") from None
-    _bound(args)
     model, hw = model_hw_from(args)
+    _bound(args, model)
     base = deployment_from(args)
     _check(args, model, base)
     lengths = ()
@@ -265,8 +269,8 @@ def _run_sla(args) -> int:
                               "drop one of them")
     if args.prefix_hit:
         raise MoesymError("--prefix-hit is not simulated; drop it or --percentile")
-    _bound(args)
     model, hw = model_hw_from(args)
+    _bound(args, model)
     base = deployment_from(args)
     _check(args, model, base)
     r = optimize_sla(model, hw, args.gpus, base, args.isl, args.osl,
