@@ -223,11 +223,25 @@ def measure(model: ModelSpec, hw: HardwareSpec, dep: Deployment, phase: str, siz
     context, isl = _mean_length(ph, lengths, context, isl)
     wl0 = _workload(ph, context, isl, osl, chunk, prefix_hit)
     rep = replace(dep, tp=1, micro_batches=1)
-    fn = _measure_fn(_compiled(model, hw, rep, wl0), hw.hbm_capacity_bytes, ph, context, {},
+    fn = _measure_fn(_compiled(model, hw, rep, wl0), device_capacity(model, hw, dep), ph,
+                     context, {},
                      dep.tp, dep.ep, dep.micro_batches, dep.stage_gpus, dep,
                      (isl, osl, chunk) if ph is Phase.SERVE else None, prefix_hit, lengths,
                      dep.pp, dep.cp)
     return fn(np.asarray(sizes, dtype=float))
+
+
+def device_capacity(model: ModelSpec, hw: HardwareSpec, dep: Deployment) -> float:
+    """Bytes a GPU of ``dep`` may fill: its memory, less what an ``--expert-cache`` host tier
+    takes of a unified DRAM (one pool); 0 where the host tier does not fit its host memory."""
+    from .memory.capacity import host_expert_bytes, host_fits
+
+    host = host_expert_bytes(model, hw, dep)
+    if not host:
+        return hw.hbm_capacity_bytes
+    if hw.host_unified:
+        return min(hw.hbm_capacity_bytes, hw.host_capacity_bytes - host)
+    return hw.hbm_capacity_bytes if host_fits(hw, dep, 0.0, host) else 0.0
 
 
 def _search(measure, tp, mb, max_size):
@@ -379,7 +393,8 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
         if key not in built:
             built[key] = _compiled(model, hw, rep, wl0)
         for tp, _, mb in (c for c in cands[pp, cp] if c[1] == ep):
-            measure = _measure_fn(built[key], hw.hbm_capacity_bytes, ph, context, limits,
+            measure = _measure_fn(built[key], device_capacity(model, hw, dep_c), ph, context,
+                                  limits,
                                   tp, ep, mb, stage, dep_c, (isl, osl, chunk) if serve else None,
                                   prefix_hit, lengths, pp, cp)
             step = mb * pp  # a slot of each of the pp stages holds size / pp

@@ -50,7 +50,7 @@ from .symtab import N
 if TYPE_CHECKING:  # pandas is imported where a DataFrame is made: the CLI streams Arrow
     import pandas as pd
 
-__all__ = ["parse_list", "sweep_chunks", "sweep_columns", "sweep_frame", "write_sweep", "sweep_dask",
+__all__ = ["parse_list", "list_size", "sweep_chunks", "sweep_columns", "sweep_frame", "write_sweep", "sweep_dask",
            "write_sweep_dask", "dask_client", "AXIS_NAMES"]
 
 # grid axis -> printed name of its step-model symbol
@@ -81,15 +81,38 @@ def parse_list(text: str, flag: str) -> list[int]:
     >>> parse_list("1:16", "--batch"), parse_list("8,16", "--ep"), parse_list("5:15:5", "--x")
     ([1, 2, 4, 8, 16], [8, 16], [5, 10, 15])
     """
-    out = _parse_list(text, flag)
-    bad = [v for v in out if v <= 0]
-    if bad:
-        raise MoesymError(f"{flag} {text!r}: {bad[0]} is not a positive integer; every value "
-                          "must be >= 1")
-    return out
+    kind, vals = _parse_list(text, flag)
+    if kind == "pow":
+        a, b = vals
+        out = []
+        while a <= b:
+            out.append(a)
+            a *= 2
+        return out
+    if kind == "step":
+        a, b, step = vals
+        return list(range(a, b + 1, step))
+    return vals
 
 
-def _parse_list(text: str, flag: str) -> list[int]:
+def list_size(text: str, flag: str) -> int:
+    """How many values :func:`parse_list` gives for ``text``, without listing them (a sweep
+    sizes its grid before it builds one).
+
+    >>> list_size("1:100000000:1", "--batch"), list_size("1:1024", "--batch")
+    (100000000, 11)
+    """
+    kind, vals = _parse_list(text, flag)
+    if kind == "pow":
+        return (vals[1] // vals[0]).bit_length()  # start x 2^k <= stop for k < this
+    if kind == "step":
+        return (vals[1] - vals[0]) // vals[2] + 1
+    return len(vals)
+
+
+def _parse_list(text: str, flag: str) -> tuple:
+    """(kind, values): ("pow", (start, stop)), ("step", (start, stop, step)) or ("list",
+    values); every value checked positive."""
     try:
         if ":" in text:
             parts = [int(p) for p in text.split(":")]
@@ -97,22 +120,24 @@ def _parse_list(text: str, flag: str) -> list[int]:
                 a, b = parts
                 if a <= 0 or b < a:
                     raise ValueError
-                out, v = [], a
-                while v <= b:
-                    out.append(v)
-                    v *= 2
-                return out
-            a, b, s = parts
-            if s <= 0 or b < a:
+                return "pow", (a, b)
+            a, b, step = parts
+            if step <= 0 or b < a:
                 raise ValueError
-            return list(range(a, b + 1, s))
-        parts = text.split(",")
-        if any(not p.strip() for p in parts):
-            raise ValueError
-        return list(dict.fromkeys(int(p) for p in parts))  # each value once, in order
+            kind, vals = "step", (a, b, step)
+        else:
+            parts = text.split(",")
+            if any(not p.strip() for p in parts):
+                raise ValueError
+            kind, vals = "list", list(dict.fromkeys(int(p) for p in parts))  # each once, in order
     except ValueError:
         raise MoesymError(f"{flag} {text!r}: use a,b,c or start:stop (powers of two) or "
                           f"start:stop:step with positive integers") from None
+    low = vals[0] if kind == "step" else min(vals)
+    if low <= 0:
+        raise MoesymError(f"{flag} {text!r}: {low} is not a positive integer; every value "
+                          "must be >= 1")
+    return kind, vals
 
 
 def _valid_mask(model: ModelSpec, cols: Mapping[str, np.ndarray], base: Deployment) -> np.ndarray:
@@ -456,6 +481,11 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
             out["cp"], accepted_tokens(grid.base))["tokens_per_gpu_s"]
         out["memory_bytes"] = flat["memory_bytes"]
     out["fits"] = fits(out["memory_bytes"], grid.hw.hbm_capacity_bytes)
+    if grid.base.expert_cache is not None and grid.model.is_moe:  # and the host tier's
+        from .memory.capacity import host_expert_bytes, host_fits
+
+        out["fits"] = out["fits"] & host_fits(grid.hw, grid.base, out["memory_bytes"],
+                                              host_expert_bytes(grid.model, grid.hw, grid.base))
     for n in grid.hidden:  # pp, cp where the sweep does not vary them
         del out[n]
     return out

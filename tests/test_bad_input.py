@@ -142,6 +142,120 @@ CASES = [
       "{tmp}/s.csv"], "--weights-list"),
     (["optimize", *V3, "--gpus", "16", *DEC, "--context", "4096", "--weights", "fp8",
       "--overlap", "tbo-sglang", "--micro-batches", "1"], "--overlap"),
+    # issue 33: checked against the model, the hardware and physics before anything is timed
+    # lengths against the model's positions (DeepSeek-V3: 163840; Qwen3-8B: 40960; Mixtral 32768)
+    (["predict", *V3, *DEC, "--gpus", "16", "--context", "1000000"], "--context 1000000"),
+    (["predict", *V3, "--gpus", "16", "--phase", "serve", "--batch", "1", "--isl", "100000000",
+      "--osl", "10"], "--isl 100000000"),
+    (["predict", "mixtral-8x7b", "--hardware", "h800", *DEC, "--context", "40000"],
+     "--context 40000"),
+    (["predict", *Q8, "--phase", "prefill", "--context", "50000"], "--context 50000"),
+    (["predict", *Q8, *DEC, "--context-dist", "uniform:1000:100000"], "--context-dist"),
+    (["memory", *V3, "--gpus", "16", "--context", "1000000"], "--context 1000000"),
+    (["memory", "qwen3-30b-a3b", "--hardware", "h800", "--phase", "serve", "--batch", "1",
+      "--isl", "40000", "--osl", "1000"], "--isl 40000"),
+    (["report", *V3, *DEC, "--gpus", "16", "--context", "1000000", "--out", "{tmp}/r.html"],
+     "--context 1000000"),
+    (["sweep", *Q8, *DEC, "--batch", "8", "--context", "100000", "--out", "{tmp}/s.csv"],
+     "--context 100000"),
+    (["optimize", *Q8, *DEC, "--context", "100000"], "--context 100000"),
+    (["optimize", "qwen3-30b-a3b", "--hardware", "h800", "--phase", "serve", "--isl", "40000",
+      "--osl", "2000"], "--isl 40000"),
+    (["simulate", *V3, "--gpus", "8", "--isl", "200000", "--osl", "10", "--concurrency", "1",
+      "--num-prompts", "1"], "--isl 200000"),
+    (["derive", "crossover", *V3, "--gpus", "8", "--context", "1000000"], "--context 1000000"),
+    (["predict", "{tmp}/rope.json", "--hardware", "h800", *DEC], "rope_scaling.factor"),
+    # pipeline stages against layers (DeepSeek-V3: 61)
+    (["predict", *V3, *DEC, "--gpus", "64", "--pp", "64"], "--pp 64"),
+    (["memory", *V3, "--gpus", "64", "--pp", "64"], "--pp 64"),
+    (["sweep", *V3, *DEC, "--batch", "8", "--gpus", "64", "--pp", "64", "--out", "{tmp}/s.csv"],
+     "--pp 64"),
+    (["optimize", *V3, "--gpus", "64", "--pp", "64", *DEC, "--context", "1024"], "--pp 64"),
+    # draft tokens, redundant experts
+    (["predict", *V3, *DEC, "--gpus", "16", "--mtp", "1000"], "--mtp 1000"),
+    (["predict", *V3, *DEC, "--gpus", "8", "--mtp", "50", "--accept", "0.5"], "--mtp 50"),
+    (["optimize", *V3, "--gpus", "8", *DEC, "--context", "1024", "--mtp", "1000"], "--mtp 1000"),
+    (["derive", "tpot", *V3, "--gpus", "8", "--tpot-ms", "50", "--mtp", "1000"], "--mtp 1000"),
+    (["predict", *V3, *DEC, "--gpus", "16", "--redundant-experts", "100000"],
+     "--redundant-experts 100000"),
+    (["predict", *V3, *DEC, "--gpus", "8", "--redundant-experts", "264"],
+     "--redundant-experts 264"),
+    (["predict", *Q8, *DEC, "--redundant-experts", "8"], "--redundant-experts"),
+    (["simulate", *V3, "--gpus", "16", "--isl", "100", "--osl", "10", "--concurrency", "1",
+      "--num-prompts", "1", "--redundant-experts", "100000"], "--redundant-experts"),
+    # weight-scale groups: the kernels' groups and the GEMMs' K
+    (["predict", "qwen3-30b-a3b", "--hardware", "h800", *DEC, "--weights", "w4a16",
+      "--group-size", "7"], "--group-size 7"),
+    (["predict", "qwen3-30b-a3b", "--hardware", "h800", *DEC, "--weights", "int8",
+      "--group-size", "1000000000"], "--group-size 1000000000"),
+    (["predict", "qwen3-30b-a3b", "--hardware", "h800", *DEC, "--weights", "fp4",
+      "--group-size", "64"], "--group-size 64"),
+    (["predict", "qwen3-30b-a3b", "--hardware", "h800", *DEC, "--weights", "moe=w4a16",
+      "--group-size", "256"], "--group-size 256"),
+    (["predict", "qwen3-30b-a3b", "--hardware", "h800", *DEC, "--weights", "w4a8",
+      "--group-size", "96"], "--group-size 96"),
+    (["memory", "qwen3-30b-a3b", "--hardware", "h800", "--weights", "w4a16", "--group-size",
+      "7"], "--group-size 7"),
+    (["predict", *V3, *DEC, "--gpus", "8", "--weights", "int8", "--group-size", "7"],
+     "kv_lora_rank 512"),  # hidden 7168 = 7 x 1024 divides; the MLA ranks do not
+    (["sweep", "qwen3-30b-a3b", "--hardware", "h800", *DEC, "--batch", "8", "--weights", "w4a16",
+      "--group-size", "7", "--out", "{tmp}/s.csv"], "--group-size 7"),
+    # derived sizes named as derived
+    (["predict", *V3, *DEC, "--gpus", "1000000"], "--gpus 1000000 gives EP 1000000"),
+    (["memory", *V3, "--gpus", "1000000"], "--gpus 1000000 gives EP 1000000"),
+    (["predict", *V3, *DEC, "--gpus", "48", "--pp", "2"], "--gpus 48 / --pp 2 gives EP 24"),
+    (["predict", "deepseek-v3", "--hardware", "wormhole-tg", *DEC, "--mesh", "1000x1000"],
+     "--mesh 1000x1000"),
+    # hardware files: integral counts, typed keys, the file and key named
+    (["predict", *Q8[:1], "--hardware", "{tmp}/sms.toml", *DEC], "sms"),
+    (["predict", *Q8[:1], "--hardware", "{tmp}/gpn.toml", *DEC], "gpus_per_node"),
+    (["predict", *Q8[:1], "--hardware", "{tmp}/domain.toml", *DEC], "scale_up_domain_gpus"),
+    (["predict", *Q8[:1], "--hardware", "{tmp}/name.toml", *DEC], "name.toml name"),
+    (["predict", *Q8[:1], "--hardware", "{tmp}/table.toml", *DEC], "compute_formats"),
+    (["predict", *Q8[:1], "--hardware", "{tmp}/host.toml", *DEC], "capacity_GB"),
+    (["predict", "deepseek-v3", "--hardware", "{tmp}/mesh.toml", *DEC, "--mesh", "4x8"],
+     "mesh.toml [mesh] shapes"),
+    (["memory", *Q8[:1], "--hardware", "{tmp}/sms.toml"], "sms"),
+    (["kernel", "gemm", "--m", "8", "--n", "1024", "--k", "1024", "--hardware", "{tmp}/sms.toml"],
+     "sms"),
+    (["comm", "dispatch", "--tokens", "128", "--hidden", "7168", "--topk", "8", "--experts",
+      "256", "--ep", "8", "--mode", "low-latency", "--hardware", "{tmp}/sms.toml"], "sms"),
+    # schedule files: each operation once per micro-batch, integer fields, the key named
+    (["predict", *V3, *DEC, "--gpus", "8", "--overlap", "{tmp}/twice.toml"], "twice.toml"),
+    (["predict", *V3, *DEC, "--gpus", "8", "--overlap", "{tmp}/mb.toml"], "micro_batches"),
+    (["predict", *V3, *DEC, "--gpus", "8", "--overlap", "{tmp}/extra.toml"], "stage_count"),
+    # routing frequency files: ids in range, each once
+    (["predict", "qwen3-30b-a3b", "--hardware", "h800", *DEC, "--routing", "freq:{tmp}/dup.csv"],
+     "listed twice"),
+    (["predict", "qwen3-30b-a3b", "--hardware", "h800", *DEC, "--routing",
+      "freq:{tmp}/range.csv"], "out of that range"),
+    (["predict", "qwen3-30b-a3b", "--hardware", "h800", *DEC, "--routing",
+      "freq:{tmp}/negid.csv"], "negative"),
+    (["predict", "qwen3-30b-a3b", "--hardware", "h800", *DEC, "--routing",
+      "freq:{tmp}/cols.csv"], "EXPERT,COUNT"),
+    # config files: a cost-changing field missing is an error naming it
+    (["predict", "{tmp}/qwen2_moe.json", "--hardware", "h800", *DEC], "moe_intermediate_size"),
+    (["predict", "{tmp}/qwen2_moe_zero.json", "--hardware", "h800", *DEC],
+     "moe_intermediate_size"),
+    (["predict", "{tmp}/no_mla.json", "--hardware", "h800", *DEC], "kv_lora_rank"),
+    # output paths checked before any work
+    (["report", *Q8, *DEC, "--out", "{tmp}/"], "--out"),
+    (["report", *Q8, *DEC, "--out", "{tmp}"], "--out"),
+    (["predict", *Q8, *DEC, "--plot", "{tmp}/"], "--plot"),
+    (["sweep", *Q8, *DEC, "--batch", "8", "--out", "{tmp}/"], "--out"),
+    (["optimize", *Q8, *DEC, "--context", "1024", "--report", "{tmp}/"], "--report"),
+    # bounded work
+    (["sweep", *Q8, *DEC, "--batch", "1:100000000:1", "--out", "{tmp}/s.csv"],
+     "--batch 1:100000000:1"),
+    (["sweep", *Q8, *DEC, "--batch", "1:1000:1", "--context", "1:40000:1", "--out",
+      "{tmp}/s.csv"], "--context 1:40000:1 (40,000) gives 40,000,000 points"),
+    (["sweep", *Q8, *DEC, "--batch", "1:64:1", "--max-points", "10", "--out", "{tmp}/s.csv"],
+     "--max-points 10"),
+    (["sweep", *Q8, *DEC, "--batch", "8", "--max-points", "0", "--out", "{tmp}/s.csv"],
+     "--max-points"),
+    (["optimize", *V3, "--gpus", "8", *DEC, "--context", "1024", "--max-size", "1000000000"],
+     "--max-points"),
+    (["optimize", *Q8, *DEC, "--context", "1024", "--max-points", "10"], "--max-points 10"),
 ]
 
 
@@ -160,6 +274,38 @@ def tmp(tmp_path_factory) -> Path:
 
     (d / "nan.json").write_text(json.dumps({**cfg, "hidden_size": float("nan")}))
     (d / "moe_layers.json").write_text(json.dumps({**cfg, "model_type": "x", "moe_layers": 5}))
+    # issue 33's files
+    (d / "rope.json").write_text(json.dumps({**cfg, "max_position_embeddings": 40960,
+                                             "rope_scaling": {"rope_type": "yarn", "factor": 0.5}}))
+    q2 = {k: v for k, v in cfg.items() if k != "moe_intermediate_size"}
+    (d / "qwen2_moe.json").write_text(json.dumps({**q2, "model_type": "qwen2_moe"}))
+    (d / "qwen2_moe_zero.json").write_text(json.dumps({**cfg, "model_type": "qwen2_moe",
+                                                       "moe_intermediate_size": 0}))
+    (d / "no_mla.json").write_text(json.dumps({**cfg, "model_type": "deepseek_v3",
+                                               "qk_rope_head_dim": 64}))
+    for name, old, new in (("sms", "sms = 132", "sms = 132.5"),
+                           ("gpn", "gpus_per_node = 8", "gpus_per_node = 8.5"),
+                           ("domain", "scale_up_domain_gpus = 8", "scale_up_domain_gpus = 7.5"),
+                           ("name", 'name = "h800"', "name = 5"),
+                           ("table", 'name = "h800"', 'name = "h800"\ncompute_formats = 5'),
+                           ("host", "[interconnect]", "[host]\ndram_GBps = 100\npeak_TFLOPs = 1"
+                                                      "\ncapacity_GB = -1\n[interconnect]")):
+        assert old in h800, old
+        (d / f"{name}.toml").write_text(h800.replace(old, new, 1))
+    tg = (Path(__file__).resolve().parent.parent / "hardware" / "wormhole-tg.toml").read_text()
+    (d / "mesh.toml").write_text(tg.replace('shapes = ["4x8",', 'shapes = ["4y8",', 1))
+    ops = ('["attn_prep", "attn_core", "router", "dispatch_send", "dispatch_wait", "shared", '
+           '"experts", "combine_send", "combine_wait", "output"')
+    (d / "twice.toml").write_text(f"[mine.decode]\nmicro_batches = 1\nstages = [{ops}, "
+                                  '"shared"]]\n')
+    (d / "mb.toml").write_text(f"[mine.decode]\nmicro_batches = 1.5\nstages = [{ops}]]\n")
+    (d / "extra.toml").write_text(f"[mine.decode]\nmicro_batches = 1\nstage_count = 1\n"
+                                  f"stages = [{ops}]]\n")
+    rows = [f"{i},{i + 1}" for i in range(128)]
+    (d / "dup.csv").write_text("\n".join(rows[:-1] + ["5,3"]) + "\n")
+    (d / "range.csv").write_text("\n".join(rows[:-1] + ["300,3"]) + "\n")
+    (d / "negid.csv").write_text("\n".join(rows[:-1] + ["-1,3"]) + "\n")
+    (d / "cols.csv").write_text("\n".join(r + ",1" for r in rows) + "\n")
     return d
 
 

@@ -36,7 +36,7 @@ def test_version(capsys):
     (["predict", "qwen3-8b", "--hardware", "h100", "--phase", "decode", "--gpus", "8",
       "--tp", "3"], "--tp 3"),
     (["predict", "deepseek-v3", "--hardware", "h800", "--phase", "decode", "--gpus", "24"],
-     "--ep 24"),
+     "--gpus 24 gives EP 24"),
     (["predict", "qwen3-8b", "--hardware", "h100", "--phase", "decode", "--batch", "0"], "--batch"),
     (["routing", "--experts", "256", "--topk", "8", "--tokens", "16", "--ep", "3"], "--ep 3"),
     (["sweep", "qwen3-8b", "--hardware", "h100", "--phase", "decode", "--batch", "x",

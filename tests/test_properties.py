@@ -152,3 +152,38 @@ def test_time_model_swap_changes_no_flop_or_byte_count(setup, phase):
     roof = predict(m, hw, dataclasses.replace(dep, timing="roofline"), wl, memory=False)
     assert kernel["work_per_layer"] == roof["work_per_layer"]
     assert kernel["step_time_s"] != roof["step_time_s"]
+
+
+@SETTINGS
+@given(setups(), st.sampled_from(["decode", "prefill"]))
+def test_no_term_beats_its_bytes_at_peak_bandwidth_or_flops_at_peak_rate(setup, phase):
+    """Physics (issue 33): no term of a step runs faster than its HBM bytes at the GPU's peak
+    bandwidth or its FLOPs at the GPU's fastest tensor-core peak (whatever the fitted
+    fractions, tiles and overlap), and the step is no shorter than any one term of one layer."""
+    m, hw, dep = setup
+    wl = (ms.Workload("decode", batch=64, context=2048) if phase == "decode"
+          else ms.Workload("prefill", tokens=4096, context=2048))
+    r = predict(m, hw, dep, wl, memory=False)
+    peak = max(hw.peaks_flops.values())
+    for key, work in r["work_per_layer"].items():
+        floor = max(work["flop"] / peak, work["hbm_bytes"] / hw.hbm_bw_Bps)
+        assert r["per_layer_s"][key] >= floor * (1 - 1e-9), (key, work, r["per_layer_s"][key])
+    assert r["step_time_s"] >= max(r["per_layer_s"].values()) * (1 - 1e-9)
+
+
+@SETTINGS
+@given(setups(), st.integers(1, 512), st.integers(16, 65536))
+def test_memory_parts_are_never_negative(setup, batch, context):
+    """Every part of the memory budget holds a non-negative number of bytes (only ``free``
+    may fall below zero: the configuration then does not fit, and says so)."""
+    from moesym.memory import memory_report
+
+    m, hw, dep = setup
+    r = memory_report(m, hw, dep, ms.Workload("decode", batch=batch, context=context))
+    for key in ("weights_bytes", "kv_bytes", "activation_bytes", "workspace_bytes",
+                "comm_buffer_bytes", "reserve_bytes", "kv_bytes_per_token"):
+        assert r[key] >= 0, key
+    for part in ("weights_breakdown", "activation_breakdown", "workspace_breakdown",
+                 "comm_breakdown"):
+        assert all(v >= 0 for v in r[part].values()), part
+    assert r["fits"] == (r["free_bytes"] >= 0)

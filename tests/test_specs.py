@@ -312,7 +312,8 @@ def test_mixtral_window_and_llama4_chunks_from_the_config():
            "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000}
     assert from_hf_config({**mix, "sliding_window": 4096}).sliding_layers == 32
     assert from_hf_config({**mix, "sliding_window": None}).sliding_layers == 0
-    qwen = {**mix, "model_type": "qwen2_moe", "sliding_window": 4096, "use_sliding_window": False}
+    qwen = {**mix, "model_type": "qwen2_moe", "moe_intermediate_size": 1408, "sliding_window": 4096,
+            "use_sliding_window": False}
     assert from_hf_config(qwen).sliding_layers == 0
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")

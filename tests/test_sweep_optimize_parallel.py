@@ -280,8 +280,8 @@ def test_sweep_cp_ring_tier_follows_each_points_tp(tmp_path):
     """Ring attention's KV exchange spans cp x tp GPUs: inside a node of 8 at tp 1, across
     nodes at tp 2 (cp 8); TP is bound per point in one compiled model, so the tier must be too."""
     grid = {"tp": [1, 2]}
-    fixed = ["--phase", "prefill", "--tokens", "8192", "--context", "65536", "--gpus", "16",
-             "--cp", "8"]
+    fixed = ["--phase", "prefill", "--tokens", "8192", "--context", "32768", "--gpus", "16",
+             "--cp", "8"]  # within Qwen3-30B-A3B's 40960 positions
     rows = _sweep(tmp_path, [*fixed, "--tp", "1,2"])
     assert _check_grid(rows, grid, fixed) == 2
 

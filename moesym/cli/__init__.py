@@ -48,6 +48,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"moesym {__version__}")
     p.add_argument("--no-cache", action="store_true",
                    help="neither read nor write the compiled-model cache (see README)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no warnings (given anywhere on the command line)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="warnings in full detail (the kernel calibration's whole source)")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     for name, help_ in COMMANDS.items():
         if only is None or name == only:
@@ -77,6 +81,8 @@ def _check_outputs(args) -> None:
             continue
         flag = "--" + name.replace("_", "-")
         path = Path(value).expanduser()
+        if value.endswith(("/", "\\")) or path.is_dir():
+            raise MoesymError(f"{flag} {value}: a folder; name a file in it")
         parent = path.parent if str(path.parent) else Path(".")
         if not parent.is_dir():
             raise MoesymError(f"{flag} {value}: folder {parent} does not exist; create it or "
@@ -90,21 +96,50 @@ def _check_outputs(args) -> None:
 _IMAGES = (".png", ".svg", ".pdf")
 
 
+#: commands that time nothing: the kernel calibration's provenance is not theirs to say
+_UNTIMED = ("memory", "routing", "list")
+#: the global switches, taken wherever they stand on the command line
+_QUIET, _VERBOSE = ("-q", "--quiet"), ("-v", "--verbose")
+
+
+def _provenance(text: str) -> bool:
+    """A warning about where the kernel calibration came from (moesym.kernels.calib)."""
+    return text.startswith("hardware ") and "kernel calibration" in text
+
+
+def _short(text: str) -> str:
+    """A calibration provenance warning without its detail (``-v`` gives the whole line): where
+    the fit came from, up to its closing parenthesis."""
+    import re
+
+    m = re.match(r"hardware \S+: kernel calibration transferred from [^;:(]*\([^)]*\)", text)
+    return m.group(0) if m else text
+
+
 def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("default")
     said: set[str] = set()
+    held: list[str] = []  # calibration provenance: said after the answer, never before an error
+    argv = sys.argv[1:] if argv is None else list(argv)
+    quiet = any(a in _QUIET for a in argv)
+    verbose = any(a in _VERBOSE for a in argv)
+    argv = [a for a in argv if a not in _QUIET + _VERBOSE]
 
     def say_once(msg, category, *rest, **kw) -> str:
         """Each warning once per run: building a model inside ``catch_warnings`` resets the
-        default filter's memory, so a second model would repeat the first one's warnings."""
-        if str(msg) in said:
+        default filter's memory, so a second model would repeat the first one's warnings.
+        ``--quiet`` drops them; the calibration's provenance waits for the answer."""
+        text = str(msg)
+        if quiet or text in said:
             return ""
-        said.add(str(msg))
-        return f"moesym: warning: {msg}\n"
+        said.add(text)
+        if _provenance(text):
+            held.append(text if verbose else _short(text))
+            return ""
+        return f"moesym: warning: {text}\n"
 
     warnings.formatwarning = say_once
     try:
-        argv = sys.argv[1:] if argv is None else list(argv)
         cmd = _command(argv)
         parser = build_parser(cmd if cmd in COMMANDS else "")
         args = parser.parse_args(argv)
@@ -116,7 +151,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         _check_outputs(args)
         args.argv = argv  # the command as given (a report page shows how to reproduce it)
-        return int(args.func(args) or 0)
+        rc = int(args.func(args) or 0)
+        if cmd not in _UNTIMED:
+            for text in held:
+                sys.stderr.write(f"moesym: warning: {text}\n")
+        return rc
     except MoesymError as exc:
         print(f"moesym: error: {exc}", file=sys.stderr)
         return 2

@@ -13,7 +13,7 @@ from ..specs.hardware import HardwareSpec, load_hardware
 from ..specs.model import ModelSpec, load_model
 
 __all__ = ["add_model_hw", "add_deployment", "add_workload", "add_json", "deployment_from",
-           "workload_from", "model_hw_from", "emit_json", "positive_int", "positive_float",
+           "workload_from", "model_hw_from", "inputs_from", "emit_json", "positive_int", "positive_float",
            "fmt_s", "add_serve_lengths", "add_timing", "timing_name"]
 
 
@@ -279,6 +279,18 @@ def model_hw_from(args) -> tuple[ModelSpec, HardwareSpec]:
     return load_model(args.model), load_hardware(args.hardware)
 
 
+def inputs_from(args, phase: str | None = None, sharding: bool = True) -> tuple:
+    """(model, hardware, deployment, workload) the flags name, through the validation stage
+    (:func:`moesym.specs.checks.check_inputs`) before any model is built; ``sharding`` False
+    for a searched deployment (optimize, sweep), whose sharding is checked per candidate."""
+    from ..specs.checks import check_inputs
+
+    model, hw = model_hw_from(args)
+    dep, wl = deployment_from(args), workload_from(args, phase)
+    check_inputs(model, hw, dep, wl, sharding=sharding)
+    return model, hw, dep, wl
+
+
 def node_gpus(args, hardware: str) -> int:
     """--gpus-per-node, or the named hardware file's ``gpus_per_node`` when it is not given."""
     return args.gpus_per_node or load_hardware(hardware).gpus_per_node
@@ -305,7 +317,8 @@ def deployment_from(args) -> Deployment:
     one = lambda v, default: default if isinstance(v, list) or v is None else v  # noqa: E731
     mesh, gpus, tp = _mesh_from(args, one(args.tp, 1))
     _cache_flags_need_a_cache(args)
-    return Deployment(gpus=gpus, gpus_per_node=node_gpus(args, args.hardware.split(",")[0].strip()),
+    derived = {"tp"} if mesh is not None and tp != one(args.tp, 1) else set()
+    return Deployment(gpus=gpus, derived=frozenset(derived), gpus_per_node=node_gpus(args, args.hardware.split(",")[0].strip()),
                       tp=tp, mesh=mesh,
                       dispatch_axis=getattr(args, "dispatch_axis", "rows"),
                       ep=one(args.ep, None), micro_batches=one(args.micro_batches, 1),

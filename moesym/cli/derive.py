@@ -139,11 +139,25 @@ def _deployment(args):
                           "steps", stacklevel=2)
 
     dep = deployment_from(args)
+    _check(args, dep)
     dep.check_overlap(Phase.DECODE)
     from ..progress import status
 
     status(f"derive {args.what}: building and solving the step model", not args.json)
     return dep
+
+
+def _check(args, dep, model=None, hw=None) -> None:
+    """The validation stage (:func:`moesym.specs.checks.check_inputs`) on the deployment and
+    the lengths given (derive's questions search batch and EP themselves)."""
+    from ..specs.checks import check_inputs, check_lengths
+
+    if model is None:
+        model, hw = model_hw_from(args)
+    check_inputs(model, hw, dep, sharding=False)
+    context = getattr(args, "context", None)
+    if context:
+        check_lengths(model, getattr(args, "phase", None) or "decode", context=context)
 
 
 _SHORT = 400  # characters of a closed form printed without --show-expr
@@ -276,6 +290,7 @@ def _solve(args) -> int:
     _one_step_only(args)
     m, h = model_hw_from(args)
     dep = deployment_from(args)
+    _check(args, dep, m, h)
     from ..progress import status
 
     status(f"derive solve: building the step model and solving for {args.var}", not args.json)

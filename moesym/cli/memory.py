@@ -13,10 +13,8 @@ from .common import (
     add_json,
     add_model_hw,
     add_workload,
-    deployment_from,
     emit_json,
-    model_hw_from,
-    workload_from,
+    inputs_from,
 )
 
 __all__ = ["register", "run"]
@@ -72,8 +70,7 @@ def _gb(x: float) -> str:
 
 
 def run(args) -> int:
-    model, hw = model_hw_from(args)
-    dep, wl = deployment_from(args), workload_from(args)
+    model, hw, dep, wl = inputs_from(args)
     if wl.phase is Phase.SERVE:  # the in-flight requests at their mean KV beside one chunk
         from dataclasses import replace
 
@@ -109,5 +106,8 @@ def run(args) -> int:
     print(f"  max batch per GPU       {r['max_batch']}  (per attention-DP rank "
           f"{r['max_batch_per_dp_rank']}, instance {r['cluster']['max_batch']})")
     print(f"  max context at batch    {r['max_context']}")
-    print(f"  fits                    {'yes' if r['fits'] else 'no'}")
+    if "host_expert_bytes" in r:
+        print(f"  experts in host memory  {r['host_expert_bytes'] / 1e9:.3f} GB")
+    print(f"  fits                    {'yes' if r['fits'] else 'no'}"
+          + (f" ({r['fits_reason']})" if "fits_reason" in r else ""))
     return 0

@@ -44,8 +44,57 @@ def register(sub) -> None:
     p.add_argument("--report", default=None, metavar="FILE.html",
                    help="also write the report page of the best deployment, with the Pareto front")
     add_deployment(p, search=True)
+    p.add_argument("--max-points", type=positive_int, default=MAX_POINTS, metavar="N",
+                   help=f"refuse a search of more points (candidate deployments x sizes up to "
+                        f"--max-size) than N before it starts (default {MAX_POINTS:,})")
     add_json(p)
     p.set_defaults(func=run)
+
+
+MAX_POINTS = 200_000_000  # candidates x sizes a search starts without --max-points
+
+
+def _bound(args, model) -> None:
+    """Refuse a search of more (deployment, size) points than ``--max-points``, counted before
+    it starts: every TP (EP) a divisor of --gpus and of the heads (experts) unless listed, each
+    micro-batch count, A2A mode, pipeline and context degree and expert-cache size, each over
+    sizes up to --max-size."""
+    import math
+
+    from ..errors import MoesymError
+    from ..specs.deployment import A2AMode
+
+    g = args.gpus
+    divisors = {d for i in range(1, math.isqrt(g) + 1) if g % i == 0 for d in (i, g // i)}
+    tps = [d for d in divisors if model.num_heads % d == 0]
+    experts = model.num_experts + args.redundant_experts
+    eps = [d for d in divisors if not model.is_moe or experts % d == 0]
+    caches = args.expert_cache
+    n_cache = (len(caches) if isinstance(caches, list) else 1 if caches is None else 64)
+    candidates = (len(args.tp or tps) * len(args.ep or eps)
+                  * len(args.micro_batches or (1, 2)) * len(args.a2a or list(A2AMode))
+                  * len(args.pp or (1,)) * len(args.cp or (1,)) * n_cache)
+    points = candidates * args.max_size
+    if points > args.max_points:
+        raise MoesymError(f"--gpus {g} and --max-size {args.max_size} give up to {points:,} "
+                          f"points ({candidates:,} candidate deployments x {args.max_size:,} "
+                          f"sizes), beyond --max-points {args.max_points:,}; list --tp / --ep, "
+                          "lower --max-size or raise --max-points")
+
+
+def _check(args, model, base) -> None:
+    """The validation stage on the search's fixed parts: the base deployment (its sharding is
+    checked per candidate), the deepest pipeline listed and the lengths."""
+    from ..specs.checks import check_inputs, check_lengths, check_pipeline
+    from ..specs.deployment import Phase
+
+    check_inputs(model, None, base, sharding=False)
+    check_pipeline(model, max(args.pp or (1,)))
+    if args.phase == "serve":
+        if args.isl and args.osl:
+            check_lengths(model, Phase.SERVE, isl=args.isl, osl=args.osl)
+    elif args.context:
+        check_lengths(model, args.phase, context=args.context)
 
 
 def run(args) -> int:
@@ -101,7 +150,9 @@ def run(args) -> int:
             raise MoesymError(f"--disaggregate {args.disaggregate!r}: use IN:OUT, two positive "
                               "token counts (prompt and output lengths), e.g. 4096:1024") from None
     model, hw = model_hw_from(args)
+    _bound(args, model)
     base = deployment_from(args)
+    _check(args, model, base)
     if args.emit:  # an engine that cannot run here is refused before the search
         from ..emit import check_engine
 
@@ -228,7 +279,9 @@ def _run_sla(args) -> int:
                           f"serve --isl {args.isl} --osl {args.osl}; give --disaggregate "
                           f"{args.isl}:{args.osl}")
     model, hw = model_hw_from(args)
+    _bound(args, model)
     base = deployment_from(args)
+    _check(args, model, base)
     search = optimize_sla_disaggregated if args.disaggregate else optimize_sla
     r = search(model, hw, args.gpus, base, args.isl, args.osl,
                ttft_s=args.ttft_ms / 1e3 if args.ttft_ms else None,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from ..emit import ENGINES
 from ..model.report import BREAKDOWN_KEYS
 from . import COMMANDS
-from .common import (add_deployment, add_json, add_model_hw, add_workload, deployment_from, emit_json,
-                     fmt_s, model_hw_from, print_launch, workload_from)
+from .common import (add_deployment, add_json, add_model_hw, add_workload, emit_json, fmt_s,
+                     inputs_from, print_launch)
 
 __all__ = ["register"]
 
@@ -31,8 +31,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..model.predictor import predict
 
-    model, hw = model_hw_from(args)
-    dep, wl = deployment_from(args), workload_from(args)
+    model, hw, dep, wl = inputs_from(args)
     if args.emit and dep.mesh is not None:
         from ..errors import MoesymError
 
@@ -112,7 +111,8 @@ def run(args) -> int:
               f"of {x['rows_per_kernel']:.3g} rows ({x['tile_row_use']:.0%} of a "
               f"{x['tile_m_rows']:.0f}-row tile), expert weights read "
               f"{x['expert_weight_reads_per_layer']:.3g} times, SMs busy {x['sm_fill']:.0%}")
-    print(f"  memory per GPU   {r['memory_bytes'] / 1e9:.2f} GB  fits: {r['fits']}")
+    print(f"  memory per GPU   {r['memory_bytes'] / 1e9:.2f} GB  fits: {r['fits']}"
+          + (f" ({r['fits_reason']})" if "fits_reason" in r else ""))
     if r["serving_frac"] != 1.0:
         print(f"  serving eff.     {r['serving_frac']:.3f} (end-to-end fit in {hw.name}'s file; "
               f"step time = kernel model / {r['serving_frac']:.3f})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import COMMANDS
-from .common import add_deployment, add_model_hw, add_workload, deployment_from, model_hw_from, workload_from
+from .common import add_deployment, add_model_hw, add_workload, inputs_from
 
 __all__ = ["register", "write_report"]
 
@@ -37,8 +37,7 @@ def write_report(path: str, model, hw, dep, wl, argv, optimize_result=None) -> P
 
 
 def run(args) -> int:
-    model, hw = model_hw_from(args)
-    out = write_report(args.out, model, hw, deployment_from(args), workload_from(args),
-                       args.argv)
+    model, hw, dep, wl = inputs_from(args)
+    out = write_report(args.out, model, hw, dep, wl, args.argv)
     print(f"wrote {out}")
     return 0

@@ -107,6 +107,11 @@ def run(args) -> int:
                           "use predict --phase serve")
     client = Client(args.concurrency, args.request_rate, args.num_prompts, args.duration)
     isl, osl = _lengths_args(args)
+    from ..specs.checks import check_inputs, check_lengths
+
+    check_inputs(model, hw, dep)
+    if args.isl is not None and args.osl is not None:  # fixed lengths (a distribution: sampled)
+        check_lengths(model, "serve", isl=args.isl, osl=args.osl)
     _warn_long(args, client, dep)
     limits = {"ttft_s": args.ttft_ms / 1e3 if args.ttft_ms else None,
               "tpot_s": args.tpot_ms / 1e3 if args.tpot_ms else None}

@@ -409,12 +409,10 @@ class MemoryModel:
         fmts = weight_formats(dep.weights, self.hardware, self.model.is_moe)
         mode = a2a_mode(self.model, dep, wl.phase)
         m = self.model
-        host = {}
-        if dep.expert_cache is not None and m.is_moe:  # the cold experts wait in host memory
-            cold = max(m.num_experts - dep.expert_cache, 0)
-            host["host_expert_bytes"] = (m.moe_layers * cold * 3 * m.hidden_size
-                                         * m.moe_intermediate_size * self.values[S.w_bytes_expert])
-        return {**host,
+        host = host_tier(m, self.hardware, dep, hbm - free, self.values[S.w_bytes_expert])
+        if free < 0:
+            host.update(fits=False, fits_reason=device_short(hbm - free, self.hardware))
+        return {"fits": bool(free >= 0), **host,
             "weights_bytes": sum(weights.values()),
             "kv_bytes_per_token": kv_tok,
             "activation_bytes": sum(act.values()),
@@ -422,7 +420,6 @@ class MemoryModel:
             "comm_buffer_bytes": sum(comm.values()),
             "free_bytes": free,
             "max_batch": per_gpu,
-            "fits": bool(free >= 0),
             "hbm_bytes": hbm,
             "reserve_bytes": reserve,
             "requests": int(self.values[S.batch]),
@@ -448,6 +445,62 @@ class MemoryModel:
             # the options as applied (hc_mult 0 stands for the model's own streams)
             "assumptions": {**asdict(self.options), "hc_mult": self.options.residual_streams(m)},
         }
+
+
+def device_short(device_bytes: float, hw: HardwareSpec) -> str:
+    """Why a configuration does not fit its device, in words."""
+    return (f"{device_bytes / 1e9:.1f} GB per GPU, {hw.hbm_capacity_bytes / 1e9:.1f} GB usable "
+            f"on {hw.name}")
+
+
+def host_expert_bytes(model: ModelSpec, hw: HardwareSpec, dep: Deployment,
+                      expert_bytes_per_param: float | None = None) -> float:
+    """Bytes of the routed experts ``--expert-cache`` leaves in host memory (0 without one)."""
+    if dep.expert_cache is None or not model.is_moe:
+        return 0.0
+    if expert_bytes_per_param is None:
+        opts = MemoryOptions(**dict(dep.memory_options))
+        fmt = weight_formats(dep.weights, hw, model.is_moe).routed
+        expert_bytes_per_param = weight_bytes_per_param(fmt, opts.fp4_scale_group, dep.group_size)
+    cold = max(model.num_experts - dep.expert_cache, 0)
+    return model.moe_layers * cold * model.expert_params() * expert_bytes_per_param
+
+
+def host_fits(hw: HardwareSpec, dep: Deployment, device_bytes, host_bytes: float):
+    """Whether the host tier fits (numbers or arrays of ``device_bytes``): on unified memory
+    ([host] unified) device and host are one DRAM holding both; elsewhere the host tier against
+    [host] capacity_GB, which, not given, leaves it unchecked with a warning."""
+    cap = hw.host_capacity_bytes
+    if hw.host_unified:
+        return device_bytes + host_bytes <= cap
+    if not cap:
+        if host_bytes:
+            import warnings
+
+            warnings.warn(f"--expert-cache {dep.expert_cache}: {host_bytes / 1e9:.1f} GB of "
+                          f"experts in host memory, not checked ({hw.name}'s file gives no [host] "
+                          "capacity_GB)", stacklevel=3)
+        return device_bytes == device_bytes  # True, in the shape of device_bytes
+    return (device_bytes == device_bytes) & (host_bytes <= cap)
+
+
+def host_tier(model: ModelSpec, hw: HardwareSpec, dep: Deployment, device_bytes: float,
+              expert_bytes_per_param: float | None = None) -> dict:
+    """The host tier of ``--expert-cache`` (``host_expert_bytes``) and, where it does not fit
+    (:func:`host_fits`), ``fits`` False with ``fits_reason``; {} without a host tier."""
+    if dep.expert_cache is None or not model.is_moe:
+        return {}
+    host = host_expert_bytes(model, hw, dep, expert_bytes_per_param)
+    out = {"host_expert_bytes": host}
+    if not host_fits(hw, dep, device_bytes, host):
+        cap = hw.host_capacity_bytes
+        out.update(fits=False, fits_reason=(
+            f"unified memory: {device_bytes / 1e9:.1f} GB on the device and {host / 1e9:.1f} GB "
+            f"of experts in host memory share {hw.name}'s one {cap / 1e9:.0f} GB DRAM"
+            if hw.host_unified else
+            f"{host / 1e9:.1f} GB of experts in host memory, {cap / 1e9:.0f} GB of host memory "
+            f"([host] capacity_GB of {hw.name})"))
+    return out
 
 
 def memory_model(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,

@@ -143,8 +143,19 @@ def step_report(cm: CompiledModel, model: ModelSpec, hw: HardwareSpec, dep: Depl
     if memory:
         used = averaged(evaluate_at_lengths(cm, 1, memory_workload_values(wl, dep), *lengths))
         r["memory_bytes"] = used["memory_bytes"]
-        r["fits"] = bool(fits(used["memory_bytes"], hw.hbm_capacity_bytes))
+        r.update(memory_fit(model, hw, dep, r["memory_bytes"]))
     return r
+
+
+def memory_fit(model: ModelSpec, hw: HardwareSpec, dep: Deployment, memory_bytes) -> dict:
+    """``fits`` of a prediction: the device's memory, and the host tier's where
+    ``--expert-cache`` leaves experts there (``fits_reason`` says why not)."""
+    from ..memory.capacity import device_short, host_tier
+
+    ok = bool(fits(memory_bytes, hw.hbm_capacity_bytes))
+    out = {"fits": ok, **({} if ok else {"fits_reason": device_short(float(memory_bytes), hw)})}
+    host = host_tier(model, hw, dep, float(memory_bytes))
+    return {**out, **host, "fits": ok and host.get("fits", True)}
 
 
 def serve_models(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
@@ -184,5 +195,5 @@ def predict_serve(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workl
     if memory:
         used = cm_dec.evaluate(1, serve_memory_values(wl.batch, wl.isl, wl.osl, chunk))
         r["memory_bytes"] = float(used["memory_bytes"])
-        r["fits"] = bool(fits(r["memory_bytes"], hw.hbm_capacity_bytes))
+        r.update(memory_fit(model, hw, dep, r["memory_bytes"]))
     return r

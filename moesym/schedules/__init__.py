@@ -99,10 +99,18 @@ IDEAL = Schedule("ideal", "every microsecond of communication hidden that can be
 def _layout(where: str, raw) -> Layout:
     if not isinstance(raw, Mapping):
         raise SpecError(f"{where}: expected a table with micro_batches, delta_stages and stages")
-    try:
-        mb, delta, stages = int(raw["micro_batches"]), int(raw.get("delta_stages", 0)), raw["stages"]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise SpecError(f"{where}: missing or bad key {exc}") from None
+    for key in ("micro_batches", "stages"):
+        if key not in raw:
+            raise SpecError(f"{where}: missing key '{key}'")
+    for key in ("micro_batches", "delta_stages"):
+        v = raw.get(key, 0)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise SpecError(f"{where}.{key} = {v!r}: must be an integer")
+    mb, delta, stages = raw["micro_batches"], raw.get("delta_stages", 0), raw["stages"]
+    unknown = set(raw) - {"micro_batches", "delta_stages", "stages", "gemm_sms"}
+    if unknown:
+        raise SpecError(f"{where}: unknown key '{sorted(unknown)[0]}'; allowed: micro_batches, "
+                        "delta_stages, stages, gemm_sms")
     if mb not in (1, 2):
         raise SpecError(f"{where}.micro_batches = {mb}: schedules run 1 or 2 micro-batches")
     if not isinstance(stages, list) or not stages or not all(isinstance(s, list) for s in stages):
@@ -115,6 +123,10 @@ def _layout(where: str, raw) -> Layout:
         if flat.count(f"{t}_send") != 1 or flat.count(f"{t}_wait") != 1 \
                 or flat.index(f"{t}_send") > flat.index(f"{t}_wait"):
             raise SpecError(f"{where}.stages: {t}_send must appear once, before {t}_wait once")
+    twice = [op for op in COMPUTE_OPS if flat.count(op) > 1]
+    if twice:
+        raise SpecError(f"{where}.stages: operation {twice[0]!r} appears {flat.count(twice[0])} "
+                        "times; each runs once per micro-batch")
     missing = [op for op in COMPUTE_OPS if op not in flat]
     if missing:
         raise SpecError(f"{where}.stages: operation {missing[0]!r} is missing")

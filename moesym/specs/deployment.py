@@ -131,27 +131,48 @@ class Routing:
 
 
 def read_expert_frequencies(path: str) -> tuple:
-    """Per-expert routing counts or shares from a text/CSV file: one value per line, or
-    ``expert,count`` rows (an optional header row is skipped); normalised to sum 1."""
+    """Per-expert routing counts or shares from a text/CSV file: one value per line (in expert
+    order), or ``expert,count`` rows naming each expert id 0..n-1 once, in any order (an
+    optional header row is skipped); normalised to sum 1."""
+    where = f"--routing freq:{path}"
     p = Path(path).expanduser()
     try:
         lines = [ln.strip() for ln in p.read_text().splitlines() if ln.strip()]
     except OSError:
-        raise SpecError(f"--routing freq:{path}: cannot read the file") from None
-    vals = []
+        raise SpecError(f"{where}: cannot read the file") from None
+    rows = {}  # expert id -> (line, count)
     for n, ln in enumerate(lines):
-        cell = ln.split(",")[-1].strip()
+        cells = [c.strip() for c in ln.split(",")]
         try:
-            v = float(cell)
+            v = float(cells[-1])
         except ValueError:
             if n == 0:  # a header row
                 continue
-            raise SpecError(f"--routing freq:{path}: line {n + 1} {ln!r} is not a number") from None
+            raise SpecError(f"{where}: line {n + 1} {ln!r} is not a number") from None
         if not (math.isfinite(v) and v >= 0):
-            raise SpecError(f"--routing freq:{path}: line {n + 1}: counts must be finite and >= 0")
-        vals.append(v)
+            raise SpecError(f"{where}: line {n + 1}: counts must be finite and >= 0")
+        if len(cells) > 2:
+            raise SpecError(f"{where}: line {n + 1} {ln!r}: give COUNT or EXPERT,COUNT")
+        key = len(rows)
+        if len(cells) == 2:
+            try:
+                key = int(cells[0])
+            except ValueError:
+                raise SpecError(f"{where}: line {n + 1}: expert id {cells[0]!r} is not an "
+                                "integer") from None
+            if key < 0:
+                raise SpecError(f"{where}: line {n + 1}: expert id {key} is negative")
+            if key in rows:
+                raise SpecError(f"{where}: line {n + 1}: expert {key} is listed twice (first on "
+                                f"line {rows[key][0]})")
+        rows[key] = (n + 1, v)
+    missing = [i for i in range(len(rows)) if i not in rows]
+    if missing:
+        raise SpecError(f"{where}: expert ids run 0..{len(rows) - 1} once each: id "
+                        f"{max(rows)} is out of that range and {missing[0]} is missing")
+    vals = [rows[i][1] for i in range(len(rows))]
     if len(vals) < 2 or sum(vals) <= 0:
-        raise SpecError(f"--routing freq:{path}: needs one count per expert (at least 2, not all 0)")
+        raise SpecError(f"{where}: needs one count per expert (at least 2, not all 0)")
     total = sum(vals)
     return tuple(v / total for v in vals)
 
@@ -216,6 +237,9 @@ class Deployment:
     dispatch_axis: str = "rows"
     # the serving engine (moesym.engines): its scheduler and defaults (prompt tokens per step)
     engine: str = "sglang"
+    # sizes the user did not give, derived from another flag ("ep" from --gpus, "tp" from
+    # --mesh): an error names them as derived (:func:`given_as`); not part of the identity
+    derived: frozenset = field(default=frozenset(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _pos_int("--gpus", self.gpus)
@@ -235,6 +259,7 @@ class Deployment:
                             f"(gpus / pp / tp = {self.stage_gpus // self.tp})")
         if self.ep is None:
             object.__setattr__(self, "ep", self.stage_gpus)
+            object.__setattr__(self, "derived", frozenset(self.derived) | {"ep"})
         _pos_int("--ep", self.ep)
         for _, ok, message in TOPOLOGY:
             if not bool(ok(self.stage_gpus, self.ep, self.tp, self.gpus_per_node)):
@@ -414,7 +439,7 @@ class Deployment:
         return DEFAULT_ACCEPT if self.accept is None else float(self.accept)
 
     def with_(self, **changes) -> "Deployment":
-        return replace(self, **changes)
+        return replace(self, derived=frozenset(self.derived) - set(changes), **changes)
 
     def check_model(self, model) -> None:
         """Raise if this deployment cannot shard ``model`` (the first of :data:`VALIDITY` that
@@ -432,6 +457,23 @@ class Deployment:
                           "resident, nothing is offloaded", stacklevel=2)
 
 
+def given_as(d, size: str) -> str:
+    """How an error names ``size`` ("ep" or "tp") of ``d``: the flag as given (``--ep 3``) or,
+    where it was derived, what it was derived from (``--gpus 1000000 gives EP 1000000, which``).
+
+    >>> given_as(Deployment(gpus=16), "ep")
+    '--gpus 16 gives EP 16, which'
+    """
+    value = getattr(d, size)
+    if size not in d.derived:
+        return f"--{size} {value}"
+    if d.mesh is not None:
+        src = f"--mesh {d.mesh[0]}x{d.mesh[1]}"
+    else:
+        src = f"--gpus {d.gpus}" + (f" / --pp {d.pp}" if d.pp > 1 else "")
+    return f"{src} gives {size.upper()} {value}, which"
+
+
 def _stage(d) -> str:
     """The GPUs the rules apply to, in words: ``--gpus N``, or a pipeline stage's."""
     if d.pp == 1:
@@ -444,9 +486,9 @@ def _stage(d) -> str:
 #: :func:`valid_mask` too.
 TOPOLOGY = (
     ("tp_divides_gpus", lambda g, ep, tp, gpn: g % tp == 0,
-     lambda d: f"--tp {d.tp} does not divide {_stage(d)}"),
+     lambda d: f"{given_as(d, 'tp')} does not divide {_stage(d)}"),
     ("ep_divides_gpus", lambda g, ep, tp, gpn: g % ep == 0,
-     lambda d: f"--ep {d.ep} does not divide {_stage(d)}"),
+     lambda d: f"{given_as(d, 'ep')} does not divide {_stage(d)}"),
     ("whole_nodes", lambda g, ep, tp, gpn: (g <= gpn) | (g % gpn == 0),
      lambda d: (f"--gpus {d.gpus} over nodes of --gpus-per-node {d.gpus_per_node}: use a "
                 f"multiple of {d.gpus_per_node} (whole nodes) or fewer GPUs than a node")
@@ -465,25 +507,25 @@ def _moe(model, cond):
 #: ``optimize`` all read it (:func:`valid_mask`).
 VALIDITY = (
     ("tp_divides_heads", lambda m, g, ep, tp, r, a2a: m.num_heads % tp == 0,
-     lambda m, d: f"--tp {d.tp} does not divide the {m.num_heads} attention heads of {m.name}; "
-                  "choose a divisor"),
+     lambda m, d: f"{given_as(d, 'tp')} does not divide the {m.num_heads} attention heads of "
+                  f"{m.name}; choose a divisor"),
     ("tp_divides_output_groups",  # DeepSeek-V4's grouped output projection splits by group
      lambda m, g, ep, tp, r, a2a: (m.o_groups % tp == 0) if m.is_compressed else True,
-     lambda m, d: f"--tp {d.tp} does not divide the {m.o_groups} output-projection groups of "
-                  f"{m.name}; choose a divisor"),
+     lambda m, d: f"{given_as(d, 'tp')} does not divide the {m.o_groups} output-projection "
+                  f"groups of {m.name}; choose a divisor"),
     ("ep_divides_experts",
      lambda m, g, ep, tp, r, a2a: _moe(m, (m.num_experts + r) % ep == 0),
-     lambda m, d: (f"--mesh {d.mesh[0]}x{d.mesh[1]}: its {d.ep} devices (the EP) do not divide "
-                   f"the {m.num_experts} experts of {m.name}; choose a mesh of a divisor"
-                   if d.mesh is not None else
-                   f"--ep {d.ep} does not divide the {m.num_experts} experts "
-                   f"(+{d.redundant_experts} redundant) of {m.name}; choose a divisor")),
+     lambda m, d: (f"{given_as(d, 'ep')} does not divide the {m.num_experts} experts"
+                   + (f" (+{d.redundant_experts} redundant)" if d.redundant_experts else "")
+                   + f" of {m.name}; choose "
+                   + ("a mesh of a divisor" if d.mesh is not None else
+                      "a divisor" + (" with --ep" if "ep" in d.derived else "")))),
     ("deepep_spans_every_gpu",
      lambda m, g, ep, tp, r, a2a: _moe(m, (ep == g) if a2a.is_deepep else True),
      lambda m, d: f"--a2a {d.a2a.value} needs --ep equal to "
                   + (f"--gpus ({d.gpus})" if d.pp == 1 else _stage(d))
                   + f": DeepEP has no expert tensor parallelism; use --a2a allgather or auto "
-                    f"for --ep {d.ep}"),
+                    f"for EP {d.ep}"),
     ("expert_tp_divides_intermediate",
      lambda m, g, ep, tp, r, a2a: _moe(m, m.moe_intermediate_size % (g // ep) == 0),
      lambda m, d: f"gpus / ep = {d.expert_tp} does not divide the expert intermediate size "

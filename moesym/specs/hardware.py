@@ -117,6 +117,9 @@ class HardwareSpec:
     # the engine's custom all-reduce for small TP messages ([allreduce]); None: NCCL's ring only
     allreduce: CustomAllReduce | None = None
     vendor: str = ""  # "apple": Apple silicon (Metal: no CUDA serving engine runs there)
+    # host memory the expert tier (--expert-cache) may fill: [host] capacity_GB; on unified
+    # memory the whole DRAM (hbm_capacity_GB), which the device's share is part of; 0: not given
+    host_capacity_bytes: float = 0.0
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; raises if the GPU has no such tensor-core format."""
@@ -155,6 +158,14 @@ def _positive(x, where: str) -> float:
     return float(x)
 
 
+def _count(x, where: str) -> int:
+    """A count (SMs, GPUs): a positive integer; 132.5 SMs is refused, never truncated."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x < math.inf \
+            or x != int(x):
+        raise SpecError(f"{where}: must be a positive integer, got {x!r}")
+    return int(x)
+
+
 def _fraction(x, where: str) -> float:
     v = _positive(x, where)
     if v > 1:
@@ -174,6 +185,13 @@ def _serving(eff: Mapping, where: str) -> float:
 
 def _parse(raw: dict, where: str) -> HardwareSpec:
     _check_keys(raw, _TOP_KEYS, where)
+    for k in ("name", "description", "source", "vendor"):
+        if k in raw and not isinstance(raw[k], str):
+            raise SpecError(f"{where} {k}: must be a string, got {raw[k]!r}")
+    for k in ("peak_TFLOPs", "interconnect", "efficiency", "latency_us", "kernel",
+              "compute_formats", "host", "mesh", "allreduce"):
+        if k in raw and not isinstance(raw[k], dict):
+            raise SpecError(f"{where} {k}: must be a table ([{k}]), got {raw[k]!r}")
     peaks_raw = _req(raw, "peak_TFLOPs", where)
     _check_keys(peaks_raw, _DTYPES, f"{where} [peak_TFLOPs]")
     peaks = {k: _positive(v, f"{where} peak_TFLOPs.{k}") * 1e12 for k, v in peaks_raw.items()}
@@ -202,7 +220,8 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
     formats = dict(raw.get("compute_formats", {}))
     host = raw.get("host")
     if host is not None:
-        _check_keys(host, {"dram_GBps", "peak_TFLOPs", "source", "unified"}, f"{where} [host]")
+        _check_keys(host, {"dram_GBps", "peak_TFLOPs", "source", "unified", "capacity_GB"},
+                    f"{where} [host]")
         for k in ("dram_GBps", "peak_TFLOPs"):
             _req(host, k, f"{where} [host]")
     unified = _unified(host, ic, where)
@@ -220,16 +239,16 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
         name=str(_req(raw, "name", where)),
         description=str(raw.get("description", "")),
         source=str(_req(raw, "source", where)),
-        sms=int(_positive(_req(raw, "sms", where), f"{where} sms")),
-        gpus_per_node=int(_positive(_req(raw, "gpus_per_node", where), f"{where} gpus_per_node")),
+        sms=_count(_req(raw, "sms", where), f"{where} sms"),
+        gpus_per_node=_count(_req(raw, "gpus_per_node", where), f"{where} gpus_per_node"),
         hbm_capacity_bytes=_positive(_req(raw, "hbm_capacity_GB", where), f"{where} hbm_capacity_GB")
         * 1e9 * mem_frac,
         hbm_bw_Bps=_positive(_req(raw, "hbm_bandwidth_TBps", where), f"{where} hbm_bandwidth_TBps") * 1e12,
         peaks_flops=MappingProxyType(peaks),
         scale_up_Bps=_positive(_req(ic, "scale_up_GBps", where), f"{where} scale_up_GBps") * 1e9,
         scale_out_Bps=_positive(_req(ic, "scale_out_GBps", where), f"{where} scale_out_GBps") * 1e9,
-        scale_up_domain_gpus=int(_positive(_req(ic, "scale_up_domain_gpus", where),
-                                           f"{where} scale_up_domain_gpus")),
+        scale_up_domain_gpus=_count(_req(ic, "scale_up_domain_gpus", where),
+                                    f"{where} [interconnect] scale_up_domain_gpus"),
         host_link_Bps=(_positive(raw["hbm_bandwidth_TBps"], f"{where} hbm_bandwidth_TBps") * 1e12 / 2
                        if unified else
                        _positive(ic.get("host_link_GBps", 64), f"{where} host_link_GBps") * 1e9),
@@ -247,6 +266,10 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
         host_unified=unified,
         allreduce=_allreduce(raw.get("allreduce"), where),
         vendor=str(raw.get("vendor", "")).lower(),
+        host_capacity_bytes=(_positive(raw["hbm_capacity_GB"], f"{where} hbm_capacity_GB") * 1e9
+                             if unified else
+                             _positive(host["capacity_GB"], f"{where} [host] capacity_GB") * 1e9
+                             if host and "capacity_GB" in host else 0.0),
     )
 
 

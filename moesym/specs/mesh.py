@@ -77,15 +77,16 @@ class MeshSpec:
             raise SpecError(f"--mesh {shape[0]}x{shape[1]}: {hw_name} offers {offered}")
 
 
-def parse_shape(text: str) -> tuple:
-    """``'RxC'`` -> (R, C), both positive integers; anything else is a one-line error."""
+def parse_shape(text: str, where: str = "--mesh") -> tuple:
+    """``'RxC'`` -> (R, C), both positive integers; anything else is a one-line error naming
+    ``where`` (the flag, or a hardware file's key)."""
     parts = str(text).lower().split("x")
     try:
         r, c = (int(p) for p in parts)
     except ValueError:
-        raise SpecError(f"--mesh {text!r}: use ROWSxCOLS, e.g. 4x8") from None
+        raise SpecError(f"{where} {text!r}: use ROWSxCOLS, e.g. 4x8") from None
     if r < 1 or c < 1:
-        raise SpecError(f"--mesh {text!r}: rows and columns must be positive")
+        raise SpecError(f"{where} {text!r}: rows and columns must be positive")
     return r, c
 
 
@@ -125,7 +126,7 @@ def parse_mesh(raw, where: str) -> MeshSpec | None:
                         "multicast, rows, shapes, source")
     if "shapes" not in raw or not isinstance(raw["shapes"], list) or not raw["shapes"]:
         raise SpecError(f"{w}: missing key 'shapes' (a list such as [\"4x8\"])")
-    shapes = tuple(parse_shape(s) for s in raw["shapes"])
+    shapes = tuple(parse_shape(s, f"{w} shapes") for s in raw["shapes"])
     mc = raw.get("multicast")
     fabric = None
     if mc is not None:

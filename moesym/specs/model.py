@@ -91,6 +91,11 @@ class ModelSpec:
     # gated attention output (Qwen3-Next, Qwen3.5): q_proj also emits a gate of h d_h per token
     # and the attention output is multiplied by sigmoid(gate) before o_proj
     attn_output_gate: bool = False
+    # positions (max_position_embeddings; 0: not known) and, where the config has rope scaling,
+    # the length it extends them to and its words (moesym.specs.checks.position_limit)
+    max_positions: int = 0
+    rope_positions: int = 0
+    rope_scaling: str = ""
     published_total_params: float = 0.0
     published_active_params: float = 0.0
 
@@ -386,6 +391,26 @@ def _config_name(raw: Mapping[str, Any], path: Path) -> str:
 
 #: families whose transformers config class sets head_dim apart from hidden / heads (Qwen3: 128)
 _HEAD_DIM_DEFAULT = {"qwen3": 128, "qwen3_moe": 128}
+#: families whose head_dim is hidden_size / num_attention_heads by their config class's definition
+_HEAD_DIM_IS_WIDTH = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe")
+#: families with multi-head latent attention (kv_lora_rank required)
+_MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
+#: MoE families whose experts have a width of their own (moe_intermediate_size required)
+_OWN_EXPERT_WIDTH = ("qwen2_moe", "qwen3_moe", "qwen3_next", "deepseek_v2", "deepseek_v3",
+                     "deepseek_v32", "kimi_k2")
+#: families whose experts take intermediate_size (transformers' Mixtral, GptOss, Llama4 configs)
+_EXPERTS_USE_INTERMEDIATE = ("mixtral", "gpt_oss", "llama4")
+#: families that apply sliding_window only with use_sliding_window = true (default false)
+_WINDOW_FLAG_FAMILIES = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+
+
+def _assumed(where: str, field: str, value, source: str) -> None:
+    """One warning line: a config field left out, the value used and where it came from."""
+    import warnings
+
+    warnings.warn(f"{where}: field '{field}' missing: using {value} ({source})", stacklevel=3)
+
+
 #: families that are always MoE: a config of theirs without an expert count is broken, not dense
 _MOE_FAMILIES = ("qwen2_moe", "qwen3_moe", "qwen3_next", "mixtral", "deepseek_v2", "deepseek_v3",
                  "deepseek_v32", "deepseek_v4", "kimi_k2", "gpt_oss", "llama4", "llama4_text")
@@ -427,6 +452,9 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
     n_layers = c.int("num_hidden_layers")
     heads = c.int("num_attention_heads")
     is_mla = c.has("kv_lora_rank")
+    if not is_mla and family in _MLA_FAMILIES:
+        raise SpecError(f"{where}: a {family} config has multi-head latent attention: field "
+                        "'kv_lora_rank' is missing")
     kw: dict[str, Any] = dict(name=name, source=source, hidden_size=d, vocab_size=c.int("vocab_size"),
                               num_layers=n_layers, num_heads=heads)
     v4 = _compress_ratios(raw, top, n_layers, where)
@@ -453,11 +481,22 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
                   num_kv_heads=c.int("num_key_value_heads", default=heads),
                   head_dim=c.int("qk_nope_head_dim") + c.int("qk_rope_head_dim"))
     else:
-        kv = c.int("num_key_value_heads", default=heads)
-        hd = c.int("head_dim", default=0) or _HEAD_DIM_DEFAULT.get(family, d // heads)
-        if not c.has("head_dim") and family not in _HEAD_DIM_DEFAULT and d % heads:
-            raise SpecError(f"{where}: hidden_size ({d}) is not a multiple of num_attention_heads "
-                            f"({heads}) and no 'head_dim' is given")
+        kv = c.int("num_key_value_heads", default=0)
+        if not kv:
+            kv = heads
+            _assumed(where, "num_key_value_heads", heads, "num_attention_heads: multi-head "
+                     "attention, transformers' default")
+        hd = c.int("head_dim", default=0)
+        if not hd and family in _HEAD_DIM_DEFAULT:
+            hd = _HEAD_DIM_DEFAULT[family]
+            _assumed(where, "head_dim", hd, f"the default of transformers' {family} config class")
+        elif not hd:
+            if d % heads:
+                raise SpecError(f"{where}: hidden_size ({d}) is not a multiple of "
+                                f"num_attention_heads ({heads}) and no 'head_dim' is given")
+            hd = d // heads
+            if family not in _HEAD_DIM_IS_WIDTH:
+                _assumed(where, "head_dim", hd, "hidden_size / num_attention_heads")
         kw.update(attention="gqa", num_kv_heads=kv, head_dim=hd)
 
     n_exp = c.int("n_routed_experts", "num_routed_experts", "num_experts", "num_local_experts", default=0)
@@ -468,17 +507,27 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
     if n_exp:
         topk = c.int("num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k")
         moe_inter = c.int("moe_intermediate_size", default=0)
+        if not moe_inter and (c.has("moe_intermediate_size") or family in _OWN_EXPERT_WIDTH):
+            raise SpecError(f"{where}: a {family or 'MoE'} config gives its experts' width in "
+                            "field 'moe_intermediate_size', which is missing or 0")
         if not moe_inter:
-            if c.has("intermediate_size"):  # Mixtral, gpt-oss, Llama-4: experts use intermediate_size
-                moe_inter = c.int("intermediate_size")
-            else:
+            if not c.has("intermediate_size"):
                 raise SpecError(f"{where}: missing field 'moe_intermediate_size' (or intermediate_size)")
+            moe_inter = c.int("intermediate_size")  # Mixtral, gpt-oss, Llama-4: experts use it
+            if not any(family.startswith(f) for f in _EXPERTS_USE_INTERMEDIATE):
+                _assumed(where, "moe_intermediate_size", moe_inter, "intermediate_size, as "
+                         "Mixtral's experts")
         n_shared = c.int("n_shared_experts", "num_shared_experts", default=0)
         shared = n_shared * moe_inter
         if c.has("shared_expert_intermediate_size"):
             shared = c.int("shared_expert_intermediate_size")
         if "llama4" in family and not c.has("n_shared_experts", "num_shared_experts"):
             shared = c.int("intermediate_size")  # Llama-4 has one shared expert per MoE layer
+        if family in _MLA_FAMILIES and not c.has("first_k_dense_replace", "moe_layer_freq"):
+            k = 3 if family == "deepseek_v3" else 0
+            _assumed(where, "first_k_dense_replace", k, "the default of transformers' "
+                     "DeepseekV3Config" if k else "every layer MoE")
+            c = _Cfg({**c.raw, "first_k_dense_replace": k}, where)
         dense_idx = _dense_layer_indices(c, n_layers, where)
         kw.update(num_experts=n_exp, experts_per_token=topk, moe_intermediate_size=moe_inter,
                   shared_intermediate_size=shared, dense_layers=len(dense_idx),
@@ -498,6 +547,10 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
                   index_head_dim=c.int("index_head_dim"))
     layer_types = raw.get("layer_types")
     interval = c.int("full_attention_interval", default=0)
+    if family.startswith("qwen3_next") and not interval and not isinstance(layer_types, list):
+        interval = 4
+        _assumed(where, "full_attention_interval", 4, "the default of transformers' "
+                 "Qwen3NextConfig: one full-attention layer in four, the rest gated DeltaNet")
     if isinstance(layer_types, list) and "linear_attention" in layer_types:
         n_linear = sum(t == "linear_attention" for t in layer_types)
     elif interval:
@@ -514,10 +567,20 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
                   linear_k_dim=c.int("linear_key_head_dim"),
                   linear_v_dim=c.int("linear_value_head_dim"),
                   linear_conv=c.int("linear_conv_kernel_dim", default=4))
+    kw.update(_positions(c, raw, top, where))
     kw["tie_embeddings"] = bool(top.get("tie_word_embeddings", raw.get("tie_word_embeddings", False)))
     kw["weight_dtype"] = _hf_weight_dtype(raw.get("quantization_config"), where)
     sw = c.int("sliding_window", default=0)
     layer_types = raw.get("layer_types")
+    if sw and family == "gpt_oss" and not isinstance(layer_types, list):
+        layer_types = ["sliding_attention" if (i + 1) % 2 else "full_attention"
+                       for i in range(n_layers)]
+        _assumed(where, "layer_types", "sliding and full attention alternating", "the default "
+                 "of transformers' GptOssConfig")
+    if sw and "use_sliding_window" not in raw and family in _WINDOW_FLAG_FAMILIES \
+            and not isinstance(layer_types, list):
+        _assumed(where, "use_sliding_window", "false (the sliding_window is not applied)",
+                 f"the default of transformers' {family} config class")
     if v4 is not None:
         pass  # every DeepSeek-V4 layer keeps its window (set above)
     elif sw and isinstance(layer_types, list) and any(t == "sliding_attention" for t in layer_types):
@@ -527,6 +590,30 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
                      and raw.get("model_type") in ("mistral", "mixtral"))):
         kw.update(sliding_window=sw, sliding_layers=n_layers)
     return ModelSpec(**kw)
+
+
+def _positions(c: _Cfg, raw: Mapping[str, Any], top: Mapping[str, Any], where: str) -> dict:
+    """``max_positions`` and the rope scaling's length and words, by vLLM's derivation of the
+    longest sequence (vllm/config: ``_get_and_verify_max_len``): yarn scales
+    ``original_max_position_embeddings``, linear and dynamic ``max_position_embeddings``; su,
+    longrope and llama3 configs give the extended length as ``max_position_embeddings``."""
+    n = c.int("max_position_embeddings", default=0)
+    rope = raw.get("rope_scaling") or raw.get("rope_parameters") or top.get("rope_scaling")
+    if not n or not isinstance(rope, Mapping):
+        return {"max_positions": n}
+    kind = str(rope.get("rope_type") or rope.get("type") or "default")
+    factor = rope.get("factor")
+    if kind == "default" or factor is None:
+        return {"max_positions": n}
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1:
+        raise SpecError(f"{where}: field 'rope_scaling.factor' must be a number >= 1, got {factor!r}")
+    orig = rope.get("original_max_position_embeddings")
+    words = f"{kind} x{factor:g}" + (f" of {orig}" if orig else "")
+    if kind in ("su", "longrope", "llama3"):
+        return {"max_positions": n, "rope_positions": n, "rope_scaling": words}
+    base = orig if (kind == "yarn" and isinstance(orig, int) and orig > 0) else n
+    return {"max_positions": n, "rope_positions": max(n, int(base * factor)),
+            "rope_scaling": words}
 
 
 #: DeepSeek-V4's attention layer kinds (HF transformers 5.23 configuration_deepseek_v4.py)
