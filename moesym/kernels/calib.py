@@ -41,6 +41,18 @@ tile_step_us                        0        time added per further row tile of 
 tile_step_rows                      32       rows of one tile of the tile-stepped model
 tile_step_ref_hidden                7168     expert shape the steps were measured on (d; other
 tile_step_ref_inter                 2048     shapes scale by d d_e / (this d x this d_e))
+mv_max_rows                         8        a GEMM of at most this many rows runs a
+                                             matrix-vector kernel, not padded to an M tile
+                                             (llama.cpp ggml-cuda mmvq.cuh MMVQ_MAX_BATCH_SIZE 8)
+mv_grouped                          0        1: grouped expert GEMMs of few rows per expert run
+                                             matrix-vector kernels too (llama.cpp mul_mat_id,
+                                             MLX gather_qmm); 0: they pad to the M tile
+                                             (DeepGEMM, CUTLASS, Triton fused_moe)
+mv_hbm_frac                         0        achieved fraction of memory bandwidth of the
+                                             matrix-vector kernels (0: gemm_hbm_frac)
+unpack_Gweights_per_s               0        weights per second a matrix-vector kernel unpacks
+                                             from a block format, in series with its loads
+                                             (0: no unpack time)
 ==================================  =======  ===============================================
 
 >>> from moesym.kernels.calib import parse_kernel_calib
@@ -95,10 +107,16 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
     # scale both times by d d_e / (ref_hidden ref_inter), the work of one tile
     "tile_step_ref_hidden": ("tile_step_ref_hidden", 1, "int", 7168),
     "tile_step_ref_inter": ("tile_step_ref_inter", 1, "int", 2048),
+    # matrix-vector kernels (moesym.kernels.analytical.matvec_time)
+    "mv_max_rows": ("mv_max_rows", 1, "int", 8),
+    "mv_grouped": ("mv_grouped", 1, "flag", 0),
+    "mv_hbm_frac": ("mv_hbm_frac", 1, "nonneg", 0.0),
+    "unpack_Gweights_per_s": ("unpack_weights_per_s", 1e9, "nonneg", 0.0),
 }
 _OPTIONAL = ("tile_step_base_us", "tile_step_us", "tile_step_rows", "tile_step_ref_hidden",
              "tile_step_ref_inter")  # written only when used
-_OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us")  # written only when not 0
+_OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us", "mv_grouped",
+                     "mv_hbm_frac", "unpack_Gweights_per_s")  # written only when not 0
 # record of the fit, read by ``moesym list hardware``, never by the model: ``source`` (free
 # text), ``engine`` (the engine and version whose kernels were timed), ``fit_date``,
 # ``heldout_error`` ({kernel class: median |pred / meas - 1| on held-out shapes})
@@ -135,7 +153,21 @@ class KernelCalib:
     tile_step_rows: int = 32
     tile_step_ref_hidden: int = 7168
     tile_step_ref_inter: int = 2048
+    mv_max_rows: int = 8
+    mv_grouped: int = 0
+    mv_hbm_frac: float = 0.0
+    unpack_weights_per_s: float = 0.0
     source: str = "moesym defaults (H800 DeepGEMM fit)"
+
+    @property
+    def matvec_hbm_frac(self) -> float:
+        """Bandwidth fraction of matrix-vector kernels (``mv_hbm_frac``, else ``gemm_hbm_frac``)."""
+        return self.mv_hbm_frac or self.gemm_hbm_frac
+
+    @property
+    def unpack_s_per_weight(self) -> float:
+        """Seconds a matrix-vector kernel spends unpacking one block-format weight (0: none)."""
+        return 1.0 / self.unpack_weights_per_s if self.unpack_weights_per_s else 0.0
 
     @property
     def tile_stepped(self) -> bool:
@@ -167,7 +199,9 @@ class KernelCalib:
             v = getattr(self, fname)
             if key in _OPTIONAL_NONZERO and not v:
                 continue
-            out[key] = int(v) if kind == "int" else float(v) / factor
+            if key == "mv_max_rows" and v == _KEYS[key][3]:  # written only where it differs
+                continue
+            out[key] = int(v) if kind in ("int", "flag") else float(v) / factor
         return out
 
 
@@ -198,6 +232,10 @@ def parse_kernel_calib(table: Mapping[str, object], where: str) -> KernelCalib:
             if not 0 < x <= 1:
                 raise SpecError(f"{where} [kernel] {key}: must be in (0, 1], got {raw!r}")
             vals[fname] = x
+        elif kind == "flag":
+            if x not in (0, 1):
+                raise SpecError(f"{where} [kernel] {key}: must be 0 or 1, got {raw!r}")
+            vals[fname] = int(x)
         elif kind == "pos":
             if not x > 0:
                 raise SpecError(f"{where} [kernel] {key}: must be positive, got {raw!r}")
@@ -206,6 +244,9 @@ def parse_kernel_calib(table: Mapping[str, object], where: str) -> KernelCalib:
             if x < 0:
                 raise SpecError(f"{where} [kernel] {key}: must be non-negative, got {raw!r}")
             vals[fname] = x * factor
+    if vals.get("mv_hbm_frac", 0) > 1:
+        raise SpecError(f"{where} [kernel] mv_hbm_frac: must be in (0, 1] (0: gemm_hbm_frac), "
+                        f"got {vals['mv_hbm_frac']!r}")
     c = KernelCalib(**vals)
     if c.tile_n_min_cols > c.tile_n_max_cols:
         raise SpecError(f"{where} [kernel] tile_n_min_cols: exceeds tile_n_max_cols")

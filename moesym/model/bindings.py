@@ -75,6 +75,12 @@ def gemm_table_dtypes(model: ModelSpec, hw: HardwareSpec, dep: Deployment) -> di
             for c in stored}
 
 
+def _unpack(stored: str, compute: str, calib) -> float:
+    """Seconds per weight element a matrix-vector kernel spends unpacking ``stored`` weights
+    that compute as ``compute`` (0 when they are held as they compute)."""
+    return 0.0 if stored == compute else calib.unpack_s_per_weight
+
+
 def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) -> dict:
     """``{symbol: number}`` for every symbol a step model of this configuration can contain."""
     from ..symbols import S, by_name
@@ -128,6 +134,11 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
         S.zipf_s: dep.routing.s, S.host_bw: hw.host_link_Bps,
         S.host_dram_bw: hw.host_dram_Bps or 1.0, S.host_flops: hw.host_flops or 1.0,
         S.comm_sms: float(COMM_SMS),
+        # matrix-vector kernels unpack a block format in series with their loads; a format held
+        # as its GEMMs compute (bf16, fp8 on FP8 tensor cores) has nothing to unpack
+        S.t_unpack: _unpack(stored["attn"], compute["attn"], calib),
+        S.t_unpack_expert: _unpack(stored["moe"], compute["moe"], calib),
+        S.t_unpack_dense: _unpack(stored["dense"], compute["dense"], calib),
     }
     from .routing_hooks import group_var_factor
 

@@ -16,7 +16,7 @@ from typing import Iterable
 
 import sympy as sp
 
-__all__ = ["KernelClass", "GemmShape", "AttentionShape", "Cost", "sym", "total", "smax", "smin",
+__all__ = ["KernelClass", "GemmShape", "LoadShape", "AttentionShape", "component_unpack_symbol", "Cost", "sym", "total", "smax", "smin",
            "nodes", "depends", "dependents",
            "nonnegative", "substitute", "transform", "rebuild"]
 
@@ -217,6 +217,15 @@ class GemmShape:
 
 
 @dataclass(frozen=True)
+class LoadShape:
+    """Marks a weight-read term (its bytes only; the GEMMs' work is in other terms): ``rows``,
+    the activation rows each weight is multiplied with. At few rows the kernels that read them
+    are matrix-vector kernels (:func:`moesym.kernels.analytical.matvec_time`)."""
+
+    rows: sp.Expr
+
+
+@dataclass(frozen=True)
 class AttentionShape:
     """Shape of one attention kernel call: ``batch`` sequences (decode: requests) of ``length``
     keys (decode: KV length; prefill: prompt length), heads per GPU, KV heads per GPU, head sizes.
@@ -294,6 +303,14 @@ def component_symbols(component: str) -> tuple:
 
     return {"": (S.flops_gemm, S.w_bytes), "moe": (S.flops_moe, S.w_bytes_expert),
             "dense": (S.flops_dense, S.w_bytes_dense)}[component]
+
+
+def component_unpack_symbol(component: str):
+    """Symbol of the time a matrix-vector kernel spends unpacking one weight element of a GEMM
+    weight class (0 where its format is held as it computes)."""
+    from ..symbols import S
+
+    return {"": S.t_unpack, "moe": S.t_unpack_expert, "dense": S.t_unpack_dense}[component]
 
 
 def total(costs: Iterable[Cost], attr: str) -> sp.Expr:
