@@ -172,11 +172,15 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
                         "seed 004); TP runs along the other")
     g.add_argument("--weights", default="bf16", metavar="FORMAT",
                    help="bf16, fp8, fp4, mxfp4, nvfp4, w4a16, w4a8 or int8 for every GEMM "
-                        "(fp4 family on an MoE model: the routed experts, FP8 elsewhere), or per "
-                        "component: moe=fp4,attn=fp8,dense=bf16 (README: Weight precision)")
+                        "(fp4 family on an MoE model: the routed experts, FP8 elsewhere); by "
+                        "users' names, any case: GGUF types (Q4_0, Q8_0, Q4_K, Q6_K, IQ4_XS, F16 "
+                        "...) and llama.cpp file types (Q4_K_M, Q5_K_S ...), mlx-4bit, mlx-8bit, "
+                        "awq, gptq, modelopt-fp8, modelopt-nvfp4; or per component: "
+                        "moe=fp4,attn=fp8,dense=bf16 (README: Weight precision)")
     g.add_argument("--group-size", type=positive_int, default=None, metavar="N",
-                   help="scale group of fp4, w4a16, w4a8 or int8 weights (default: the format's: "
-                        "32 fp4, 128 w4a16/w4a8, per channel int8)")
+                   help="scale group of fp4, w4a16, w4a8, int8, awq, gptq or mlx weights "
+                        "(default: the format's: 32 fp4, 128 w4a16/w4a8/awq/gptq, 64 mlx, per "
+                        "channel int8)")
     g.add_argument("--dequant", choices=("fused", "separate"), default="fused",
                    help="weight-only formats (w4a16, w4a8 weights, fp4 without FP4 cores): "
                         "dequantize inside the GEMM (Marlin-style, default) or in a kernel of "

@@ -246,8 +246,9 @@ class Deployment:
                 or self.group_size < 0:
             raise SpecError(f"--group-size must be a positive integer, got {self.group_size!r}")
         if self.group_size and not any(FORMATS[f].grouped for f in recipe.formats()):
-            raise SpecError(f"--group-size sets the scale group of fp4, w4a16, w4a8 or int8 "
-                            f"weights; --weights {self.weights} has none")
+            grouped = ", ".join(k for k, f in FORMATS.items() if f.grouped)
+            raise SpecError(f"--group-size sets the scale group of {grouped} weights; "
+                            f"--weights {self.weights} has none")
         if self.kv not in ("bf16", "fp8"):
             raise SpecError(f"--kv {self.kv!r}: use bf16 or fp8")
         if not isinstance(self.a2a, A2AMode):

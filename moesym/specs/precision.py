@@ -19,6 +19,31 @@ tensor-core input format of their GEMMs.
 * ``w4a8``: 4-bit integer weights, 8-bit activations (FP8 where the GPU has it, else INT8).
 * ``int8``: 8-bit integer weights and activations (W8A8), one fp32 scale per output channel.
 
+Formats by their users' names (case-insensitive: ``Q4_K_M`` and ``q4_k_m`` alike):
+
+* GGUF block types (llama.cpp), ``q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k iq4_nl
+  iq4_xs`` and ``f16``: each block's bytes are ggml's block structs (``ggml-common.h``), as
+  gguf-py 0.19.0 lists them in ``GGML_QUANT_SIZES`` (weights per block, bytes per block; kept
+  with their source in ``tests/data/ggml_quant_sizes.json``, which the tests compare with this
+  table). Written here as data bits plus the rest of the block: ``q4_0`` = fp16 d + 16 bytes of
+  nibbles per 32 weights (18 B: 4.5 bits per weight); ``q4_k`` = 144 B per 256 (4.5);
+  ``q6_k`` = 210 B per 256 (6.5625); ``q8_0`` = 34 B per 32 (8.5). Kernel path: llama.cpp's CUDA
+  and ROCm back ends quantize the activations to 8-bit blocks (q8_1) and run INT8 dot products
+  (MMVQ at small batches, MMQ's int8 tensor-core tiles above): ``int8`` where the GPU has INT8
+  tensor cores; Metal (Apple) dequantizes each block to half in the kernel and multiplies in
+  16-bit floats: the ``bf16`` rate there. GGUF's MXFP4 (17 B per 32) is ``mxfp4`` below. The
+  _S/_M file types (``q4_k_m`` ...) are per-tensor mixes of these: :mod:`moesym.specs.gguf`.
+* MLX affine quantization (``mlx.core.quantize``; mlx-lm 0.32.2's ``convert`` defaults to 4 bits,
+  group 64): ``mlx-4bit`` and ``mlx-8bit``, one scale and one bias in 16-bit floats per group
+  (4 B per 64 weights: 4.5 and 8.5 bits), ``--group-size 32`` or ``128`` for the other groups.
+  MLX's quantized matmul dequantizes in the kernel and multiplies in 16-bit floats.
+* ``awq`` and ``gptq``: 4-bit integer weights with, per group of 128 along K, an fp16 scale and
+  a 4-bit zero point packed eight to an int32 (the checkpoints' ``qweight``, ``qzeros``,
+  ``scales`` tensors: 2.5 B per group, 4.156 bits per weight); dequantized in the kernel
+  (Marlin, AWQ GEMM) onto BF16/FP16 tensor cores, as ``w4a16``.
+* NVIDIA ModelOpt: ``modelopt-fp8`` (FP8 E4M3 weights with one fp32 scale per tensor) and
+  ``modelopt-nvfp4`` (= ``nvfp4``: FP4 E2M1 with an FP8 scale per 16 and one fp32 per tensor).
+
 >>> bytes_per_element("fp8"), bytes_per_element("fp4"), bytes_per_element("w4a16")
 (1.000244140625, 0.53125, 0.53125)
 >>> bytes_per_element("w4a16", group_size=32)
@@ -28,6 +53,8 @@ tensor-core input format of their GEMMs.
 ('fp4', 'fp8', 'bf16')
 >>> WeightRecipe.parse("fp4", is_moe=True).attn  # a 4-bit float MoE checkpoint keeps FP8 elsewhere
 'fp8'
+>>> [bytes_per_element(f) * 8 for f in ("Q4_0", "q8_0", "q4_k", "q6_k", "mlx-4bit", "awq")]
+[4.5, 8.5, 4.5, 6.5625, 4.5, 4.15625]
 """
 
 from __future__ import annotations
@@ -36,7 +63,7 @@ from dataclasses import dataclass
 
 from ..errors import SpecError
 
-__all__ = ["FORMATS", "COMPONENTS", "WeightFormat", "WeightRecipe", "bytes_per_element",
+__all__ = ["FORMATS", "GGUF_TYPES", "ALIASES", "COMPONENTS", "canonical", "WeightFormat", "WeightRecipe", "bytes_per_element",
            "storage_format", "compute_format", "quantizes_activations"]
 
 
@@ -59,7 +86,37 @@ FORMATS = {
     "w4a16": WeightFormat(4, 4, 128, "bf16", "bf16", True),
     "w4a8": WeightFormat(4, 2, 128, "fp8", "int8", True),
     "int8": WeightFormat(8, 4, 0, "int8", "bf16", True),
+    # 16-bit floats of a GGUF F16 file: the same tensor-core rate as BF16 on every GPU here
+    "f16": WeightFormat(16, 0, 0, "bf16", "bf16", False),
+    # NVIDIA ModelOpt FP8: E4M3 weights, one fp32 scale per tensor (negligible: group 0)
+    "modelopt-fp8": WeightFormat(8, 4, 0, "fp8", "bf16", False),
+    # AutoAWQ / GPTQ checkpoints: fp16 scale + 4-bit zero point (packed in int32) per 128
+    "awq": WeightFormat(4, 2.5, 128, "bf16", "bf16", True),
+    "gptq": WeightFormat(4, 2.5, 128, "bf16", "bf16", True),
+    # MLX affine: a 16-bit scale and a 16-bit bias per group of 64 (mlx-lm's default)
+    "mlx-4bit": WeightFormat(4, 4, 64, "bf16", "bf16", True),
+    "mlx-8bit": WeightFormat(8, 4, 64, "bf16", "bf16", True),
 }
+
+
+def _gguf(bits: int, block_bytes: int, block: int) -> WeightFormat:
+    """A GGUF block type: ``block`` weights in ``block_bytes`` bytes, of which ``bits`` per weight
+    are the quantized values and the rest scales, minima, sub-block scales (ggml-common.h)."""
+    return WeightFormat(bits, block_bytes - bits * block / 8, block, "int8", "bf16", False)
+
+
+#: GGUF block types: (data bits, bytes per block, weights per block) from ggml's block structs
+#: (gguf-py 0.19.0 GGML_QUANT_SIZES; tests/data/ggml_quant_sizes.json)
+GGUF_TYPES = {
+    "q4_0": (4, 18, 32), "q4_1": (4, 20, 32), "q5_0": (5, 22, 32), "q5_1": (5, 24, 32),
+    "q8_0": (8, 34, 32), "q2_k": (2, 84, 256), "q3_k": (3, 110, 256), "q4_k": (4, 144, 256),
+    "q5_k": (5, 176, 256), "q6_k": (6, 210, 256), "iq4_nl": (4, 18, 32),
+    "iq4_xs": (4, 136, 256),
+}
+FORMATS.update({name: _gguf(*spec) for name, spec in GGUF_TYPES.items()})
+
+#: other names of a format (case-insensitive like every name)
+ALIASES = {"modelopt-nvfp4": "nvfp4"}
 
 #: the GEMM weight classes a recipe sets: attention projections; routed experts; shared experts,
 #: dense FFN layers and a dense model's FFN. Embeddings, LM head, router and norms stay BF16.
@@ -68,11 +125,19 @@ COMPONENTS = ("attn", "moe", "dense")
 _FLOAT4 = ("fp4", "mxfp4", "nvfp4")
 
 
+def canonical(name: str) -> str:
+    """The table's name of a format given in any case or by an alias (``Q4_K`` -> ``q4_k``,
+    ``ModelOpt-NVFP4`` -> ``nvfp4``)."""
+    name = str(name).strip().lower()
+    return ALIASES.get(name, name)
+
+
 def _format(name: str, flag: str = "--weights") -> WeightFormat:
-    if name not in FORMATS:
-        raise SpecError(f"{flag} {name!r}: use one of {', '.join(FORMATS)} (or per component: "
-                        "moe=fp4,attn=fp8,dense=bf16)")
-    return FORMATS[name]
+    key = canonical(name)
+    if key not in FORMATS:
+        raise SpecError(f"{flag} {name!r}: use one of {', '.join(FORMATS)} (any case; or per "
+                        "component: moe=fp4,attn=fp8,dense=bf16)")
+    return FORMATS[key]
 
 
 def bytes_per_element(fmt: str, group_size: int = 0) -> float:
@@ -89,7 +154,7 @@ def storage_format(fmt: str, peaks) -> str:
     f = _format(fmt)
     if f.compute not in peaks and f.fallback == "expand":
         return "fp8"
-    return fmt
+    return canonical(fmt)
 
 
 def compute_format(fmt: str, peaks) -> str:
@@ -123,6 +188,7 @@ class WeightRecipe:
         text = str(text).strip().lower()
         if "=" not in text:
             _format(text)
+            text = canonical(text)
             other = "fp8" if (text in _FLOAT4 and is_moe) else text
             return WeightRecipe(attn=other, moe=text, dense=other)
         parts = {}
@@ -135,7 +201,7 @@ class WeightRecipe:
             if key in parts:
                 raise SpecError(f"--weights {text!r}: {key} is given twice")
             _format(value, f"--weights {key}=")
-            parts[key] = value
+            parts[key] = canonical(value)
         return WeightRecipe(**{c: parts.get(c, "bf16") for c in COMPONENTS})
 
     def formats(self) -> set[str]:
