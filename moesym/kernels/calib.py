@@ -53,6 +53,10 @@ mv_hbm_frac                         0        achieved fraction of memory bandwid
 unpack_Gweights_per_s               0        weights per second a matrix-vector kernel unpacks
                                              from a block format, in series with its loads
                                              (0: no unpack time)
+dequant_pass_rows                   0        a GEMM of more rows on a block format first
+                                             dequantizes its weights to 16 bits in a kernel of
+                                             its own, then runs a 16-bit GEMM (0: never;
+                                             llama.cpp CUDA MMQ_MAX_BATCH_SIZE 32, PR #3776)
 ==================================  =======  ===============================================
 
 >>> from moesym.kernels.calib import parse_kernel_calib
@@ -112,11 +116,12 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
     "mv_grouped": ("mv_grouped", 1, "flag", 0),
     "mv_hbm_frac": ("mv_hbm_frac", 1, "nonneg", 0.0),
     "unpack_Gweights_per_s": ("unpack_weights_per_s", 1e9, "nonneg", 0.0),
+    "dequant_pass_rows": ("dequant_pass_rows", 1, "flag", 0),
 }
 _OPTIONAL = ("tile_step_base_us", "tile_step_us", "tile_step_rows", "tile_step_ref_hidden",
              "tile_step_ref_inter")  # written only when used
 _OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us", "mv_grouped",
-                     "mv_hbm_frac", "unpack_Gweights_per_s")  # written only when not 0
+                     "mv_hbm_frac", "unpack_Gweights_per_s", "dequant_pass_rows")  # written only when not 0
 # record of the fit, read by ``moesym list hardware``, never by the model: ``source`` (free
 # text), ``engine`` (the engine and version whose kernels were timed), ``fit_date``,
 # ``heldout_error`` ({kernel class: median |pred / meas - 1| on held-out shapes})
@@ -157,6 +162,7 @@ class KernelCalib:
     mv_grouped: int = 0
     mv_hbm_frac: float = 0.0
     unpack_weights_per_s: float = 0.0
+    dequant_pass_rows: int = 0
     source: str = "moesym defaults (H800 DeepGEMM fit)"
 
     @property
@@ -232,9 +238,11 @@ def parse_kernel_calib(table: Mapping[str, object], where: str) -> KernelCalib:
             if not 0 < x <= 1:
                 raise SpecError(f"{where} [kernel] {key}: must be in (0, 1], got {raw!r}")
             vals[fname] = x
-        elif kind == "flag":
-            if x not in (0, 1):
-                raise SpecError(f"{where} [kernel] {key}: must be 0 or 1, got {raw!r}")
+        elif kind == "flag":  # 0: off; mv_grouped is 0 or 1, a row count any whole number
+            if x < 0 or x != int(x) or (key == "mv_grouped" and x > 1):
+                raise SpecError(f"{where} [kernel] {key}: must be "
+                                f"{'0 or 1' if key == 'mv_grouped' else 'a whole number (0: off)'}, "
+                                f"got {raw!r}")
             vals[fname] = int(x)
         elif kind == "pos":
             if not x > 0:

@@ -37,7 +37,7 @@ import sympy as sp
 
 from ..symbols import S
 from ..terms.cost import (AttentionShape, Cost, GemmShape, KernelClass, LoadShape, component_symbols,
-                          component_unpack_symbol, smax)
+                          component_pass_symbol, component_unpack_symbol, smax)
 from ..timing import RooflineTiming, TermTime
 from .analytical import (_below, attention_decode_time, attention_prefill_time, attention_time_from_cost,
                          elementwise_time, gemm_time)
@@ -82,8 +82,9 @@ class KernelTiming:
                               out_bytes=S.act_bytes, groups=sh.groups, layout=layout,
                               hbm_bytes=c.hbm_bytes / n, tile_m_min=sh.tile_m_min,
                               unpack_s=_unpack_s(c) / n)
+                dq = _dequant_pass(c, sh, k) * n
                 return TermTime(c.name, n * t.compute_s, n * t.memory_s, _ZERO,
-                                lat * t.launch_s + c.fixed_s)
+                                lat * t.launch_s + c.fixed_s + dq)
             if isinstance(c.shape, LoadShape):  # weights read for few rows: matrix-vector kernels
                 bulk = c.hbm_bytes / (S.hbm_bw * k.gemm_hbm_frac)
                 mv = c.hbm_bytes / (S.hbm_bw * k.matvec_hbm_frac) + _unpack_s(c)
@@ -131,6 +132,22 @@ def _unpack_s(c: Cost):
     if not c.hbm_bytes.has(w):
         return _ZERO
     return sp.diff(c.hbm_bytes, w) * component_unpack_symbol(c.component)
+
+
+def _dequant_pass(c: Cost, sh: GemmShape, k: KernelCalib):
+    """A separate dequantization kernel before a 16-bit GEMM of more than ``dequant_pass_rows``
+    rows (the hardware's engine kernels, :mod:`moesym.kernels.calib`): the GEMM's N K groups
+    weight elements, each read packed and written as 16 bits (b_pass bytes, 0 where the format
+    needs no pass) at the elementwise bandwidth, plus its launch; serial with the GEMM (a fixed
+    time of the term). Only GEMMs of a weight class (their bytes hold b_w, or another term reads
+    their weights): not the LM head or router, whose weights stay 16-bit."""
+    w = component_symbols(c.component)[1]
+    if not k.dequant_pass_rows or not (c.hbm_bytes.has(w) or sh.weights_elsewhere):
+        return _ZERO
+    b = component_pass_symbol(c.component)
+    t = (sh.n * sh.k * sh.groups * b / (S.hbm_bw * k.elementwise_hbm_frac)
+         + sp.Piecewise((k.elementwise_launch_s, b > 0), (0, True)))
+    return sp.sympify(_below(sh.m, k.dequant_pass_rows, _ZERO, t))
 
 
 @lru_cache(maxsize=8192)

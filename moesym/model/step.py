@@ -282,13 +282,20 @@ def _tagged(costs: list, component: str, weight_only: frozenset = frozenset(),
     a component in ``weight_only`` runs Marlin-style kernels that tile M by 16 rows, or with
     ``dequant`` = "separate" a dequantisation kernel before a plain BF16 GEMM
     (:func:`_dequantized`)."""
-    out = [c.as_component("" if component == "attn" else component) for c in costs]
+    out = [_mark_weights(c.as_component("" if component == "attn" else component)) for c in costs]
     if component not in weight_only:
         return out
     if dequant == "separate":
         return [x for c in out for x in _dequantized(c)]
     return [replace(c, shape=replace(c.shape, tile_m_min=16)) if isinstance(c.shape, GemmShape)
             else c for c in out]
+
+
+def _mark_weights(c: Cost) -> Cost:
+    """A tagged GEMM whose weights another term reads (``GemmShape.weights_elsewhere``)."""
+    if not isinstance(c.shape, GemmShape) or c.hbm_bytes.has(component_symbols(c.component)[1]):
+        return c
+    return replace(c, shape=replace(c.shape, weights_elsewhere=True))
 
 
 def _dequantized(c: Cost) -> list:
