@@ -9,9 +9,10 @@ Every prediction is moesym's own (``moesym.validate.run_case`` on a copy of the 
 with the candidate ``[kernel]`` values); the parameters enter the step time linearly, so each is
 solved from three model evaluations and checked by a final full evaluation.
 
-Parameters and what each is fitted on (the rest of ``[kernel]`` and ``[latency_us]`` as the
-files hold them: kernel launch latencies transferred from the H800 fit, 500 us host time per
-step, assumed):
+Parameters (``[kernel.engines."llama.cpp"]`` of each file) and what each is fitted on (the rest
+of ``[kernel]`` and ``[latency_us]`` as the files hold them: kernel launch latencies transferred
+from the H800 fit, 500 us host time per step, assumed; ``dequant_pass_rows`` from llama.cpp's
+source as stated below):
 
 - M2 Ultra tg128: ``mv_hbm_frac`` (bandwidth of Metal's mul_mv kernels) and
   ``unpack_Gweights_per_s`` (weights per second they unpack from a 4- or 8-bit block, in series
@@ -39,10 +40,7 @@ from moesym.specs.hardware import load_hardware
 from moesym.specs.model import load_model
 from moesym.validate import single_device_cases
 
-FIXED = {  # [kernel] values the fit holds fixed, per device (mechanism switches, with sources)
-    "m2-ultra": {"mv_grouped": 1},
-    "rtx-4090": {"mv_grouped": 1, "dequant_pass_rows": 32},
-}
+ENGINE = "llama.cpp"  # the fitted values are [kernel.engines."llama.cpp"] of each file
 BIG = 1e9  # an unpack rate (G weights / s) high enough to cost nothing
 
 
@@ -55,9 +53,11 @@ def _cases():
 
 
 def _time_s(case, **kernel) -> float:
-    """moesym's step time of ``case`` with ``kernel`` over its hardware file's [kernel]."""
+    """moesym's step time of ``case`` with ``kernel`` over its hardware file's llama.cpp values."""
     hw = load_hardware(case.hardware)
-    hw = replace(hw, kernel={**hw.kernel, **FIXED[case.hardware], **kernel})
+    engines = dict(hw.kernel.get("engines", {}))
+    engines[ENGINE] = {**engines.get(ENGINE, {}), **kernel}
+    hw = replace(hw, kernel={**hw.kernel, "engines": engines})
     r = predict(load_model(case.model), hw, case.deployment, case.workload, memory=False)
     return r["step_time_s"]
 

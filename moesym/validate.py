@@ -109,7 +109,7 @@ LLAMA_BENCH_TABLE = (
 TG_CONTEXT = 64  # mean KV length of tg128 from an empty cache
 
 
-def single_device_cases(engine: str = "sglang") -> tuple[Case, ...]:
+def single_device_cases(engine: str = "llama.cpp") -> tuple[Case, ...]:
     """:data:`LLAMA_BENCH_TABLE` as cases: pp512 (prefill of 512 tokens) and tg128 (decode at
     batch 1) per device and format, on one device with ``engine``'s kernels."""
     out = []

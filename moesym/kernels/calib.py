@@ -42,7 +42,8 @@ tile_step_rows                      32       rows of one tile of the tile-steppe
 tile_step_ref_hidden                7168     expert shape the steps were measured on (d; other
 tile_step_ref_inter                 2048     shapes scale by d d_e / (this d x this d_e))
 mv_max_rows                         8        a GEMM of at most this many rows runs a
-                                             matrix-vector kernel, not padded to an M tile
+                                             matrix-vector kernel, not padded to an M tile (0:
+                                             none, Tenstorrent's 32 x 32 tiles)
                                              (llama.cpp ggml-cuda mmvq.cuh MMVQ_MAX_BATCH_SIZE 8)
 mv_grouped                          0        1: grouped expert GEMMs of few rows per expert run
                                              matrix-vector kernels too (llama.cpp mul_mat_id,
@@ -112,7 +113,7 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
     "tile_step_ref_hidden": ("tile_step_ref_hidden", 1, "int", 7168),
     "tile_step_ref_inter": ("tile_step_ref_inter", 1, "int", 2048),
     # matrix-vector kernels (moesym.kernels.analytical.matvec_time)
-    "mv_max_rows": ("mv_max_rows", 1, "int", 8),
+    "mv_max_rows": ("mv_max_rows", 1, "flag", 8),
     "mv_grouped": ("mv_grouped", 1, "flag", 0),
     "mv_hbm_frac": ("mv_hbm_frac", 1, "nonneg", 0.0),
     "unpack_Gweights_per_s": ("unpack_weights_per_s", 1e9, "nonneg", 0.0),
@@ -122,10 +123,14 @@ _OPTIONAL = ("tile_step_base_us", "tile_step_us", "tile_step_rows", "tile_step_r
              "tile_step_ref_inter")  # written only when used
 _OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us", "mv_grouped",
                      "mv_hbm_frac", "unpack_Gweights_per_s", "dequant_pass_rows")  # written only when not 0
+_SWITCHES = ("mv_grouped",)  # 0 or 1
 # record of the fit, read by ``moesym list hardware``, never by the model: ``source`` (free
 # text), ``engine`` (the engine and version whose kernels were timed), ``fit_date``,
 # ``heldout_error`` ({kernel class: median |pred / meas - 1| on held-out shapes})
 _INFO_KEYS = {"source", "engine", "fit_date", "heldout_error"}
+# [kernel.engines.NAME]: values of one engine's kernels on this device, over the table above when
+# a deployment names that engine (moesym.engines.EngineProfile.hardware); same keys
+ENGINES_KEY = "engines"
 
 
 @dataclass(frozen=True)
@@ -217,7 +222,13 @@ DEFAULTS = KernelCalib()
 def parse_kernel_calib(table: Mapping[str, object], where: str) -> KernelCalib:
     """Parse a ``[kernel]`` table (TOML units) into a :class:`KernelCalib`; missing keys default."""
     vals: dict[str, object] = {}
+    for name, sub in dict(table.get(ENGINES_KEY, {}) or {}).items():
+        if not isinstance(sub, Mapping):
+            raise SpecError(f"{where} [kernel.{ENGINES_KEY}.{name}]: expected a table of [kernel] keys")
+        parse_kernel_calib(sub, f"{where} [kernel.{ENGINES_KEY}.{name}]")
     for key, raw in table.items():
+        if key == ENGINES_KEY:
+            continue
         if key == "source":
             vals["source"] = str(raw)
             continue
@@ -225,7 +236,7 @@ def parse_kernel_calib(table: Mapping[str, object], where: str) -> KernelCalib:
             continue
         if key not in _KEYS:
             raise SpecError(f"{where} [kernel]: unknown key '{key}'; allowed: "
-                            f"{', '.join(sorted(set(_KEYS) | _INFO_KEYS))}")
+                            f"{', '.join(sorted(set(_KEYS) | _INFO_KEYS | {ENGINES_KEY}))}")
         fname, factor, kind, _ = _KEYS[key]
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             raise SpecError(f"{where} [kernel] {key}: must be a number, got {raw!r}")
@@ -239,10 +250,10 @@ def parse_kernel_calib(table: Mapping[str, object], where: str) -> KernelCalib:
                 raise SpecError(f"{where} [kernel] {key}: must be in (0, 1], got {raw!r}")
             vals[fname] = x
         elif kind == "flag":  # 0: off; mv_grouped is 0 or 1, a row count any whole number
-            if x < 0 or x != int(x) or (key == "mv_grouped" and x > 1):
+            switch = key in _SWITCHES
+            if x < 0 or x != int(x) or (switch and x > 1):
                 raise SpecError(f"{where} [kernel] {key}: must be "
-                                f"{'0 or 1' if key == 'mv_grouped' else 'a whole number (0: off)'}, "
-                                f"got {raw!r}")
+                                f"{'0 or 1' if switch else 'a whole number (0: off)'}, got {raw!r}")
             vals[fname] = int(x)
         elif kind == "pos":
             if not x > 0:

@@ -100,8 +100,10 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
     from ..symbols import S, by_name
 
     from ..kernels.calib import kernel_calib
+    from ..engines import load_engine
     from ..specs.precision import FORMATS, bytes_per_element, storage_format
 
+    hw = load_engine(dep.engine).hardware(hw)  # the engine's kernel switches
     calib = kernel_calib(hw)
     recipe, stored, compute = _formats(model, hw, dep)
     for fmt in sorted(recipe.formats()):  # say what runs: the answer is not the one for that format

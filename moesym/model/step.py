@@ -837,6 +837,9 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     symbols, :class:`moesym.timing.RooflineTiming`).
     """
     deployment.check_model(model)
+    from ..engines import load_engine
+
+    hardware = load_engine(deployment.engine).hardware(hardware)  # the engine's kernels
     if deployment.dequant == "separate" and not _weight_only(model, deployment, hardware):
         import warnings
 
