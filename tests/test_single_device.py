@@ -127,3 +127,27 @@ def test_batch1_decode_never_beats_its_bytes_plus_host_time(hw, name, fmt, engin
         r = ms.predict(m, h, ms.Deployment(weights=fmt, engine=engine),
                        ms.Workload("decode", batch=1, context=context))
     assert r["step_time_s"] >= (weights + kv) / h.hbm_bw_Bps + h.latency.step_s
+
+
+def test_grouped_expert_gemms_pad_unless_the_engine_runs_matrix_vector_kernels():
+    """One token's 8 experts (8 groups of 1 row): DeepGEMM-style kernels pad each expert to the
+    M block; llama.cpp's mul_mat_id (mv_grouped = 1) reads each expert's weights once."""
+    kw = dict(sms=132, peak_flops=1e13, hbm_bw_Bps=3e12, op_bytes=1, groups=8, layout="contiguous")
+    padded = gemm_time(1, 2048, 4096, calib=DEFAULTS, **kw)
+    mv = gemm_time(1, 2048, 4096, calib=replace(DEFAULTS, mv_grouped=1), **kw)
+    assert float(mv.compute_s) == pytest.approx(8 * 2 * 2048 * 4096 / 1e13)
+    assert float(padded.compute_s) > 64 * float(mv.compute_s) * 0.9
+
+
+def test_bad_engine_kernel_table_is_one_line(tmp_path):
+    from moesym.errors import SpecError
+
+    from moesym._resources import data_dir
+
+    text = (data_dir("hardware") / "m2-ultra.toml").read_text()
+    f = tmp_path / "m.toml"
+    f.write_text(text.replace('[kernel.engines.mlx]', '[kernel.engines.mlx]\nmv_rows = 3', 1))
+    with pytest.raises(SpecError) as e:
+        ms.predict("llama-7b", str(f), ms.Deployment(engine="mlx"),
+                   ms.Workload("decode", batch=1, context=64))
+    assert "mv_rows" in str(e.value) and "\n" not in str(e.value)
