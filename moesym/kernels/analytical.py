@@ -206,8 +206,8 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     total_bytes = gemm_bytes(m, n, k, groups, op_bytes, out_bytes) if hbm_bytes is None else hbm_bytes
     memory = _max(total_bytes / (hbm_bw_Bps * calib.gemm_hbm_frac),
                   waves * tile_bytes / calib.sm_bandwidth_Bps)
-    if layout != "dense" and not calib.mv_grouped:  # expert kernels that pad to the M block
-        return KernelTime(compute, memory, calib.launch_s)
+    if not calib.mv_max_rows or (layout != "dense" and not calib.mv_grouped):
+        return KernelTime(compute, memory, calib.launch_s)  # kernels that pad to the M block
     mv = matvec_time(m, n, k, peak_flops=peak_flops, hbm_bw_Bps=hbm_bw_Bps, calib=calib,
                      op_bytes=op_bytes, out_bytes=out_bytes, groups=groups, hbm_bytes=total_bytes,
                      unpack_s=unpack_s)

@@ -88,7 +88,7 @@ class KernelTiming:
             if isinstance(c.shape, LoadShape):  # weights read for few rows: matrix-vector kernels
                 bulk = c.hbm_bytes / (S.hbm_bw * k.gemm_hbm_frac)
                 mv = c.hbm_bytes / (S.hbm_bw * k.matvec_hbm_frac) + _unpack_s(c)
-                matvec = c.kind is KernelClass.GEMM or k.mv_grouped
+                matvec = k.mv_max_rows and (c.kind is KernelClass.GEMM or k.mv_grouped)
                 memory = sp.sympify(_below(c.shape.rows, k.mv_max_rows, mv, bulk)) if matvec else bulk
                 return TermTime(c.name, _ZERO, memory, _ZERO, lat * k.launch_s + c.fixed_s)
             frac = k.gemm_tensor_frac if c.kind is KernelClass.GEMM else k.grouped_contiguous_tensor_frac
