@@ -11,6 +11,19 @@ Test-data preparation (not run by the tests)::
     python benchmarks/engine_flags.py --sglang /tmp/engsrc/sglang-*.whl \\
         --vllm /tmp/engsrc/vllm-*.whl [--trtllm WHEEL_OR_SDIST] -o tests/data/engine_flags.json
 
+    # the single-device engines (entries of engines not given are kept):
+    pip download llama-cpp-python==0.3.36 --no-deps --no-binary :all: -d /tmp/engsrc
+    pip download mlx-lm==0.32.2 --no-deps -d /tmp/engsrc
+    python benchmarks/engine_flags.py --llamacpp /tmp/engsrc/llama_cpp_python-0.3.36.tar.gz \\
+        --mlx-lm /tmp/engsrc/mlx_lm-0.32.2-py3-none-any.whl
+
+- llama.cpp (``llama-server``, ``llama-bench``): the sdist of llama-cpp-python vendors
+  llama.cpp; ``common/arg.cpp``'s ``add_opt(common_arg({names}, ...))`` calls that llama-server
+  takes (``set_examples`` naming SERVER or COMMON), and ``tools/llama-bench/llama-bench.cpp``'s
+  own ``arg == "-x"`` comparisons. Short flags (``-ngl``) are kept: users write them.
+- mlx-lm (``mlx_lm.server``, ``mlx_lm.generate``): the ``add_argument`` calls of
+  ``mlx_lm/server.py`` and ``mlx_lm/generate.py``.
+
 Each ``--ENGINE`` takes a wheel, an sdist or an unpacked folder. What is read:
 
 - SGLang (``python -m sglang.launch_server``): ``ServerArgs.add_cli_args`` in
@@ -184,14 +197,15 @@ def _choices(node, consts) -> list | None:
 
 
 class Flags:
-    def __init__(self):
+    def __init__(self, short: bool = False):
+        self.short = short  # keep single-dash names too (llama.cpp's -ngl, mlx_lm's none)
         self.flags: set[str] = set()
         self.deprecated: set[str] = set()
         self.choices: dict[str, list] = {}
         self.config_keys: dict[str, list] = {}
 
     def add(self, names, deprecated=False, choices=None):
-        names = [n for n in names if n.startswith("--")]
+        names = [n for n in names if n.startswith("--" if not self.short else "-")]
         self.flags.update(names)
         if deprecated:
             self.deprecated.update(names)
@@ -527,10 +541,101 @@ def trtllm_flags(src: Source | None, why_missing: str) -> dict:
                       f"decorators of serve() in {rel}")
 
 
+def _member(path: str, suffix: str) -> tuple[str, str]:
+    """(name, text) of the file of a tarball, zip or folder whose path ends with ``suffix``."""
+    p = Path(path)
+    if p.is_dir():
+        hit = next(x for x in sorted(p.rglob("*")) if str(x).endswith(suffix))
+        return str(hit.relative_to(p)), hit.read_text(errors="replace")
+    if zipfile.is_zipfile(p):
+        z = zipfile.ZipFile(p)
+        name = next(n for n in z.namelist() if n.endswith(suffix))
+        return name, z.read(name).decode(errors="replace")
+    t = tarfile.open(p)
+    m = next(m for m in t.getmembers() if m.isfile() and m.name.endswith(suffix))
+    return m.name, t.extractfile(m).read().decode(errors="replace")
+
+
+def _statements(text: str, opener: str):
+    """Each balanced-parenthesis statement of C++ ``text`` that starts with ``opener(``."""
+    i = text.find(opener + "(")
+    while i >= 0:
+        depth, j, quote = 0, i + len(opener), None
+        while j < len(text):
+            c = text[j]
+            if quote:
+                if c == "\\":
+                    j += 1
+                elif c == quote:
+                    quote = None
+            elif c in "\"'":
+                quote = c
+            elif c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+                if depth == 0:
+                    break
+            j += 1
+        yield text[i:j + 1]
+        i = text.find(opener + "(", j)
+
+
+def llamacpp_flags(sdist: str) -> dict:
+    """llama-server's and llama-bench's flags from llama.cpp's sources (as vendored in the
+    llama-cpp-python sdist): each ``add_opt(common_arg({names}, ...).set_examples({...}))`` of
+    ``common/arg.cpp`` that llama-server takes (examples SERVER or COMMON, not excluded from
+    SERVER: common_params_parser_init's rule), with the choices of a ``[a|b|c]`` value hint; and
+    the ``arg == "-x"`` comparisons of ``tools/llama-bench/llama-bench.cpp``'s own parser."""
+    version = re.search(r"-(\d[\w.]*)\.tar\.gz$|-(\d[\w.]*)-", Path(sdist).name)
+    version = next(g for g in version.groups() if g) if version else "unknown"
+    arg_name, arg_cpp = _member(sdist, "llama.cpp/common/arg.cpp")
+    server = Flags(short=True)
+    for st in _statements(arg_cpp, "add_opt"):
+        m = re.match(r'add_opt\(\s*common_arg\(\s*\{([^}]*)\}\s*,\s*(?:"([^"]*)")?', st)
+        if not m:
+            continue
+        names = re.findall(r'"(-[^"]+)"', m.group(1))
+        ex = re.search(r"\.set_examples\(\{([^}]*)\}", st)
+        excl = re.search(r"\.set_excludes\(\{([^}]*)\}", st)
+        examples = ex.group(1) if ex else "LLAMA_EXAMPLE_COMMON"
+        if not re.search(r"LLAMA_EXAMPLE_(SERVER|COMMON)\b", examples) or (
+                excl and "LLAMA_EXAMPLE_SERVER" in excl.group(1)):
+            continue
+        hint = m.group(2) or ""
+        ch = re.fullmatch(r"\[([\w|]+)\]", hint)
+        server.add(names, choices=ch.group(1).split("|") if ch else None)
+    bench_name, bench_cpp = _member(sdist, "llama.cpp/tools/llama-bench/llama-bench.cpp")
+    bench = Flags(short=True)
+    bench.add(re.findall(r'arg == "(-[^"]+)"', bench_cpp))
+    where = f"{Path(sdist).name} (llama-cpp-python {version}'s vendored llama.cpp)"
+    return {"llama-server": server.result(version, f"{where}: {arg_name}, the add_opt(common_arg"
+                                          "(...)) calls llama-server takes"),
+            "llama-bench": bench.result(version, f"{where}: {bench_name}, its parse_cmd_params "
+                                        "comparisons arg == \"-x\"")}
+
+
+def mlx_lm_flags(wheel: str) -> dict:
+    """``mlx_lm.server``'s and ``mlx_lm.generate``'s argparse flags (``mlx_lm/server.py``,
+    ``mlx_lm/generate.py``), read with ast."""
+    src = Source(wheel, "mlx_lm")
+    out = {}
+    for tool, rel in (("mlx_lm.server", "mlx_lm/server.py"),
+                      ("mlx_lm.generate", "mlx_lm/generate.py")):
+        f = Flags(short=True)
+        for _ in f.explicit(src.tree(rel)):
+            pass
+        out[tool] = f.result(src.version, f"{Path(wheel).name}, read with ast: the "
+                             f"add_argument calls of {rel}")
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sglang", required=True, help="sglang wheel, sdist or folder")
-    p.add_argument("--vllm", required=True, help="vllm wheel, sdist or folder")
+    p.add_argument("--sglang", help="sglang wheel, sdist or folder")
+    p.add_argument("--vllm", help="vllm wheel, sdist or folder")
+    p.add_argument("--llamacpp", help="llama-cpp-python sdist (vendors llama.cpp's sources)")
+    p.add_argument("--mlx-lm", help="mlx-lm wheel, sdist or folder")
     p.add_argument("--trtllm", help="tensorrt-llm wheel, sdist or folder (PyPI: a stub)")
     p.add_argument("--trtllm-missing", default=(
         "PyPI's tensorrt-llm is a stub sdist that downloads the wheel from pypi.nvidia.com "
@@ -539,11 +644,20 @@ def main(argv=None) -> int:
         help="the reason recorded when no trtllm-serve source is available")
     p.add_argument("-o", "--out", default="tests/data/engine_flags.json")
     a = p.parse_args(argv)
-    data = {"sglang": sglang_flags(Source(a.sglang, "sglang")),
-            "vllm": vllm_flags(Source(a.vllm, "vllm")),
-            "trtllm": trtllm_flags(Source(a.trtllm, "tensorrt_llm") if a.trtllm else None,
-                                   a.trtllm_missing)}
-    Path(a.out).write_text(json.dumps(data, indent=1) + "\n")
+    out = Path(a.out)  # engines not given keep their entries
+    data = json.loads(out.read_text()) if out.exists() else {}
+    if a.sglang:
+        data["sglang"] = sglang_flags(Source(a.sglang, "sglang"))
+    if a.vllm:
+        data["vllm"] = vllm_flags(Source(a.vllm, "vllm"))
+    if a.sglang or a.vllm or a.trtllm:
+        data["trtllm"] = trtllm_flags(Source(a.trtllm, "tensorrt_llm") if a.trtllm else None,
+                                      a.trtllm_missing)
+    if a.llamacpp:
+        data.update(llamacpp_flags(a.llamacpp))
+    if a.mlx_lm:
+        data.update(mlx_lm_flags(a.mlx_lm))
+    out.write_text(json.dumps(data, indent=1) + "\n")
     for k, v in data.items():
         n = len(v["flags"]) if v["flags"] is not None else "no"
         print(f"{k} {v['version']}: {n} flags", file=sys.stderr)

@@ -4,12 +4,22 @@ KV format, spelled as each engine's server flags. Every flag is one the engine d
 deployment sets that an engine cannot say as a flag is listed under ``notes`` instead of being
 dropped.
 
+Single-device engines: ``llama.cpp`` (a ``llama-server`` line and a ``llama-bench`` line of the
+same settings: ``-ngl``, ``--n-cpu-moe`` for an expert cache, ``-c``/``-np``, ``-b``/``-ub``,
+``-fa``) and ``mlx`` (``mlx_lm.server`` and ``mlx_lm.generate``). Each command names a checkpoint
+in the ``--weights`` format (``moesym/engines/checkpoints.toml``: a model's own repository in its
+shipped format, else a well-known repository of that format, else a placeholder in angle brackets
+that a note asks the user to fill), and an engine that cannot run the hardware or the format is
+refused in one line that names the one that can (Apple silicon: llama.cpp or MLX).
+
 Flag names: SGLang 0.5.23 (``srt/arg_groups``: each field ``x_y`` is the flag ``--x-y``; the
 attention-DP, DeepEP, two-batch-overlap and speculative fields read there; attention DP is
 ``--attn-dp-size N``, which replaced the deprecated ``--dp-size N --enable-dp-attention``); vLLM
 0.33's ``vllm serve`` engine arguments; TensorRT-LLM's ``trtllm-serve``. ``tests/test_emit.py``
 checks every emitted flag against ``tests/data/engine_flags.json``, the flag names read from the
-engines' sources by ``benchmarks/engine_flags.py``.
+engines' sources by ``benchmarks/engine_flags.py``; llama.cpp's from ``common/arg.cpp`` and
+``tools/llama-bench/llama-bench.cpp`` as vendored in llama-cpp-python 0.3.36, MLX's from
+mlx-lm 0.32.2's ``server.py`` and ``generate.py``.
 
 >>> from moesym.specs.deployment import Deployment, Workload
 >>> from moesym.specs.model import load_model
@@ -24,14 +34,26 @@ engines' sources by ``benchmarks/engine_flags.py``.
 from __future__ import annotations
 
 import shlex
+from functools import cache
+from pathlib import Path
 
+from ._toml import load_toml
 from .errors import MoesymError
 from .specs.deployment import A2AMode, Deployment, Phase, Workload
 from .specs.model import ModelSpec
+from .specs.precision import GGUF_TYPES, WeightRecipe, canonical
 
-__all__ = ["ENGINES", "launch_command"]
+__all__ = ["ENGINES", "GPU_ENGINES", "TOOLS", "check_engine", "checkpoint", "launch_command"]
 
-ENGINES = ("sglang", "vllm", "trtllm")
+GPU_ENGINES = ("sglang", "vllm", "trtllm")  # CUDA / ROCm serving engines
+ENGINES = (*GPU_ENGINES, "llama.cpp", "mlx")
+#: the programs each engine's lines run: the server (``command``), then ``bench``'s
+TOOLS = {"sglang": ("sglang.launch_server",), "vllm": ("vllm serve",),
+         "trtllm": ("trtllm-serve",), "llama.cpp": ("llama-server", "llama-bench"),
+         "mlx": ("mlx_lm.server", "mlx_lm.generate")}
+_NAMES = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM", "llama.cpp": "llama.cpp",
+          "mlx": "MLX"}
+_MLX_FORMATS = ("bf16", "f16", "mlx-4bit", "mlx-8bit", "mxfp4")
 
 _DEEPEP_MODE = {A2AMode.AUTO: "auto", A2AMode.DEEPEP_NORMAL: "normal",
                 A2AMode.DEEPEP_LL: "low_latency"}
@@ -49,10 +71,91 @@ def _budget(wl) -> int:
 
 
 def _model_path(model: ModelSpec) -> str:
-    """The checkpoint to serve: the HuggingFace id a built-in model names as its source (the
+    """The model's own checkpoint: the HuggingFace id a built-in model names as its source (the
     first word of ``source``), else the model's name."""
     first = model.source.split()[0] if model.source else ""
     return first if "/" in first and not first.endswith(".json") else model.name
+
+
+@cache
+def _checkpoints() -> dict:
+    return load_toml(Path(__file__).parent / "engines" / "checkpoints.toml")
+
+
+def _is_gguf(recipe: WeightRecipe) -> bool:
+    """A llama.cpp file type or GGUF block types (F16 aside: any engine loads 16-bit weights)."""
+    return recipe.mix not in ("", "f16") or recipe.formats() <= set(GGUF_TYPES)
+
+
+def _format_key(recipe: WeightRecipe) -> str:
+    """The checkpoints.toml key of a recipe: ``gguf`` for llama.cpp file and block types, a
+    format's name where one format holds the routed experts and FP8 or it the rest (an FP4 MoE
+    checkpoint), else the recipe spelled per component."""
+    if recipe.mix == "f16":
+        return "bf16"
+    if _is_gguf(recipe):
+        return "gguf"
+    if len(recipe.formats()) == 1 or {recipe.attn, recipe.dense} == {"fp8"}:
+        return recipe.moe
+    return f"attn={recipe.attn},moe={recipe.moe},dense={recipe.dense}"
+
+
+def checkpoint(model: ModelSpec, recipe: WeightRecipe, notes: list, gguf: bool = False) -> str:
+    """The repository to load for ``recipe`` (``gguf``: a GGUF file of it, for llama.cpp): the
+    model's own where it ships that format, a well-known one (``engines/checkpoints.toml``),
+    else a placeholder in angle brackets (and a note saying so)."""
+    key = "gguf" if gguf else _format_key(recipe)
+    own = WeightRecipe.parse(model.weight_dtype, model.is_moe)
+    if key != "gguf" and _format_key(own) == key:
+        return _model_path(model)
+    known = _checkpoints().get(model.name, {}).get(key)
+    if known:
+        return known
+    what = f"{(recipe.mix or recipe.moe).upper()} GGUF" if key == "gguf" else key
+    notes.append(f"no known {what} checkpoint of {_model_path(model)}: replace the placeholder "
+                 f"in angle brackets with one (or convert the model yourself)")
+    return f"<{what} checkpoint of {_model_path(model)}>"
+
+
+def check_engine(engine: str, hw, dep: Deployment, model: ModelSpec | None = None) -> None:
+    """Refuse, in one line naming what runs, an engine that cannot run on ``hw`` (CUDA engines on
+    Apple silicon), load the ``--weights`` format or offload experts to the host
+    (``--expert-cache``), or a single-machine engine given a multi-node deployment."""
+    if engine not in ENGINES:
+        raise MoesymError(f"--emit {engine!r}: use {', '.join(ENGINES)}")
+    name = _NAMES[engine]
+    apple = getattr(hw, "vendor", "") == "apple"
+    if engine in GPU_ENGINES and apple:
+        raise MoesymError(f"--emit {engine}: {hw.name} is Apple silicon, where {name} does not "
+                          "run (no Metal back end); use --emit llama.cpp or --emit mlx")
+    if engine in GPU_ENGINES and dep.expert_cache is not None and (
+            model is None or dep.expert_cache < model.num_experts):
+        raise MoesymError(f"--emit {engine}: --expert-cache {dep.expert_cache} keeps experts in "
+                          f"host memory, which {name} does not; use --emit llama.cpp "
+                          "(--n-cpu-moe)")
+    recipe = WeightRecipe.parse(dep.weights)
+    gguf = _is_gguf(recipe)
+    mlx = recipe.formats() <= {"mlx-4bit", "mlx-8bit"}
+    if engine in GPU_ENGINES and gguf:
+        raise MoesymError(f"--emit {engine}: --weights {dep.weights} is a GGUF (llama.cpp) "
+                          "format; use --emit llama.cpp, or a format the engine loads (awq, "
+                          "gptq, fp8, nvfp4, ...)")
+    if engine in GPU_ENGINES and mlx:
+        raise MoesymError(f"--emit {engine}: --weights {dep.weights} is an MLX format; use "
+                          "--emit mlx on Apple silicon, or awq / gptq on a GPU")
+    if engine == "llama.cpp" and not (gguf or recipe.formats() <= {"bf16", "f16", "mxfp4"}
+                                      or canonical(dep.weights) == "mxfp4"):
+        raise MoesymError(f"--emit llama.cpp: llama.cpp loads GGUF files; give --weights a "
+                          f"GGUF type (q4_k_m, q8_0, q4_0, ..., f16, mxfp4), not {dep.weights}")
+    if engine == "mlx" and not (mlx or recipe.formats() <= set(_MLX_FORMATS)):
+        raise MoesymError(f"--emit mlx: MLX loads its own quantization; give --weights mlx-4bit, "
+                          f"mlx-8bit, mxfp4 or bf16, not {dep.weights}")
+    if engine in ("llama.cpp", "mlx") and dep.nodes > 1:
+        raise MoesymError(f"--emit {engine}: {name} runs on one machine; this deployment spans "
+                          f"{dep.nodes} nodes (use --emit sglang or vllm)")
+    if engine == "mlx" and dep.gpus > 1:
+        raise MoesymError(f"--emit mlx: one Apple device per mlx_lm.server; --gpus {dep.gpus} "
+                          "(MLX's distributed launch is not emitted)")
 
 
 def _requests(dep: Deployment, wl: Workload) -> int | None:
@@ -61,7 +164,8 @@ def _requests(dep: Deployment, wl: Workload) -> int | None:
 
 
 def _sglang(model, dep, wl, notes) -> list[str]:
-    cmd = ["python", "-m", "sglang.launch_server", "--model-path", _model_path(model),
+    cmd = ["python", "-m", "sglang.launch_server", "--model-path",
+           checkpoint(model, dep.weight_recipe(model.is_moe), notes),
            "--tp-size", str(dep.stage_gpus)]
     if dep.dp > 1:  # SGLang's TP size is the instance; attention runs TP tp_size / attn_dp_size
         cmd += ["--attn-dp-size", str(dep.dp)]  # SGLang's --dp-size counts model replicas
@@ -91,7 +195,8 @@ def _sglang(model, dep, wl, notes) -> list[str]:
 
 
 def _vllm(model, dep, wl, notes) -> list[str]:
-    cmd = ["vllm", "serve", _model_path(model), "--tensor-parallel-size", str(dep.tp)]
+    cmd = ["vllm", "serve", checkpoint(model, dep.weight_recipe(model.is_moe), notes),
+           "--tensor-parallel-size", str(dep.tp)]
     if dep.dp > 1:
         cmd += ["--data-parallel-size", str(dep.dp)]
     if dep.pp > 1:
@@ -128,7 +233,8 @@ def _vllm(model, dep, wl, notes) -> list[str]:
 
 
 def _trtllm(model, dep, wl, notes) -> list[str]:
-    cmd = ["trtllm-serve", _model_path(model), "--tp_size", str(dep.stage_gpus)]
+    cmd = ["trtllm-serve", checkpoint(model, dep.weight_recipe(model.is_moe), notes),
+           "--tp_size", str(dep.stage_gpus)]
     if dep.pp > 1:
         cmd += ["--pp_size", str(dep.pp)]
     if model.is_moe and dep.ep > 1:
@@ -158,22 +264,122 @@ def _trtllm(model, dep, wl, notes) -> list[str]:
     return cmd
 
 
-_BUILDERS = {"sglang": _sglang, "vllm": _vllm, "trtllm": _trtllm}
+def _cpu_moe_layers(model: ModelSpec, dep: Deployment) -> int:
+    """llama.cpp's --n-cpu-moe for moesym's expert cache of C of E experts per MoE layer on the
+    device: llama.cpp keeps whole layers' experts on the CPU, so the same share of expert weights
+    on the device is C/E of the MoE layers, the rest (rounded) on the CPU."""
+    share = min(dep.expert_cache, model.num_experts) / model.num_experts
+    return round(model.moe_layers * (1 - share))
 
 
-def launch_command(engine: str, model: ModelSpec, dep: Deployment, wl: Workload) -> dict:
-    """``{"engine", "command", "notes"}``: the engine's launch line for this deployment, and what
-    it cannot say as a flag. Multi-node instances need the engine's node flags added."""
-    if engine not in _BUILDERS:
-        raise MoesymError(f"--emit {engine!r}: use {', '.join(ENGINES)}")
+def _context_tokens(wl: Workload) -> int:
+    """KV positions one request holds: the prompt and its output (serve), else the context."""
+    return wl.isl + wl.osl if wl.phase is Phase.SERVE else wl.context
+
+
+def _llamacpp(model, dep, wl, notes) -> tuple[list[str], list[str]]:
+    recipe = dep.weight_recipe(model.is_moe)
+    repo = checkpoint(model, recipe, notes, gguf=True)
+    quant = (recipe.mix or recipe.moe).upper()
+    src = ["-hf", f"{repo}:{quant}"] if not repo.startswith("<") else ["-m", repo]
+    if not repo.startswith("<"):
+        notes.append(f"-hf {repo}:{quant} downloads the file of that quantization from the "
+                     "repository (check that it lists one)")
+    requests = 1 if wl.phase is Phase.PREFILL else wl.batch
+    server = ["llama-server", *src, "-ngl", "999", "-fa", "on",
+              "-c", str(_context_tokens(wl) * requests), "-np", str(requests)]
+    bench = ["llama-bench", *src, "-ngl", "999", "-fa", "1"]
+    if _budget(wl):  # the step's tokens: llama.cpp's logical batch and its ubatch
+        server += ["-b", str(_budget(wl)), "-ub", str(_budget(wl))]
+        bench += ["-b", str(_budget(wl)), "-ub", str(_budget(wl))]
+    if wl.phase is Phase.PREFILL:
+        bench += ["-p", str(wl.tokens or wl.context), "-n", "0"]
+    elif wl.phase is Phase.SERVE:
+        bench += ["-p", str(wl.isl), "-n", str(wl.osl)]
+    else:
+        bench += ["-p", "0", "-n", "128", "-d", str(wl.context)]
+    if wl.batch > 1 and wl.phase is not Phase.PREFILL:
+        notes.append(f"llama-bench times one sequence; the batch of {wl.batch} is llama-server's "
+                     f"-np {wl.batch} slots")
+    if dep.kv == "fp8":
+        server += ["-ctk", "q8_0", "-ctv", "q8_0"]
+        bench += ["-ctk", "q8_0", "-ctv", "q8_0"]
+        notes.append("FP8 KV cache: llama.cpp has none; q8_0 (8.5 bits per value) is its nearest")
+    if model.is_moe and dep.expert_cache is not None and dep.expert_cache < model.num_experts:
+        n = _cpu_moe_layers(model, dep)
+        server += ["--n-cpu-moe", str(n)]
+        bench += ["--n-cpu-moe", str(n)]
+        notes.append(f"expert cache of {dep.expert_cache} of {model.num_experts} experts per "
+                     f"layer: llama.cpp keeps whole layers' experts on the CPU, --n-cpu-moe {n} "
+                     f"of {model.moe_layers} holds the same share on the GPU (or -ot "
+                     f"'blk\\.N\\.ffn_.*_exps\\.=CPU' per layer); it computes them on the CPU "
+                     "(moesym's --expert-placement host-compute) and copies them to the GPU for "
+                     "large batches")
+    if dep.gpus > 1:
+        server += ["-sm", "layer"]
+        bench += ["-sm", "layer"]
+        notes.append(f"{dep.gpus} GPUs: llama.cpp splits the layers between them (-sm layer), "
+                     f"one after the other; the TP {dep.tp} / EP {dep.ep} layout modelled has no "
+                     "llama.cpp equivalent")
+    if dep.mtp:
+        notes.append("speculative decoding: llama.cpp takes a draft model (-md FILE); MTP heads "
+                     "are not emitted")
+    return server, bench
+
+
+def _mlx(model, dep, wl, notes) -> tuple[list[str], list[str]]:
+    repo = checkpoint(model, dep.weight_recipe(model.is_moe), notes)
+    server = ["mlx_lm.server", "--model", repo]
+    gen = ["mlx_lm.generate", "--model", repo]
+    if wl.phase is not Phase.PREFILL:
+        server += ["--decode-concurrency", str(wl.batch)]
+    if _budget(wl):
+        server += ["--prefill-step-size", str(_budget(wl))]
+        gen += ["--prefill-step-size", str(_budget(wl))]
+    prompt = wl.isl if wl.phase is Phase.SERVE else (wl.tokens or wl.context)
+    gen += ["--prompt", f"<a prompt of {prompt} tokens>",
+            "--max-tokens", str(wl.osl if wl.phase is Phase.SERVE else
+                                1 if wl.phase is Phase.PREFILL else 128)]
+    notes.append("mlx_lm.generate runs one prompt: replace the placeholder prompt with text of "
+                 "that length")
+    if dep.kv == "fp8":
+        server += ["--kv-bits", "8"]
+        gen += ["--kv-bits", "8"]
+        notes.append("FP8 KV cache: MLX quantizes the KV cache to 8-bit integers with group "
+                     "scales (--kv-bits 8), its nearest")
+    if dep.expert_cache is not None:
+        notes.append("expert cache: MLX keeps every weight in unified memory; no offload flag")
+    if dep.mtp:
+        notes.append("speculative decoding: mlx_lm takes a draft model (--draft-model); MTP "
+                     "heads are not emitted")
+    return server, gen
+
+
+_BUILDERS = {"sglang": _sglang, "vllm": _vllm, "trtllm": _trtllm, "llama.cpp": _llamacpp,
+             "mlx": _mlx}
+
+
+def launch_command(engine: str, model: ModelSpec, dep: Deployment, wl: Workload,
+                   hw=None) -> dict:
+    """``{"engine", "command", "notes"}`` (llama.cpp and MLX add ``bench``: a llama-bench or
+    mlx_lm.generate line of the same settings): the engine's launch line for this deployment,
+    and what it cannot say as a flag. Multi-node instances need the engine's node flags added.
+    An engine that cannot run on ``hw`` or load the weights is refused (:func:`check_engine`)."""
+    check_engine(engine, hw, dep, model)
     notes: list[str] = []
     if dep.cp > 1:
         notes.append(f"context parallelism {dep.cp}: no launch flag emitted (engine-specific)")
-    if dep.expert_cache is not None:
-        notes.append("expert offload: engine-specific (llama.cpp --n-cpu-moe, KTransformers); "
-                     "not emitted")
+    if engine == "mlx" and getattr(hw, "vendor", "apple") != "apple":
+        notes.append(f"MLX on {hw.name}: its CUDA back end (pip install mlx[cuda12] or "
+                     "mlx[cuda13], as mlx-lm 0.32.2 lists it)")
     cmd = _BUILDERS[engine](model, dep, wl, notes)
+    out = {"engine": engine}
+    if isinstance(cmd, tuple):
+        out["command"], out["bench"] = shlex.join(cmd[0]), shlex.join(cmd[1])
+    else:
+        out["command"] = shlex.join(cmd)
     if dep.nodes > 1:
         notes.append(f"{dep.nodes} nodes: add the engine's multi-node flags (node count, rank, "
                      "rendezvous address) on each node")
-    return {"engine": engine, "command": shlex.join(cmd), "notes": notes}
+    out["notes"] = notes
+    return out

@@ -25,10 +25,15 @@ def _launch(capsys, *argv):
     return json.loads(capsys.readouterr().out)["launch"]
 
 
+def _is_flag(word) -> bool:
+    """``--x`` or ``-x`` (llama.cpp's short flags), not a negative number."""
+    return word is not None and len(word) > 1 and word[0] == "-" and not word[1].isdigit()
+
+
 def _pairs(command: str) -> set:
     words = shlex.split(command)
-    return {(a, b if not b.startswith("--") else None) for a, b in zip(words, words[1:] + [""])
-            if a.startswith("--")}
+    return {(a, b if not _is_flag(b) else None) for a, b in zip(words, words[1:] + [""])
+            if _is_flag(a)}
 
 
 def test_sglang_large_scale_ep_decode(capsys):
@@ -117,13 +122,14 @@ def _flag_problems(engine: str, command: str, fixture: dict) -> list[str]:
     known, deprecated = set(fixture["flags"]), set(fixture.get("deprecated", ()))
     choices, keys = fixture.get("choices", {}), fixture.get("config_keys", {})
     words = shlex.split(command)
+    if words[:2] == ["python", "-m"]:  # python's own -m, not the engine's
+        words = words[3:]
     problems = []
     for flag, value in zip(words, words[1:] + [None]):
-        if not flag.startswith("--"):
+        if not _is_flag(flag):
             continue
         flag, eq, inline = flag.partition("=")
-        value = inline if eq else (value if value is None or not value.startswith("--")
-                                   else None)
+        value = inline if eq else (None if _is_flag(value) else value)
         where = f"{engine} {fixture['version']}: {flag}"
         if flag not in known:
             problems.append(f"{where} is not a flag")
@@ -145,14 +151,14 @@ def test_the_fixture_is_the_engines_moesym_targets():
     """The fixture was read from the SGLang version emit.py names, and says how it was read."""
     assert ENGINE_FLAGS["sglang"]["version"] == "0.5.23"
     assert f"SGLang {ENGINE_FLAGS['sglang']['version']}" in emit.__doc__
-    for engine in emit.ENGINES:
+    for engine in emit.GPU_ENGINES:
         fx = ENGINE_FLAGS[engine]
         assert fx["source"]
         if fx["flags"] is not None:
             assert len(fx["flags"]) > 100 and all(f.startswith("--") for f in fx["flags"])
 
 
-@pytest.mark.parametrize("engine", emit.ENGINES)
+@pytest.mark.parametrize("engine", emit.GPU_ENGINES)
 @pytest.mark.parametrize("case", sorted(DEPLOYMENTS))
 def test_every_emitted_flag_is_in_the_engine_parser(capsys, engine, case):
     fixture = ENGINE_FLAGS[engine]
@@ -231,3 +237,134 @@ def test_trtllm_notes_what_it_cannot_say_as_a_flag(cli_json):
     for needle in ("FP8 KV cache", "16 redundant experts", "2 micro-batches",
                    "attention DP 8 x TP 2"):
         assert needle in notes, needle
+
+
+# ------------------------------------------------------------------------------------------------
+# Single-device engines: llama.cpp (llama-server, llama-bench) and MLX (mlx_lm.server, generate),
+# checked against the flags their own parsers register (read offline into engine_flags.json)
+# ------------------------------------------------------------------------------------------------
+
+_4090 = ["predict", "qwen3-30b-a3b", "--hardware", "rtx-4090"]
+_MAC = ["predict", "qwen3-30b-a3b", "--hardware", "m2-max"]
+SINGLE_DEVICE = {
+    "llama.cpp": {
+        "offload-decode": [*_4090, "--phase", "decode", "--batch", "1", "--context", "8192",
+                           "--weights", "Q4_K_M", "--expert-cache", "64"],
+        "serve-kv-q8": ["predict", "qwen3-8b", "--hardware", "rtx-5090", "--phase", "serve",
+                        "--isl", "2048", "--osl", "256", "--batch", "4", "--weights", "q8_0",
+                        "--kv", "fp8", "--chunk", "512"],
+        "prefill-mac": [*_MAC, "--phase", "prefill", "--tokens", "2048", "--context", "2048",
+                        "--weights", "q4_0"],
+        "two-gpus": ["predict", "qwen3-235b-a22b", "--hardware", "h100", "--gpus", "4", "--phase",
+                     "decode", "--batch", "8", "--weights", "q4_k_m", "--mtp", "1"],
+        "gpt-oss-mxfp4": ["predict", "gpt-oss-120b", "--hardware", "rtx-5090", "--phase", "decode",
+                          "--batch", "1", "--weights", "mxfp4", "--expert-cache", "32"],
+    },
+    "mlx": {
+        "decode": [*_MAC, "--phase", "decode", "--batch", "4", "--context", "4096", "--weights",
+                   "mlx-4bit"],
+        "serve-kv8": [*_MAC, "--phase", "serve", "--isl", "512", "--osl", "128", "--batch", "4",
+                      "--weights", "mlx-8bit", "--kv", "fp8", "--chunk", "512"],
+        "prefill-bf16": ["predict", "qwen3-8b", "--hardware", "m4-max", "--phase", "prefill",
+                         "--tokens", "1024", "--context", "1024"],
+    },
+}
+
+
+def test_single_device_fixtures_name_their_sources():
+    """The llama.cpp and MLX flag lists were read from the versions emit.py names."""
+    for tools in (emit.TOOLS["llama.cpp"], emit.TOOLS["mlx"]):
+        for tool in tools:
+            fx = ENGINE_FLAGS[tool]
+            assert fx["source"] and len(fx["flags"]) > 20
+            assert all(f.startswith("-") for f in fx["flags"])
+    assert ENGINE_FLAGS["llama-server"]["version"] == "0.3.36"
+    assert "llama-cpp-python 0.3.36" in emit.__doc__
+    assert ENGINE_FLAGS["mlx_lm.server"]["version"] == "0.32.2"
+    assert "mlx-lm 0.32.2" in emit.__doc__
+
+
+@pytest.mark.parametrize("engine,case", [(e, c) for e in SINGLE_DEVICE for c in SINGLE_DEVICE[e]])
+def test_single_device_lines_pass_their_parsers(capsys, engine, case):
+    launch = _launch(capsys, *SINGLE_DEVICE[engine][case], "--emit", engine)
+    server, bench = emit.TOOLS[engine]
+    assert launch["engine"] == engine
+    assert launch["command"].startswith(server) and launch["bench"].startswith(bench)
+    assert _flag_problems(server, launch["command"], ENGINE_FLAGS[server]) == []
+    assert _flag_problems(bench, launch["bench"], ENGINE_FLAGS[bench]) == []
+
+
+def test_llamacpp_offload_and_settings(capsys):
+    """Qwen3-30B-A3B on an RTX 4090 with 64 of its 128 experts per layer on the GPU: llama.cpp
+    keeps whole layers' experts on the CPU, so the same half of the expert weights is 24 of its
+    48 MoE layers (--n-cpu-moe 24). Four 2304-token requests: -c 4 x 2304 = 9216, -np 4."""
+    c = _launch(capsys, *SINGLE_DEVICE["llama.cpp"]["offload-decode"], "--emit", "llama.cpp")
+    for line in (c["command"], c["bench"]):
+        assert ("--n-cpu-moe", "24") in _pairs(line) and ("-ngl", "999") in _pairs(line)
+    assert ("-hf", "Qwen/Qwen3-30B-A3B-GGUF:Q4_K_M") in _pairs(c["command"])
+    assert {("-c", "8192"), ("-np", "1"), ("-fa", "on")} <= _pairs(c["command"])
+    assert {("-p", "0"), ("-n", "128"), ("-d", "8192")} <= _pairs(c["bench"])
+    s = _launch(capsys, *SINGLE_DEVICE["llama.cpp"]["serve-kv-q8"], "--emit", "llama.cpp")
+    assert {("-c", str(4 * (2048 + 256))), ("-np", "4"), ("-b", "512"), ("-ub", "512"),
+            ("-ctk", "q8_0"), ("-ctv", "q8_0")} <= _pairs(s["command"])
+    assert {("-p", "2048"), ("-n", "256")} <= _pairs(s["bench"])
+    assert any("q8_0" in n and "FP8" in n for n in s["notes"])
+    g = _launch(capsys, *SINGLE_DEVICE["llama.cpp"]["gpt-oss-mxfp4"], "--emit", "llama.cpp")
+    assert ("--n-cpu-moe", str(round(36 * (1 - 32 / 128)))) in _pairs(g["command"])  # 27
+
+
+def test_mlx_lines(capsys):
+    c = _launch(capsys, *SINGLE_DEVICE["mlx"]["serve-kv8"], "--emit", "mlx")
+    assert {("--model", "mlx-community/Qwen3-30B-A3B-8bit"), ("--decode-concurrency", "4"),
+            ("--prefill-step-size", "512"), ("--kv-bits", "8")} <= _pairs(c["command"])
+    assert ("--max-tokens", "128") in _pairs(c["bench"])
+    p = _launch(capsys, *SINGLE_DEVICE["mlx"]["prefill-bf16"], "--emit", "mlx")
+    assert ("--model", "Qwen/Qwen3-8B") in _pairs(p["command"])  # the model's own BF16 weights
+
+
+def test_a_renamed_llamacpp_flag_fails():
+    fx = ENGINE_FLAGS["llama-server"]
+    renamed = {**fx, "flags": [f for f in fx["flags"] if f != "-ngl"]}
+    assert _flag_problems("llama-server", "llama-server -m f.gguf -ngl 99", fx) == []
+    assert _flag_problems("llama-server", "llama-server -m f.gguf -ngl 99", renamed) == [
+        f"llama-server {fx['version']}: -ngl is not a flag"]
+    assert _flag_problems("llama-server", "llama-server -fa maybe", fx)  # on, off, auto
+
+
+@pytest.mark.parametrize("engine", emit.GPU_ENGINES)
+def test_apple_silicon_refuses_cuda_engines(capsys, engine):
+    assert main([*_MAC, "--phase", "decode", "--weights", "mlx-4bit", "--emit", engine]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Apple silicon" in err[0]
+    assert "--emit llama.cpp or --emit mlx" in err[0]
+
+
+@pytest.mark.parametrize("argv,engine,needle", [
+    ([*_4090, "--weights", "q4_k_m", "--expert-cache", "64"], "vllm", "--emit llama.cpp"),
+    (["predict", "qwen3-8b", "--hardware", "h100", "--weights", "q4_k_m"], "sglang",
+     "--emit llama.cpp"),
+    (["predict", "qwen3-8b", "--hardware", "h100", "--weights", "mlx-4bit"], "vllm", "--emit mlx"),
+    (["predict", "qwen3-8b", "--hardware", "h100", "--weights", "awq"], "llama.cpp", "GGUF"),
+    (["predict", "qwen3-8b", "--hardware", "m2-max", "--weights", "q4_0"], "mlx", "mlx-4bit"),
+    (["predict", "deepseek-v3", "--hardware", "h100", "--gpus", "16", "--weights", "q4_k_m"],
+     "llama.cpp", "one machine"),
+])
+def test_engines_that_cannot_run_it_are_refused(capsys, argv, engine, needle):
+    assert main([*argv, "--phase", "decode", "--emit", engine]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--emit {engine}" in err[0] and needle in err[0]
+
+
+def test_checkpoint_matches_the_weights(capsys):
+    """A w4 checkpoint for a w4 deployment: Qwen's GPTQ-Int4 repository where it exists, else a
+    placeholder in angle brackets and a note (never the BF16 repository)."""
+    base = ["predict", "qwen3-30b-a3b", "--hardware", "h100", "--phase", "decode"]
+    g = _launch(capsys, *base, "--weights", "gptq", "--emit", "vllm")
+    assert shlex.split(g["command"])[2] == "Qwen/Qwen3-30B-A3B-GPTQ-Int4"
+    a = _launch(capsys, *base, "--weights", "awq", "--emit", "sglang")
+    path = dict(_pairs(a["command"]))["--model-path"]
+    assert path.startswith("<") and "awq" in path and "Qwen/Qwen3-30B-A3B" in path
+    assert any("placeholder" in n for n in a["notes"])
+    f = _launch(capsys, "predict", "deepseek-v3", "--hardware", "h200", "--gpus", "8",
+                "--weights", "fp8", "--phase", "decode", "--emit", "vllm")
+    assert shlex.split(f["command"])[2] == "deepseek-ai/DeepSeek-V3"  # it ships FP8

@@ -442,6 +442,8 @@ def emit_json(obj) -> None:
 def print_launch(launch: dict, indent: str = "") -> None:
     """An engine launch command (:func:`moesym.emit.launch_command`) and its notes, as text."""
     print(f"{indent}{launch['engine']}: {launch['command']}")
+    if "bench" in launch:  # llama-bench / mlx_lm.generate with the same settings
+        print(f"{indent}{launch['engine']} bench: {launch['bench']}")
     for note in launch["notes"]:
         print(f"{indent}  note: {note}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..emit import ENGINES
 from ..optimize import disaggregate, optimize
 from . import COMMANDS
 from .common import (add_deployment, add_json, add_model_hw, add_serve_lengths, deployment_from,
@@ -38,7 +39,7 @@ def register(sub) -> None:
     p.add_argument("--disaggregate", default=None, metavar="IN:OUT",
                    help="also size prefill/decode pools for prompts of IN and outputs of OUT tokens")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="write the Pareto front")
-    p.add_argument("--emit", choices=("sglang", "vllm", "trtllm"), default=None,
+    p.add_argument("--emit", choices=ENGINES, default=None,
                    help="also print the engine's launch command for the best deployment")
     p.add_argument("--report", default=None, metavar="FILE.html",
                    help="also write the report page of the best deployment, with the Pareto front")
@@ -101,6 +102,10 @@ def run(args) -> int:
                               "token counts (prompt and output lengths), e.g. 4096:1024") from None
     model, hw = model_hw_from(args)
     base = deployment_from(args)
+    if args.emit:  # an engine that cannot run here is refused before the search
+        from ..emit import check_engine
+
+        check_engine(args.emit, hw, base, model)
     lengths = ()
     dist = args.context_dist if args.phase == "decode" else args.isl_dist
     if dist is not None:
@@ -133,7 +138,7 @@ def run(args) -> int:
                                              tpot_s=args.tpot_ms / 1e3 if args.tpot_ms else None,
                                              base=base)
     if args.emit:
-        out["launch"] = _launch(args, model, base, r.best)
+        out["launch"] = _launch(args, model, hw, base, r.best)
     if args.report:
         from .report import write_report
 
@@ -196,12 +201,12 @@ def _best_deployment(args, model, base, best: dict):
     return dep, wl
 
 
-def _launch(args, model, base, best: dict) -> dict:
+def _launch(args, model, hw, base, best: dict) -> dict:
     """The launch command of the optimizer's best deployment at its batch (or tokens)."""
     from ..emit import launch_command
 
     dep, wl = _best_deployment(args, model, base, best)
-    return launch_command(args.emit, model, dep, wl)
+    return launch_command(args.emit, model, dep, wl, hw)
 
 
 def _run_sla(args) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..emit import ENGINES
 from ..model.report import BREAKDOWN_KEYS
 from . import COMMANDS
 from .common import (add_deployment, add_json, add_model_hw, add_workload, deployment_from, emit_json,
@@ -21,7 +22,7 @@ def register(sub) -> None:
     p.add_argument("--timeline", nargs="?", const=True, default=None, metavar="FILE.png",
                    help="print one steady-state layer of the overlap schedule, operation by "
                         "operation (JSON key timeline); with FILE.png also draw it")
-    p.add_argument("--emit", choices=("sglang", "vllm", "trtllm"), default=None,
+    p.add_argument("--emit", choices=ENGINES, default=None,
                    help="also print the engine's launch command for this deployment (JSON key "
                         "launch)")
     p.set_defaults(func=run)
@@ -37,6 +38,10 @@ def run(args) -> int:
 
         raise MoesymError(f"--emit {args.emit}: a GPU serving engine's launch line; a --mesh "
                           "deployment runs on Tenstorrent's stack, which moesym does not emit")
+    if args.emit:  # an engine that cannot run here is refused before any work
+        from ..emit import check_engine
+
+        check_engine(args.emit, hw, dep, model)
     r = predict(model, hw, dep, wl)
     if dep.layout in ("per-token", "grouped", "fused") and model.is_moe:  # seed 003's granularity
         from ..model.dispatch import dispatch_parallelism
@@ -67,7 +72,7 @@ def run(args) -> int:
 
         if "serve" in r:  # the chunk the prediction used (the engine's default when not given)
             wl = replace(wl, chunk=r["serve"]["chunk_tokens"])
-        r["launch"] = launch_command(args.emit, model, dep, wl)
+        r["launch"] = launch_command(args.emit, model, dep, wl, hw)
     if args.plot:
         from ..plots import breakdown_bar
 

@@ -36,6 +36,7 @@ from ..errors import SpecError
 from ..model.bindings import bindings, memory_workload_values
 from ..specs.deployment import A2AMode, Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
+from ..specs.precision import file_type_bytes
 from ..specs.model import ModelSpec
 from ..symbols import S, by_name
 from ..terms.attention import INDEX_KEY_SCALE_BYTES
@@ -268,10 +269,16 @@ def memory_bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Wor
     v = bindings(model, hw, dep, wl)
     fmts = weight_formats(dep.weights, hw, model.is_moe)
     g = dep.group_size
-    v[S.w_bytes] = weight_bytes_per_param(fmts.gemm, opts.fp4_scale_group, g)
-    v[S.w_bytes_expert] = weight_bytes_per_param(fmts.routed, opts.fp4_scale_group, g)
-    v[S.w_bytes_dense] = weight_bytes_per_param(fmts.dense, opts.fp4_scale_group, g)
-    v[S.w_bytes_hp] = weight_bytes_per_param(fmts.high_precision)
+    mix = file_type_bytes(dep.weight_recipe(model.is_moe), model)
+    if mix:  # a llama.cpp file type: each class's tensors' average (moesym.specs.gguf)
+        for symbol, c in ((S.w_bytes, "attn"), (S.w_bytes_expert, "moe"),
+                          (S.w_bytes_dense, "dense"), (S.w_bytes_hp, "hp")):
+            v[symbol] = mix[c]
+    else:
+        v[S.w_bytes] = weight_bytes_per_param(fmts.gemm, opts.fp4_scale_group, g)
+        v[S.w_bytes_expert] = weight_bytes_per_param(fmts.routed, opts.fp4_scale_group, g)
+        v[S.w_bytes_dense] = weight_bytes_per_param(fmts.dense, opts.fp4_scale_group, g)
+        v[S.w_bytes_hp] = weight_bytes_per_param(fmts.high_precision)
     v.update({
         S.n_sliding_layers: model.sliding_layers / dep.pp, S.window: model.sliding_window or 1,
         S.n_mtp_layers: opts.mtp_layers, S.hc_mult: opts.residual_streams(model),

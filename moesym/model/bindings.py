@@ -101,7 +101,7 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
 
     from ..kernels.calib import kernel_calib
     from ..engines import load_engine
-    from ..specs.precision import FORMATS, bytes_per_element, storage_format
+    from ..specs.precision import FORMATS, bytes_per_element, file_type_bytes, storage_format
 
     hw = load_engine(dep.engine).hardware(hw)  # the engine's kernel switches
     calib = kernel_calib(hw)
@@ -115,6 +115,7 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
                           f"{runs} and the weights occupy {storage_format(fmt, hw.peaks_flops)} "
                           "bytes in memory", stacklevel=2)
     w_bytes = {c: bytes_per_element(f, dep.group_size) for c, f in stored.items()}
+    w_bytes.update(file_type_bytes(recipe, model) or {})  # a GGUF file's per-tensor mix
     m = model
     v = {
         S.hidden: m.hidden_size, S.vocab: m.vocab_size, S.heads: m.num_heads,

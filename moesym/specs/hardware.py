@@ -114,6 +114,7 @@ class HardwareSpec:
     host_unified: bool = False
     # the engine's custom all-reduce for small TP messages ([allreduce]); None: NCCL's ring only
     allreduce: CustomAllReduce | None = None
+    vendor: str = ""  # "apple": Apple silicon (Metal: no CUDA serving engine runs there)
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; raises if the GPU has no such tensor-core format."""
@@ -242,6 +243,7 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
         sram_bytes=_positive(raw["sram_MB"], f"{where} sram_MB") * 1e6 if "sram_MB" in raw else 0.0,
         host_unified=unified,
         allreduce=_allreduce(raw.get("allreduce"), where),
+        vendor=str(raw.get("vendor", "")).lower(),
     )
 
 

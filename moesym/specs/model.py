@@ -23,10 +23,10 @@ from typing import Any, Mapping
 
 from .._toml import load_toml
 from ..errors import SpecError
+from .precision import FORMATS as _DTYPES  # a checkpoint's weights: any --weights format
 
 __all__ = ["ModelSpec", "load_model", "builtin_models", "from_hf_config"]
 
-_DTYPES = ("bf16", "fp8", "fp4")
 
 
 @dataclass(frozen=True)
@@ -344,6 +344,19 @@ def _hf_weight_dtype(q: Any, where: str) -> str:
     method = str(q.get("quant_method", "")).lower()
     algo = str(q.get("quant_algo", "")).lower()
     fmt = str(q.get("fmt", q.get("format", ""))).lower()
+    if method in ("awq", "gptq"):  # AutoAWQ / GPTQ: int4 with fp16 scales and zero points
+        if q.get("bits") != 4:
+            raise SpecError(f"{where}: quantization_config {method} with bits "
+                            f"{q.get('bits')!r}: moesym models 4-bit {method} (bits 4)")
+        if q.get("group_size", 128) != 128:
+            import warnings
+
+            warnings.warn(f"{where}: quantization_config group_size {q.get('group_size')!r}: "
+                          f"pass --group-size with --weights {method} (its default is 128)",
+                          stacklevel=3)
+        return method
+    if method == "modelopt" and algo == "fp8":  # ModelOpt FP8: one scale per tensor
+        return "modelopt-fp8"
     if "fp4" in method or "fp4" in algo or "mxfp4" in fmt or "nvfp4" in fmt:
         return "fp4"
     if method in ("fp8", "fbgemm_fp8") or "fp8" in algo or fmt in ("e4m3", "float-quantized"):
@@ -356,8 +369,12 @@ def _hf_weight_dtype(q: Any, where: str) -> str:
                 return "fp8"
             if w.get("num_bits") == 4 and w.get("type") == "float":
                 return "fp4"
+            if w.get("num_bits") == 4 and w.get("type") == "int" \
+                    and not (g or {}).get("input_activations"):
+                return "w4a16"  # compressed-tensors W4A16: int4 weights, 16-bit activations
     raise SpecError(f"{where}: quantization_config with quant_method {method!r} is not supported; "
-                    f"use an fp8 or fp4 checkpoint or remove quantization_config")
+                    f"use an fp8, fp4, awq, gptq, modelopt or compressed-tensors checkpoint or "
+                    f"remove quantization_config")
 
 
 def _config_name(raw: Mapping[str, Any], path: Path) -> str:

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from ..errors import SpecError
 
 __all__ = ["FORMATS", "GGUF_TYPES", "ALIASES", "COMPONENTS", "canonical", "WeightFormat", "WeightRecipe", "bytes_per_element",
-           "storage_format", "compute_format", "quantizes_activations"]
+           "storage_format", "compute_format", "quantizes_activations", "file_type_bytes"]
 
 
 @dataclass(frozen=True)
@@ -135,8 +135,9 @@ def canonical(name: str) -> str:
 def _format(name: str, flag: str = "--weights") -> WeightFormat:
     key = canonical(name)
     if key not in FORMATS:
-        raise SpecError(f"{flag} {name!r}: use one of {', '.join(FORMATS)} (any case; or per "
-                        "component: moe=fp4,attn=fp8,dense=bf16)")
+        raise SpecError(f"{flag} {name!r}: use one of {', '.join(FORMATS)}, a llama.cpp file "
+                        "type (q4_k_m, q4_k_s, q5_k_m, q5_k_s; any case) or per component: "
+                        "moe=fp4,attn=fp8,dense=bf16")
     return FORMATS[key]
 
 
@@ -179,13 +180,22 @@ class WeightRecipe:
     attn: str
     moe: str
     dense: str
+    #: a llama.cpp file type (``q4_k_m``; a GGUF type given alone, ``q8_0``): each class's
+    #: tensors follow llama-quantize's per-tensor rules (:mod:`moesym.specs.gguf`); the three
+    #: components above then name its default block type
+    mix: str = ""
 
     @staticmethod
     def parse(text: str, is_moe: bool = True) -> "WeightRecipe":
         """``fp8`` (every component) or ``moe=fp4,attn=fp8,dense=bf16`` (unnamed components
         BF16). A single 4-bit float format on an MoE model is an FP4 MoE checkpoint (gpt-oss,
         DeepSeek-R1-FP4): the routed experts in it, the other GEMMs FP8."""
+        from .gguf import FILE_TYPES
+
         text = str(text).strip().lower()
+        if "=" not in text and text in FILE_TYPES:  # a GGUF file of llama-quantize's making
+            base = FILE_TYPES[text]
+            return WeightRecipe(attn=base, moe=base, dense=base, mix=text)
         if "=" not in text:
             _format(text)
             text = canonical(text)
@@ -200,9 +210,24 @@ class WeightRecipe:
                                 f"{', '.join(COMPONENTS)} (e.g. moe=fp4,attn=fp8,dense=bf16)")
             if key in parts:
                 raise SpecError(f"--weights {text!r}: {key} is given twice")
+            if value in FILE_TYPES and value not in FORMATS:
+                raise SpecError(f"--weights {text!r}: {value} is a llama.cpp file type (a "
+                                f"recipe for every tensor): give it alone, or a block type "
+                                f"({FILE_TYPES[value]}) per component")
             _format(value, f"--weights {key}=")
             parts[key] = canonical(value)
         return WeightRecipe(**{c: parts.get(c, "bf16") for c in COMPONENTS})
 
     def formats(self) -> set[str]:
         return {self.attn, self.moe, self.dense}
+
+
+def file_type_bytes(recipe: WeightRecipe, model) -> dict | None:
+    """``{attn, moe, dense, hp: bytes per element}`` of a llama.cpp file type's tensors in
+    ``model`` (:func:`moesym.specs.gguf.component_bytes`; ``hp``: embeddings and LM head), or
+    None where the recipe is not one."""
+    if not recipe.mix:
+        return None
+    from .gguf import component_bytes
+
+    return component_bytes(model, recipe.mix)
