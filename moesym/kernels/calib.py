@@ -60,6 +60,10 @@ dequant_pass_rows                   0        a GEMM of more rows on a block form
                                              llama.cpp CUDA MMQ_MAX_BATCH_SIZE 32, PR #3776)
 ==================================  =======  ===============================================
 
+A ``[kernel.engines.NAME]`` sub-table holds the same keys for one engine's kernels on that device
+(llama.cpp's matrix-vector bandwidth, unpack rate, dequantization pass): a deployment with
+``--engine NAME`` takes them over the table (:meth:`moesym.engines.EngineProfile.hardware`).
+
 >>> from moesym.kernels.calib import parse_kernel_calib
 >>> c = parse_kernel_calib({"tile_m_rows": 64, "launch_us": 4.0}, "x.toml")
 >>> c.tile_m_rows, c.launch_s
