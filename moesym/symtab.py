@@ -115,6 +115,12 @@ TABLE: tuple[tuple[str, str, str, str, str, dict], ...] = (
     ("zipf_rate", "Lambda_z", "1", "successive-sampling rate solving sum_i (1 - exp(-Lambda_z p_i)) = k", "routing", {"positive": True}),
     ("cache_experts", "C_x", "experts", "routed experts per MoE layer resident in GPU memory (expert cache)", "deployment", {"positive": True}),
     ("expert_buffer_tokens", "T_buf", "tokens", "rows per local expert in a batched activation buffer", "deployment", {"positive": True}),
+    ("t_unpack", "tau_uq", "s", "matrix-vector kernel time to unpack one attention-projection weight element held in a block format (0: held as computed)", "calibration", {"nonnegative": True}),
+    ("t_unpack_expert", "tau_ue", "s", "matrix-vector kernel time to unpack one routed-expert weight element (0: held as computed)", "calibration", {"nonnegative": True}),
+    ("t_unpack_dense", "tau_ud", "s", "matrix-vector kernel time to unpack one shared-expert or dense-FFN weight element (0: held as computed)", "calibration", {"nonnegative": True}),
+    ("b_pass", "b_dq", "bytes", "bytes per attention-projection weight element a separate dequantization pass moves before a 16-bit GEMM (packed read + 16-bit write; 0: no pass)", "calibration", {"nonnegative": True}),
+    ("b_pass_expert", "b_dqe", "bytes", "the same for a routed-expert weight element", "calibration", {"nonnegative": True}),
+    ("b_pass_dense", "b_dqd", "bytes", "the same for a shared-expert or dense-FFN weight element", "calibration", {"nonnegative": True}),
     ("t_gemm_base", "tau_gb", "s", "grouped-GEMM time when every expert fits in one M tile", "calibration", {"nonnegative": True}),
     ("t_gemm_tile", "tau_gt", "s", "grouped-GEMM time added per extra M tile of one expert", "calibration", {"nonnegative": True}),
     # --- communication / overlap (moesym.terms.comm, moesym.model.overlap)

@@ -37,7 +37,7 @@ from .specs.deployment import A2AMode, Deployment, Phase, Workload
 from .specs.hardware import load_hardware
 from .specs.model import load_model
 
-__all__ = ["Case", "CASES", "SERVING_CASES", "ServingCase", "fit_serving", "load_cases", "run_case",
+__all__ = ["Case", "CASES", "LLAMA_BENCH_TABLE", "single_device_cases", "SERVING_CASES", "ServingCase", "fit_serving", "load_cases", "run_case",
            "serving_fits", "validate", "validate_serving"]
 
 _INFERSIM = ("InferSim README (alibaba/InferSim), table of actual throughput measured on "
@@ -90,6 +90,39 @@ CASES: tuple[Case, ...] = (
          setup="H20, 1 GPU, FP8, 64 requests, prompt 4096, output 2048 (mean KV length "
                "4096 + 2048/2)", infersim_error=-0.04),
 )
+
+
+# --- one device: llama.cpp's llama-bench on LLaMA 7B (pp512: a 512-token prompt in one step;
+# tg128: 128 tokens generated at batch 1 from an empty cache, mean KV length 64)
+_LLAMA_BENCH = "llama.cpp llama-bench (ggml-org/llama.cpp)"
+_M2_ULTRA = f"{_LLAMA_BENCH} PR #2917, master column (2023-08-30): Apple M2 Ultra, Metal"
+_RTX_4090 = f"{_LLAMA_BENCH} PR #4766 (2024-01-10, codellama-7b): NVIDIA RTX 4090, CUDA"
+#: (hardware, GGUF type, --weights format, pp512 tokens/s, tg128 tokens/s or None, source)
+LLAMA_BENCH_TABLE = (
+    ("m2-ultra", "Q8_0", "q8_0", 629.07, 62.05, _M2_ULTRA),
+    ("m2-ultra", "Q4_0", "q4_0", 629.60, 88.54, _M2_ULTRA),
+    ("m2-ultra", "Q4_1", "q4_1", 631.94, 83.63, _M2_ULTRA),
+    ("rtx-4090", "F16", "bf16", 11048.22, 61.03, _RTX_4090),
+    ("rtx-4090", "Q8_0", "q8_0", 7664.00, 98.13, _RTX_4090),
+    ("rtx-4090", "Q4_0", "q4_0", 7979.85, None, _RTX_4090),
+)
+TG_CONTEXT = 64  # mean KV length of tg128 from an empty cache
+
+
+def single_device_cases(engine: str = "llama.cpp") -> tuple[Case, ...]:
+    """:data:`LLAMA_BENCH_TABLE` as cases: pp512 (prefill of 512 tokens) and tg128 (decode at
+    batch 1) per device and format, on one device with ``engine``'s kernels."""
+    out = []
+    for hw, gguf, fmt, pp, tg, source in LLAMA_BENCH_TABLE:
+        dep = Deployment(gpus=1, weights=fmt, engine=engine)
+        out.append(Case(f"llama-7b-pp512-{hw}-{gguf}", "llama-7b", hw, dep,
+                        Workload(Phase.PREFILL, tokens=512, context=512), pp, source=source,
+                        setup=f"{hw}, LLaMA 7B {gguf}, llama-bench pp512"))
+        if tg is not None:
+            out.append(Case(f"llama-7b-tg128-{hw}-{gguf}", "llama-7b", hw, dep,
+                            Workload(Phase.DECODE, batch=1, context=TG_CONTEXT), tg,
+                            source=source, setup=f"{hw}, LLaMA 7B {gguf}, llama-bench tg128"))
+    return tuple(out)
 
 
 _THROUGHPUT = {"tokens_per_gpu_s"}

@@ -15,7 +15,7 @@ MIB = 2**20
 
 
 def test_builtins():
-    assert builtin_engines() == ["sglang", "vllm", "trtllm"]
+    assert builtin_engines() == ["sglang", "vllm", "trtllm", "llama.cpp", "mlx", "tt-metal"]
 
 
 def test_sglang_defaults():

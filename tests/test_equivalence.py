@@ -42,6 +42,11 @@ the GPUs got an ``[allreduce]`` table: TP all-reduces inside a node run as the e
 one-shot/two-shot kernel, and at EP 1 the MoE output is all-reduced instead of all-gathered and
 reduce-scattered. Step times moved -2.0% to +18.4% (A100's #16: +58.9%; its fused MoE is fitted
 on SGLang's Triton kernel).
+Entries #25, #27 and #28 (DeepSeek-V3 on H800 at a few requests per rank) were re-captured when
+a GEMM of at most 8 rows began to run as a matrix-vector kernel, not padded to a 64-row M tile
+(issue 32 item 2, issue 35; moesym.kernels.analytical.matvec_time): the attention projections of
+a few tokens are no longer timed as a padded tile. Step times of those points fell 1.7-3.2%;
+nothing else moved, and the optimize answers kept their deployments and batches.
 Entries #0-20 and #25-29 were re-captured when the host's step time began to overlap the GPU's
 (every engine profile runs an overlap scheduler: a step takes max(GPU, host), not the sum: the
 500 us host time vanishes under steps longer than it) and decode steps began to replay as CUDA

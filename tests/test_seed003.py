@@ -49,7 +49,9 @@ def test_apple_files_unified_memory(name):
     # seed 003's threadgroup shapes: 8 x 32 on M1/M2, 16 x 32 on M3/M4
     assert hw.kernel["tile_m_rows"] == (8 if name.startswith("m2") else 16)
     assert hw.kernel["tile_n_min_cols"] == hw.kernel["tile_n_max_cols"] == 32
-    assert str(hw.kernel["source"]).startswith("transferred")
+    # issue 35: the M2 Ultra is fitted on the open llama-bench table, the others transferred from it
+    fitted = str(hw.kernel["source"]).startswith("fit to the open llama-bench table")
+    assert fitted if name == "m2-ultra" else str(hw.kernel["source"]).startswith("transferred")
     assert set(hw.peaks_flops) == {"bf16"}  # no GPU INT8 / FP8 rate above FP16
 
 

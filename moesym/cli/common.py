@@ -135,9 +135,10 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
     g = p.add_argument_group("deployment")
     g.add_argument("--gpus", type=positive_int, default=1)
     g.add_argument("--engine", default="sglang", metavar="NAME|FILE.toml",
-                   help="serving engine whose defaults apply (prompt tokens per step in serve) "
-                        "and whose scheduler simulate and optimize --percentile run: sglang, "
-                        "vllm, trtllm or a profile file (default sglang)")
+                   help="serving engine whose defaults apply (prompt tokens per step in serve), "
+                        "whose scheduler simulate and optimize --percentile run, and whose "
+                        "kernels the hardware file times ([kernel.engines.NAME]): sglang, vllm, "
+                        "trtllm, llama.cpp, mlx, tt-metal or a profile file (default sglang)")
     g.add_argument("--gpus-per-node", type=positive_int, default=None,
                    help="GPUs per node (default: the hardware file's gpus_per_node)")
     if search:

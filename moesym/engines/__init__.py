@@ -23,7 +23,7 @@ is :func:`moesym.model.metrics.default_chunk_tokens`; ``max_running_requests = "
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
@@ -152,6 +152,22 @@ class EngineProfile:
     cuda_graph_max_batch_size_tp_below_4: int | None = None
     long_prefill_token_threshold: int | None = None
     host_step_s: float | None = None
+    # [ENGINE.kernel]: kernel-model switches of this engine's kernels over the hardware file's
+    # [kernel] (moesym.kernels.calib keys; e.g. llama.cpp's per-expert matrix-vector kernels)
+    kernel: Mapping[str, object] = field(default_factory=dict)
+
+    def hardware(self, hw):
+        """``hw`` with its ``[kernel.engines.<this engine>]`` values (this engine's kernels
+        fitted on that device) and this profile's ``kernel`` switches over its ``[kernel]``."""
+        from dataclasses import replace
+
+        from ..kernels.calib import ENGINES_KEY
+
+        own = dict(hw.kernel.get(ENGINES_KEY, {}) or {}).get(self.name, {})
+        if not own and not self.kernel:
+            return hw
+        base = {k: v for k, v in hw.kernel.items() if k != ENGINES_KEY}
+        return replace(hw, kernel={**base, **own, **self.kernel})
 
     def graph_batch_sizes(self, tp: int) -> tuple[int, ...]:
         """The decode batch sizes captured at tensor-parallel size ``tp``."""
@@ -268,7 +284,7 @@ _REQUIRED = ("version", "description", "policy", "mixed_chunk", "chunk_tokens",
              "overlap_scheduler", "prefill_order")
 _OPTIONAL = ("step_token_budget", "max_prefill_tokens", "running_requests_rule",
              "kv_memory_rule", *RETRACT_KEYS, "cuda_graph_max_batch_size_tp_below_4",
-             "long_prefill_token_threshold", "host_step_us")
+             "long_prefill_token_threshold", "host_step_us", "kernel")
 _RUNNING_KEYS = ("requests_per_context", "min_requests", "max_requests", "kv_tokens_per_request")
 _MIB_KEYS = ("base_mib", "parallel_mib_per_8_gpus", "decode_graph_mib_per_batch",
              "dp_graph_mib_per_batch_rank", "dp_graph_large_mib_per_batch_rank",
@@ -391,7 +407,19 @@ def _parse(name: str, raw: Mapping, where: str) -> EngineProfile:
         ignore_eos_full_reserve=opt("ignore_eos_full_reserve", c.flag),
         cuda_graph_max_batch_size_tp_below_4=opt("cuda_graph_max_batch_size_tp_below_4", c.count),
         long_prefill_token_threshold=opt("long_prefill_token_threshold", c.count, 0),
-        host_step_s=None if "host_step_us" not in raw else c.number("host_step_us") * 1e-6)
+        host_step_s=None if "host_step_us" not in raw else c.number("host_step_us") * 1e-6,
+        kernel=_kernel(c) if "kernel" in raw else {})
+
+
+def _kernel(c: _Checker) -> dict:
+    """The ``[ENGINE.kernel]`` switches, checked as a hardware file's ``[kernel]`` keys."""
+    from ..kernels.calib import parse_kernel_calib
+
+    raw = c.raw["kernel"]
+    if not isinstance(raw, Mapping):
+        c.fail("kernel", "expected a table", f"write it as [{c.table}.kernel]")
+    parse_kernel_calib(raw, f"{c.where} [{c.table}.kernel]")
+    return dict(raw)
 
 
 _BUILTIN: dict[str, EngineProfile] = {}

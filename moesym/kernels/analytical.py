@@ -24,7 +24,21 @@ The contiguous layout concatenates each expert's rows padded to the M tile; the 
 (decode with CUDA graphs) runs every expert's block at the given (maximum) rows. Both are the
 grouped form above with their own achieved tensor fraction ``eta_layout``.
 
-Time never falls when M, N or K grows, and never beats the roofline
+Matrix-vector kernels (``M <= mv_max_rows``, 8: llama.cpp's ``MMVQ_MAX_BATCH_SIZE`` in
+ggml-cuda/mmvq.cuh; Metal's ``mul_mv`` and MLX's quantized matmul likewise take a handful of rows
+without tiling M; cuBLAS picks GEMV-like kernels there) are not padded to an M tile: each row's
+dot products stream the weights once (:func:`matvec_time`)::
+
+    compute = groups 2 M N K / P
+    memory  = bytes / (eta_mv W) + unpack   (the weights' elements x tau_unpack where a block
+                                             format is unpacked in the kernel, in series)
+    time    = max(compute, memory) + tau_launch
+
+Dense GEMMs take it on every hardware kind; grouped (expert) GEMMs only where ``mv_grouped`` says
+the engine runs per-expert matrix-vector kernels (llama.cpp ``mul_mat_id``), since DeepGEMM,
+CUTLASS and Triton's fused MoE pad every expert to their M block.
+
+Time never falls when M, N or K grows (above the matrix-vector rows), and never beats the roofline
 ``max(2 M N K groups / P, bytes / W)`` (all fractions are <= 1 and padding only adds work).
 """
 
@@ -47,6 +61,7 @@ __all__ = [
     "gemm_bytes",
     "gemm_tiles",
     "gemm_time",
+    "matvec_time",
 ]
 
 
@@ -139,9 +154,36 @@ def gemm_bytes(m, n, k, groups=1, op_bytes=1, out_bytes=2):
     return groups * ((m * k + n * k) * op_bytes + m * n * out_bytes)
 
 
+def _below(m, rows, small, large):
+    """``small`` where ``m <= rows``, else ``large`` (numbers, arrays or SymPy)."""
+    if _is_sym(m, small, large):
+        m = sp.sympify(m)
+        if m.is_number:
+            return small if m <= rows else large
+        return sp.Piecewise((small, m <= rows), (large, True))
+    return np.where(np.asarray(m) <= rows, small, large)
+
+
+def matvec_time(m, n, k, *, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFAULTS, op_bytes=1,
+                out_bytes=2, groups=1, hbm_bytes=None, unpack_s=0) -> KernelTime:
+    """A matrix-vector kernel of ``groups`` problems of M x N x K, M a handful of rows (module
+    docstring): no M tile, the weights streamed once at ``mv_hbm_frac`` of the bandwidth, plus
+    ``unpack_s``, the time to unpack its weights where a block format is unpacked in the kernel.
+
+    >>> from dataclasses import replace
+    >>> c = replace(DEFAULTS, mv_hbm_frac=0.8)
+    >>> t = matvec_time(1, 4096, 4096, peak_flops=1e14, hbm_bw_Bps=1e12, calib=c, op_bytes=2)
+    >>> round(float(t.memory_s) * 1e6, 3)  # (4096*4096*2 + 4096*2 + 4096*2) B / 0.8e12
+    41.964
+    """
+    total_bytes = gemm_bytes(m, n, k, groups, op_bytes, out_bytes) if hbm_bytes is None else hbm_bytes
+    memory = total_bytes / (hbm_bw_Bps * calib.matvec_hbm_frac) + unpack_s
+    return KernelTime(groups * 2 * m * n * k / peak_flops, memory, calib.launch_s)
+
+
 def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFAULTS,
               op_bytes=1, out_bytes=2, groups=1, layout: str = "dense",
-              hbm_bytes=None, tile_m_min: int = _TILE_M_MIN) -> KernelTime:
+              hbm_bytes=None, tile_m_min: int = _TILE_M_MIN, unpack_s=0) -> KernelTime:
     """Time of ``groups`` GEMMs of M x N x K in one kernel (module docstring formulas).
 
     ``op_bytes`` is bytes per operand element (FP8 = 1, BF16 = 2), ``out_bytes`` per output
@@ -164,7 +206,14 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     total_bytes = gemm_bytes(m, n, k, groups, op_bytes, out_bytes) if hbm_bytes is None else hbm_bytes
     memory = _max(total_bytes / (hbm_bw_Bps * calib.gemm_hbm_frac),
                   waves * tile_bytes / calib.sm_bandwidth_Bps)
-    return KernelTime(compute, memory, calib.launch_s)
+    if not calib.mv_max_rows or (layout != "dense" and not calib.mv_grouped):
+        return KernelTime(compute, memory, calib.launch_s)  # kernels that pad to the M block
+    mv = matvec_time(m, n, k, peak_flops=peak_flops, hbm_bw_Bps=hbm_bw_Bps, calib=calib,
+                     op_bytes=op_bytes, out_bytes=out_bytes, groups=groups, hbm_bytes=total_bytes,
+                     unpack_s=unpack_s)
+    rows = calib.mv_max_rows
+    return KernelTime(_below(m, rows, mv.compute_s, compute), _below(m, rows, mv.memory_s, memory),
+                      calib.launch_s)
 
 
 def attention_decode_time(batch, kv_len, heads, kv_heads, qk_dim, v_dim, *, sms, peak_flops,

@@ -41,7 +41,28 @@ tile_step_us                        0        time added per further row tile of 
 tile_step_rows                      32       rows of one tile of the tile-stepped model
 tile_step_ref_hidden                7168     expert shape the steps were measured on (d; other
 tile_step_ref_inter                 2048     shapes scale by d d_e / (this d x this d_e))
+mv_max_rows                         8        a GEMM of at most this many rows runs a
+                                             matrix-vector kernel, not padded to an M tile (0:
+                                             none, Tenstorrent's 32 x 32 tiles)
+                                             (llama.cpp ggml-cuda mmvq.cuh MMVQ_MAX_BATCH_SIZE 8)
+mv_grouped                          0        1: grouped expert GEMMs of few rows per expert run
+                                             matrix-vector kernels too (llama.cpp mul_mat_id,
+                                             MLX gather_qmm); 0: they pad to the M tile
+                                             (DeepGEMM, CUTLASS, Triton fused_moe)
+mv_hbm_frac                         0        achieved fraction of memory bandwidth of the
+                                             matrix-vector kernels (0: gemm_hbm_frac)
+unpack_Gweights_per_s               0        weights per second a matrix-vector kernel unpacks
+                                             from a block format, in series with its loads
+                                             (0: no unpack time)
+dequant_pass_rows                   0        a GEMM of more rows on a block format first
+                                             dequantizes its weights to 16 bits in a kernel of
+                                             its own, then runs a 16-bit GEMM (0: never;
+                                             llama.cpp CUDA MMQ_MAX_BATCH_SIZE 32, PR #3776)
 ==================================  =======  ===============================================
+
+A ``[kernel.engines.NAME]`` sub-table holds the same keys for one engine's kernels on that device
+(llama.cpp's matrix-vector bandwidth, unpack rate, dequantization pass): a deployment with
+``--engine NAME`` takes them over the table (:meth:`moesym.engines.EngineProfile.hardware`).
 
 >>> from moesym.kernels.calib import parse_kernel_calib
 >>> c = parse_kernel_calib({"tile_m_rows": 64, "launch_us": 4.0}, "x.toml")
@@ -95,14 +116,25 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
     # scale both times by d d_e / (ref_hidden ref_inter), the work of one tile
     "tile_step_ref_hidden": ("tile_step_ref_hidden", 1, "int", 7168),
     "tile_step_ref_inter": ("tile_step_ref_inter", 1, "int", 2048),
+    # matrix-vector kernels (moesym.kernels.analytical.matvec_time)
+    "mv_max_rows": ("mv_max_rows", 1, "flag", 8),
+    "mv_grouped": ("mv_grouped", 1, "flag", 0),
+    "mv_hbm_frac": ("mv_hbm_frac", 1, "nonneg", 0.0),
+    "unpack_Gweights_per_s": ("unpack_weights_per_s", 1e9, "nonneg", 0.0),
+    "dequant_pass_rows": ("dequant_pass_rows", 1, "flag", 0),
 }
 _OPTIONAL = ("tile_step_base_us", "tile_step_us", "tile_step_rows", "tile_step_ref_hidden",
              "tile_step_ref_inter")  # written only when used
-_OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us")  # written only when not 0
+_OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us", "mv_grouped",
+                     "mv_hbm_frac", "unpack_Gweights_per_s", "dequant_pass_rows")  # written only when not 0
+_SWITCHES = ("mv_grouped",)  # 0 or 1
 # record of the fit, read by ``moesym list hardware``, never by the model: ``source`` (free
 # text), ``engine`` (the engine and version whose kernels were timed), ``fit_date``,
 # ``heldout_error`` ({kernel class: median |pred / meas - 1| on held-out shapes})
 _INFO_KEYS = {"source", "engine", "fit_date", "heldout_error"}
+# [kernel.engines.NAME]: values of one engine's kernels on this device, over the table above when
+# a deployment names that engine (moesym.engines.EngineProfile.hardware); same keys
+ENGINES_KEY = "engines"
 
 
 @dataclass(frozen=True)
@@ -135,7 +167,22 @@ class KernelCalib:
     tile_step_rows: int = 32
     tile_step_ref_hidden: int = 7168
     tile_step_ref_inter: int = 2048
+    mv_max_rows: int = 8
+    mv_grouped: int = 0
+    mv_hbm_frac: float = 0.0
+    unpack_weights_per_s: float = 0.0
+    dequant_pass_rows: int = 0
     source: str = "moesym defaults (H800 DeepGEMM fit)"
+
+    @property
+    def matvec_hbm_frac(self) -> float:
+        """Bandwidth fraction of matrix-vector kernels (``mv_hbm_frac``, else ``gemm_hbm_frac``)."""
+        return self.mv_hbm_frac or self.gemm_hbm_frac
+
+    @property
+    def unpack_s_per_weight(self) -> float:
+        """Seconds a matrix-vector kernel spends unpacking one block-format weight (0: none)."""
+        return 1.0 / self.unpack_weights_per_s if self.unpack_weights_per_s else 0.0
 
     @property
     def tile_stepped(self) -> bool:
@@ -167,7 +214,9 @@ class KernelCalib:
             v = getattr(self, fname)
             if key in _OPTIONAL_NONZERO and not v:
                 continue
-            out[key] = int(v) if kind == "int" else float(v) / factor
+            if key == "mv_max_rows" and v == _KEYS[key][3]:  # written only where it differs
+                continue
+            out[key] = int(v) if kind in ("int", "flag") else float(v) / factor
         return out
 
 
@@ -177,7 +226,13 @@ DEFAULTS = KernelCalib()
 def parse_kernel_calib(table: Mapping[str, object], where: str) -> KernelCalib:
     """Parse a ``[kernel]`` table (TOML units) into a :class:`KernelCalib`; missing keys default."""
     vals: dict[str, object] = {}
+    for name, sub in dict(table.get(ENGINES_KEY, {}) or {}).items():
+        if not isinstance(sub, Mapping):
+            raise SpecError(f"{where} [kernel.{ENGINES_KEY}.{name}]: expected a table of [kernel] keys")
+        parse_kernel_calib(sub, f"{where} [kernel.{ENGINES_KEY}.{name}]")
     for key, raw in table.items():
+        if key == ENGINES_KEY:
+            continue
         if key == "source":
             vals["source"] = str(raw)
             continue
@@ -185,7 +240,7 @@ def parse_kernel_calib(table: Mapping[str, object], where: str) -> KernelCalib:
             continue
         if key not in _KEYS:
             raise SpecError(f"{where} [kernel]: unknown key '{key}'; allowed: "
-                            f"{', '.join(sorted(set(_KEYS) | _INFO_KEYS))}")
+                            f"{', '.join(sorted(set(_KEYS) | _INFO_KEYS | {ENGINES_KEY}))}")
         fname, factor, kind, _ = _KEYS[key]
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             raise SpecError(f"{where} [kernel] {key}: must be a number, got {raw!r}")
@@ -198,6 +253,12 @@ def parse_kernel_calib(table: Mapping[str, object], where: str) -> KernelCalib:
             if not 0 < x <= 1:
                 raise SpecError(f"{where} [kernel] {key}: must be in (0, 1], got {raw!r}")
             vals[fname] = x
+        elif kind == "flag":  # 0: off; mv_grouped is 0 or 1, a row count any whole number
+            switch = key in _SWITCHES
+            if x < 0 or x != int(x) or (switch and x > 1):
+                raise SpecError(f"{where} [kernel] {key}: must be "
+                                f"{'0 or 1' if switch else 'a whole number (0: off)'}, got {raw!r}")
+            vals[fname] = int(x)
         elif kind == "pos":
             if not x > 0:
                 raise SpecError(f"{where} [kernel] {key}: must be positive, got {raw!r}")
@@ -206,6 +267,9 @@ def parse_kernel_calib(table: Mapping[str, object], where: str) -> KernelCalib:
             if x < 0:
                 raise SpecError(f"{where} [kernel] {key}: must be non-negative, got {raw!r}")
             vals[fname] = x * factor
+    if vals.get("mv_hbm_frac", 0) > 1:
+        raise SpecError(f"{where} [kernel] mv_hbm_frac: must be in (0, 1] (0: gemm_hbm_frac), "
+                        f"got {vals['mv_hbm_frac']!r}")
     c = KernelCalib(**vals)
     if c.tile_n_min_cols > c.tile_n_max_cols:
         raise SpecError(f"{where} [kernel] tile_n_min_cols: exceeds tile_n_max_cols")

@@ -36,9 +36,10 @@ from functools import lru_cache
 import sympy as sp
 
 from ..symbols import S
-from ..terms.cost import AttentionShape, Cost, KernelClass, component_symbols, smax
+from ..terms.cost import (AttentionShape, Cost, GemmShape, KernelClass, LoadShape, component_symbols,
+                          component_pass_symbol, component_unpack_symbol, smax)
 from ..timing import RooflineTiming, TermTime
-from .analytical import (attention_decode_time, attention_prefill_time, attention_time_from_cost,
+from .analytical import (_below, attention_decode_time, attention_prefill_time, attention_time_from_cost,
                          elementwise_time, gemm_time)
 from .calib import DEFAULTS, KernelCalib, kernel_calib
 
@@ -70,7 +71,7 @@ class KernelTiming:
         n = c.launches if c.launches != 0 else sp.Integer(1)  # repetitions of the kernel
         lat = c.launches  # launch latencies actually paid
         if c.kind in (KernelClass.GEMM, KernelClass.GROUPED_GEMM):
-            if c.shape is not None:
+            if isinstance(c.shape, GemmShape):
                 sh = c.shape
                 layout = sh.layout if sh.layout in ("contiguous", "masked", "batched") else "dense"
                 if c.kind is KernelClass.GROUPED_GEMM and layout == "dense":
@@ -79,9 +80,17 @@ class KernelTiming:
                 t = gemm_time(sh.m, sh.n, sh.k, sms=S.sms, peak_flops=peak,
                               hbm_bw_Bps=S.hbm_bw, calib=k, op_bytes=w_bytes,
                               out_bytes=S.act_bytes, groups=sh.groups, layout=layout,
-                              hbm_bytes=c.hbm_bytes / n, tile_m_min=sh.tile_m_min)
+                              hbm_bytes=c.hbm_bytes / n, tile_m_min=sh.tile_m_min,
+                              unpack_s=_unpack_s(c) / n)
+                dq = _dequant_pass(c, sh, k) * n
                 return TermTime(c.name, n * t.compute_s, n * t.memory_s, _ZERO,
-                                lat * t.launch_s + c.fixed_s)
+                                lat * t.launch_s + c.fixed_s + dq)
+            if isinstance(c.shape, LoadShape):  # weights read for few rows: matrix-vector kernels
+                bulk = c.hbm_bytes / (S.hbm_bw * k.gemm_hbm_frac)
+                mv = c.hbm_bytes / (S.hbm_bw * k.matvec_hbm_frac) + _unpack_s(c)
+                matvec = k.mv_max_rows and (c.kind is KernelClass.GEMM or k.mv_grouped)
+                memory = sp.sympify(_below(c.shape.rows, k.mv_max_rows, mv, bulk)) if matvec else bulk
+                return TermTime(c.name, _ZERO, memory, _ZERO, lat * k.launch_s + c.fixed_s)
             frac = k.gemm_tensor_frac if c.kind is KernelClass.GEMM else k.grouped_contiguous_tensor_frac
             compute = c.flops / (component_symbols(c.component)[0] * frac) if c.flops != 0 else _ZERO
             memory = c.hbm_bytes / (S.hbm_bw * k.gemm_hbm_frac) if c.hbm_bytes != 0 else _ZERO
@@ -113,6 +122,32 @@ class KernelTiming:
                              flops=c.flops, peak_flops=S.flops_gemm)
         return TermTime(c.name, sp.sympify(t.compute_s), sp.sympify(t.memory_s), _ZERO,
                         t.launch_s + c.fixed_s)
+
+
+def _unpack_s(c: Cost):
+    """Time a matrix-vector kernel spends unpacking the block-format weights ``c`` reads: their
+    elements (d hbm_bytes / d b_w) x the component's unpack time per element (0 where the
+    format is held as it computes)."""
+    w = component_symbols(c.component)[1]
+    if not c.hbm_bytes.has(w):
+        return _ZERO
+    return sp.diff(c.hbm_bytes, w) * component_unpack_symbol(c.component)
+
+
+def _dequant_pass(c: Cost, sh: GemmShape, k: KernelCalib):
+    """A separate dequantization kernel before a 16-bit GEMM of more than ``dequant_pass_rows``
+    rows (the hardware's engine kernels, :mod:`moesym.kernels.calib`): the GEMM's N K groups
+    weight elements, each read packed and written as 16 bits (b_pass bytes, 0 where the format
+    needs no pass) at the elementwise bandwidth, plus its launch; serial with the GEMM (a fixed
+    time of the term). Only GEMMs of a weight class (their bytes hold b_w, or another term reads
+    their weights): not the LM head or router, whose weights stay 16-bit."""
+    w = component_symbols(c.component)[1]
+    if not k.dequant_pass_rows or not (c.hbm_bytes.has(w) or sh.weights_elsewhere):
+        return _ZERO
+    b = component_pass_symbol(c.component)
+    t = (sh.n * sh.k * sh.groups * b / (S.hbm_bw * k.elementwise_hbm_frac)
+         + sp.Piecewise((k.elementwise_launch_s, b > 0), (0, True)))
+    return sp.sympify(_below(sh.m, k.dequant_pass_rows, _ZERO, t))
 
 
 @lru_cache(maxsize=8192)

@@ -75,13 +75,35 @@ def gemm_table_dtypes(model: ModelSpec, hw: HardwareSpec, dep: Deployment) -> di
             for c in stored}
 
 
+def _unpack(stored: str, compute: str, calib) -> float:
+    """Seconds per weight element a matrix-vector kernel spends unpacking ``stored`` weights
+    that compute as ``compute``: sub-8-bit values, or a format its GPU has no tensor cores for
+    (converted to 16-bit floats in the kernel); 0 for 16-bit floats and 8-bit formats on their
+    own tensor cores (llama.cpp's Q8_0 dp4a/MMQ dot products, FP8, INT8)."""
+    from ..specs.precision import FORMATS
+
+    f = FORMATS[stored]
+    packed = f.bits < 8 or (f.bits < 16 and compute != f.compute)
+    return calib.unpack_s_per_weight if packed else 0.0
+
+
+def _pass_bytes(stored: str, w_bytes: float, calib) -> float:
+    """Bytes per weight element of a separate dequantization pass (``dequant_pass_rows``): any
+    format below 16 bits is read as stored and written as 16-bit floats; 0 without a pass."""
+    from ..specs.precision import FORMATS
+
+    return w_bytes + 2.0 if (calib.dequant_pass_rows and FORMATS[stored].bits < 16) else 0.0
+
+
 def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) -> dict:
     """``{symbol: number}`` for every symbol a step model of this configuration can contain."""
     from ..symbols import S, by_name
 
     from ..kernels.calib import kernel_calib
+    from ..engines import load_engine
     from ..specs.precision import FORMATS, bytes_per_element, file_type_bytes, storage_format
 
+    hw = load_engine(dep.engine).hardware(hw)  # the engine's kernel switches
     calib = kernel_calib(hw)
     recipe, stored, compute = _formats(model, hw, dep)
     for fmt in sorted(recipe.formats()):  # say what runs: the answer is not the one for that format
@@ -129,7 +151,23 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
         S.zipf_s: dep.routing.s, S.host_bw: hw.host_link_Bps,
         S.host_dram_bw: hw.host_dram_Bps or 1.0, S.host_flops: hw.host_flops or 1.0,
         S.comm_sms: float(COMM_SMS),
+        # matrix-vector kernels unpack a block format in series with their loads; a format held
+        # as its GEMMs compute (bf16, fp8 on FP8 tensor cores) has nothing to unpack
+        S.t_unpack: _unpack(stored["attn"], compute["attn"], calib),
+        S.t_unpack_expert: _unpack(stored["moe"], compute["moe"], calib),
+        S.t_unpack_dense: _unpack(stored["dense"], compute["dense"], calib),
+        S.b_pass: _pass_bytes(stored["attn"], w_bytes["attn"], calib),
+        S.b_pass_expert: _pass_bytes(stored["moe"], w_bytes["moe"], calib),
+        S.b_pass_dense: _pass_bytes(stored["dense"], w_bytes["dense"], calib),
     }
+    if calib.dequant_pass_rows:  # llama.cpp on CUDA: dequantized and 16-bit float weights run
+        # cuBLAS GEMMs computing in FP16 (CUBLAS_COMPUTE_16F, ggml-cuda ggml_cuda_op_mul_mat_cublas)
+        f16 = hw.peaks_flops.get("fp16", hw.peak_flops("bf16"))
+        for peak, passed, c in ((S.flops_gemm, S.b_pass, "attn"),
+                                (S.flops_moe, S.b_pass_expert, "moe"),
+                                (S.flops_dense, S.b_pass_dense, "dense")):
+            if v[passed] or compute[c] == "bf16":
+                v[peak] = f16
     from .routing_hooks import group_var_factor
 
     v[S.group_var] = group_var_factor(model, dep.ep)

@@ -26,7 +26,7 @@ from ..specs.model import ModelSpec
 from ..symbols import S, by_name, check_bindings
 from ..terms import attention as att
 from ..terms import comm, compressed as cmp, elementwise as ew, ffn
-from ..terms.cost import Cost, GemmShape, KernelClass, component_symbols, smax, smin
+from ..terms.cost import Cost, GemmShape, KernelClass, LoadShape, component_symbols, smax, smin
 from ..terms.dims import Dims, symbolic_dims
 from ..timing import TermTime
 from . import overlap
@@ -282,13 +282,20 @@ def _tagged(costs: list, component: str, weight_only: frozenset = frozenset(),
     a component in ``weight_only`` runs Marlin-style kernels that tile M by 16 rows, or with
     ``dequant`` = "separate" a dequantisation kernel before a plain BF16 GEMM
     (:func:`_dequantized`)."""
-    out = [c.as_component("" if component == "attn" else component) for c in costs]
+    out = [_mark_weights(c.as_component("" if component == "attn" else component)) for c in costs]
     if component not in weight_only:
         return out
     if dequant == "separate":
         return [x for c in out for x in _dequantized(c)]
     return [replace(c, shape=replace(c.shape, tile_m_min=16)) if isinstance(c.shape, GemmShape)
             else c for c in out]
+
+
+def _mark_weights(c: Cost) -> Cost:
+    """A tagged GEMM whose weights another term reads (``GemmShape.weights_elsewhere``)."""
+    if not isinstance(c.shape, GemmShape) or c.hbm_bytes.has(component_symbols(c.component)[1]):
+        return c
+    return replace(c, shape=replace(c.shape, weights_elsewhere=True))
 
 
 def _dequantized(c: Cost) -> list:
@@ -307,7 +314,7 @@ def _dequantized(c: Cost) -> list:
     else:
         return [c]
     gemm = replace(c, hbm_bytes=c.hbm_bytes + elems * (bf16 - w))
-    kernels = 2 if c.shape is None else c.launches  # the expert load term: gate/up and down
+    kernels = 2 if not isinstance(c.shape, GemmShape) else c.launches  # the expert load term: gate/up and down
     return [gemm, Cost(f"{c.name}_dequant", KernelClass.ELEMENTWISE, hbm_bytes=elems * (w + bf16),
                        launches=kernels)]
 
@@ -372,7 +379,10 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     costs["moe_routed"] = _tagged(routed, "moe", wo, dq)
     if on_host is not None:
         touched = smax(touched - on_host["cold"], 0)
-    costs["moe_weight_load"] = _tagged([ffn.routed_expert_weight_load(D, touched)], "moe", wo, dq)
+    load = ffn.routed_expert_weight_load(D, touched)
+    if isinstance(routed[0].shape, GemmShape):  # the rows each loaded expert multiplies
+        load = replace(load, shape=LoadShape(routed[0].shape.m))
+    costs["moe_weight_load"] = _tagged([load], "moe", wo, dq)
     if model.shared_intermediate_size:
         costs["shared_expert"] = _tagged(ffn.shared_expert(D, t), "dense", wo, dq) + [
             ew.swiglu_activation("shared_act", t, D.shared_inter / D.tp, D.act_bytes)]
@@ -490,8 +500,8 @@ def _dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     costs["moe_routed"] = _tagged([replace(g_up, hbm_bytes=g_up.hbm_bytes - w_up),
                                    replace(g_down, hbm_bytes=g_down.hbm_bytes - w_down)],
                                   "dense", wo, dq)
-    costs["moe_weight_load"] = _tagged([Cost("ffn_weight_load", g_up.kind, hbm_bytes=w_up + w_down)],
-                                       "dense", wo, dq)
+    costs["moe_weight_load"] = _tagged([Cost("ffn_weight_load", g_up.kind, hbm_bytes=w_up + w_down,
+                                             shape=LoadShape(g_up.shape.m))], "dense", wo, dq)
     car = _custom_allreduce(hw, dep)
     ar = (comm.tp_allreduce(D, t, S.bw_up * S.eff_up, S.lat_up) if car is None else
           comm.tp_allreduce_custom(D, t, car, S.bw_up * S.eff_up, S.lat_up))
@@ -846,6 +856,9 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     symbols, :class:`moesym.timing.RooflineTiming`).
     """
     deployment.check_model(model)
+    from ..engines import load_engine
+
+    hardware = load_engine(deployment.engine).hardware(hardware)  # the engine's kernels
     if deployment.dequant == "separate" and not _weight_only(model, deployment, hardware):
         import warnings
 

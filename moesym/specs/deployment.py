@@ -178,7 +178,7 @@ def read_expert_frequencies(path: str) -> tuple:
 
 
 #: the built-in engine profiles (moesym/engines/builtin.toml; a test keeps the two in step)
-ENGINES = ("sglang", "vllm", "trtllm")
+ENGINES = ("sglang", "vllm", "trtllm", "llama.cpp", "mlx", "tt-metal")
 
 
 def _pos_int(name: str, v) -> int:

@@ -39,7 +39,10 @@ _EFF_OPTIONAL = {"serving"}
 _LAT_KEYS = {"kernel", "layer", "step", "scale_up", "scale_out"}
 # per-kernel floor of a kernel replayed in a CUDA graph (decode steps as engines run them)
 _LAT_OPTIONAL = {"graph_kernel"}
-_DTYPES = {"bf16", "fp8", "fp4", "int8"}
+# fp16: FP16 inputs with FP16 accumulation, where it is faster than bf16 (GeForce tensor cores
+# run it at twice the FP32-accumulate rate); only 16-bit GEMMs that accumulate in FP16 use it
+# (llama.cpp's cuBLAS path, moesym.model.bindings)
+_DTYPES = {"bf16", "fp16", "fp8", "fp4", "int8"}
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Iterable
 
 import sympy as sp
 
-__all__ = ["KernelClass", "GemmShape", "AttentionShape", "Cost", "sym", "total", "smax", "smin",
+__all__ = ["KernelClass", "GemmShape", "LoadShape", "AttentionShape", "component_unpack_symbol", "component_pass_symbol", "Cost", "sym", "total", "smax", "smin",
            "nodes", "depends", "dependents",
            "nonnegative", "substitute", "transform", "rebuild"]
 
@@ -214,6 +214,18 @@ class GemmShape:
     # smallest M block of the kernel: 64 (Hopper FP8/BF16 GEMMs), 16 for weight-only quantized
     # GEMMs that dequantize in the kernel (Marlin-style, 16-row tiles at small batch)
     tile_m_min: int = 64
+    # the GEMM multiplies its weight class's weights though another term reads them (routed
+    # experts and dense FFNs: the weight-load term): a dequantization pass still converts them
+    weights_elsewhere: bool = False
+
+
+@dataclass(frozen=True)
+class LoadShape:
+    """Marks a weight-read term (its bytes only; the GEMMs' work is in other terms): ``rows``,
+    the activation rows each weight is multiplied with. At few rows the kernels that read them
+    are matrix-vector kernels (:func:`moesym.kernels.analytical.matvec_time`)."""
+
+    rows: sp.Expr
 
 
 @dataclass(frozen=True)
@@ -294,6 +306,22 @@ def component_symbols(component: str) -> tuple:
 
     return {"": (S.flops_gemm, S.w_bytes), "moe": (S.flops_moe, S.w_bytes_expert),
             "dense": (S.flops_dense, S.w_bytes_dense)}[component]
+
+
+def component_unpack_symbol(component: str):
+    """Symbol of the time a matrix-vector kernel spends unpacking one weight element of a GEMM
+    weight class (0 where its format is held as it computes)."""
+    from ..symbols import S
+
+    return {"": S.t_unpack, "moe": S.t_unpack_expert, "dense": S.t_unpack_dense}[component]
+
+
+def component_pass_symbol(component: str):
+    """Symbol of the bytes per weight element a separate dequantization pass moves for a GEMM
+    weight class (0 where its GEMMs read the weights as stored)."""
+    from ..symbols import S
+
+    return {"": S.b_pass, "moe": S.b_pass_expert, "dense": S.b_pass_dense}[component]
 
 
 def total(costs: Iterable[Cost], attr: str) -> sp.Expr:
