@@ -1,11 +1,13 @@
-"""Every ``moesym`` command shown in the README and the docs runs, and prints what the page shows.
+"""Every ``moesym`` command and Python example shown in the README and the docs runs, and a
+command prints what the page shows.
 
 A command is a line starting with ``moesym `` in a ```` ```bash ```` block of README.md or
 docs/**/*.md (a line ending in ``\\`` continues on the next). It runs in-process through
 ``moesym.cli.main`` in a fresh working folder and must exit 0. Where the block is followed by an
 output block (```` ``` ```` or ```` ```text ````), the printed standard output must equal it line
 by line, numbers included, except that a line ``...`` in the shown output stands for any number
-of printed lines. Commands that search or simulate (``SLOW``) run in the slow tier.
+of printed lines. Commands that search or simulate (``SLOW``) run in the slow tier. Every
+```` ```python ```` block runs as a script in a fresh working folder.
 """
 
 from __future__ import annotations
@@ -52,6 +54,13 @@ def _cases():
         for n, (cmd, shown) in enumerate(_commands(page.read_text())):
             marks = [pytest.mark.slow] if cmd.startswith(SLOW) else []
             yield pytest.param(cmd, shown, id=f"{page.relative_to(ROOT)}:{n}", marks=marks)
+
+
+def _python_blocks():
+    for page in _pages():
+        blocks = [b.group(2) for b in _FENCE.finditer(page.read_text()) if b.group(1).strip() == "python"]
+        for n, code in enumerate(blocks):
+            yield pytest.param(code, id=f"{page.relative_to(ROOT)}:python{n}")
 
 
 def matches(shown: list[str], printed: list[str]) -> bool:
@@ -119,3 +128,9 @@ def test_doc_command_runs_and_prints_what_is_shown(cmd, shown, tmp_path, monkeyp
         printed = captured.out.rstrip("\n").split("\n")
         assert matches(shown, printed), (f"{cmd}\nshown:\n" + "\n".join(shown)
                                          + "\nprinted:\n" + captured.out)
+
+
+@pytest.mark.parametrize("code", list(_python_blocks()))
+def test_doc_python_example_runs(code, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "<doc example>", "exec"), {"__name__": "__doc_example__"})
