@@ -134,3 +134,31 @@ def test_doc_command_runs_and_prints_what_is_shown(cmd, shown, tmp_path, monkeyp
 def test_doc_python_example_runs(code, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     exec(compile(code, "<doc example>", "exec"), {"__name__": "__doc_example__"})
+
+
+def test_cli_reference_documents_a_shared_flag_group_once():
+    """CLI.md's deployment flags appear in one table; every command taking them names the group."""
+    import argparse
+
+    from moesym.cli import build_parser
+    from moesym.cli.reference import reference_text
+
+    text = reference_text()
+    assert text.count("### Flag group deployment") == 1
+    assert sum(line.startswith("| `--mesh` |") for line in text.split("\n")) == 1
+
+    def walk(title, p):
+        yield title, p
+        for a in p._actions:  # noqa: SLF001
+            if isinstance(a, argparse._SubParsersAction):  # noqa: SLF001
+                for name, sub in a.choices.items():
+                    yield from walk(f"{title} {name}", sub)
+
+    holders = [t for name, sub in next(a for a in build_parser(None)._actions  # noqa: SLF001
+                                       if isinstance(a, argparse._SubParsersAction)).choices.items()
+               for t, p in walk(f"moesym {name}", sub)
+               if any(g.title == "deployment" for g in p._action_groups)]  # noqa: SLF001
+    assert len(holders) > 10
+    for title in holders:
+        section = text.split(f"\n### {title}\n", 1)[1].split("\n### ", 1)[0]
+        assert "[deployment](#flag-group-deployment)" in section, title
