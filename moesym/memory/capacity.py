@@ -459,9 +459,14 @@ def host_expert_bytes(model: ModelSpec, hw: HardwareSpec, dep: Deployment,
     if dep.expert_cache is None or not model.is_moe:
         return 0.0
     if expert_bytes_per_param is None:
-        opts = MemoryOptions(**dict(dep.memory_options))
-        fmt = weight_formats(dep.weights, hw, model.is_moe).routed
-        expert_bytes_per_param = weight_bytes_per_param(fmt, opts.fp4_scale_group, dep.group_size)
+        mix = file_type_bytes(dep.weight_recipe(model.is_moe), model)
+        if mix:  # a llama.cpp file type: its expert tensors' average (moesym.specs.gguf)
+            expert_bytes_per_param = mix["moe"]
+        else:
+            opts = MemoryOptions(**dict(dep.memory_options))
+            fmt = weight_formats(dep.weights, hw, model.is_moe).routed
+            expert_bytes_per_param = weight_bytes_per_param(fmt, opts.fp4_scale_group,
+                                                            dep.group_size)
     cold = max(model.num_experts - dep.expert_cache, 0)
     return model.moe_layers * cold * model.expert_params() * expert_bytes_per_param
 

@@ -150,9 +150,11 @@ def step_report(cm: CompiledModel, model: ModelSpec, hw: HardwareSpec, dep: Depl
 def memory_fit(model: ModelSpec, hw: HardwareSpec, dep: Deployment, memory_bytes) -> dict:
     """``fits`` of a prediction: the device's memory, and the host tier's where
     ``--expert-cache`` leaves experts there (``fits_reason`` says why not)."""
+    ok = bool(fits(memory_bytes, hw.hbm_capacity_bytes))
+    if ok and (dep.expert_cache is None or not model.is_moe):
+        return {"fits": True}  # (the memory package imports SymPy: a cached predict skips it)
     from ..memory.capacity import device_short, host_tier
 
-    ok = bool(fits(memory_bytes, hw.hbm_capacity_bytes))
     out = {"fits": ok, **({} if ok else {"fits_reason": device_short(float(memory_bytes), hw)})}
     host = host_tier(model, hw, dep, float(memory_bytes))
     return {**out, **host, "fits": ok and host.get("fits", True)}
