@@ -155,6 +155,7 @@ MOE_BACKENDS = {"moe_torch_flow": "cutlass", "moe_torch_flow_cutlass": "cutlass"
                 "sglang_flashinfer_trtllm_moe": "flashinfer-trtllm",
                 "sglang_flashinfer_cutlass_moe": "flashinfer-cutlass"}
 MIN_BACKEND_ROWS = 200  # a backend's fraction is fitted only on at least this many rows
+EP_SUFFIX = "_ep"  # a kernel's fit on the tables' EP > 1 rows (moesym.engines.EngineKernels)
 # a backend's own fraction is written (and used) only where it lowers the held-out median or 90th
 # percentile by at least this much against [kernel]'s, away from its bounds: elsewhere the
 # tables do not show that backend to differ, and [kernel] times it
@@ -214,6 +215,9 @@ def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
                 continue  # the newest version with such rows
             m = m.assign(backend=m.kernel.map(MOE_BACKENDS),
                          peak_flops=hw.peak_flops(aic.GEMM_DTYPES[dtype][0]))
+            # the same kernel under expert parallelism (EP > 1 rows) is fitted apart: SGLang's
+            # Triton kernel, for one, is near [kernel] at EP 1 and several times slower with EP
+            m = m.assign(backend=m.backend + np.where(m.ep > 1, EP_SUFFIX, ""))
             for be, r in m.groupby("backend"):
                 r, exc = _physical(r, "moe", hw)
                 if len(r) < MIN_BACKEND_ROWS:

@@ -53,8 +53,9 @@ small-batch sweep points on H800 rose by up to 10.8%, #16, #20 and #27 by <= 0.0
 (c) the custom all-reduce was refitted with AIConfigurator's message sizes read as BF16
 elements (they had been read as bytes: its bandwidths doubled) and SGLang's own switch points;
 (d) SGLang (the default engine) runs its Triton fused MoE on H100/H200 without DeepEP, at the
-fraction fitted on SGLang's tables ([moe_kernels]): #3 (H200, TP8 all-gather) +14.8%, its
-routed experts 2.8x slower than on DeepGEMM's fraction.
+fraction fitted on SGLang's tables ([moe_kernels]; with EP on the tables' EP > 1 rows, where
+Triton is slowest): #3 (H200, EP8 with an all-gather) +23.7%, its routed experts 3.3x slower
+than on DeepGEMM's fraction.
 """
 
 from __future__ import annotations

@@ -120,8 +120,9 @@ class KvMemoryRule:
 @dataclass(frozen=True)
 class EngineKernels:
     """Which kernels an engine runs (``[ENGINE.kernels]``): fused-MoE backends in the engine's
-    order of preference (the first one a GPU's ``[moe_kernels]`` has fitted runs; a GPU with none
-    of them runs its ``[kernel]`` grouped-GEMM fractions), with expert parallelism
+    order of preference (the first one a GPU's ``[moe_kernels]`` has fitted runs, fitted apart
+    under expert parallelism as ``NAME_ep``; a GPU with none of them runs its ``[kernel]``
+    grouped-GEMM fractions), with expert parallelism
     (``moe_ep``) and with a DeepEP all-to-all (``moe_deepep``) where the engine picks others;
     the attention and all-reduce kernels by name (no table times another engine's attention)."""
 
@@ -132,10 +133,13 @@ class EngineKernels:
     allreduce: str = ""
 
     def moe_kernel(self, fitted: Mapping[str, float], *, ep: int, deepep: bool) -> str | None:
-        """The fused-MoE backend that runs on a GPU whose ``[moe_kernels]`` is ``fitted``."""
+        """The fused-MoE fit that times the engine's kernel on a GPU whose ``[moe_kernels]`` is
+        ``fitted``: the first listed kernel the GPU has, its ``NAME_ep`` fit (measured under
+        expert parallelism) when ep > 1."""
         order = (self.moe_deepep if deepep and self.moe_deepep is not None else
                  self.moe_ep if ep > 1 and self.moe_ep is not None else self.moe)
-        return next((k for k in order if k in fitted), None)
+        keys = (f"{k}_ep" if ep > 1 else k for k in order)
+        return next((k for k in keys if k in fitted), None)
 
 
 @dataclass(frozen=True)
