@@ -42,11 +42,12 @@ the GPUs got an ``[allreduce]`` table: TP all-reduces inside a node run as the e
 one-shot/two-shot kernel, and at EP 1 the MoE output is all-reduced instead of all-gathered and
 reduce-scattered. Step times moved -2.0% to +18.4% (A100's #16: +58.9%; its fused MoE is fitted
 on SGLang's Triton kernel).
-Entries #3, #7, #12, #16, #18, #19, #20, #27 and #28 were re-captured for issue 32's second
+Entries #3, #7, #12, #16, #18, #19, #20, #25, #27 and #28 were re-captured for issue 32's second
 part: (a) with expert parallelism under uniform routing the weight-load floor charges the
 busiest EP rank's touched experts, not the mean rank's (moesym.routing.stats.
 busiest_touched_local_experts, checked against a Monte Carlo in tests/test_routing.py): #28's
-small-batch sweep points on H800 rose by up to 10.8%, #16, #20 and #27 by <= 0.03%;
+small-batch sweep points on H800 rose by up to 10.8%, #25's small-batch Pareto points by up to
+14.6% (its answer kept), #16, #20 and #27 by <= 0.03%;
 (b) DeepEP inside one node on H100/H200/B200 runs at its fitted fixed time and rate
 (hardware files' [deepep], SGLang's one-node DeepEP tables): #7 (B200) +3.2%, #12 (H100)
 +3.4%, #18 +1.7%, #19 +0.4%, dispatch and combine 1.4-2.4x slower at these batches;
