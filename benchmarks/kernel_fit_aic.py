@@ -23,10 +23,18 @@ Rows faster than physics allows (FLOPs at the dtype's datasheet peak, or bytes a
 datasheet HBM bandwidth: :func:`moesym.kernels.fit.physical_floor_s`) are excluded and counted.
 Held-out error: every other shape (sorted shape keys) is left out of the fit and reported.
 The engine's custom all-reduce (``[allreduce]``: fixed time, one-shot and two-shot bandwidth) is
-fitted on SGLang's CUDA-graph timings (``custom_allreduce_perf``, messages up to its 8 MiB limit).
-``--write`` stores each fitted ``[kernel]`` table (with the source, engine, date and held-out
-errors) and ``[allreduce]`` table in hardware/<gpu>.toml (the rest of the file kept);
-``--markdown`` writes the held-out table.
+fitted on SGLang's CUDA-graph timings (``custom_allreduce_perf``; its message_size counts BF16
+elements; messages up to the 16 MiB workspace, one-shot and two-shot as SGLang's own switch
+points assign them). ``--write`` stores each fitted ``[kernel]`` table (with the source,
+engine, date and held-out errors) and ``[allreduce]`` table in hardware/<gpu>.toml (the rest of
+the file kept); ``--markdown`` writes the fit's held-out table; ``--allreduce-only`` fits only
+``[allreduce]``.
+
+``--heldout`` evaluates the committed ``[kernel]`` on the held-out shapes (the table
+``moesym validate --kernels`` prints, bench_data/kernel_heldout.json), fits each fused-MoE
+kernel's grouped-GEMM fraction on its own rows (``[moe_kernels]``, where that lowers the
+held-out error) and DeepEP inside one node (``[deepep]``); with ``--write`` it stores those two
+tables.
 """
 
 from __future__ import annotations
@@ -139,15 +147,142 @@ def fit_gpu(root: Path, gpu: str) -> dict:
     return out
 
 
-# the engine custom all-reduce's switch points (vLLM csrc/custom_all_reduce.cuh, carried over by
-# SGLang's sgl-kernel): one-shot below 256 KiB on up to 8 GPUs (512 KiB on 4, always on 2),
-# two-shot up to the 8 MiB registered buffer (CustomAllreduce max_size = 8192 * 1024), NCCL beyond
-ONESHOT_MAX_KIB, MAX_MIB = 256, 8
+# ----------------------------------------------------------------- held-out table, MoE backends
+# fused-MoE kernels by the tables' kernel_source (variants of one kernel share a name; Marlin
+# weight-only, non-gated and min-latency variants are other kernels and are left out)
+MOE_BACKENDS = {"moe_torch_flow": "cutlass", "moe_torch_flow_cutlass": "cutlass",
+                "deepgemm": "deepgemm", "sglang_fused_moe_triton": "triton",
+                "sglang_flashinfer_trtllm_moe": "flashinfer-trtllm",
+                "sglang_flashinfer_cutlass_moe": "flashinfer-cutlass"}
+MIN_BACKEND_ROWS = 200  # a backend's fraction is fitted only on at least this many rows
+EP_SUFFIX = "_ep"  # a kernel's fit on the tables' EP > 1 rows (moesym.engines.EngineKernels)
+# a backend's own fraction is written (and used) only where it lowers the held-out median or 90th
+# percentile by at least this much against [kernel]'s, away from its bounds: elsewhere the
+# tables do not show that backend to differ, and [kernel] times it
+MIN_BACKEND_GAIN = 0.01
 
 
-def _allreduce_model():
+def backend_used(r: dict) -> bool:
+    """Whether a fused-MoE backend row's own fraction goes into [moe_kernels]."""
+    gain = max(r["kernel_median"] - r["median"], r["kernel_p90"] - r["p90"])
+    return gain >= MIN_BACKEND_GAIN and 0.021 < r["grouped_tensor_frac"] < 0.999
+HELDOUT_JSON = "kernel_heldout.json"  # in bench_data/: what `moesym validate --kernels` prints
+
+
+def _stats(pred, meas) -> dict:
+    e = np.abs(np.asarray(pred) / np.asarray(meas) - 1)
+    return {"median": float(np.median(e)), "p90": float(np.quantile(e, 0.9))}
+
+
+def _gemm_frame(root: Path, gpu: str, hw, dtype: str):
+    g, v = aic.read_table(root, gpu, "gemm", "gemm_perf")
+    g = aic.gemm_rows(g)
+    g = g[(g.table_dtype == dtype) & (g.n >= MIN_GEMM_DIM) & (g.k >= MIN_GEMM_DIM)]
+    g = g.assign(peak_flops=hw.peak_flops(aic.GEMM_DTYPES[dtype][0]))
+    g, excluded = _physical(g, "gemm", hw)
+    return g, excluded, v
+
+
+def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
+    """Held-out error of the committed calibration (hardware/<gpu>.toml's ``[kernel]``) on the
+    half of each table's shapes the fit leaves out, and each fused-MoE backend's grouped-GEMM
+    fraction fitted on its own rows (the other half held out). Rows of the held-out table."""
+    from moesym.kernels.fit import predict_attention, predict_rows
+
+    hw = load_hardware(gpu)
+    calib = kernel_calib(hw)
+    dtype = _fit_dtype(hw)
+    out = []
+
+    def row(cls, engine, n_fit, n_held, excluded, st, **extra):
+        out.append({"gpu": gpu, "class": cls, "engine": engine, "dtype": extra.pop("dtype", dtype),
+                    "rows_fitted": int(n_fit), "rows_held_out": int(n_held),
+                    "excluded": int(excluded), **st, **extra})
+
+    g, exc, v = _gemm_frame(root, gpu, hw, dtype)
+    test = split_shapes(g, GEMM_SHAPE)
+    pred = predict_rows(g[test], calib, sms=hw.sms, peak_flops=None, hbm_bw_Bps=hw.hbm_bw_Bps,
+                        infersim_masked=False)
+    row("gemm", f"TensorRT-LLM {v}", (~test).sum(), test.sum(), exc,
+        _stats(pred, g[test].latency_s.to_numpy()))
+
+    for fw in MOE_FRAMEWORKS:
+        for v in aic.table_versions(root, gpu, "moe", "moe_perf", fw):
+            m = aic.moe_rows(aic.read_table(root, gpu, "moe", "moe_perf", fw, version=v)[0])
+            m = m[(m.table_dtype == dtype) & (m.distribution == "balanced")
+                  & m.kernel.isin(list(MOE_BACKENDS))]
+            if not len(m):
+                continue  # the newest version with such rows
+            m = m.assign(backend=m.kernel.map(MOE_BACKENDS),
+                         peak_flops=hw.peak_flops(aic.GEMM_DTYPES[dtype][0]))
+            # the same kernel under expert parallelism (EP > 1 rows) is fitted apart: SGLang's
+            # Triton kernel, for one, is near [kernel] at EP 1 and several times slower with EP
+            m = m.assign(backend=m.backend + np.where(m.ep > 1, EP_SUFFIX, ""))
+            for be, r in m.groupby("backend"):
+                r, exc = _physical(r, "moe", hw)
+                if len(r) < MIN_BACKEND_ROWS:
+                    continue
+                ho = split_shapes(r, MOE_SHAPE)
+                kept = fit_moe(r, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps, base=calib,
+                               holdout=ho, params=())
+                own = fit_moe(r, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps, base=calib,
+                              holdout=ho, params=("grouped_contiguous_tensor_frac",))
+                row("moe", f"{ENGINE_NAMES[fw]} {v}", (~ho).sum(), ho.sum(), exc,
+                    {"median": own.test_median, "p90": own.test_p90}, backend=be,
+                    grouped_tensor_frac=float(own.calib.grouped_contiguous_tensor_frac),
+                    kernel_median=kept.test_median, kernel_p90=kept.test_p90)
+            break
+
+    a, v = aic.attention_rows(root, gpu)
+    if len(a):
+        a = a[(a.phase == "prefill") | (a.heads <= MAX_DECODE_GROUP * a.kv_heads) | a.shared_kv]
+        a = a.assign(peak_flops=hw.peak_flops("bf16"))
+        a, exc = _physical(a, "attention", hw)
+        test = split_shapes(a, ATTN_SHAPE)
+        held = a[test].reset_index(drop=True)
+        pred = predict_attention(held, calib, hw.sms, hw.peak_flops("bf16"), hw.hbm_bw_Bps)
+        row("attention", f"TensorRT-LLM {v}", (~test).sum(), test.sum(), exc,
+            _stats(pred, held.latency_s.to_numpy()), dtype="bfloat16")
+    return out
+
+
+# The engine custom all-reduce's switch points: one-shot up to M_1(p) bytes for p GPUs, two-shot
+# up to the 16 MiB workspace, NCCL beyond. The tables were measured with SGLang 0.5.14, whose
+# default on CUDA is the JIT custom all-reduce v2 (SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2 = True in
+# srt/environ.py) with THRESHOLD_2_SHOT_MAP in srt/distributed/device_communicators/
+# custom_all_reduce_v2.py (one-shot push/pull thresholds per world size; SM100 "benchmarks on
+# B200", else "benchmarks on H200"; the pull buffer max_pull_size = 16 MiB caps them): the fit
+# assigns rows with those. The hardware file gets the thresholds of the version the SGLang
+# engine profile names (0.5.23: srt/distributed/device_communicators/configs/
+# custom_all_reduce_v2.py, CUDA-graph context, each clipped to the 16 MiB
+# SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB workspace; SM90 tuned on H200, SM100 on B200, other
+# GPUs a 1 MiB default). KiB by world size.
+SGLANG_AR_ONESHOT_KIB = {
+    "0.5.14": {"sm100": {2: 16384, 3: 4096, 4: 2048, 5: 2048, 6: 1024, 7: 896, 8: 720},
+               "sm90": {2: 16384, 3: 512, 4: 384, 5: 256, 6: 192, 7: 192, 8: 160}},
+    "0.5.23": {"sm100": {2: 16384, 3: 4096, 4: 640, 5: 1536, 6: 1024, 7: 640, 8: 256, 16: 256},
+               "sm90": {2: 16384, 3: 1280, 4: 384, 5: 192, 6: 128, 7: 128, 8: 128},
+               "sm80": {2: 1024}}}
+SGLANG_AR_MAX_MIB = 16  # both versions: the 16 MiB pull workspace, NCCL beyond
+# SGLang 0.5.14's map has no SM80 entry: every non-SM100 GPU takes the H200 map
+SGLANG_AR_FIT_ARCH = {"sm80": "sm90"}
+AR_FIT_VERSION, AR_RUN_VERSION = "0.5.14", "0.5.23"
+GPU_ARCH = {"h100": "sm90", "h200": "sm90", "b200": "sm100", "b300": "sm100", "gb200": "sm100",
+            "gb300": "sm100", "a100": "sm80"}
+# AIConfigurator's message_size is an element count, not bytes (aiconfigurator-core 0.12.0,
+# sdk/perf_database.py: "comm shims factor an element count"; models/llama.py queries
+# CustomAllReduce with tokens x hidden); the custom all-reduce tables are bfloat16
+AR_ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "half": 2}
+
+
+def _oneshot_table(kib: dict) -> tuple:
+    return tuple((w, v * 1024) for w, v in sorted(kib.items()))
+
+
+def _allreduce_model(kib: dict):
     """``f(message_bytes, gpus, fixed_s, oneshot_Bps, twoshot_Bps)``: the step model's own term
-    (:func:`moesym.terms.comm.tp_allreduce_custom`) lambdified on 1-byte 'tokens'."""
+    (:func:`moesym.terms.comm.tp_allreduce_custom`) lambdified on 1-byte 'tokens', with the
+    one-shot switch points ``kib`` (KiB by world size)."""
     from types import SimpleNamespace
 
     import sympy as sp
@@ -155,29 +290,44 @@ def _allreduce_model():
     from moesym.terms.comm import tp_allreduce_custom
     from moesym.terms.dims import symbolic_dims
 
-    m, p, tau, w1, w2 = sp.symbols("m p tau w1 w2", positive=True)
+    m, tau, w1, w2 = sp.symbols("m tau w1 w2", positive=True)
     car = SimpleNamespace(fixed_s=tau, oneshot_Bps=w1, twoshot_Bps=w2,
-                          oneshot_max_bytes=ONESHOT_MAX_KIB * 1024, max_bytes=MAX_MIB * 2 ** 20)
+                          oneshot_max_bytes=_oneshot_table(kib),
+                          max_bytes=SGLANG_AR_MAX_MIB * 2 ** 20)
     D = symbolic_dims()
-    c = tp_allreduce_custom(D, m, car, 1.0, 0.0, group=p)
-    t = (c.net_bytes / c.net_bw + c.fixed_s).subs({D.hidden: 1, D.act_bytes: 1})
-    return sp.lambdify((m, p, tau, w1, w2), t, "numpy")
+    by_p = {}
+    for p in range(2, 17):  # one function per group size (the switch point is p's)
+        c = tp_allreduce_custom(D, m, car, 1.0, 0.0, group=p)
+        t = (c.net_bytes / c.net_bw + c.fixed_s).subs({D.hidden: 1, D.act_bytes: 1})
+        by_p[p] = sp.lambdify((m, tau, w1, w2), t, "numpy")
+
+    def f(m, p, tau, w1, w2):
+        out = np.empty(len(m))
+        for g in np.unique(p):
+            sel = p == g
+            out[sel] = by_p[int(g)](m[sel], tau, w1, w2)
+        return out
+    return f
 
 
 def fit_allreduce(root: Path, gpu: str) -> dict | None:
     """Fit the custom all-reduce's fixed time and one-/two-shot bandwidths on SGLang's
-    CUDA-graph timings (messages up to the custom kernel's limit); every other message size
-    held out."""
+    CUDA-graph timings (messages up to the custom kernel's limit, rows assigned to one- or
+    two-shot by the measured version's switch points); every other message size held out."""
     from scipy.optimize import least_squares
 
     df, v = aic.read_table(root, gpu, "comm", "custom_allreduce_perf", "sglang")
     if not len(df):
         return None
-    df = df[(df.backend == "sglang_graph") & (df.message_size <= MAX_MIB * 2 ** 20)]
-    df = df.sort_values(["num_gpus", "message_size"]).reset_index(drop=True)
+    df = df[df.backend == "sglang_graph"]
+    df = df.assign(message_bytes=df.message_size * df.allreduce_dtype.map(AR_ELEMENT_BYTES))
+    df = df[df.message_bytes <= SGLANG_AR_MAX_MIB * 2 ** 20]
+    df = df.sort_values(["num_gpus", "message_bytes"]).reset_index(drop=True)
     test = (df.groupby("num_gpus").cumcount() % 2 == 1).to_numpy()
-    f = _allreduce_model()
-    m, p = df.message_size.to_numpy(float), df.num_gpus.to_numpy(float)
+    arch = GPU_ARCH[gpu]
+    fit_versions = SGLANG_AR_ONESHOT_KIB[AR_FIT_VERSION]
+    f = _allreduce_model(fit_versions[arch if arch in fit_versions else SGLANG_AR_FIT_ARCH[arch]])
+    m, p = df.message_bytes.to_numpy(float), df.num_gpus.to_numpy(float)
     meas = df.latency.to_numpy(float) * 1e-3
 
     def resid(x, sel):
@@ -188,26 +338,184 @@ def fit_allreduce(root: Path, gpu: str) -> dict | None:
     pred = f(m, p, r.x[0] * 1e-6, r.x[1] * 1e9, r.x[2] * 1e9)
     err = np.abs(pred / meas - 1)
     return {"fixed_us": r.x[0], "oneshot_GBps": r.x[1], "twoshot_GBps": r.x[2], "version": v,
-            "rows": len(df), "held_out": int(test.sum()), "test_median": float(np.median(err[test])),
+            "rows": len(df), "held_out": int(test.sum()),
+            "test_median": float(np.median(err[test])),
+            "test_p90": float(np.quantile(err[test], 0.9)),
             "test_worst": float(err[test].max()), "train_median": float(np.median(err[~test]))}
 
 
 def allreduce_block(ar: dict, gpu: str, date: str) -> str:
     """The ``[allreduce]`` table text for a hardware file."""
+    kib = SGLANG_AR_ONESHOT_KIB[AR_RUN_VERSION][GPU_ARCH[gpu]]
+    table = ", ".join(f"{w} = {v}" for w, v in sorted(kib.items()))
     return "\n".join([
         f"# engine custom all-reduce, written {date} by benchmarks/kernel_fit_aic.py: fitted on "
         f"{SOURCE}, {aic.GPU_FOLDERS[gpu]}, SGLang {ar['version']} custom all-reduce under CUDA "
-        f"graphs, 2-8 GPUs, messages <= {MAX_MIB} MiB ({ar['rows']} rows; every other size held "
-        f"out: held-out median {ar['test_median']:.1%}, worst {ar['test_worst']:.1%})",
-        "# switch points: vLLM csrc/custom_all_reduce.cuh (SGLang's sgl-kernel carries it over)",
+        f"graphs, 2-8 GPUs, messages <= {SGLANG_AR_MAX_MIB} MiB (message_size read as bf16 "
+        f"elements; {ar['rows']} rows; every other size held out: held-out median "
+        f"{ar['test_median']:.1%}, worst {ar['test_worst']:.1%})",
+        f"# switch points (one-shot KiB by TP group size, two-shot to the {SGLANG_AR_MAX_MIB} MiB "
+        f"workspace): SGLang {AR_RUN_VERSION} srt/distributed/device_communicators/configs/"
+        f"custom_all_reduce_v2.py, {GPU_ARCH[gpu]} CUDA-graph thresholds clipped to "
+        "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB",
         "[allreduce]",
         f"fixed_us = {ar['fixed_us']:.3g}",
         f"oneshot_GBps = {ar['oneshot_GBps']:.4g}",
         f"twoshot_GBps = {ar['twoshot_GBps']:.4g}",
-        f"oneshot_max_KiB = {ONESHOT_MAX_KIB}",
-        f"max_MiB = {MAX_MIB}",
+        f"oneshot_max_KiB = {{ {table} }}",
+        f"max_MiB = {SGLANG_AR_MAX_MIB}",
         f'source = "fit to {SOURCE} ({aic.GPU_FOLDERS[gpu]}, SGLang {ar["version"]} '
         'custom all-reduce, CUDA graph)"']) + "\n"
+
+
+# ------------------------------------------------------------------------------ DeepEP, one node
+# one node of 8 GPUs (the tables' node_num 1); normal mode at DeepEP's Buffer.num_sms default
+# of 20 SMs (moesym.model.bindings.COMM_SMS), which SGLang keeps without a DeepEP config
+# (srt/layers/moe/token_dispatcher/deepep.py: num_sms = Buffer.num_sms)
+DEEPEP_GPUS, DEEPEP_SMS = 8, 20
+DEEPEP_MODES = {"ll": ("wideep_deepep_ll_perf", "{op}_avg_t_us", "deepep-ll"),
+                "normal": ("wideep_deepep_normal_perf", "{op}_transmit_us", "deepep-normal")}
+
+
+def _deepep_bytes(mode: str, op: str, E, k, d, T) -> float:
+    """Bytes one rank sends in one dispatch or combine of T tokens per GPU inside one node of
+    8 GPUs, by the step model's own volume (:func:`moesym.terms.comm.a2a_volume`): FP8 with
+    its scales out, BF16 back."""
+    from dataclasses import replace as _r
+
+    from moesym.specs.deployment import A2AMode, activation_dispatch_bytes
+    from moesym.terms.comm import a2a_volume
+    from moesym.terms.dims import symbolic_dims
+
+    b = activation_dispatch_bytes("fp8") if op == "dispatch" else 2.0
+    D = _r(symbolic_dims(), experts=int(E), topk=int(k), ep=DEEPEP_GPUS, hidden=int(d))
+    v = a2a_volume(D, int(T), b, A2AMode(DEEPEP_MODES[mode][2]), DEEPEP_GPUS)
+    return float(v.intra_bytes)
+
+
+def fit_deepep(root: Path, gpu: str) -> dict | None:
+    """Per mode (low-latency, normal) and direction (dispatch, combine): a fixed time and an
+    NVLink rate, time = fixed + bytes / rate, fitted on SGLang's one-node DeepEP tables (every
+    other token count held out)."""
+    from scipy.optimize import least_squares
+
+    if load_hardware(gpu).gpus_per_node != DEEPEP_GPUS:  # the fit is an 8-GPU node's
+        return None
+    out = {}
+    for mode, (table, col, _) in DEEPEP_MODES.items():
+        df, v = aic.read_table(root, gpu, "comm", table, "sglang")
+        if not len(df):
+            continue
+        df = df[df.node_num == 1]
+        if mode == "normal":
+            df = df[(df.dispatch_sms == DEEPEP_SMS) & (df.combine_sms == DEEPEP_SMS)]
+        df = df.sort_values(["hidden_size", "num_topk", "num_experts", "num_token"])
+        test = (df.groupby(["hidden_size", "num_topk", "num_experts"]).cumcount() % 2 == 1)
+        test = test.to_numpy()
+        for op in ("dispatch", "combine"):
+            meas = df[col.format(op=op)].to_numpy(float) * 1e-6
+            ok = meas > 0
+            nbytes = np.array([_deepep_bytes(mode, op, E, k, d, T) for E, k, d, T in
+                               df[["num_experts", "num_topk", "hidden_size", "num_token"]]
+                               .itertuples(index=False)])
+
+            def resid(x, sel):
+                return np.log((x[0] * 1e-6 + nbytes[sel] / (x[1] * 1e9)) / meas[sel])
+
+            tr = ok & ~test
+            r = least_squares(resid, [10.0, 200.0], args=(tr,), bounds=([0, 1], [500, 5000]))
+            pred = r.x[0] * 1e-6 + nbytes / (r.x[1] * 1e9)
+            err = np.abs(pred / meas - 1)
+            he = err[ok & test]
+            out[f"{mode}_{op}"] = {"fixed_us": float(r.x[0]), "GBps": float(r.x[1]),
+                                   "version": v, "rows": int(ok.sum()),
+                                   "held_out": int((ok & test).sum()),
+                                   "median": float(np.median(he)),
+                                   "p90": float(np.quantile(he, 0.9))}
+    return out or None
+
+
+def deepep_block(dp: dict, gpu: str, date: str) -> str:
+    """The ``[deepep]`` table text for a hardware file."""
+    v = next(iter(dp.values()))["version"]
+    lines = [f"# DeepEP inside one node, written {date} by benchmarks/kernel_fit_aic.py --heldout: "
+             f"time = fixed + bytes / rate per mode and direction (bytes as the step model counts "
+             f"them), fitted on {SOURCE}, {aic.GPU_FOLDERS[gpu]}, SGLang {v} DeepEP tables "
+             f"(8 GPUs; normal mode at {DEEPEP_SMS} SMs; every other token count held out: "
+             + ", ".join(f"{k} {r['median']:.1%}" for k, r in dp.items())
+             + "); across nodes the [interconnect] and [latency_us] figures apply",
+             "[deepep]"]
+    for k, r in dp.items():
+        lines.append(f"{k}_us = {r['fixed_us']:.3g}")
+        lines.append(f"{k}_GBps = {r['GBps']:.4g}")
+    lines.append(f'source = "fit to {SOURCE} ({aic.GPU_FOLDERS[gpu]}, SGLang {v} DeepEP, one '
+                 'node)"')
+    return "\n".join(lines) + "\n"
+
+
+def moe_kernels_block(rows: list[dict], gpu: str, date: str) -> str:
+    """The ``[moe_kernels]`` table text: each fused-MoE backend's fitted grouped-GEMM fraction."""
+    lines = [f"# fused-MoE kernels by backend, written {date} by benchmarks/kernel_fit_aic.py "
+             "--heldout: the grouped-GEMM tensor fraction fitted on each backend's balanced rows "
+             f"of {SOURCE}, {aic.GPU_FOLDERS[gpu]} (every other shape held out), the rest of "
+             "[kernel] kept; only backends whose own fraction lowers the held-out median or p90 "
+             f"by >= {MIN_BACKEND_GAIN:.0%} against [kernel]'s (others run on [kernel]); an engine "
+             "profile's [ENGINE.kernels] moe names which one runs",
+             "[moe_kernels]"]
+    dtypes = {r["dtype"] for r in rows if r["gpu"] == gpu and r["class"] == "moe" and r["used"]}
+    lines += [f'dtype = "{aic.GEMM_DTYPES[d][0]}"' for d in dtypes]  # one: the GPU's fit dtype
+    for r in rows:
+        if r["gpu"] == gpu and r["class"] == "moe" and r["used"]:
+            lines.append(f'{r["backend"]} = {{ grouped_tensor_frac = '
+                         f'{r["grouped_tensor_frac"]:.4g}, heldout_median = {r["median"]:.3f}, '
+                         f'source = "{r["engine"]} {r["dtype"]}, {r["rows_fitted"]} rows" }}')
+    return "\n".join(lines) + "\n"
+
+
+def write_heldout(root: Path, gpus: list[str], date: str, write: bool) -> int:
+    """Evaluate every GPU (:func:`evaluate_gpu`, the custom all-reduce fit) and write the held-out
+    table as bench_data/kernel_heldout.json; with ``write`` also each GPU's ``[moe_kernels]``."""
+    import json
+
+    rows: list[dict] = []
+    for gpu in gpus:
+        got = evaluate_gpu(root, gpu)
+        ar = fit_allreduce(root, gpu)
+        if ar:
+            got.append({"gpu": gpu, "class": "allreduce", "engine": f"SGLang {ar['version']}",
+                        "dtype": "bfloat16", "rows_fitted": ar["rows"] - ar["held_out"],
+                        "rows_held_out": ar["held_out"], "excluded": 0,
+                        "median": ar["test_median"], "p90": ar["test_p90"]})
+        dp = fit_deepep(root, gpu)
+        for k, r in (dp or {}).items():
+            got.append({"gpu": gpu, "class": "deepep", "backend": k.replace("_", " "),
+                        "engine": f"SGLang {r['version']}", "dtype": "fp8/bf16",
+                        "rows_fitted": r["rows"] - r["held_out"], "rows_held_out": r["held_out"],
+                        "excluded": 0, "median": r["median"], "p90": r["p90"],
+                        "fixed_us": r["fixed_us"], "GBps": r["GBps"]})
+        for r in got:
+            print(gpu, {k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()})
+        rows += got
+        for r in got:
+            if r["class"] == "moe":
+                r["used"] = backend_used(r)
+        if write and any(r["class"] == "moe" for r in got):
+            replace_toml_table(data_dir("hardware") / f"{gpu}.toml", "moe_kernels",
+                               moe_kernels_block(got, gpu, date))
+        if write and dp:
+            replace_toml_table(data_dir("hardware") / f"{gpu}.toml", "deepep",
+                               deepep_block(dp, gpu, date))
+    doc = {"source": SOURCE, "written": date,
+           "how": "benchmarks/kernel_fit_aic.py AIC_DATA_DIR --heldout: |model / measured - 1| on "
+                  "the shapes held out of the fit (every other shape); gemm and attention: the "
+                  "committed [kernel]; moe: each backend's fitted fraction (kernel_median: the "
+                  "committed [kernel] on the same rows); allreduce: the committed [allreduce]; "
+                  "excluded: rows faster than their FLOPs at peak or bytes at peak HBM bandwidth",
+           "rows": rows}
+    path = data_dir("bench_data") / HELDOUT_JSON
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {path}")
+    return 0
 
 
 def _versions(fit: dict, cls: str | None = None) -> str:
@@ -258,11 +566,26 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu", action="append", default=None)
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--markdown", type=Path, default=None)
+    ap.add_argument("--heldout", action="store_true",
+                    help=f"evaluate the committed calibrations on the held-out shapes, fit each "
+                         f"fused-MoE backend, fit DeepEP; write bench_data/{HELDOUT_JSON} and, "
+                         "with --write, each GPU's [moe_kernels] and [deepep] tables")
+    ap.add_argument("--allreduce-only", action="store_true",
+                    help="fit and write only the custom all-reduce ([allreduce])")
     a = ap.parse_args(argv)
     gpus = a.gpu or [g for g, d in aic.GPU_FOLDERS.items() if (a.folder / d).is_dir()]
     date = _dt.date.today().isoformat()
     fits = []
+    if a.heldout:
+        return write_heldout(a.folder, gpus, date, a.write)
     for gpu in gpus:
+        if a.allreduce_only:
+            ar = fit_allreduce(a.folder, gpu)
+            print(f"== {gpu} custom all-reduce: {ar}")
+            if a.write and ar:
+                replace_toml_table(data_dir("hardware") / f"{gpu}.toml", "allreduce",
+                                   allreduce_block(ar, gpu, date))
+            continue
         f = fit_gpu(a.folder, gpu)
         fits.append(f)
         for cls, (res, n) in f["classes"].items():

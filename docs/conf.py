@@ -39,7 +39,7 @@ def _plain_text_docstring(app, what, name, obj, options, lines):
     """moesym's docstrings are plain text: an indented formula line under a sentence is a
     continuation, not reStructuredText's block quote. Give such a run a blank line before it so
     docutils reads it as a quote instead of warning (a list item's own continuation lines, two
-    columns in, stay as they are)."""
+    columns in, stay as they are); a bar is an absolute value, not a substitution."""
     out, prev_indent, prev_blank, bullet = [], 0, True, None
     for line in lines:
         blank = not line.strip()
@@ -52,7 +52,7 @@ def _plain_text_docstring(app, what, name, obj, options, lines):
         if (not blank and not prev_blank and indent != prev_indent and not in_item
                 and not out[-1].rstrip().endswith("::")):
             out.append("")
-        out.append(line)
+        out.append(line.replace("|", "\\|"))
         if not blank:
             prev_indent = indent
         prev_blank = blank

@@ -201,7 +201,7 @@ def max_binomial_mean(mean, p, n):
     hi = np.minimum(hi, np.ceil(top) + 1.0)
     width = np.maximum(hi - lo, 0.0)
     # exact sum where it is cheap and matters (small loads); the normal form elsewhere, where
-    # its error is O(1/sd) of the spread (callers use this function only below a mean of 8)
+    # its error is O(1/sd) of the spread (max_load_ratio calls it below a mean of 8)
     exact = (width <= _MAX_WIDTH) & (mean < _EXACT_MAX_MEAN)
     out = _normal_max(mean, sd, n)
     if exact.any():
@@ -212,7 +212,11 @@ def max_binomial_mean(mean, p, n):
         for s in range(0, len(idx), step):
             sel = idx[s:s + step]
             terms = 1.0 - _window_cdf(lo[sel], ws, mean[sel], p[sel]) ** n[sel, None]
-            out[sel] = lo[sel] + terms.sum(axis=1)  # terms j < lo are 1 to double precision
+            # terms j < lo are 1 to double precision; each element sums its own window in
+            # order (a running sum read at its width), so its value never depends on which
+            # other elements share the batch (chunked evaluation stays bit for bit)
+            own = width[sel].astype(int)
+            out[sel] = lo[sel] + np.cumsum(terms, axis=1)[np.arange(len(sel)), own]
     point = p >= 1.0 - 1e-15
     out[point] = mean[point]
     return out.reshape(shape)

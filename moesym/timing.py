@@ -92,12 +92,14 @@ class RooflineTiming:
         return TermTime(c.name, compute, memory, comm, overhead)
 
 
-def time_model(name: str, hw):
+def time_model(name: str, hw, moe_kernel: str | None = None):
     """The time model a deployment names (``Deployment.timing``), for GPU ``hw``: ``kernel``, the
     analytical kernel model with this GPU's calibration (what every command uses by default),
     ``roofline``, the plain roofline with named efficiency symbols (the teaching form), or
     ``tables:DIR``, measured kernel tables over the kernel model (bound to one configuration by
-    ``build_step``)."""
+    ``build_step``). ``moe_kernel``: the fused-MoE backend the engine runs
+    (:meth:`moesym.engines.EngineKernels.moe_kernel`), whose grouped-GEMM fraction from the
+    GPU's ``[moe_kernels]`` replaces ``[kernel]``'s."""
     if name.startswith("tables:"):
         from .kernels.table_timing import TableTiming, tables_folder
 
@@ -105,7 +107,14 @@ def time_model(name: str, hw):
     if name == "roofline":
         return RooflineTiming()
     if name == "kernel":
+        from dataclasses import replace
+
         from .kernels.timing import KernelTiming
 
-        return KernelTiming.from_hardware(hw)
+        t = KernelTiming.from_hardware(hw)
+        if moe_kernel is None:
+            return t
+        f = hw.moe_kernels[moe_kernel]
+        return KernelTiming(replace(t.calib, grouped_contiguous_tensor_frac=f,
+                                    grouped_masked_tensor_frac=f))
     raise ValueError(f"unknown time model {name!r}")

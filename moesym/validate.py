@@ -37,8 +37,9 @@ from .specs.deployment import A2AMode, Deployment, Phase, Workload
 from .specs.hardware import load_hardware
 from .specs.model import load_model
 
-__all__ = ["Case", "CASES", "LLAMA_BENCH_TABLE", "single_device_cases", "SERVING_CASES", "ServingCase", "fit_serving", "load_cases", "run_case",
-           "serving_fits", "validate", "validate_serving"]
+__all__ = ["Case", "CASES", "LLAMA_BENCH_TABLE", "SERVING_CASES", "ServingCase", "fit_serving",
+           "kernel_heldout", "load_cases", "run_case", "serving_fits", "single_device_cases",
+           "validate", "validate_serving"]
 
 _INFERSIM = ("InferSim README (alibaba/InferSim), table of actual throughput measured on "
              "SGLang deployments")
@@ -325,3 +326,14 @@ def validate_serving(cases=SERVING_CASES, seed: int = 0) -> list[dict]:
                          "error": (pred - meas) / meas, "source": c.source, "setup": c.setup,
                          "engine": c.deployment.engine, "concurrency": c.concurrency})
     return rows
+
+
+def kernel_heldout() -> dict:
+    """The kernel model's held-out error table (``bench_data/kernel_heldout.json``: per GPU and
+    kernel class, median and 90th percentile of |model / measured - 1| on the measured shapes
+    left out of each fit; written by ``benchmarks/kernel_fit_aic.py --heldout``)."""
+    import json
+
+    from ._resources import data_dir
+
+    return json.loads((data_dir("bench_data") / "kernel_heldout.json").read_text())

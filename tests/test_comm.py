@@ -356,34 +356,41 @@ def _allreduce_time_s(D_subs, cost):
 @pytest.mark.parametrize("gpus", sorted(_H200_CUSTOM_AR_US))
 def test_custom_allreduce_meets_the_published_h200_timings(gpus):
     """hardware/h200.toml's [allreduce] (fitted on half the message sizes of that table) times
-    the published rows within 25% each: tokens of one byte so that M = tokens."""
+    the published rows within 25% each. The table's message sizes count BF16 elements, not bytes
+    (aiconfigurator-core 0.12.0 sdk/perf_database.py: the comm shims factor "an element count";
+    its models query the all-reduce with tokens x hidden): tokens of one element of 2 bytes."""
     D = symbolic_dims()
     car = load_hardware("h200").allreduce
     for m, us in _H200_CUSTOM_AR_US[gpus]:
         c = comm.tp_allreduce_custom(D, m, car, 1e12, 3e-6, group=gpus)
-        t = _allreduce_time_s({D.hidden: 1, D.act_bytes: 1}, c)
+        t = _allreduce_time_s({D.hidden: 1, D.act_bytes: 2}, c)
         assert t == pytest.approx(us * 1e-6, rel=0.25), (gpus, m)
 
 
 def test_custom_allreduce_switches_as_the_engine_does():
-    """One-shot below 256 KiB on 8 GPUs (512 KiB on 4, always on 2), two-shot up to the 8 MiB
-    buffer, NCCL's ring beyond (vLLM csrc/custom_all_reduce.cuh); bytes derived here."""
+    """One-shot up to the engine's switch point for the group size, two-shot up to the
+    workspace, NCCL's ring beyond. Switch points as SGLang 0.5.23 writes them for SM90 under
+    CUDA graphs (srt/distributed/device_communicators/configs/custom_all_reduce_v2.py: world 2
+    16 MB, world 4 384 KB, world 8 128 KB; the 16 MB SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB
+    workspace); bytes derived here."""
     from types import SimpleNamespace
 
     D = symbolic_dims()
     car = SimpleNamespace(fixed_s=3e-6, oneshot_Bps=2e11, twoshot_Bps=1e11,
-                          oneshot_max_bytes=262144, max_bytes=8388608)
+                          oneshot_max_bytes=((2, 16 * 2 ** 20), (4, 384 * 1024), (8, 128 * 1024)),
+                          max_bytes=16 * 2 ** 20)
     subs = {D.hidden: 1, D.act_bytes: 1}
 
     def net(m, p):
         return float(comm.tp_allreduce_custom(D, m, car, 4e11, 3e-6, group=p).net_bytes.subs(subs))
 
-    assert net(262144, 8) == 7 * 262144            # one-shot: every peer's buffer read
-    assert net(262145, 8) == 2 * 7 / 8 * 262145    # two-shot
-    assert net(524288, 4) == 3 * 524288            # one-shot up to 512 KiB on 4 GPUs
-    assert net(8388608, 2) == 8388608              # always one-shot on 2 GPUs
-    big = comm.tp_allreduce_custom(D, 2 ** 24, car, 4e11, 3e-6, group=8)
-    ring = comm.tp_allreduce(D, 2 ** 24, 4e11, 3e-6, group=8)
+    assert net(131072, 8) == 7 * 131072            # one-shot: every peer's buffer read
+    assert net(131073, 8) == 2 * 7 / 8 * 131073    # two-shot
+    assert net(393216, 4) == 3 * 393216            # one-shot up to 384 KiB on 4 GPUs
+    assert net(393216, 3) == 2 * 393216            # 3 GPUs: the next listed size's (4's)
+    assert net(16 * 2 ** 20, 2) == 16 * 2 ** 20    # one-shot up to the workspace on 2 GPUs
+    big = comm.tp_allreduce_custom(D, 2 ** 24 + 16, car, 4e11, 3e-6, group=8)
+    ring = comm.tp_allreduce(D, 2 ** 24 + 16, 4e11, 3e-6, group=8)
     assert _allreduce_time_s(subs, big) == pytest.approx(_allreduce_time_s(subs, ring))
     one = comm.tp_allreduce_custom(D, 5, car, 4e11, 3e-6, group=1)
     assert _allreduce_time_s(subs, one) == 0       # one GPU reduces nothing
@@ -401,3 +408,24 @@ def test_tp_decode_uses_the_custom_allreduce_where_the_gpu_has_one(cli_json):
     assert cli_json(argv + ["h200"])["per_layer_s"]["tp_comm"] == pytest.approx(want, rel=1e-9)
     assert load_hardware("h800").allreduce is None
     assert cli_json(argv + ["h800"])["per_layer_s"]["tp_comm"] > 3 * want
+
+
+def test_one_node_deepep_is_the_fitted_kernel(cli_json):
+    """DeepSeek-V3 decode on 8 H200, EP8 (DeepEP low-latency inside one node), 64 tokens per
+    GPU: dispatch sends 64 x 7168 x (1 + 4/128) B (FP8 with a scale per 128) x 8 experts x 7/8
+    (the experts on other GPUs), combine the same in BF16; each takes the fitted fixed time
+    (launch included) plus its bytes at the fitted rate of hardware/h200.toml's [deepep]. H800
+    has no such fit: its dispatch stays on the [interconnect] rate."""
+    hw = load_hardware("h200")
+    argv = ["predict", "deepseek-v3", "--phase", "decode", "--batch", "64", "--context", "1024",
+            "--gpus", "8", "--tp", "1", "--ep", "8", "--weights", "fp8", "--hardware"]
+    out = cli_json(argv + ["h200"])
+    sent = {"dispatch": 64 * 7168 * (1 + 4 / 128) * 8 * 7 / 8, "combine": 64 * 7168 * 2 * 8 * 7 / 8}
+    for op, nbytes in sent.items():
+        fixed, rate = hw.deepep[f"ll_{op}"]
+        assert out["work_per_layer"][op]["net_bytes"] == pytest.approx(nbytes)
+        assert out["per_layer_s"][op] == pytest.approx(fixed + nbytes / rate, rel=1e-9)
+    assert not load_hardware("h800").deepep
+    h800 = cli_json(argv + ["h800"])["per_layer_s"]["dispatch"]
+    up = load_hardware("h800")
+    assert h800 > sent["dispatch"] / (up.scale_up_Bps * up.efficiency.scale_up)

@@ -227,6 +227,10 @@ BAD = [
      + "[mine.running_requests_rule]\nrequests_per_context = 512\nmin_requests = 2048\n"
      "max_requests = 4096\n", ["missing key kv_tokens_per_request"]),
     (GOOD + "[other]\nversion = \"2\"\n", ["exactly one engine table"]),
+    (GOOD + "[mine.kernels]\nmoe = \"triton\"\n", ["[mine.kernels].moe", "list of kernel names"]),
+    (GOOD + "[mine.kernels]\nmoe_ep = [\"triton\"]\n", ["[mine.kernels]", "missing key moe"]),
+    (GOOD + "[mine.kernels]\nmoe = [\"triton\"]\ngemm = [\"x\"]\n", ["[mine.kernels].gemm",
+                                                                        "unknown key"]),
     ("[mine\nversion =", ["malformed TOML"]),
 ]
 
@@ -275,3 +279,42 @@ def test_unknown_engine_is_one_line(capsys):
     rc = main(["predict", "qwen3-8b", "--hardware", "h20", "--phase", "decode", "--engine", "tgi"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "--engine 'tgi'" in err and len(err.splitlines()) == 1
+
+
+def test_engine_moe_kernels_follow_the_engines_rules():
+    """Which fused-MoE kernel each engine runs, on a GPU whose tables fitted the kernels given
+    (the rules as read in the engines' sources, written out here): SGLang 0.5.23 runs
+    flashinfer_trtllm where it exists (SM100, arg_groups/overrides.py), else Triton, and DeepGEMM
+    with a DeepEP all-to-all (layers/quantization/fp8.py); vLLM 0.33.0 prefers FlashInfer
+    CUTLASS with EP and Triton without on Hopper (fused_moe/oracle/fp8.py); TensorRT-LLM runs
+    its CUTLASS kernel. With EP the kernel's fit under EP (NAME_ep) times it; a kernel the GPU
+    has not fitted falls back to [kernel] (None)."""
+    hopper = {"triton": 0.4, "triton_ep": 0.2, "cutlass": 0.29, "flashinfer-cutlass_ep": 0.3}
+    blackwell = {"flashinfer-trtllm": 0.17, "triton": 0.13}
+    k = {e: load_engine(e).kernels for e in builtin_engines()}
+    assert k["sglang"].moe_kernel(hopper, ep=1, deepep=False) == "triton"
+    assert k["sglang"].moe_kernel(hopper, ep=8, deepep=False) == "triton_ep"  # fitted with EP
+    assert k["sglang"].moe_kernel(blackwell, ep=1, deepep=False) == "flashinfer-trtllm"
+    assert k["sglang"].moe_kernel(blackwell, ep=8, deepep=False) is None  # no EP fit
+    assert k["sglang"].moe_kernel(hopper, ep=8, deepep=True) is None
+    assert k["vllm"].moe_kernel(hopper, ep=1, deepep=False) == "triton"
+    assert k["vllm"].moe_kernel(hopper, ep=8, deepep=True) == "flashinfer-cutlass_ep"
+    assert k["trtllm"].moe_kernel(hopper, ep=1, deepep=False) == "cutlass"
+    assert k["trtllm"].moe_kernel(blackwell, ep=1, deepep=False) is None
+
+
+def test_engine_changes_moe_time_where_the_tables_differ(cli_json):
+    """DeepSeek-V3 FP8 on 8 H200, TP8 EP1: the routed experts' time follows the engine's fused-MoE
+    kernel (hardware/h200.toml [moe_kernels]). AIConfigurator's H200 tables time this very layer
+    (hidden 7168, 256 experts of 2048 / 8, top-8, balanced) with SGLang 0.5.14's Triton kernel
+    at 250 us for 32 tokens and 393 us for 1024, with TensorRT-LLM 1.3.0rc20's CUTLASS kernel at
+    489 us and 1086 us: SGLang must come out faster. On H800, which has no per-kernel fits, the
+    engine changes nothing."""
+    argv = ["predict", "deepseek-v3", "--phase", "prefill", "--batch", "1", "--context", "1024",
+            "--gpus", "8", "--tp", "8", "--ep", "1", "--weights", "fp8", "--hardware"]
+    t = {e: cli_json(argv + ["h200", "--engine", e])["per_layer_s"]["moe_routed"]
+         for e in ("sglang", "trtllm")}
+    assert t["sglang"] < 0.9 * t["trtllm"]
+    h800 = {e: cli_json(argv + ["h800", "--engine", e])["per_layer_s"]["moe_routed"]
+            for e in ("sglang", "trtllm")}
+    assert h800["sglang"] == h800["trtllm"]

@@ -55,6 +55,21 @@ launch; benchmarks/gpu_small_batch.md). Decode steps fell 1.1% to 7% (#7, B200 a
 prefill steps by at most 0.6%; the optimize answers kept their deployments and batches. The H20
 entries (#9-11, #14, #15, #26, #29) moved once more, +1.97%, when H20's serving efficiency was
 refitted on the four published H20 cases under that model (0.930 -> 0.912).
+Entries #3, #7, #12, #16, #18, #19, #20, #25, #27 and #28 were re-captured for issue 32's second
+part: (a) with expert parallelism under uniform routing the weight-load floor charges the
+busiest EP rank's touched experts, not the mean rank's (moesym.routing.stats.
+busiest_touched_local_experts, checked against a Monte Carlo in tests/test_routing.py): #28's
+small-batch sweep points on H800 rose by up to 10.8%, #25's small-batch Pareto points by up to
+14.6% (its answer kept), #16, #20 and #27 by <= 0.03%;
+(b) DeepEP inside one node on H100/H200/B200 runs at its fitted fixed time and rate
+(hardware files' [deepep], SGLang's one-node DeepEP tables): #7 (B200) +3.2%, #12 (H100)
++3.4%, #18 +1.7%, #19 +0.4%, dispatch and combine 1.4-2.4x slower at these batches;
+(c) the custom all-reduce was refitted with AIConfigurator's message sizes read as BF16
+elements (they had been read as bytes: its bandwidths doubled) and SGLang's own switch points;
+(d) SGLang (the default engine) runs its Triton fused MoE on H100/H200 without DeepEP, at the
+fraction fitted on SGLang's tables ([moe_kernels]; with EP on the tables' EP > 1 rows, where
+Triton is slowest): #3 (H200, EP8 with an all-gather) +23.7%, its routed experts 3.3x slower
+than on DeepGEMM's fraction.
 """
 
 from __future__ import annotations

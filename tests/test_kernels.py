@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import sympy as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from moesym.cli import main
 from moesym.errors import SpecError
@@ -352,6 +354,57 @@ def test_fitted_kernels_never_beat_physics(hw):
     assert np.all(t >= np.maximum(causal_flops / P, 2 * bp * Lp * (hq + kvh) * 2 * d / W))
     nbytes = rng.uniform(1, 1e10, n)
     assert np.all(elementwise_time(nbytes, hbm_bw_Bps=W, calib=c).total_s >= nbytes / W)
+
+
+def _engine_calibs(hw):
+    """The GPU's [kernel] and, for each fused-MoE backend it has fitted ([moe_kernels]), the
+    calibration an engine running that backend times with (its grouped-GEMM fraction)."""
+    c = kernel_calib(hw)
+    return [c] + [replace(c, grouped_contiguous_tensor_frac=f, grouped_masked_tensor_frac=f)
+                  for f in hw.moe_kernels.values()]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gpu=st.sampled_from([hw.name for hw in FITTED]), which=st.integers(0, 8),
+       m=st.integers(1, 65536), n=st.integers(1, 65536), k=st.integers(1, 65536),
+       groups=st.integers(1, 384), layout=st.sampled_from(["dense", "contiguous", "masked"]),
+       dtype=st.sampled_from(["bf16", "fp8"]))
+def test_fitted_gemms_and_moe_backends_never_beat_physics(gpu, which, m, n, k, groups, layout,
+                                                          dtype):
+    """Hypothesis over shapes, layouts and every fitted GPU's calibrations (its [kernel] and each
+    engine's fused-MoE fraction from [moe_kernels]): no GEMM beats 2 M N K g FLOPs at the
+    datasheet peak nor its operand and output bytes at the datasheet HBM bandwidth."""
+    hw = next(h for h in FITTED if h.name == gpu)
+    calibs = _engine_calibs(hw)
+    c = calibs[which % len(calibs)]
+    if dtype not in hw.peaks_flops:
+        dtype = "bf16"
+    P, ob, W = hw.peak_flops(dtype), (2 if dtype == "bf16" else 1), hw.hbm_bw_Bps
+    g = 1 if layout == "dense" else groups
+    t = gemm_time(float(m), float(n), float(k), sms=hw.sms, peak_flops=P, hbm_bw_Bps=W, calib=c,
+                  op_bytes=ob, groups=g, layout=layout).total_s
+    floor = max(2.0 * m * n * k * g / P, g * ((m * k + n * k) * ob + 2.0 * m * n) / W)
+    assert float(t) >= floor * (1 - 1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(gpu=st.sampled_from([hw.name for hw in FITTED if hw.allreduce is not None]),
+       tokens=st.integers(1, 65536), hidden=st.sampled_from([2048, 4096, 5120, 7168, 8192]),
+       p=st.integers(2, 8))
+def test_fitted_custom_allreduce_never_beats_the_link(gpu, tokens, hidden, p):
+    """No all-reduce of M bytes over p GPUs beats 2 (p - 1) / p M bytes through one GPU's
+    scale-up link at its datasheet rate (each GPU must receive the others' share of the sum
+    and send its own share of the result)."""
+    from moesym.terms import comm
+    from moesym.terms.dims import symbolic_dims
+
+    hw = load_hardware(gpu)
+    D = symbolic_dims()
+    c = comm.tp_allreduce_custom(D, tokens, hw.allreduce, hw.scale_up_Bps, 3e-6, group=p)
+    t = float(sp.sympify(c.net_bytes / c.net_bw + c.fixed_s).subs({D.hidden: hidden,
+                                                                   D.act_bytes: 2}))
+    M = tokens * hidden * 2
+    assert t >= 2 * (p - 1) / p * M / hw.scale_up_Bps
 
 
 def test_physical_floor_rule_excludes_rows_faster_than_physics():

@@ -218,6 +218,12 @@ def test_missing_serving_efficiency_warns_and_names_the_default(tmp_path):
     (GOOD_TOML.replace("[latency_us]", "[latency_us]\nfoo = 1"), "unknown key"),
     ("this is not toml =", "malformed TOML"),
     ('name = "x"\nbogus_key = 1\n', "unknown key"),
+    (GOOD_TOML + "[moe_kernels]\ntriton = { grouped_tensor_frac = 1.3 }\n",
+     r"\[moe_kernels\] triton grouped_tensor_frac"),
+    (GOOD_TOML + "[moe_kernels]\ntriton = { frac = 0.3 }\n",
+     r"\[moe_kernels\] triton: unknown key 'frac'"),
+    (GOOD_TOML + "[allreduce]\nfixed_us = 3\noneshot_GBps = 300\ntwoshot_GBps = 300\n"
+     "max_MiB = 16\noneshot_max_KiB = { eight = 128 }\n", "oneshot_max_KiB: key 'eight'"),
 ])
 def test_bad_hardware_files(tmp_path, text, match):
     p = tmp_path / "gpu.toml"

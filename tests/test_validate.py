@@ -178,3 +178,28 @@ def test_bad_cases_file_is_one_line_error(tmp_path, content, needle):
                          capture_output=True, text=True)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and needle in out.stderr and "Traceback" not in out.stderr
+
+
+def test_validate_kernels_prints_the_held_out_table(capsys):
+    """``moesym validate --kernels``: one row per GPU and kernel class from the committed fit
+    outputs (bench_data/kernel_heldout.json), for every GPU fitted on AIConfigurator's tables;
+    the fused-MoE backends it marks as used are exactly the fractions the hardware files hold."""
+    from moesym.cli import main
+    from moesym.specs.hardware import load_hardware
+    from moesym.validate import kernel_heldout
+
+    doc = kernel_heldout()
+    gpus = {"h100", "h200", "b200", "b300", "gb200", "gb300", "a100"}
+    for cls in ("gemm", "moe", "attention", "allreduce"):
+        assert {r["gpu"] for r in doc["rows"] if r["class"] == cls} == gpus, cls
+    for r in doc["rows"]:
+        assert 0 <= r["median"] <= r["p90"] and r["rows_held_out"] > 0
+        if r["class"] == "moe":
+            fits = load_hardware(r["gpu"]).moe_kernels
+            assert (r["backend"] in fits) == r["used"], (r["gpu"], r["backend"])
+            if r["used"]:
+                assert fits[r["backend"]] == pytest.approx(r["grouped_tensor_frac"], rel=1e-3)
+    assert main(["validate", "--kernels"]) == 0
+    out = capsys.readouterr().out
+    assert "median" in out and "p90" in out
+    assert sum(line.startswith(("h100 ", "b300 ")) for line in out.splitlines()) >= 8

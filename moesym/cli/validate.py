@@ -18,6 +18,11 @@ def register(sub) -> None:
     p.add_argument("--fit-serving", action="store_true",
                    help="also fit each GPU's serving efficiency on all of its cases (the value a "
                         "hardware file's [efficiency] serving should hold)")
+    p.add_argument("--kernels", action="store_true",
+                   help="print instead the kernel model's held-out error per GPU and kernel class "
+                        "(median and 90th percentile of |model / measured - 1| on the measured "
+                        "kernel shapes held out of each GPU's fit; from bench_data/"
+                        "kernel_heldout.json, written by benchmarks/kernel_fit_aic.py --heldout)")
     p.add_argument("--no-serving", action="store_true",
                    help="skip the serving section (published benchmarks at a concurrency, "
                         "simulated with moesym simulate)")
@@ -33,6 +38,8 @@ def _shown(case: dict, key: str) -> str:
 
 
 def run(args) -> int:
+    if args.kernels:
+        return _kernels(args)
     cases = validate(args.timing, load_cases(args.cases) if args.cases else CASES)
     fits = serving_fits(cases) if args.fit_serving else None
     serving = [] if args.cases or args.no_serving else validate_serving()
@@ -79,3 +86,33 @@ def _print_serving(rows: list[dict]) -> None:
             from statistics import median
 
             print(f"{kind:<7} median |error| {median(errs):.1%} over {len(errs)}")
+
+
+_CLASS_ORDER = {"gemm": 0, "moe": 1, "attention": 2, "allreduce": 3}
+
+
+def _kernels(args) -> int:
+    from ..validate import kernel_heldout
+
+    doc = kernel_heldout()
+    rows = sorted(doc["rows"], key=lambda r: (r["gpu"], _CLASS_ORDER.get(r["class"], 9)))
+    if args.json:
+        emit_json(doc)
+        return 0
+    print(f"held-out kernel error (|model / measured - 1| on shapes left out of the fit; data: "
+          f"{doc['source']}; written {doc['written']})")
+    print(f"{'GPU':<6} {'class':<10} {'kernel':<28} {'measured on':<24} {'dtype':<10} "
+          f"{'held out':>8} {'excl.':>6} {'median':>7} {'p90':>7}")
+    for r in rows:
+        kernel = r.get("backend", "")
+        if r["class"] == "moe" and not r["used"]:
+            kernel += " ([kernel])"
+            med, p90 = r["kernel_median"], r["kernel_p90"]
+        else:
+            med, p90 = r["median"], r["p90"]
+        print(f"{r['gpu']:<6} {r['class']:<10} {kernel:<28} {r['engine']:<24} {r['dtype']:<10} "
+              f"{r['rows_held_out']:>8} {r['excluded']:>6} {med:>7.1%} {p90:>7.1%}")
+    print("moe: each backend's own fitted grouped-GEMM fraction ([moe_kernels]); '([kernel])': "
+          "the tables do not show it apart, the GPU's [kernel] times it. excl.: rows faster "
+          "than physics (FLOPs at peak or bytes at peak HBM bandwidth), left out of the fit")
+    return 0

@@ -30,8 +30,8 @@ from typing import Mapping
 from .._toml import load_toml
 from ..errors import SpecError
 
-__all__ = ["EngineProfile", "KvMemoryRule", "RunningRequestsRule", "builtin_engines",
-           "host_overlapped",
+__all__ = ["EngineKernels", "EngineProfile", "KvMemoryRule", "RunningRequestsRule",
+           "builtin_engines", "host_overlapped",
            "load_engine", "POLICIES", "KV_FULL", "KV_BASES", "DP_ROUTING", "PREFILL_ORDERS"]
 
 MIB = 2**20
@@ -118,6 +118,31 @@ class KvMemoryRule:
 
 
 @dataclass(frozen=True)
+class EngineKernels:
+    """Which kernels an engine runs (``[ENGINE.kernels]``): fused-MoE backends in the engine's
+    order of preference (the first one a GPU's ``[moe_kernels]`` has fitted runs, fitted apart
+    under expert parallelism as ``NAME_ep``; a GPU with none of them runs its ``[kernel]``
+    grouped-GEMM fractions), with expert parallelism
+    (``moe_ep``) and with a DeepEP all-to-all (``moe_deepep``) where the engine picks others;
+    the attention and all-reduce kernels by name (no table times another engine's attention)."""
+
+    moe: tuple[str, ...]
+    moe_ep: tuple[str, ...] | None = None
+    moe_deepep: tuple[str, ...] | None = None
+    attention: str = ""
+    allreduce: str = ""
+
+    def moe_kernel(self, fitted: Mapping[str, float], *, ep: int, deepep: bool) -> str | None:
+        """The fused-MoE fit that times the engine's kernel on a GPU whose ``[moe_kernels]`` is
+        ``fitted``: the first listed kernel the GPU has, its ``NAME_ep`` fit (measured under
+        expert parallelism) when ep > 1."""
+        order = (self.moe_deepep if deepep and self.moe_deepep is not None else
+                 self.moe_ep if ep > 1 and self.moe_ep is not None else self.moe)
+        keys = (f"{k}_ep" if ep > 1 else k for k in order)
+        return next((k for k in keys if k in fitted), None)
+
+
+@dataclass(frozen=True)
 class EngineProfile:
     """One engine's scheduler defaults (see ``builtin.toml`` for each key's meaning)."""
 
@@ -152,6 +177,7 @@ class EngineProfile:
     cuda_graph_max_batch_size_tp_below_4: int | None = None
     long_prefill_token_threshold: int | None = None
     host_step_s: float | None = None
+    kernels: EngineKernels | None = None
     # [ENGINE.kernel]: kernel-model switches of this engine's kernels over the hardware file's
     # [kernel] (moesym.kernels.calib keys; e.g. llama.cpp's per-expert matrix-vector kernels)
     kernel: Mapping[str, object] = field(default_factory=dict)
@@ -284,7 +310,8 @@ _REQUIRED = ("version", "description", "policy", "mixed_chunk", "chunk_tokens",
              "overlap_scheduler", "prefill_order")
 _OPTIONAL = ("step_token_budget", "max_prefill_tokens", "running_requests_rule",
              "kv_memory_rule", *RETRACT_KEYS, "cuda_graph_max_batch_size_tp_below_4",
-             "long_prefill_token_threshold", "host_step_us", "kernel")
+             "long_prefill_token_threshold", "host_step_us", "kernel", "kernels")
+_KERNEL_KEYS = ("moe", "moe_ep", "moe_deepep", "attention", "allreduce")
 _RUNNING_KEYS = ("requests_per_context", "min_requests", "max_requests", "kv_tokens_per_request")
 _MIB_KEYS = ("base_mib", "parallel_mib_per_8_gpus", "decode_graph_mib_per_batch",
              "dp_graph_mib_per_batch_rank", "dp_graph_large_mib_per_batch_rank",
@@ -300,6 +327,27 @@ def _sub(c: _Checker, key: str, keys: tuple[str, ...]) -> _Checker:
     sub = _Checker(c.where, f"{c.table}.{key}", raw)
     sub.keys(keys, ())
     return sub
+
+
+def _kernels(c: _Checker) -> EngineKernels:
+    raw = c.raw["kernels"]
+    if not isinstance(raw, Mapping):
+        c.fail("kernels", "expected a table", f"write it as [{c.table}.kernels]")
+    s = _Checker(c.where, f"{c.table}.kernels", raw)
+    s.keys(("moe",), _KERNEL_KEYS[1:])
+
+    def names(key):
+        if key not in raw:
+            return None
+        v = raw[key]
+        if (not isinstance(v, list) or not v
+                or any(not isinstance(x, str) or not x.strip() for x in v)):
+            s.fail(key, "expected a list of kernel names", 'write e.g. ["triton"]')
+        return tuple(v)
+
+    return EngineKernels(names("moe"), names("moe_ep"), names("moe_deepep"),
+                         s.text("attention") if "attention" in raw else "",
+                         s.text("allreduce") if "allreduce" in raw else "")
 
 
 def _running_rule(c: _Checker) -> RunningRequestsRule:
@@ -408,7 +456,8 @@ def _parse(name: str, raw: Mapping, where: str) -> EngineProfile:
         cuda_graph_max_batch_size_tp_below_4=opt("cuda_graph_max_batch_size_tp_below_4", c.count),
         long_prefill_token_threshold=opt("long_prefill_token_threshold", c.count, 0),
         host_step_s=None if "host_step_us" not in raw else c.number("host_step_us") * 1e-6,
-        kernel=_kernel(c) if "kernel" in raw else {})
+        kernel=_kernel(c) if "kernel" in raw else {},
+        kernels=_kernels(c) if "kernels" in raw else None)
 
 
 def _kernel(c: _Checker) -> dict:

@@ -79,8 +79,17 @@ def group_var_factor(model, ep: int) -> float:
 
 
 def touched_local_experts_expr(model, deployment, D: Dims, tokens_mb) -> sp.Expr:
-    """Expected local experts with at least one token (lazy expert loading, uniform routing).
+    """Expected local experts with at least one token on the rank that sets the step (lazy
+    expert loading).
 
-    (E + R) / ep x (1 - (1 - k / E) ** T_group), T_group = tokens routed across the MoE group.
+    Mean rank: (E + R) / ep x (1 - (1 - k / E) ** T_group), T_group = tokens routed across the
+    MoE group. Under uniform routing with EP the busiest rank's count instead
+    (:func:`moesym.routing.stats.busiest_touched_local_experts`): at a small batch the slowest
+    rank reads more experts' weights than the mean rank. Balanced routing gives every rank the
+    mean; skewed (zipf, freq) routing keeps the mean rank's count (its hot experts are the
+    load imbalance's part).
     """
-    return D.local_experts * rt.touched_share(D.experts, D.topk, group_tokens(D, tokens_mb))
+    T = group_tokens(D, tokens_mb)
+    if deployment.routing.kind == "uniform" and deployment.ep > 1:
+        return rt.busiest_touched_local_experts(D.experts, D.topk, T, D.ep, D.local_experts)
+    return D.local_experts * rt.touched_share(D.experts, D.topk, T)

@@ -395,10 +395,12 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
         if a2a is A2AMode.RING_MCAST:  # a mesh column: multicast out, locally reduced p2p back
             costs["dispatch"], costs["combine"] = _mesh_a2a(model, dep, hw, D, t)
         else:
-            costs["dispatch"] = [comm.dispatch(D, t_gpu, bw_up, bw_out, S.lat_up, S.lat_out,
-                                               D.gpus_per_node, a2a, groups)]
-            costs["combine"] = [comm.combine(D, t_gpu, bw_up, bw_out, S.lat_up, S.lat_out,
-                                             D.gpus_per_node, a2a, groups)]
+            ops = _deepep_one_node(hw, dep, a2a)
+            for name, term in (("dispatch", comm.dispatch), ("combine", comm.combine)):
+                up, lat = ops[name] if ops else (bw_up, S.lat_up)
+                c = term(D, t_gpu, up, bw_out, lat, S.lat_out, D.gpus_per_node, a2a, groups)
+                # the fitted fixed time is the measured kernel's, launch included
+                costs[name] = [replace(c, launches=sp.Integer(0)) if ops else c]
     # attention output all-reduce + seed 004's all-gather before / reduce-scatter after the MoE
     # (on a mesh: ring hops along its TP axis)
     tp_bw, tp_lat = _tp_link(dep, D, bw_up, bw_out)
@@ -436,6 +438,36 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
         costs["other"] += [ew.fp8_input_cast("shared_cast", t, D.hidden + D.shared_inter / D.tp,
                                              D.act_bytes)]
     return costs
+
+
+def _deepep_one_node(hw: HardwareSpec | None, dep: Deployment, a2a: A2AMode) -> dict | None:
+    """DeepEP inside one node on a GPU with a fitted ``[deepep]``: ``{"dispatch": (bytes/s,
+    fixed s), "combine": ...}`` of the mode that runs; None elsewhere (across nodes, or no
+    fit: the [interconnect] rate and [latency_us] apply)."""
+    if (hw is None or not hw.deepep or not a2a.is_deepep or dep.mesh is not None
+            or dep.ep > hw.gpus_per_node):
+        return None
+    mode = "ll" if a2a is A2AMode.DEEPEP_LL else "normal"
+    return {op: (hw.deepep[f"{mode}_{op}"][1], hw.deepep[f"{mode}_{op}"][0])
+            for op in ("dispatch", "combine")}
+
+
+def engine_moe_kernel(model: ModelSpec, hw: HardwareSpec, dep: Deployment,
+                      wl: Workload) -> str | None:
+    """The fused-MoE backend the deployment's engine runs on ``hw`` where the GPU has it fitted
+    in the experts' compute format (``[moe_kernels]``;
+    :meth:`moesym.engines.EngineKernels.moe_kernel`), else None ([kernel])."""
+    if not model.is_moe or not hw.moe_kernels:
+        return None
+    if hw.compute_format(dep.weight_recipe(True).moe) != hw.moe_kernels_dtype:
+        return None  # fitted on another format's kernels
+    from ..engines import load_engine
+
+    kernels = load_engine(dep.engine).kernels
+    if kernels is None:
+        return None
+    return kernels.moe_kernel(hw.moe_kernels, ep=dep.ep,
+                              deepep=dep.ep > 1 and dep.resolved_a2a(wl.phase).is_deepep)
 
 
 def _tile_stepped(hw: HardwareSpec | None, dep: Deployment) -> bool:
@@ -879,7 +911,8 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     if timing is None:  # the deployment's time model (default: the calibrated kernel model)
         from ..timing import time_model
 
-        timing = time_model(deployment.timing, hardware)
+        timing = time_model(deployment.timing, hardware,
+                            engine_moe_kernel(model, hardware, deployment, workload))
     if hasattr(timing, "bind"):  # measured tables match shapes: they need the numbers
         from .bindings import gemm_table_dtypes
 

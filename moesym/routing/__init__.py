@@ -21,7 +21,8 @@ Nothing is computed at import.
 from .pages import Derivation, derivations, write_pages
 from .report import REPORT_KEYS, routing_report
 from .stats import (EXACT_REGIME_MAX_LOAD, SEED_TILE_BASE_S, SEED_TILE_STEP_S, GroupRouting,
-                    activation_bytes, batched_rows, cache_hit_rate, cache_miss_transfer_time_s, contiguous_rows,
+                    activation_bytes, batched_rows, busiest_touched_local_experts, cache_hit_rate,
+                    cache_miss_transfer_time_s, contiguous_rows,
                     distinct_destinations, distinct_experts, distinct_experts_from_inclusion,
                     expected_grouped_gemm_time_s, grouped_gemm_time_s, max_expert_load_ratio,
                     max_load_ratio, max_rank_load_ratio, no_hit_probability, padded_rows_per_rank,
@@ -35,7 +36,8 @@ from .zipf import (eplb_imbalance, replicas_for_target, replicate_hot_experts, z
 __all__ = [
     "EXACT_REGIME_MAX_LOAD", "REPORT_KEYS", "SEED_TILE_BASE_S", "SEED_TILE_STEP_S", "Derivation",
     "GroupRouting",
-    "activation_bytes", "batched_rows", "cache_hit_rate", "cache_miss_transfer_time_s",
+    "activation_bytes", "batched_rows", "busiest_touched_local_experts", "cache_hit_rate",
+    "cache_miss_transfer_time_s",
     "contiguous_rows", "derivations", "distinct_destinations", "distinct_experts",
     "distinct_experts_from_inclusion", "eplb_imbalance", "expected_grouped_gemm_time_s",
     "grouped_gemm_time_s", "max_expert_load_ratio", "max_load_ratio", "max_rank_load_ratio",

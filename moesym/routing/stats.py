@@ -67,6 +67,29 @@ def touched_local_experts(E, k, T, ep) -> sp.Expr:
     return _s(E) / _s(ep) * touched_share(E, k, T)
 
 
+def busiest_touched_local_experts(E, k, T, ep, local=None) -> sp.Expr:
+    """Expected touched experts (>= 1 token) on the busiest of ep EP ranks, uniform routing.
+
+    Each of a rank's L = E/ep local experts (``local`` overrides L, e.g. with redundant
+    experts) is touched with q = 1 - (1 - k/E)**T; a rank's count is taken as Binomial(L, q)
+    (the slight negative dependence of a token's k distinct picks ignored) and the busiest rank
+    reads the expected largest of ep such counts, MaxBinomialMean(L q, q, ep) <= L. At a
+    small batch it reads more expert weights than the mean rank (L q) and sets the step;
+    at ep = 1 it is the mean.
+
+    >>> round(float(busiest_touched_local_experts(256, 8, 8, 8)), 2)
+    10.64
+    >>> round(float(touched_local_experts(256, 8, 8, 8)), 2)
+    7.18
+    """
+    E, k, T, ep = _s(E), _s(k), _s(T), _s(ep)
+    L = E / ep if local is None else _s(local)
+    q = touched_share(E, k, T)
+    if ep == 1:
+        return L * q
+    return sp.Piecewise((L * q, sp.Eq(ep, 1)), (MaxBinomialMean(L * q, q, ep), True))
+
+
 def distinct_experts_from_inclusion(pi, T) -> sp.Expr:
     """Expected experts with >= 1 token from per-token inclusion probabilities: sum_i (1-(1-pi_i)**T).
 

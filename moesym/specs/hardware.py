@@ -28,7 +28,8 @@ __all__ = ["HardwareSpec", "CustomAllReduce", "Efficiency", "Latency", "load_har
 
 _TOP_KEYS = {"name", "description", "source", "vendor", "sms", "gpus_per_node", "hbm_capacity_GB",
              "hbm_bandwidth_TBps", "peak_TFLOPs", "interconnect", "efficiency", "latency_us", "kernel",
-             "compute_formats", "host", "mesh", "sram_MB", "usable_memory_frac", "allreduce"}
+             "compute_formats", "host", "mesh", "sram_MB", "usable_memory_frac", "allreduce",
+             "moe_kernels", "deepep"}
 _INTERCONNECT_KEYS = {"scale_up_GBps", "scale_out_GBps", "scale_up_domain_gpus", "host_link_GBps"}
 _EFF_KEYS = {"scale_up", "scale_out"}
 # compute and memory efficiencies live in the [kernel] table, read by both time models
@@ -62,15 +63,16 @@ class Efficiency:
 class CustomAllReduce:
     """The serving engine's own all-reduce inside one NVLink node (``[allreduce]``): one-shot
     (every GPU reads all peers' buffers: fixed + (p - 1) M / one-shot bandwidth) up to
-    ``oneshot_max_bytes`` (for p <= 8; twice that for p <= 4, always for p = 2), two-shot
-    (reduce-scatter + all-gather: 2 fixed + 2 (p - 1) / p M / two-shot bandwidth) up to
-    ``max_bytes``, NCCL beyond. The switch points are vLLM's custom all-reduce, which SGLang's
-    sgl-kernel carries over; the times are fitted on measured tables (the file names them)."""
+    ``oneshot_max_bytes`` (per TP group size: ``((p, bytes), ...)`` ascending in p, the
+    first p' >= p applies, the last beyond), two-shot (reduce-scatter + all-gather: 2 fixed +
+    2 (p - 1) / p M / two-shot bandwidth) up to ``max_bytes``, NCCL beyond. The switch points
+    are the engine's (the file names the engine file and version); the times are fitted on
+    measured tables (the file names them)."""
 
     fixed_s: float
     oneshot_Bps: float
     twoshot_Bps: float
-    oneshot_max_bytes: float
+    oneshot_max_bytes: tuple[tuple[int, float], ...]
     max_bytes: float
 
 
@@ -123,6 +125,13 @@ class HardwareSpec:
     # host memory the expert tier (--expert-cache) may fill: [host] capacity_GB; on unified
     # memory the whole DRAM (hbm_capacity_GB), which the device's share is part of; 0: not given
     host_capacity_bytes: float = 0.0
+    # fused-MoE kernels fitted one by one ([moe_kernels]): backend name -> grouped-GEMM tensor
+    # fraction; an engine profile's moe_kernels picks the one it runs (else [kernel]'s)
+    moe_kernels: Mapping[str, float] = field(default_factory=dict)
+    moe_kernels_dtype: str = ""  # the compute format the [moe_kernels] fits hold for
+    # DeepEP inside one node ([deepep]): (fixed s, bytes/s) by "ll_dispatch", "ll_combine",
+    # "normal_dispatch", "normal_combine"; empty: the [interconnect] rate and [latency_us]
+    deepep: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; raises if the GPU has no such tensor-core format."""
@@ -273,7 +282,61 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
                              if unified else
                              _positive(host["capacity_GB"], f"{where} [host] capacity_GB") * 1e9
                              if host and "capacity_GB" in host else 0.0),
+        moe_kernels=_moe_kernels(raw.get("moe_kernels", {}), where),
+        moe_kernels_dtype=_moe_kernels_dtype(raw.get("moe_kernels", {}), where),
+        deepep=_deepep(raw.get("deepep"), where),
     )
+
+
+_DEEPEP_OPS = ("ll_dispatch", "ll_combine", "normal_dispatch", "normal_combine")
+
+
+def _deepep(raw, where: str) -> Mapping[str, tuple[float, float]]:
+    """``[deepep]``: ``<op>_us`` and ``<op>_GBps`` for each DeepEP operation (all four)."""
+    if raw is None:
+        return MappingProxyType({})
+    ctx = f"{where} [deepep]"
+    keys = {f"{op}_{u}" for op in _DEEPEP_OPS for u in ("us", "GBps")}
+    extra = set(raw) - keys - {"source"}
+    if extra:
+        raise SpecError(f"{ctx}: unknown key '{sorted(extra)[0]}'; allowed: "
+                        f"{', '.join(sorted(keys))}, source")
+    return MappingProxyType({
+        op: (_positive(_req(raw, f"{op}_us", ctx), f"{ctx} {op}_us") * 1e-6,
+             _positive(_req(raw, f"{op}_GBps", ctx), f"{ctx} {op}_GBps") * 1e9)
+        for op in _DEEPEP_OPS})
+
+
+def _moe_kernels_dtype(raw, where: str) -> str:
+    """``[moe_kernels] dtype``: the compute format its fits were measured in (required with
+    any kernel: a fraction fitted on FP8 kernels does not time BF16 ones)."""
+    names = [k for k in raw if k != "dtype"]
+    if not names:
+        return ""
+    d = raw.get("dtype")
+    if d not in ("bf16", "fp8", "fp4"):
+        raise SpecError(f"{where} [moe_kernels] dtype: expected \"bf16\", \"fp8\" or \"fp4\" "
+                        f"(the format the kernels were measured in), got {d!r}")
+    return d
+
+
+def _moe_kernels(raw, where: str) -> Mapping[str, float]:
+    """``[moe_kernels]``: ``NAME = { grouped_tensor_frac = F, ... }`` per fused-MoE backend
+    (``heldout_median`` and ``source`` are records; ``dtype`` applies to all)."""
+    out = {}
+    for name, t in dict(raw).items():
+        if name == "dtype":
+            continue
+        ctx = f"{where} [moe_kernels] {name}"
+        if not isinstance(t, Mapping):
+            raise SpecError(f"{ctx}: expected {{ grouped_tensor_frac = F, source = ... }}")
+        extra = set(t) - {"grouped_tensor_frac", "heldout_median", "source"}
+        if extra:
+            raise SpecError(f"{ctx}: unknown key '{sorted(extra)[0]}'; allowed: "
+                            "grouped_tensor_frac, heldout_median, source")
+        out[str(name)] = _fraction(_req(t, "grouped_tensor_frac", ctx),
+                                   f"{ctx} grouped_tensor_frac")
+    return MappingProxyType(out)
 
 
 def _unified(host, ic: Mapping, where: str) -> bool:
@@ -296,17 +359,34 @@ _ALLREDUCE_KEYS = {"fixed_us": 1e-6, "oneshot_GBps": 1e9, "twoshot_GBps": 1e9,
 
 
 def _allreduce(raw, where: str) -> CustomAllReduce | None:
-    """``[allreduce]`` (every key required; ``source`` and comments free) or None."""
+    """``[allreduce]`` (every key required; ``source`` and comments free) or None.
+    ``oneshot_max_KiB`` is one number (every group size) or a table by TP group size
+    (``{ 2 = 16384, 4 = 384, 8 = 128 }``)."""
     if raw is None:
         return None
     extra = set(raw) - set(_ALLREDUCE_KEYS) - {"source"}
     if extra:
         raise SpecError(f"{where} [allreduce]: unknown key '{sorted(extra)[0]}'; allowed: "
                         f"{', '.join(sorted(_ALLREDUCE_KEYS))}, source")
-    v = {k: _positive(_req(raw, k, f"{where} [allreduce]"), f"{where} [allreduce] {k}") * f
-         for k, f in _ALLREDUCE_KEYS.items()}
-    return CustomAllReduce(v["fixed_us"], v["oneshot_GBps"], v["twoshot_GBps"],
-                           v["oneshot_max_KiB"], v["max_MiB"])
+    ctx = f"{where} [allreduce]"
+    one = _req(raw, "oneshot_max_KiB", ctx)
+    if isinstance(one, Mapping):
+        table = []
+        for k, v in one.items():
+            if not str(k).isdigit() or int(k) < 2:
+                raise SpecError(f"{ctx} oneshot_max_KiB: key '{k}' is not a TP group size "
+                                "(a whole number >= 2); write e.g. { 2 = 16384, 8 = 128 }")
+            table.append((int(k), _positive(v, f"{ctx} oneshot_max_KiB.{k}") * 1024))
+        if not table:
+            raise SpecError(f"{ctx} oneshot_max_KiB: empty table; give a number or "
+                            "{ group size = KiB, ... }")
+        one_max = tuple(sorted(table))
+    else:
+        one_max = ((2, _positive(one, f"{ctx} oneshot_max_KiB") * 1024),)
+    v = {k: _positive(_req(raw, k, ctx), f"{ctx} {k}") * f
+         for k, f in _ALLREDUCE_KEYS.items() if k != "oneshot_max_KiB"}
+    return CustomAllReduce(v["fixed_us"], v["oneshot_GBps"], v["twoshot_GBps"], one_max,
+                           v["max_MiB"])
 
 
 def _mesh(raw, where: str):

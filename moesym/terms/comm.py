@@ -265,7 +265,7 @@ def tp_allreduce_custom(D: Dims, tokens, car, bw, lat, group=None) -> Cost:
     node by the engine's custom kernel (``car``, a
     :class:`~moesym.specs.hardware.CustomAllReduce`), NCCL's ring beyond its size limit::
 
-        one-shot (M <= M_1; M_1 doubled for p <= 4, the whole range for p = 2):
+        one-shot (M <= M_1(p), the engine's switch point for p GPUs):
                    tau_car + (p - 1) M / W_1        (each GPU reads every peer's buffer)
         two-shot (M <= M_max):  2 tau_car + 2 (p - 1) / p M / W_2   (reduce-scatter + all-gather)
         beyond:    :func:`tp_allreduce` (ring)
@@ -275,8 +275,8 @@ def tp_allreduce_custom(D: Dims, tokens, car, bw, lat, group=None) -> Cost:
 
     >>> from types import SimpleNamespace as N
     >>> from moesym.terms.dims import symbolic_dims
-    >>> car = N(fixed_s=3e-6, oneshot_Bps=2e11, twoshot_Bps=1.5e11, oneshot_max_bytes=262144,
-    ...         max_bytes=8388608)
+    >>> car = N(fixed_s=3e-6, oneshot_Bps=2e11, twoshot_Bps=1.5e11,
+    ...         oneshot_max_bytes=((4, 393216), (8, 131072)), max_bytes=16777216)
     >>> D = symbolic_dims()
     >>> c = tp_allreduce_custom(D, 8, car, 4e11, 3e-6, group=8)
     >>> m = 8 * 7168 * 2  # bytes of 8 tokens of DeepSeek-V3's hidden state in BF16
@@ -287,8 +287,8 @@ def tp_allreduce_custom(D: Dims, tokens, car, bw, lat, group=None) -> Cost:
     p = D.tp if group is None else sym(group)
     m = sym(tokens) * D.hidden * D.act_bytes
     ring = tp_allreduce(D, tokens, bw, lat, "ring", group)
-    one_max = sp.Piecewise((car.max_bytes, sp.Le(p, 2)), (2 * car.oneshot_max_bytes, sp.Le(p, 4)),
-                           (car.oneshot_max_bytes, True))
+    table = car.oneshot_max_bytes
+    one_max = sp.Piecewise(*[(v, sp.Le(p, w)) for w, v in table[:-1]], (table[-1][1], True))
     one, two = sp.Le(m, one_max), sp.Le(m, car.max_bytes)
     active = smin(p - 1, 1)  # one GPU: nothing to reduce
     return Cost("tp_comm", KernelClass.COMM,
