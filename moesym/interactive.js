@@ -6,8 +6,11 @@ const RES = ["compute", "memory", "communication", "overhead"];
 const COLOUR = {compute: "#4477aa", memory: "#ee6677", communication: "#228833",
                 overhead: "#ccbb44", none: "#bbbbbb"};
 const PAL = ["#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb"];
-const STEP = {}, MEM = {};
-for (const k of Object.keys(D.variants)) { STEP[k] = eval("step" + k); MEM[k] = eval("memory" + k); }
+const STEP = {}, MEM = {}, MIX = {}, SERVE = D.phase === "serve";
+for (const k of Object.keys(D.variants)) {
+  STEP[k] = eval("step" + k); MEM[k] = eval("memory" + k);
+  if (SERVE) MIX[k] = eval("mix" + k);
+}
 
 function hwValues(state) {  // symbol -> SI number from the hardware inputs
   const out = {};
@@ -16,6 +19,7 @@ function hwValues(state) {  // symbol -> SI number from the hardware inputs
 }
 
 function evaluate(state) {  // the predict report's numbers at a point (metrics.report_from_numbers)
+  if (SERVE) return evaluateServe(state);
   const prefill = D.phase === "prefill";
   const [gpus, ep, tp] = D.combos[state.combo];
   const work = state.work, L = state.context;
@@ -41,6 +45,31 @@ function evaluate(state) {  // the predict report's numbers at a point (metrics.
   r.fits = r.memory_bytes <= D.capacity;
   Object.assign(r, bounds(nums, sv, Number(mb)));
   return r;
+}
+
+function evaluateServe(state) {  // predictor.predict_serve: metrics' serving steady state
+  const [gpus, ep, tp] = D.combos[state.combo], mb = String(state.mb), V = D.variants[mb];
+  const chunk = D.serve.chunks[state.combo], isl = state.isl, osl = state.osl, B = state.work;
+  const common = Object.assign({N_gpu: gpus, e_p: ep, t_p: tp, n_mb: state.mb}, hwValues(state));
+  if (D.rho[ep] !== undefined) common.rho_G = D.rho[ep];
+  // serve_point (one token accepted per step: speculative decoding is refused)
+  const steps = osl, hit = V.mix.F_hit || 0, fresh = Math.max(isl * (1 - hit), 1);
+  const decoding = Math.min(B * steps / (steps + Math.max(1, fresh / chunk)), chunk * steps / fresh);
+  const prefill = decoding * fresh / steps;
+  const share = Math.max(prefill / chunk, 1 - Math.exp(-decoding / steps));
+  const kv = isl + Math.floor(osl / 2);  // serve_kv_tokens
+  const dec = STEP[mb](Object.assign({}, V.step, common, {B: decoding, L: kv}));
+  const mixValues = Object.assign({}, V.mix, common,
+    {B: decoding, L: kv, T: prefill / share, L_in: isl, C: chunk});
+  const mix = MIX[mb](mixValues);
+  const mem = MEM[mb](Object.assign({}, V.memory, common, {B: B, L: kv, T_pf: chunk}));
+  const t = share * mix.step_time_s + (1 - share) * dec.step_time_s;  // serve_rates
+  const mixed = bounds(mix, V.mix, state.mb), decode = bounds(dec, V.step, state.mb);
+  const mixedBusy = share * mix.step_time_s;  // serve_report: the step that takes most time
+  return {step_time_s: t, nums: mix, mem: mem, memory_bytes: mem.memory_bytes, mb: state.mb,
+    tokens_per_gpu_s: decoding / (tp * D.pp) / t, latency_s: t,
+    ttft_s: Math.ceil(fresh / chunk) * mix.step_time_s, fits: mem.memory_bytes <= D.capacity,
+    bound: (mixedBusy >= t - mixedBusy ? mixed : decode).bound, roofline: mixed.roofline};
 }
 
 function kernels(nums) {  // {key: [{field: s}]} from part/KEY/I/FIELD
@@ -190,10 +219,13 @@ function command(state) {  // the moesym predict line of this point
     hwArg = "hardware-what-if.toml";
     pre = "cat > hardware-what-if.toml <<'EOF'\n" + text.replace(/\n*$/, "\n") + "EOF\n";
   }
+  const lengths = SERVE ? ["--isl", String(state.isl), "--osl", String(state.osl)]
+    : ["--context", String(state.context)];
   const argv = ["moesym", ...D.base, "--hardware", hwArg, "--phase", D.phase,
-    FLAG, String(state.work), "--context", String(state.context), "--gpus", String(gpus),
+    FLAG, String(state.work), ...lengths, "--gpus", String(gpus),
     "--ep", String(ep), "--tp", String(tp), "--micro-batches", String(state.mb)];
-  if (D.chunk) argv.push("--chunk", String(D.chunk));
+  const chunk = SERVE ? D.serve.chunkGiven : D.chunk;
+  if (chunk) argv.push("--chunk", String(chunk));
   return pre + argv.map(quote).join(" ");
 }
 
@@ -215,7 +247,8 @@ function readState() {
   const num = id => Number(document.getElementById(id).value);
   const hw = {};
   for (const h of D.hardware) hw[h.id] = num(h.id);
-  return {work: num("work"), context: num("context"), combo: num("combo"), mb: num("mb"), hw: hw};
+  const lengths = SERVE ? {isl: num("isl"), osl: num("osl")} : {context: num("context")};
+  return Object.assign({work: num("work"), combo: num("combo"), mb: num("mb"), hw: hw}, lengths);
 }
 
 function redraw() {
@@ -260,7 +293,7 @@ function redraw() {
 }
 
 function init() {
-  const pairs = ["work", "context", ...D.hardware.map(h => h.id)];
+  const pairs = ["work", ...(SERVE ? ["isl", "osl"] : ["context"]), ...D.hardware.map(h => h.id)];
   for (const id of pairs) {
     const box = document.getElementById(id), range = document.getElementById(id + "_r");
     range.addEventListener("input", () => { box.value = range.value; redraw(); });
@@ -289,6 +322,9 @@ function lgamma(x) {  // log|Gamma(x)|, x > 0 here (counts and moment-matched tr
   const t = x + 7.5;
   for (let i = 1; i < 9; i++) a += LANCZOS[i] / (x + i);
   return 0.5 * Math.log(2 * Math.PI) + (x + 0.5) * Math.log(t) - t + Math.log(a);
+}
+function loggamma(x) {  // special_numeric's loggamma: math.lgamma, a pole giving Infinity
+  return (x <= 0 && Number.isInteger(x)) ? Infinity : lgamma(x);
 }
 function normalQuantile(q) {  // Wichura's AS241 (PPND16), Appl. Statist. 37 (1988) 477-484
   const r0 = q - 0.5;

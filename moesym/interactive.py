@@ -6,10 +6,11 @@ JavaScript (:func:`js_source`: one ``const`` per unique node of the SymPy expres
 small hand-written runtime (``interactive.js`` beside this module) that turns the outputs into the
 report's numbers by the rules of :mod:`moesym.model.metrics` (tokens per GPU per second, what
 bounds each key, the step's bound) and redraws the charts as plain SVG. Sliders and number boxes
-move the workload (batch or prompt tokens, context), the deployment (GPUs, EP and TP among those
-of the command's structure class, micro-batches) and the hardware numbers the expressions take
-(HBM bandwidth, tensor peaks, link bandwidths and latencies). No network, no server, no
-external script.
+move the workload (batch or prompt tokens, context; serve: requests in flight, ISL and OSL, the
+steady state of :mod:`moesym.model.metrics` from the mixed and the decode step), the deployment
+(GPUs, EP and TP among those of the command's structure class, micro-batches) and the hardware
+numbers the expressions take (HBM bandwidth, tensor peaks, link bandwidths and latencies). No
+network, no server, no external script.
 
 Structure the expressions do not carry (the micro-batch schedule, whether EP is 1 or spans a
 stage) is pre-generated: one model per micro-batch count (1 and 2, and the command's), and only
@@ -27,7 +28,7 @@ from pathlib import Path
 import sympy as sp
 
 from .errors import MoesymError
-from .specs.deployment import Phase
+from .specs.deployment import Phase, Workload
 
 __all__ = ["interactive_html", "js_source", "predict_argv"]
 
@@ -38,7 +39,7 @@ _JS_UNARY = {sp.ceiling: "Math.ceil", sp.floor: "Math.floor", sp.Abs: "Math.abs"
              sp.exp: "Math.exp", sp.log: "Math.log", sp.sign: "Math.sign", sp.sin: "Math.sin",
              sp.cos: "Math.cos", sp.tanh: "Math.tanh"}
 # moesym's special functions the runtime ports (moesym.special_numeric's NumPy versions)
-_JS_SPECIAL = ("MaxBinomialMean", "erfinv", "LogInterp")
+_JS_SPECIAL = ("MaxBinomialMean", "erfinv", "loggamma", "LogInterp")
 _JS_POW = {sp.Integer(-1): "1.0 / {0}", sp.S.Half: "Math.sqrt({0})",
            -sp.S.Half: "1.0 / Math.sqrt({0})"}
 _JS_REL = {"==": "===", "!=": "!==", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
@@ -150,41 +151,69 @@ def _hardware_file(argv) -> Path | None:
 
 # ---------------------------------------------------------------- the page's data
 
-def _check(model, dep, wl) -> None:
-    why = ("serve steps are a steady state of two models (use --phase decode or prefill)"
-           if wl.phase is Phase.SERVE else
-           "a length distribution averages over lengths" if wl.lengths else
+def _check(dep, wl) -> None:
+    """Refuse what the page does not model, in one line."""
+    why = ("a length distribution averages over lengths" if wl.lengths else
            "an expert cache adds a hit-rate model" if dep.expert_cache is not None else
            "a 2D mesh binds per-axis links" if dep.mesh is not None else
            "speculative decoding binds an acceptance model" if dep.mtp else None)
     if why:
-        raise MoesymError(f"--interactive: {why}; the interactive page covers one decode or "
-                          "prefill configuration (drop --interactive for the static page)")
+        raise MoesymError(f"--interactive: {why}; the interactive page covers one decode, "
+                          "prefill or serve configuration (drop --interactive for the static page)")
 
 
-def _variant(model, hw, dep, wl, mb: int) -> dict:
-    """The step and memory expressions of ``dep`` at ``mb`` micro-batches, as JavaScript."""
-    from .memory import memory_model
+def _js_model(step, name: str) -> tuple[str, dict]:
+    """A step model's report expressions as the JavaScript function ``name`` and the numbers
+    of the symbols it reads."""
     from .model.report import report_expressions
+
+    exprs = {k: v for k, v in report_expressions(step).items()
+             if not k.startswith(("kernel/", "work/"))}
+    js, used = js_source(exprs, name)
+    return js, _numbers(step.values, used)
+
+
+def _numbers(values, used) -> dict:
+    return {str(s): float(v) for s, v in values.items() if str(s) in set(used)}
+
+
+def _variant(model, hw, dep, wl, mb: int) -> dict | None:
+    """The step and memory expressions of ``dep`` at ``mb`` micro-batches, as JavaScript: the
+    step (serve: the decode step, and the mixed step as ``mix``) and the memory, as
+    :func:`moesym.model.predictor.predict` and ``serve_models`` build them; None where the
+    overlap schedule cannot run ``mb`` micro-batches (a dense model: one)."""
+    from .memory import memory_model
+    from .model.metrics import serve_chunk
     from .model.step import build_step
 
     d = replace(dep, micro_batches=mb)
-    d.check_overlap(wl.phase)
-    step = build_step(model, hw, d, wl)
-    exprs = {k: v for k, v in report_expressions(step).items()
-             if not k.startswith(("kernel/", "work/"))}
+    try:
+        d.check_overlap(wl.phase)
+        if wl.phase is Phase.SERVE:
+            d.check_overlap(Phase.DECODE)
+    except MoesymError:
+        return None
+    js, out = [], {}
+    if wl.phase is Phase.SERVE:
+        chunk = serve_chunk(wl.chunk, hw.hbm_capacity_bytes, d.dp, d.engine)
+        mix_js, out["mix"] = _js_model(build_step(model, hw, d, replace(wl, chunk=chunk)),
+                                       f"mix{mb}")
+        js.append(mix_js)
+        opts = dict(d.memory_options)
+        opts.setdefault("prefill_tokens", chunk)  # the chunk's activations beside the decode's
+        d = replace(d, memory_options=tuple(sorted(opts.items())))
+        wl = Workload(Phase.DECODE, batch=wl.batch, context=wl.context)
+    step_js, out["step"] = _js_model(build_step(model, hw, d, wl), f"step{mb}")
     mm = memory_model(model, hw, d, wl)
     e = mm.expressions
     mem = {"memory_bytes": mm.used_expr(), "weights": sum(e["weights"].values()),
            "kv": e["kv"], "activations": sum(e["activation"].values()),
            "workspaces": sum(e["workspace"].values(), sp.Integer(0)),
            "comm buffers": sum(e["comm"].values()), "runtime reserve": e["reserve"]}
-    step_js, step_syms = js_source(exprs, f"step{mb}")
     mem_js, mem_syms = js_source(mem, f"memory{mb}")
-    num = lambda values, used: {str(s): float(v) for s, v in values.items()  # noqa: E731
-                                if str(s) in used}
-    return {"js": step_js + "\n" + mem_js, "step": num(step.values, set(step_syms)),
-            "memory": num(mm.values, set(mem_syms))}
+    out["memory"] = _numbers(mm.values, mem_syms)
+    out["js"] = "\n".join([*js, step_js, mem_js])
+    return out
 
 
 def _combos(model, hw, dep, wl) -> list:
@@ -249,16 +278,15 @@ def _data(model, hw, dep, wl, argv) -> dict:
     from .model.routing_hooks import group_var_factor
     from .symtab import N
 
-    _check(model, dep, wl)
+    _check(dep, wl)
     from .model.metrics import clamp_micro_batches
 
     dep = clamp_micro_batches(dep, wl)
     mbs = sorted({1, 2, dep.micro_batches})
     variants, js = {}, []
     for mb in mbs:
-        try:
-            v = _variant(model, hw, dep, wl, mb)
-        except MoesymError:  # a schedule this deployment cannot run (dense: one micro-batch)
+        v = _variant(model, hw, dep, wl, mb)
+        if v is None:  # a schedule this deployment cannot run (dense: one micro-batch)
             continue
         js.append(v.pop("js"))
         variants[mb] = v
@@ -275,7 +303,14 @@ def _data(model, hw, dep, wl, argv) -> dict:
     given_chunk = bool(prefill and wl.chunk != min(wl.tokens, wl.context))
     base = predict_argv(argv, drop=("--batch", "--tokens", "--context", "--gpus", "--ep", "--tp",
                                     "--micro-batches", "--hardware", "--chunk", "--phase", "--a2a",
-                                    "--pp", "--cp"))
+                                    "--pp", "--cp", "--isl", "--osl"))
+    serve = {}
+    if wl.phase is Phase.SERVE:  # the chunk each (GPUs, TP) runs: given, or the engine's
+        from .model.metrics import serve_chunk
+
+        serve = {"chunks": [serve_chunk(wl.chunk, hw.hbm_capacity_bytes, g // tp, dep.engine)
+                            for g, _, tp in combos],
+                 "chunkGiven": wl.chunk, "isl": wl.isl, "osl": wl.osl}
     base += ["--a2a", dep.a2a.value, "--pp", str(dep.pp), "--cp", str(dep.cp)]
     return {
         "version": __version__, "phase": wl.phase.value, "model": model.name, "hw": hw.name,
@@ -292,6 +327,7 @@ def _data(model, hw, dep, wl, argv) -> dict:
         "chunk": wl.chunk if given_chunk else 0,
         "start": {"work": wl.tokens if prefill else wl.batch, "context": wl.context,
                   "gpus": dep.gpus, "ep": dep.ep, "tp": dep.tp, "mb": dep.micro_batches},
+        "serve": serve,
     }, "\n".join(js)
 
 
@@ -299,16 +335,22 @@ def interactive_html(model, hw, dep, wl, argv=(), optimize_result=None) -> str:
     """The interactive page of ``model`` on ``hw`` under ``dep`` and ``wl`` (``argv``: the
     command that made it, without ``moesym``)."""
     data, js = _data(model, hw, dep, wl, list(argv))
-    prefill = wl.phase is Phase.PREFILL
+    prefill, serve = wl.phase is Phase.PREFILL, wl.phase is Phase.SERVE
     work = ("prompt tokens per rank per step", "--tokens") if prefill else \
-        ("requests per rank (batch)", "--batch")
+        ("requests in flight per rank (batch)" if serve else "requests per rank (batch)",
+         "--batch")
+    s = data["start"]
+    lengths = (_slider("isl", "prompt tokens (ISL)", wl.isl, 16, max(8 * wl.isl, 32768), 1)
+               + _slider("osl", "output tokens (OSL)", wl.osl, 1, max(8 * wl.osl, 32768), 1)
+               if serve else
+               _slider("context", "context (tokens)", s["context"], 16,
+                       max(8 * s["context"], 131072), 1))
     title = f"{model.name} on {hw.name}, {wl.phase.value}: what if"
     hw_rows = "".join(_slider(h["id"], f"{h['label']} ({h['unit']})", h["value"],
                               h["value"] / 4, h["value"] * 4, "any")
                       for h in data["hardware"])
     mbs = ", ".join(data["variants"])
     combos = "; ".join(f"{g}/{e}/{t}" for g, e, t in data["combos"])
-    s = data["start"]
     calibration = data["calibration"] or "no [kernel] fit in the hardware file: the defaults"
     provenance = (f"moesym {escape(data['version'])}; made by <code>{escape(data['command'])}"
                   f"</code>; calibration: {escape(calibration)}")
@@ -321,7 +363,7 @@ def interactive_html(model, hw, dep, wl, argv=(), optimize_result=None) -> str:
 the inputs give: the compiled step and memory models run here as JavaScript, offline.</p>
 <h2>Inputs</h2><div class='grid'>
 {_slider("work", work[0], s["work"], 1, max(64 * s["work"], 1024), 1)}
-{_slider("context", "context (tokens)", s["context"], 16, max(8 * s["context"], 131072), 1)}
+{lengths}
 <label>GPUs / EP / TP</label><span><select id='combo'>{"".join(
         f"<option value='{i}'{' selected' if c == [s['gpus'], s['ep'], s['tp']] else ''}>"
         f"{c[0]} GPUs, EP {c[1]}, TP {c[2]}</option>" for i, c in enumerate(data["combos"]))}

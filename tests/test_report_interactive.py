@@ -28,6 +28,8 @@ DECODE = ["qwen3-30b-a3b", "--hardware", "h20", "--phase", "decode", "--batch", 
           "--context", "4096", "--gpus", "4", "--ep", "4"]
 PREFILL = ["deepseek-v3", "--hardware", "h800", "--phase", "prefill", "--tokens", "16384",
            "--context", "4096", "--gpus", "32", "--ep", "32", "--weights", "fp8"]
+SERVE = ["qwen3-30b-a3b", "--hardware", "h20", "--phase", "serve", "--batch", "64", "--isl",
+         "1024", "--osl", "1024", "--gpus", "4", "--ep", "4"]
 REL = 1e-9
 
 
@@ -53,9 +55,9 @@ def _close(a, b) -> bool:
 
 def _flags(base, work_flag, p) -> list:
     """``base`` (model and fixed flags) at point ``p``: the test's own command line."""
-    return [*base, work_flag, str(p["work"]), "--context", str(p["context"]), "--gpus",
-            str(p["gpus"]), "--ep", str(p["ep"]), "--tp", str(p["tp"]), "--micro-batches",
-            str(p["mb"])]
+    lengths = [x for k in ("context", "isl", "osl") if k in p for x in (f"--{k}", str(p[k]))]
+    return [*base, work_flag, str(p["work"]), *lengths, "--gpus", str(p["gpus"]), "--ep",
+            str(p["ep"]), "--tp", str(p["tp"]), "--micro-batches", str(p["mb"])]
 
 
 def test_the_page_is_one_offline_file_under_2_mb(tmp_path):
@@ -72,10 +74,10 @@ def test_the_page_is_one_offline_file_under_2_mb(tmp_path):
     assert "calibration:" in html
 
 
-def test_serve_and_length_distributions_are_refused_in_one_line(tmp_path, capsys):
+def test_length_distributions_are_refused_in_one_line(tmp_path, capsys):
     out = tmp_path / "s.html"
-    rc = main(["report", "qwen3-30b-a3b", "--hardware", "h20", "--phase", "serve", "--isl",
-               "1024", "--osl", "1024", "--batch", "8", "--out", str(out), "--interactive"])
+    rc = main(["report", "qwen3-30b-a3b", "--hardware", "h20", "--phase", "decode", "--batch",
+               "8", "--context-dist", "uniform:1000:3000", "--out", str(out), "--interactive"])
     err = capsys.readouterr().err
     assert rc == 2 and "--interactive" in err and "Traceback" not in err and not out.exists()
 
@@ -85,7 +87,7 @@ const points = JSON.parse(process.argv[1]);
 const out = points.map(p => {
   const hw = {}; for (const h of D.hardware) hw[h.id] = h.value;
   const combo = D.combos.findIndex(c => c.join() === [p.gpus, p.ep, p.tp].join());
-  const r = evaluate({work: p.work, context: p.context, combo: combo, mb: p.mb, hw: hw});
+  const r = evaluate(Object.assign({}, p, {combo: combo, hw: hw}));
   return {step_time_s: r.step_time_s, tokens_per_gpu_s: r.tokens_per_gpu_s,
           memory_bytes: r.memory_bytes, bound: r.bound};
 });
@@ -101,6 +103,9 @@ console.log(JSON.stringify(out));
     (DECODE[:-4] + ["--gpus", "4", "--ep", "4", "--tp", "2", "--a2a", "allgather"], "--batch",
      [dict(work=100, context=4096, gpus=8, ep=8, tp=4, mb=2),
       dict(work=33, context=20000, gpus=16, ep=16, tp=16, mb=1)]),
+    (SERVE, "--batch", [dict(work=64, isl=1024, osl=1024, gpus=4, ep=4, tp=1, mb=1),
+                        dict(work=200, isl=8000, osl=300, gpus=8, ep=8, tp=1, mb=2),
+                        dict(work=5, isl=100, osl=3000, gpus=2, ep=2, tp=1, mb=1)]),
     (PREFILL, "--tokens", [dict(work=16384, context=4096, gpus=32, ep=32, tp=1, mb=1),
                            dict(work=3000, context=9000, gpus=64, ep=64, tp=1, mb=2)]),
 ])
@@ -109,7 +114,7 @@ def test_the_generated_javascript_gives_predicts_numbers(tmp_path, capsys, argv,
     run = subprocess.run([NODE, "-e", script + _NODE_RUN, json.dumps(points)],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-800:]
-    point = ("--batch", "--tokens", "--context", "--gpus", "--ep", "--tp")
+    point = ("--batch", "--tokens", "--context", "--isl", "--osl", "--gpus", "--ep", "--tp")
     base = [a for i, a in enumerate(argv) if a not in point and argv[i - 1] not in point]
     for p, got in zip(points, json.loads(run.stdout)):
         want = _predict(capsys, _flags(base, flag, p))
@@ -127,7 +132,8 @@ _DRIVER = """
   const set = (id, v) => { const e = document.getElementById(id); e.value = String(v);
     e.dispatchEvent(new Event(e.tagName === "SELECT" ? "change" : "input")); };
   for (const p of points) {
-    set("work", p.work); set("context", p.context); set("mb", p.mb);
+    set("work", p.work); set("mb", p.mb);
+    for (const k of ["context", "isl", "osl"]) if (p[k] !== undefined) set(k, p[k]);
     const combo = Array.from(document.getElementById("combo").options)
       .findIndex(o => o.textContent === `${p.gpus} GPUs, EP ${p.ep}, TP ${p.tp}`);
     set("combo", combo);
@@ -181,11 +187,13 @@ def _run_copied(command: str, folder, capsys) -> dict:
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get "
                                               "install chromium; CI installs it)")
-def test_twenty_random_points_in_headless_chromium(tmp_path, capsys):
+@pytest.mark.parametrize("argv", [DECODE, SERVE], ids=["decode", "serve"])
+def test_twenty_random_points_in_headless_chromium(tmp_path, capsys, argv):
     from moesym import Deployment, Workload, load_hardware, load_model
     from moesym.model.predictor import predict
 
-    page = _page(tmp_path, DECODE)
+    page = _page(tmp_path, argv)
+    phase = argv[argv.index("--phase") + 1]
     html = page.read_text()
     data = json.loads(re.search(r"const D = (\{.*\});\n", html).group(1))
     hw_start = {h["id"]: h["value"] for h in data["hardware"]}
@@ -196,8 +204,10 @@ def test_twenty_random_points_in_headless_chromium(tmp_path, capsys):
         g, ep, tp = rng.choice(data["combos"])
         hw = {} if i < 10 else {k: float(f"{v * rng.uniform(0.5, 2.0):.4g}")
                                 for k, v in hw_start.items() if rng.random() < 0.7}
-        points.append(dict(work=rng.randint(1, 2048), context=rng.randint(128, 32768), gpus=g,
-                           ep=ep, tp=tp, mb=rng.choice([1, 2]), hw=hw))
+        lengths = (dict(isl=rng.randint(16, 16384), osl=rng.randint(1, 8192)) if phase == "serve"
+                   else dict(context=rng.randint(128, 32768)))
+        points.append(dict(work=rng.randint(1, 2048), gpus=g, ep=ep, tp=tp,
+                           mb=rng.choice([1, 2]), hw=hw, **lengths))
     driven = tmp_path / "driven.html"
     driven.write_text(html.replace("</body>", _DRIVER % json.dumps(points), 1))
     run = subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu",
@@ -216,14 +226,17 @@ def test_twenty_random_points_in_headless_chromium(tmp_path, capsys):
     for p, got in zip(points, res["points"]):
         if not p["hw"]:  # the CLI, in process, with the test's own flags
             want = _predict(capsys, _flags(["qwen3-30b-a3b", "--hardware", "h20", "--phase",
-                                            "decode"], "--batch", p))
+                                            phase], "--batch", p))
         else:  # the library on a hardware spec changed field by field
             hw = h20
             for k, v in p["hw"].items():
                 hw = _HW_FIELDS[k](hw, v)
             want = predict(model, hw, Deployment(gpus=p["gpus"], ep=p["ep"], tp=p["tp"],
                                                  micro_batches=p["mb"]),
-                           Workload("decode", batch=p["work"], context=p["context"]))
+                           Workload(phase, batch=p["work"], context=p["context"])
+                           if phase == "decode" else  # serve: the mean KV, ISL + OSL // 2
+                           Workload(phase, batch=p["work"], isl=p["isl"], osl=p["osl"],
+                                    context=p["isl"] + p["osl"] // 2))
         for k in ("step_time_s", "tokens_per_gpu_s", "memory_bytes"):
             assert _close(got[k], want[k]), (p, k, got[k], want[k])
         assert got["bars"] >= 5 and got["lines"] == 2  # the charts redrew

@@ -25,7 +25,7 @@ def add_interactive(p) -> None:
     p.add_argument("--interactive", action="store_true",
                    help="write the what-if page instead: the step model as JavaScript, with "
                         "inputs for the workload, deployment and hardware numbers (offline, one "
-                        "file; decode and prefill)")
+                        "file; decode, prefill and serve)")
 
 
 def _say(name: str) -> None:
