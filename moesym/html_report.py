@@ -166,10 +166,10 @@ def _pareto(result) -> str:
                     f"</tr>{rows}</table>")
 
 
-def _simulate_argv(argv, concurrency: int, prompts: int) -> list:
-    """The ``moesym simulate`` command of a ``report --phase serve`` command (its workload
-    flags that simulate does not take dropped, the client added)."""
-    drop = {"--phase": 1, "--batch": 1, "--out": 1, "--context": 1, "--tokens": 1}
+def edit_argv(argv, command: str, drop) -> list:
+    """``argv`` (a report or optimize command, without ``moesym``) as a ``command`` command:
+    the subcommand renamed, each flag of ``drop`` (``{flag: values it takes}``) removed with
+    its values."""
     out, skip = [], 0
     for i, a in enumerate(argv):
         if skip:
@@ -179,8 +179,16 @@ def _simulate_argv(argv, concurrency: int, prompts: int) -> list:
         if key in drop:
             skip = drop[key] if "=" not in a else 0
             continue
-        out.append("simulate" if i == 0 and a == "report" else a)
-    return ["moesym", *out, "--concurrency", str(concurrency), "--num-prompts", str(prompts)]
+        out.append(command if i == 0 and a in ("report", "optimize") else a)
+    return out
+
+
+def _simulate_argv(argv, concurrency: int, prompts: int) -> list:
+    """The ``moesym simulate`` command of a ``report --phase serve`` command (its workload
+    flags that simulate does not take dropped, the client added)."""
+    drop = {"--phase": 1, "--batch": 1, "--out": 1, "--context": 1, "--tokens": 1}
+    return ["moesym", *edit_argv(argv, "simulate", drop), "--concurrency", str(concurrency),
+            "--num-prompts", str(prompts)]
 
 
 def _under_load(model, hw, dep, wl, argv=()) -> str:
