@@ -40,11 +40,13 @@ from .specs.hardware import HardwareSpec
 from .specs.model import ModelSpec
 from .symbols import S
 from .solve.model_root import ModelRoot, closed_form_at, model_root, sign_changes
+from .solve.regime_form import RegimeForm, pin, regime_form, tidy
+from .solve.sensitivity import root_elasticities
 from .terms.cost import smax, substitute
 
 __all__ = ["ClosedForm", "crossover", "attention_overtakes_moe", "max_batch_for_tpot",
            "optimal_ep", "comm_hidden", "ep_min_tpot", "gpus_for_throughput", "solve",
-           "expert_cache_hides",
+           "expert_cache_hides", "sensitivity",
            "regime_at", "CLOSED_FORMS"]
 
 B_MAX = 1 << 16  # widest decode batch per attention-DP rank scanned
@@ -75,17 +77,29 @@ class ClosedForm:
     timing: str = "kernel"
     # the two sides of the equation (label, expression in ``variable``), for the pages' plots
     sides: tuple = field(default=(), repr=False, compare=False)
+    # the regime's smooth closed form with the target in it (moesym.solve.regime_form), what
+    # pins the exact answer on a step (one line each), and the answer's elasticities
+    # ((symbol, d ln answer / d ln symbol), largest first) on that smooth form
+    smooth: RegimeForm | None = field(default=None, repr=False, compare=False)
+    pin: tuple = field(default=(), compare=False)
+    sensitivity: tuple = field(default=(), repr=False, compare=False)
 
     @property
     def latex(self) -> str:
-        return sp.latex(self.expr) if self.expr is not None else ""
+        return sp.latex(tidy(self.expr)) if self.expr is not None else ""
 
     def as_dict(self) -> dict:
+        from .solve.regime_form import legend
+
         return {"name": self.name, "latex": self.latex,
-                "sympy": str(self.expr) if self.expr is not None else "",
+                "sympy": str(tidy(self.expr)) if self.expr is not None else "",
                 "value": self.value, "closed_form_value": self.closed_value, "kind": self.kind,
                 "regime": dict(self.regime), "condition": str(self.condition),
-                "timing": self.timing, "note": self.assumptions}
+                "timing": self.timing, "note": self.assumptions,
+                "smooth": self.smooth.as_dict() if self.smooth is not None else None,
+                "pin": list(self.pin),
+                "sensitivity": [{"symbol": str(s), "elasticity": e} for s, e in self.sensitivity],
+                "legend": legend([self.expr, self.smooth.expr if self.smooth else None])}
 
 
 def _decode_step(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int) -> StepModel:
@@ -109,15 +123,42 @@ def regime_at(step: StepModel, overrides: Mapping[sp.Symbol, float]) -> dict:
     return out
 
 
+def _layers(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, exact: float,
+            bracket: tuple[float, float] | None, span: tuple[float, float],
+            where: Mapping | None = None) -> tuple:
+    """(smooth regime form, pin lines, top sensitivities) of an answer ``exact`` of
+    ``lhs = rhs`` in ``var`` (module :mod:`moesym.solve.regime_form`): the pin lists the tile
+    and wave counts that change across ``bracket`` (an integer answer's two sides)."""
+    form = regime_form(lhs, rhs, var, values, max(exact, span[0]), span)
+    lines = ()
+    if bracket is not None:
+        lines = tuple(pin(lhs - rhs, var, values, bracket[0], bracket[1], where))
+    sens = ()
+    if form.relaxed_root is not None:
+        try:
+            sens = tuple(root_elasticities(form.equation, var, values, form.relaxed_root))
+        except (ValueError, KeyError):
+            sens = ()
+    return form, lines, sens
+
+
 def _answer(name: str, title: str, root: ModelRoot, eq: sp.Expr, values: Mapping, note: str,
-            step: StepModel | None, var: sp.Symbol, timing: str, sides: tuple = ()) -> ClosedForm:
+            step: StepModel | None, var: sp.Symbol, timing: str, sides: tuple = (),
+            span: tuple[float, float] = (1.0, float(B_MAX)), pin_note: str = "") -> ClosedForm:
     regime = regime_at(step, {var: root.exact}) if step is not None else {}
     vals = {k: v for k, v in values.items() if k != var and k in eq.free_symbols}
     used = set().union(*(sp.sympify(e).free_symbols for _, e in sides)) if sides else set()
     vals.update({k: v for k, v in values.items() if k != var and k in used})
+    lhs, rhs = (sides[0][1], sides[1][1]) if len(sides) == 2 else (eq, sp.Integer(0))
+    integer = float(root.exact).is_integer() and root.bracket[1] - root.bracket[0] <= 1
+    form, lines, sens = _layers(lhs, rhs, var, vals, float(root.exact),
+                                root.bracket if integer else None, span,
+                                step.per_layer_s if step is not None else None)
+    if pin_note:
+        lines = lines + (pin_note,)
     return ClosedForm(name, title, root.expr, vals, float(root.exact), root.condition,
                       f"{note} Closed form: {root.note}.", eq, var, root.value, root.kind,
-                      regime, timing, tuple(sides))
+                      regime, timing, tuple(sides), form, lines, sens)
 
 
 def _all_experts_read(expr: sp.Expr) -> sp.Expr:
@@ -228,17 +269,25 @@ def max_batch_for_tpot(model: ModelSpec, hw: HardwareSpec, dep: Deployment, cont
         raise MoesymError(f"even one request per GPU takes {t[0]:.4g} s per token > the TPOT "
                           f"target {tpot_s:.4g} s")
     last = float(batches[ok[-1]])
-    eq = tpot - tpot_s
+    eq = tpot - S.tpot_target
+    vals[S.tpot_target] = float(tpot_s)
     title = "Largest batch meeting a TPOT target"
     if last >= b_max:
         return ClosedForm("max_batch_for_tpot", title, None, fixed, last, sp.true,
                           f"the batch cap {b_max} meets the target", eq, S.batch, None,
                           "numeric", regime_at(step, {S.batch: last}), dep.timing)
     root = closed_form_at(eq, S.batch, vals, (last, last + 1), last, integer=True)
+    # every target from the TPOT at the answer up to (not including) the smallest TPOT of a
+    # larger batch gives the same answer
+    i = int(ok[-1])
+    hi = float(np.min(t[i + 1:])) if i + 1 < len(t) else float("inf")
+    span_note = (f"TPOT targets from {t[i] * 1e3:.6g} ms up to (not including) {hi * 1e3:.6g} "
+                 f"ms all give {last:.0f}")
     return _answer("max_batch_for_tpot", title, root, eq, vals,
                    f"Decode at context {context}: predict's TPOT (step time over the tokens "
                    f"a step emits per request) at every batch.", step,
-                   S.batch, dep.timing, (("TPOT", tpot), ("TPOT target", sp.Float(tpot_s))))
+                   S.batch, dep.timing, (("TPOT", tpot), ("TPOT target", S.tpot_target)),
+                   pin_note=span_note)
 
 
 def _decode_rates(step_expr: sp.Expr, dep: Deployment) -> dict:
@@ -876,3 +925,62 @@ def _minimum(term, sym, values, lo, hi, integer, text, var, step, timing) -> Clo
     return ClosedForm("solve", title, expr, vals, x_best, sp.true,
                       f"{note}; minimum {float(f(x_best)):.6g}. Closed form: {cnote}.",
                       sp.diff(term, sym), sym, closed, kind, regime, timing)
+
+
+# ------------------------------------------------------------------ derive sensitivity
+
+#: quantities ``derive sensitivity --of`` names besides the terms of ``derive solve``
+QUANTITIES = ("step_time", "tokens_per_gpu_s", "tpot", "ttft")
+#: derive answers whose elasticities ``--of`` can ask for (decode, batch per GPU)
+ANSWERS = {"crossover": lambda m, h, d, wl: crossover(m, h, d, context=wl.context),
+           "attention": lambda m, h, d, wl: attention_overtakes_moe(m, h, d, wl.context),
+           "comm-hidden": lambda m, h, d, wl: comm_hidden(m, h, d, wl.context),
+           "micro-batches": lambda m, h, d, wl: micro_batches_pay(
+               m, h, d.with_(micro_batches=2), wl.context)}
+
+
+def sensitivity(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
+                of: str = "step_time") -> dict:
+    """``moesym derive sensitivity``: the elasticity d ln y / d ln x of the quantity ``of``
+    to every parameter x of the model ``predict`` evaluates at this point, exact from the
+    symbolic model (reverse-mode differentiation of its expression graph,
+    :mod:`moesym.solve.sensitivity`: each maximum on its active branch, tile and wave counts
+    held), largest first. ``of``: step_time, tokens_per_gpu_s, tpot (decode), ttft (prefill),
+    a term of ``derive solve``, or a derive answer (crossover, attention, comm-hidden,
+    micro-batches: the elasticities of its smooth closed form)."""
+    from .model.metrics import step_rates
+    from .solve.sensitivity import elasticities
+
+    if of in ANSWERS:
+        cf = ANSWERS[of](model, hw, dep, wl)
+        if not cf.sensitivity:
+            raise MoesymError(f"--of {of}: the answer ({cf.value:g}) has no smooth form to "
+                              "differentiate here")
+        return {"of": of, "value": cf.smooth.relaxed_root, "exact_answer": cf.value,
+                "point": {}, "rows": list(cf.sensitivity)}
+    dep.check_overlap(wl.phase)
+    step = build_step(model, hw, dep, wl)
+    terms, mem_values = solve_terms(step)
+    terms["step_time"] = step.expr
+    if wl.phase is Phase.PREFILL:
+        terms["ttft"] = step_rates(Phase.PREFILL, S.tokens, step.expr, S.tp, S.pp, S.cp,
+                                   context=S.context, chunk=S.chunk, maximum=smax,
+                                   minimum=lambda a, b: -smax(-a, -b))["ttft_s"]
+    if of not in terms:
+        phase = "prefill" if of == "ttft" else "decode" if of == "tpot" else None
+        raise MoesymError(f"--of {of}: " + (f"needs --phase {phase}" if phase else
+                          f"use one of {', '.join(QUANTITIES)}, a derive answer "
+                          f"({', '.join(ANSWERS)}) or a term ({', '.join(sorted(terms))})"))
+    y = terms[of]
+    values = {**mem_values, **step.values}
+    if S.chunk in y.free_symbols and S.chunk not in values:
+        values[S.chunk] = float(wl.chunk or wl.context)
+    missing = [s for s in y.free_symbols if s not in values]
+    if missing:
+        raise MoesymError(f"--of {of}: no value for {', '.join(map(str, missing))}")
+    vals = {k: float(v) for k, v in values.items() if k in y.free_symbols}
+    try:
+        rows = elasticities(y, vals)
+    except ValueError as exc:
+        raise MoesymError(f"--of {of}: {exc}") from None
+    return {"of": of, "value": float(evaluate(y, vals, {})), "point": vals, "rows": rows}
