@@ -42,7 +42,7 @@ from .symbols import S
 from .solve.model_root import ModelRoot, closed_form_at, model_root, sign_changes
 from .solve.regime_form import RegimeForm, pin, regime_form, tidy
 from .solve.sensitivity import root_elasticities
-from .terms.cost import smax, substitute
+from .terms.cost import smax, substitute, symbols_of
 
 __all__ = ["ClosedForm", "crossover", "attention_overtakes_moe", "max_batch_for_tpot",
            "optimal_ep", "comm_hidden", "ep_min_tpot", "gpus_for_throughput", "solve",
@@ -83,6 +83,8 @@ class ClosedForm:
     smooth: RegimeForm | None = field(default=None, repr=False, compare=False)
     pin: tuple = field(default=(), compare=False)
     sensitivity: tuple = field(default=(), repr=False, compare=False)
+    # the targets that give this same answer [low, high) (the TPOT answer), else None
+    target_range: tuple | None = field(default=None, compare=False)
 
     @property
     def latex(self) -> str:
@@ -98,6 +100,7 @@ class ClosedForm:
                 "timing": self.timing, "note": self.assumptions,
                 "smooth": self.smooth.as_dict() if self.smooth is not None else None,
                 "pin": list(self.pin),
+                "target_range": list(self.target_range) if self.target_range else None,
                 "sensitivity": [{"symbol": str(s), "elasticity": e} for s, e in self.sensitivity],
                 "legend": legend([self.expr, self.smooth.expr if self.smooth else None])}
 
@@ -144,10 +147,11 @@ def _layers(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, exact: 
 
 def _answer(name: str, title: str, root: ModelRoot, eq: sp.Expr, values: Mapping, note: str,
             step: StepModel | None, var: sp.Symbol, timing: str, sides: tuple = (),
-            span: tuple[float, float] = (1.0, float(B_MAX)), pin_note: str = "") -> ClosedForm:
+            span: tuple[float, float] = (1.0, float(B_MAX)), pin_note: str = "",
+            target_range: tuple | None = None) -> ClosedForm:
     regime = regime_at(step, {var: root.exact}) if step is not None else {}
-    vals = {k: v for k, v in values.items() if k != var and k in eq.free_symbols}
-    used = set().union(*(sp.sympify(e).free_symbols for _, e in sides)) if sides else set()
+    vals = {k: v for k, v in values.items() if k != var and k in symbols_of(eq)}
+    used = set().union(*(symbols_of(sp.sympify(e)) for _, e in sides)) if sides else set()
     vals.update({k: v for k, v in values.items() if k != var and k in used})
     lhs, rhs = (sides[0][1], sides[1][1]) if len(sides) == 2 else (eq, sp.Integer(0))
     integer = float(root.exact).is_integer() and root.bracket[1] - root.bracket[0] <= 1
@@ -158,7 +162,7 @@ def _answer(name: str, title: str, root: ModelRoot, eq: sp.Expr, values: Mapping
         lines = lines + (pin_note,)
     return ClosedForm(name, title, root.expr, vals, float(root.exact), root.condition,
                       f"{note} Closed form: {root.note}.", eq, var, root.value, root.kind,
-                      regime, timing, tuple(sides), form, lines, sens)
+                      regime, timing, tuple(sides), form, lines, sens, target_range)
 
 
 def _all_experts_read(expr: sp.Expr) -> sp.Expr:
@@ -194,7 +198,7 @@ def crossover(model: ModelSpec, hw: HardwareSpec, dep: Deployment, lazy: bool = 
     if not lazy:
         eq = _all_experts_read(eq)
     vals = dict(step.values)
-    fixed = {k: v for k, v in vals.items() if k != S.batch and k in eq.free_symbols}
+    fixed = {k: v for k, v in vals.items() if k != S.batch and k in symbols_of(eq)}
     found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True)
     # memory -> compute flips (the side past the change is compute-bound)
     up = [ab for ab in found if float(evaluate(eq, fixed, {S.batch: ab[1]})) > 0]
@@ -237,7 +241,7 @@ def attention_overtakes_moe(model: ModelSpec, hw: HardwareSpec, dep: Deployment,
     found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True)
     if not found:
         f1 = float(evaluate(eq, {k: v for k, v in vals.items() if k != S.batch and
-                                 k in eq.free_symbols}, {S.batch: 1.0}))
+                                 k in symbols_of(eq)}, {S.batch: 1.0}))
         raise MoesymError(
             f"attention already takes longer than the MoE layer at one request per GPU at "
             f"context {context}" if f1 >= 0 else
@@ -287,7 +291,7 @@ def max_batch_for_tpot(model: ModelSpec, hw: HardwareSpec, dep: Deployment, cont
                    f"Decode at context {context}: predict's TPOT (step time over the tokens "
                    f"a step emits per request) at every batch.", step,
                    S.batch, dep.timing, (("TPOT", tpot), ("TPOT target", S.tpot_target)),
-                   pin_note=span_note)
+                   pin_note=span_note, target_range=(float(t[i]), hi))
 
 
 def _decode_rates(step_expr: sp.Expr, dep: Deployment) -> dict:
@@ -320,7 +324,7 @@ def comm_hidden(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: in
     vals = dict(step.values)
     name, title = "comm_hidden", "Batch where communication stops hiding behind compute"
     found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True, scale=step.layer_compute_s)
-    fixed = {k: v for k, v in vals.items() if k != S.batch and k in eq.free_symbols}
+    fixed = {k: v for k, v in vals.items() if k != S.batch and k in symbols_of(eq)}
     if not found:
         exposed = float(evaluate(eq, fixed, {S.batch: 1.0})) > 0
         v = 1.0 if exposed else float("inf")
@@ -356,7 +360,7 @@ def micro_batches_pay(model: ModelSpec, hw: HardwareSpec, dep: Deployment, conte
     vals = {k: v for k, v in {**one.values, **two.values}.items() if k != S.micro_batches}
     name, title = "micro_batches_pay", "Batch from which two micro-batches beat one"
     found = sign_changes(eq, S.batch, vals, 2, b_max, integer=True)
-    fixed = {k: v for k, v in vals.items() if k != S.batch and k in eq.free_symbols}
+    fixed = {k: v for k, v in vals.items() if k != S.batch and k in symbols_of(eq)}
     pays = [ab for ab in found if float(evaluate(eq, fixed, {S.batch: ab[1]})) < 0]
     if not pays:
         better = float(evaluate(eq, fixed, {S.batch: 2.0})) < 0
@@ -426,7 +430,7 @@ def expert_cache_hides(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: 
     expr = S.experts - t_c / (S.micro_batches * a * per_cold)
     from .model.bindings import bindings
 
-    vals = {k: v for k, v in bindings(model, hw, dep, wl).items() if k in expr.free_symbols}
+    vals = {k: v for k, v in bindings(model, hw, dep, wl).items() if k in symbols_of(expr)}
     vals.update({S.batch: wl.batch, t_c: r["layer_compute_s"]})
     for sym_, v in ((S.mtp, dep.mtp), (S.micro_batches, dep.micro_batches)):
         vals.setdefault(sym_, v)
@@ -505,7 +509,7 @@ def optimal_ep(model: ModelSpec, hw: HardwareSpec, workload: Workload,
         pass
     cnote += (f"; kink at e_p = {kink:.4g}" if kink is not None else "")
     return ClosedForm("optimal_ep", "EP degree where more EP stops shortening the MoE layer",
-                      expr, {k: v for k, v in vals.items() if k in eq.free_symbols},
+                      expr, {k: v for k, v in vals.items() if k in symbols_of(eq)},
                       float(best[0]), sp.true, f"{note} Closed form: {cnote}.", eq, S.ep, kink,
                       kind, {}, base.timing)
 
@@ -529,7 +533,7 @@ def _instance_time(model: ModelSpec, hw: HardwareSpec, base: Deployment, context
     step = build_step(model, hw, rep, Workload(Phase.DECODE, batch=1, context=context))
     expr = substitute(substitute(step.expr, {S.gpus: S.ep}), {S.batch: per_rank_batch})
     expr = apply_rules(_all_experts_read(expr), [RELAX_CEILING])
-    vals = {k: v for k, v in step.values.items() if k in expr.free_symbols and k != S.ep}
+    vals = {k: v for k, v in step.values.items() if k in symbols_of(expr) and k != S.ep}
     return expr, vals
 
 
@@ -750,8 +754,8 @@ def _parse_term(text: str, terms: Mapping) -> sp.Expr:
                           f"nor an expression over them and the symbols: {exc}") from None
     if not isinstance(expr, sp.Expr):
         raise MoesymError(f"term {text!r} is not an expression")
-    known = set(INFO) | {x for t in terms.values() for x in t.free_symbols}
-    unknown = [s for s in expr.free_symbols if s not in known]
+    known = set(INFO) | {x for t in terms.values() for x in symbols_of(t)}
+    unknown = [s for s in symbols_of(expr) if s not in known]
     if unknown:
         raise MoesymError(f"term {text!r} uses unknown name(s) {', '.join(map(str, unknown))}: "
                           f"use a term ({', '.join(sorted(terms))}) or a moesym symbol "
@@ -889,7 +893,7 @@ def _minimum(term, sym, values, lo, hi, integer, text, var, step, timing) -> Clo
     from .solve import branch_at, solve_smooth
     from .solve.model_root import _freeze, _step_values, steps_of
 
-    vals = {k: v for k, v in values.items() if k != sym and k in term.free_symbols}
+    vals = {k: v for k, v in values.items() if k != sym and k in symbols_of(term)}
     f = lambda x: evaluate(term, vals, {sym: np.asarray(x, dtype=float)})  # noqa: E731
     if integer:
         xs = np.arange(int(np.ceil(lo)), int(np.floor(hi)) + 1, dtype=float)
@@ -973,12 +977,12 @@ def sensitivity(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workloa
                           f"({', '.join(ANSWERS)}) or a term ({', '.join(sorted(terms))})"))
     y = terms[of]
     values = {**mem_values, **step.values}
-    if S.chunk in y.free_symbols and S.chunk not in values:
+    if S.chunk in symbols_of(y) and S.chunk not in values:
         values[S.chunk] = float(wl.chunk or wl.context)
-    missing = [s for s in y.free_symbols if s not in values]
+    missing = [s for s in symbols_of(y) if s not in values]
     if missing:
         raise MoesymError(f"--of {of}: no value for {', '.join(map(str, missing))}")
-    vals = {k: float(v) for k, v in values.items() if k in y.free_symbols}
+    vals = {k: float(v) for k, v in values.items() if k in symbols_of(y)}
     try:
         rows = elasticities(y, vals)
     except ValueError as exc:

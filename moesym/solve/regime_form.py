@@ -33,7 +33,7 @@ from typing import Mapping
 import numpy as np
 import sympy as sp
 
-from ..terms.cost import dependents, nodes, substitute
+from ..terms.cost import dependents, nodes, substitute, symbols_of
 from .regimes import _collapse, branch_at, solve_smooth
 from .rewrite import RELAX_CEILING, apply_rules
 
@@ -73,7 +73,7 @@ def relax(expr: sp.Basic) -> sp.Basic:
 def _evaluator(expr, var, values):
     from ..compile import evaluate
 
-    vals = {k: v for k, v in values.items() if k != var and k in expr.free_symbols}
+    vals = {k: v for k, v in values.items() if k != var and k in symbols_of(expr)}
     return lambda x: evaluate(expr, vals, {var: np.asarray(x, dtype=float)})
 
 
@@ -125,7 +125,7 @@ def regime_form(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, nea
     ``values`` binds every other symbol (the target's symbol included)."""
     lhs, rhs = relax(sp.sympify(lhs)), relax(sp.sympify(rhs))
     eq = lhs - rhs
-    vals = {k: float(v) for k, v in values.items() if k != var and k in eq.free_symbols}
+    vals = {k: float(v) for k, v in values.items() if k != var and k in symbols_of(eq)}
     try:
         r = _relaxed_root(eq, var, vals, near, span)
     except ValueError as exc:
@@ -140,7 +140,7 @@ def regime_form(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, nea
     skel = substitute(skel, names)
     from ..compile import evaluate
 
-    ph = {names[d]: (float(evaluate(x, {k: v for k, v in vals.items() if k in x.free_symbols},
+    ph = {names[d]: (float(evaluate(x, {k: v for k, v in vals.items() if k in symbols_of(x)},
                                     {})), x) for d, x in back.items()}
     num = {**vals, **{c: v for c, (v, _) in ph.items()}}
     try:
@@ -149,15 +149,15 @@ def regime_form(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, nea
         return RegimeForm(var, None, None, relaxed_root=r, branches=labels, equation=eq,
                           note=f"no closed form of this regime: {exc}")
     full = substitute(root, {c: x for c, (_, x) in ph.items()})
-    value = float(evaluate(full, {k: v for k, v in vals.items() if k in full.free_symbols}, {}))
+    value = float(evaluate(full, {k: v for k, v in vals.items() if k in symbols_of(full)}, {}))
     if isinstance(rhs, sp.Symbol):  # the target in view: everything free of it named c0, ...
         root, back = _collapse(full, rhs)
         names = {d: sp.Symbol(f"c{i}", real=True) for i, d in enumerate(back)}
         root = substitute(root, names)
         ph = {names[d]: (float(evaluate(x, {k: v for k, v in vals.items()
-                                            if k in x.free_symbols}, {})), x)
+                                            if k in symbols_of(x)}, {})), x)
               for d, x in back.items()}
-    used = root.free_symbols
+    used = symbols_of(root)
     return RegimeForm(var, full, tidy(root),
                       {str(c): (v_, e) for c, (v_, e) in ph.items() if c in used},
                       value, r, labels,

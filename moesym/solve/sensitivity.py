@@ -25,6 +25,8 @@ from typing import Mapping
 
 import sympy as sp
 
+from ..terms.cost import symbols_of
+
 __all__ = ["gradient", "elasticities", "root_elasticities"]
 
 
@@ -207,7 +209,7 @@ def gradient(expr: sp.Expr, values: Mapping[sp.Symbol, float]) -> dict:
                 grad[arg] = grad.get(arg, 0.0) + a * d
             elif not arg.is_Atom:
                 adj[arg] = adj.get(arg, 0.0) + a * d
-    return {s: grad.get(s, 0.0) for s in expr.free_symbols}
+    return {s: grad.get(s, 0.0) for s in symbols_of(expr)}
 
 
 def elasticities(expr: sp.Expr, values: Mapping[sp.Symbol, float]) -> list[tuple]:
