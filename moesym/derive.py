@@ -46,7 +46,7 @@ from .terms.cost import smax, substitute, symbols_of
 
 __all__ = ["ClosedForm", "crossover", "attention_overtakes_moe", "max_batch_for_tpot",
            "optimal_ep", "comm_hidden", "ep_min_tpot", "gpus_for_throughput", "solve",
-           "expert_cache_hides", "sensitivity",
+           "expert_cache_hides", "sensitivity", "max_batch_for_memory",
            "regime_at", "CLOSED_FORMS"]
 
 B_MAX = 1 << 16  # widest decode batch per attention-DP rank scanned
@@ -454,6 +454,42 @@ def expert_cache_hides(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: 
                                    ("layer device compute t_c", t_c + 0 * C)))
 
 
+def max_batch_for_memory(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int,
+                         b_max: int = 1 << 20) -> ClosedForm:
+    """Largest decode batch per attention-DP rank whose memory per GPU (``predict``'s
+    ``memory_bytes``: weights, KV at ``context``, activations, workspaces, communication buffers
+    and the runtime reserve) fits in HBM. The memory model is linear in B in its regime, so the
+    smooth form is B* = (M_hbm - fixed bytes) / (bytes per request), with the capacity kept
+    symbolic."""
+    from .memory import memory_model
+
+    wl = Workload(Phase.DECODE, batch=1, context=context)
+    mm = memory_model(model, hw, dep, wl)
+    used = mm.used_expr()
+    eq = used - S.hbm_capacity
+    vals = {k: float(v) for k, v in mm.values.items() if k != S.batch}
+    found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True)
+    title = "Largest batch that fits in GPU memory"
+    fixed = {k: v for k, v in vals.items() if k in symbols_of(eq)}
+    if not found:
+        fits = float(evaluate(eq, fixed, {S.batch: 1.0})) <= 0
+        if not fits:
+            raise MoesymError(f"even one request per GPU does not fit in {hw.name}'s "
+                              f"{hw.hbm_capacity_bytes / 1e9:.0f} GB at context {context}: more "
+                              "GPUs (--gpus, --ep) or lighter --weights / --kv")
+        return ClosedForm("max_batch_for_memory", title, None, fixed, float(b_max), sp.true,
+                          f"{b_max} requests per GPU still fit", eq, S.batch, None, "numeric",
+                          {}, dep.timing)
+    a, b = found[0]
+    root = closed_form_at(eq, S.batch, vals, (a, b), a, integer=True)
+    return _answer("max_batch_for_memory", title, root, eq, vals,
+                   f"Decode at context {context}: predict's memory per GPU at every batch "
+                   "(weights, KV, activations, workspaces, communication buffers, reserve).",
+                   None, S.batch, dep.timing,
+                   (("memory used", used), ("HBM capacity", S.hbm_capacity)),
+                   span=(1.0, float(b_max)))
+
+
 CLOSED_FORMS = ("crossover", "crossover_no_lazy", "attention_overtakes_moe", "max_batch_for_tpot",
                 "optimal_ep", "comm_hidden", "micro_batches_pay", "ep_min_tpot",
                 "gpus_for_throughput", "expert_cache_hides")
@@ -508,10 +544,26 @@ def optimal_ep(model: ModelSpec, hw: HardwareSpec, workload: Workload,
     except MoesymError:
         pass
     cnote += (f"; kink at e_p = {kink:.4g}" if kink is not None else "")
+    why = None if expr is not None else RegimeForm(S.ep, None, None, note=_why_ep(
+        best[0], ok, base.gpus_per_node))
     return ClosedForm("optimal_ep", "EP degree where more EP stops shortening the MoE layer",
                       expr, {k: v for k, v in vals.items() if k in symbols_of(eq)},
                       float(best[0]), sp.true, f"{note} Closed form: {cnote}.", eq, S.ep, kink,
-                      kind, {}, base.timing)
+                      kind, {}, base.timing, smooth=why)
+
+
+def _why_ep(best: int, fitting: list, node: int) -> str:
+    """One line: why the best EP has no closed form (where it sits in predict's table)."""
+    eps = [e for e, _, _ in fitting]
+    if best == max(eps):
+        return f"the optimum is at the largest EP that fits memory: {best}"
+    if best == min(eps):
+        return f"the optimum is at the smallest EP that fits memory: {best}"
+    if best == node:
+        return (f"the optimum is EP {best} = the GPUs per node: beyond it dispatch and combine "
+                "cross the scale-out network (a change of the model's structure, not a root)")
+    return (f"the optimum EP {best} is interior to predict's table of powers of two; the model's "
+            "structure (A2A tiers, experts per GPU) changes with EP, so no single regime holds")
 
 
 def _instance_time(model: ModelSpec, hw: HardwareSpec, base: Deployment, context: int,

@@ -203,9 +203,13 @@ def test_tpot_layers(model, hw, gpus, tpot_ms):
     cf = dv.max_batch_for_tpot(m, h, dep, 4096, target)
     # exact: predict meets the target at the answer, not at the next batch
     assert _predict_tpot(m, h, dep, cf.value) <= target < _predict_tpot(m, h, dep, cf.value + 1)
-    # the smooth form keeps the target and equals the relaxed model's root
-    assert S.tpot_target in symbols_of(cf.smooth.expr)
-    assert cf.smooth.value == pytest.approx(_independent_relaxed_root(cf), rel=1e-9)
+    # the smooth form keeps the target and equals the relaxed model's root; where the regime
+    # mixes forms with no closed-form root, the note says which
+    if cf.smooth.expr is not None:
+        assert S.tpot_target in symbols_of(cf.smooth.expr)
+        assert cf.smooth.value == pytest.approx(_independent_relaxed_root(cf), rel=1e-9)
+    else:
+        assert "mixes" in cf.smooth.note and cf.smooth.relaxed_root > 0
     # the target range: predict's TPOT at the answer is its low end; some larger batch is
     # its high end and none in reach is below it
     low, high = cf.target_range
@@ -219,16 +223,15 @@ def test_tpot_layers(model, hw, gpus, tpot_ms):
     assert {str(s) for s, _ in cf.sensitivity[:3]}
 
 
-CROSS_CASES = [("qwen3-30b-a3b", "h20", 1)] + [
-    pytest.param(*c, marks=pytest.mark.slow) for c in
-    [("deepseek-v3", "h800", 32), ("qwen3-30b-a3b", "h100", 8)]]
+CROSS_CASES = [("qwen3-30b-a3b", "h20", 1), ("deepseek-v3", "h800", 32),
+               ("qwen3-30b-a3b", "h100", 8)]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model,hw,gpus", CROSS_CASES)
 def test_crossover_layers(model, hw, gpus):
     m, h = ms.load_model(model), ms.load_hardware(hw)
-    dep = ms.Deployment(gpus=gpus, ep=gpus, weights="fp8")
+    dep = ms.Deployment(gpus=gpus, ep=gpus)
     cf = dv.crossover(m, h, dep)
     roof = lambda b: predict(m, h, dep, Workload(Phase.DECODE, batch=int(b), context=4096),  # noqa
                              memory=False)["bounds"]["routed_experts"]["roofline"]
@@ -241,7 +244,7 @@ def test_crossover_layers(model, hw, gpus):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model,hw,gpus", [("qwen3-30b-a3b", "h20", 8),
-                                           ("deepseek-v3", "h100", 72)])
+                                           ("deepseek-v3", "h100", 64)])
 def test_micro_batches_layers(model, hw, gpus):
     m, h = ms.load_model(model), ms.load_hardware(hw)
     dep = ms.Deployment(gpus=gpus, ep=gpus, weights="fp8", micro_batches=2)
@@ -260,3 +263,22 @@ def test_sensitivity_command_ranks_every_parameter(cli_json):
     assert mags == sorted(mags, reverse=True)
     names = {r["symbol"] for r in el}
     assert {"W", "B", "L", "E", "N_SM"} <= names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model,hw,gpus", [("qwen3-30b-a3b", "h20", 1),
+                                           ("deepseek-v3", "h200", 16)])
+def test_memory_batch_is_predicts_last_fitting_batch(model, hw, gpus):
+    m, h = ms.load_model(model), ms.load_hardware(hw)
+    dep = ms.Deployment(gpus=gpus, ep=gpus, weights="fp8")
+    cf = dv.max_batch_for_memory(m, h, dep, 4096)
+
+    def fits(b):
+        return predict(m, h, dep, Workload(Phase.DECODE, batch=int(b), context=4096),
+                       memory=True)["fits"]
+
+    assert fits(cf.value) and not fits(cf.value + 1)
+    # linear in B: the smooth form is the relaxed root, with the capacity in it
+    assert S.hbm_capacity in symbols_of(cf.smooth.expr)
+    assert cf.smooth.value == pytest.approx(_independent_relaxed_root(cf), rel=1e-9)
+    assert cf.value <= cf.smooth.value < cf.value + 1

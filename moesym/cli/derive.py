@@ -56,6 +56,9 @@ def register(sub) -> None:
     t = _closed_form(s, "tpot", "largest decode batch that meets a TPOT target", _tpot)
     t.add_argument("--tpot-ms", type=positive_float, required=True)
 
+    _closed_form(s, "memory-batch", "largest decode batch whose memory per GPU fits in HBM",
+                 _memory_batch)
+
     o = _closed_form(s, "optimal-ep", "EP degree where more EP stops shortening the MoE layer",
                      _optimal_ep)
     o.add_argument("--max-ep", type=positive_int, default=None)
@@ -202,7 +205,7 @@ def show(cf, args) -> int:
     elif f is not None:
         print(f"  smooth form  : none ({f.note})")
     if cf.expr is not None:
-        print(f"  step form    : {_short(str(tidy(cf.expr)), args)}")
+        print(f"  closed form  : {_short(str(tidy(cf.expr)), args)}")
         if cf.closed_value is not None:
             print(f"               = {cf.closed_value:.6g} ({cf.kind}: {_kind_text(cf.kind)})")
     elif f is None:
@@ -279,6 +282,11 @@ def _tpot(args) -> int:
     m, h = model_hw_from(args)
     return show(dv.max_batch_for_tpot(m, h, _deployment(args), args.context, args.tpot_ms / 1e3),
                 args)
+
+
+def _memory_batch(args) -> int:
+    m, h = model_hw_from(args)
+    return show(dv.max_batch_for_memory(m, h, _deployment(args), args.context), args)
 
 
 def _optimal_ep(args) -> int:

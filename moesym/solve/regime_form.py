@@ -147,7 +147,7 @@ def regime_form(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, nea
         root = solve_smooth(skel, var, num, r, general=False)
     except (ValueError, TypeError, NotImplementedError, RuntimeError) as exc:
         return RegimeForm(var, None, None, relaxed_root=r, branches=labels, equation=eq,
-                          note=f"no closed form of this regime: {exc}")
+                          note=f"no closed form of this regime: {_why_not(skel, var) or exc}")
     full = substitute(root, {c: x for c, (_, x) in ph.items()})
     value = float(evaluate(full, {k: v for k, v in vals.items() if k in symbols_of(full)}, {}))
     if isinstance(rhs, sp.Symbol):  # the target in view: everything free of it named c0, ...
@@ -165,6 +165,24 @@ def regime_form(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, nea
                       if abs(value - r) <= 1e-9 * abs(r) else
                       f"the regime's root {value:.6g} differs from the relaxed model's {r:.6g}",
                       eq)
+
+
+def _why_not(e: sp.Expr, var: sp.Symbol) -> str:
+    """Which forms in ``var`` the regime mixes (each alone has a closed-form root)."""
+    pows = nodes(e, lambda x: isinstance(x, sp.Pow) and var in dependents(x, var))
+    forms = []
+    if any(var in dependents(p.exp, var) for p in pows):
+        forms.append(f"an exponential in {var} (lazy expert loading, 1 - (1 - k/E)^{var})")
+    if any(p.base == var and p.exp.is_Rational and not p.exp.is_Integer for p in pows):
+        forms.append(f"a fractional power of {var} (the load-imbalance term's sqrt({var}))")
+    funcs = {type(x).__name__ for x in nodes(e, lambda x: isinstance(x, sp.Function)
+                                             and not isinstance(x, (sp.Max, sp.Min))
+                                             and var in dependents(x, var))}
+    if funcs:
+        forms.append(f"{', '.join(sorted(funcs))} of {var}")
+    if len(forms) > 1:
+        return "it mixes " + " and ".join(forms) + ", so its root has no closed form"
+    return ""
 
 
 def pin(eq: sp.Expr, var: sp.Symbol, values: Mapping, a: float, b: float,
@@ -191,7 +209,7 @@ def pin(eq: sp.Expr, var: sp.Symbol, values: Mapping, a: float, b: float,
         text = str(arg)
         if len(text) > 90:
             text = text[:87] + "..."
-        out.append(f"{owners.get(n, 'a count')}: {type(n).__name__}({text}) "
+        out.append(f"{owners.get(n, 'a tile or wave count')}: {type(n).__name__}({text}) "
                    f"{va:.0f} -> {vb:.0f} (argument {float(g(a)):.4g} -> {float(g(b)):.4g})")
     return out
 

@@ -154,7 +154,8 @@ def _linear_exponential_roots(e: sp.Expr, var: sp.Symbol) -> list[sp.Expr]:
     if kappa.has(var) or kappa == 0:
         return []
     z = sp.Dummy("z")
-    ez = sp.expand(substitute(e, {P: z}))
+    # the numerator over a common denominator: a factor (1 - z) / (1 - z) cancels there
+    ez = sp.expand(sp.numer(sp.together(substitute(e, {P: z}))))
     if ez.has(P) or not ez.has(z):
         return []
     try:

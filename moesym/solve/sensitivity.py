@@ -66,6 +66,8 @@ def _truth(c, val) -> bool:
         return any(_truth(x, val) for x in c.args)
     if isinstance(c, sp.Not):
         return not _truth(c.args[0], val)
+    if isinstance(c, sp.ITE):
+        return _truth(c.args[1] if _truth(c.args[0], val) else c.args[2], val)
     raise TypeError(f"cannot decide {c}")
 
 
