@@ -136,13 +136,17 @@ def _layers(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, exact: 
     lines = ()
     if bracket is not None:
         lines = tuple(pin(lhs - rhs, var, values, bracket[0], bracket[1], where))
-    sens = ()
-    if form.relaxed_root is not None:
-        try:
-            sens = tuple(root_elasticities(form.equation, var, values, form.relaxed_root))
-        except (ValueError, KeyError):
-            sens = ()
-    return form, lines, sens
+    return form, lines, _root_sensitivity(form.equation, var, values, form.relaxed_root)
+
+
+def _root_sensitivity(eq: sp.Expr, var: sp.Symbol, values: Mapping, x: float | None) -> tuple:
+    """The elasticities of a closed form's root ``x`` of ``eq`` (() where there is none)."""
+    if x is None:
+        return ()
+    try:
+        return tuple(root_elasticities(eq, var, values, x))
+    except (ValueError, KeyError):
+        return ()
 
 
 def _answer(name: str, title: str, root: ModelRoot, eq: sp.Expr, values: Mapping, note: str,
@@ -451,7 +455,8 @@ def expert_cache_hides(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: 
     return ClosedForm("expert_cache_hides", "Expert cache size from which the tier hides under compute",
                       expr, vals, float(root), sp.true, note, expr - C, C, closed, "smooth", {},
                       dep.timing, (("expert tier, uniform relaxation", tier),
-                                   ("layer device compute t_c", t_c + 0 * C)))
+                                   ("layer device compute t_c", t_c + 0 * C)),
+                      sensitivity=_root_sensitivity(expr - C, C, vals, closed))
 
 
 def max_batch_for_memory(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int,
@@ -678,11 +683,12 @@ def ep_min_tpot(model: ModelSpec, hw: HardwareSpec, total_batch: int, context: i
     expr, vals = _instance_time(model, hw, base, context, per_rank)
     vals[S.total_batch] = float(total_batch)
     e_roof = _argmin_ep(expr, vals, lo, max_ep) if max_ep > lo else None
-    root, cond, closed, extra = None, sp.true, None, ""
+    root, cond, closed, extra, sens = None, sp.true, None, "", ()
     if e_roof is not None:
         branch, cond, _labels = branch_at(expr, S.ep, {**vals, S.ep: e_roof})
         root = solve_smooth(sp.diff(branch, S.ep), S.ep, vals, e_roof)
         closed = float(substitute(root, {k: sp.Float(v) for k, v in vals.items()}).evalf())
+        sens = _root_sensitivity(sp.diff(branch, S.ep), S.ep, vals, closed)
         # the regime condition stays in e_p (valid where it holds at e_p*), not with the root
         extra = f": e_p* = {closed:.4g} (the square root of its regime)"
     else:
@@ -691,7 +697,8 @@ def ep_min_tpot(model: ModelSpec, hw: HardwareSpec, total_batch: int, context: i
     note = _INSTANCE_NOTE.format(timing=base.timing, table=_table_text(rows), extra=extra)
     return ClosedForm("ep_min_tpot", "EP degree that minimizes TPOT at a fixed total batch", root,
                       vals, float(value), cond, note + f" A2A {base.a2a.value}.", expr, S.ep,
-                      closed, "smooth" if root is not None else "numeric", {}, base.timing)
+                      closed, "smooth" if root is not None else "numeric", {}, base.timing,
+                      sensitivity=sens)
 
 
 def gpus_for_throughput(model: ModelSpec, hw: HardwareSpec, target_tokens_s: float,
@@ -744,7 +751,8 @@ def gpus_for_throughput(model: ModelSpec, hw: HardwareSpec, target_tokens_s: flo
                       root.condition if root else sp.true,
                       note + (f" Closed form: {root.note}." if root else ""), eq, S.ep,
                       root.value if root else None, root.kind if root else "numeric", {},
-                      base.timing)
+                      base.timing, sensitivity=_root_sensitivity(
+                          eq, S.ep, vals, root.value if root else None))
 
 
 # ------------------------------------------------------------------ derive solve: any equation
