@@ -889,7 +889,7 @@ def solve(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload, var
         where = "the" if len(found) == 1 else f"the first of {len(found)}"
         return _answer("solve", title, root, eq, values,
                        f"{title}: {where} sign change in [{lo:g}, {hi:g}].",
-                       step, sym, dep.timing)
+                       step, sym, dep.timing, span=(lo, hi))
     term = _parse_term(minimize, terms)
     return _minimum(term, sym, values, lo, hi, integer, minimize, var, step, dep.timing)
 
