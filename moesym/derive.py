@@ -143,8 +143,9 @@ def _root_sensitivity(eq: sp.Expr, var: sp.Symbol, values: Mapping, x: float | N
     """The elasticities of a closed form's root ``x`` of ``eq`` (() where there is none)."""
     if x is None:
         return ()
-    try:
-        return tuple(root_elasticities(eq, var, values, x))
+    try:  # a derivative unbounded at the point (a kink of the relaxed model) is left out
+        return tuple((s, e) for s, e in root_elasticities(eq, var, values, x)
+                     if math.isfinite(e) and abs(e) < 1e6)
     except (ValueError, KeyError):
         return ()
 

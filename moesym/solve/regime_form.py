@@ -150,6 +150,11 @@ def regime_form(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, nea
                           note=f"no closed form of this regime: {_why_not(skel, var) or exc}")
     full = substitute(root, {c: x for c, (_, x) in ph.items()})
     value = float(evaluate(full, {k: v for k, v in vals.items() if k in symbols_of(full)}, {}))
+    if not np.isfinite(value) or abs(value - r) > 1e-6 * abs(r):
+        return RegimeForm(var, None, None, relaxed_root=r, branches=labels, equation=eq,
+                          note=f"the regime's closed form evaluates to {value:.6g} in floating "
+                               f"point, not to the relaxed model's root {r:.6g}: no usable "
+                               "closed form here")
     if isinstance(rhs, sp.Symbol):  # the target in view: everything free of it named c0, ...
         root, back = _collapse(full, rhs)
         names = {d: sp.Symbol(f"c{i}", real=True) for i, d in enumerate(back)}
