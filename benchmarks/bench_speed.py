@@ -5,7 +5,8 @@ same run (issue 15). Each figure is the best of ``--repeat`` runs of a fresh pro
 - ``predict`` cold (empty compiled-model cache) and cached, DeepSeek-V3 decode on 128 H800;
 - ``optimize`` DeepSeek-V3 on 128 H800 (decode, TPOT 50 ms), cold and with the cache warm;
 - ``sweep`` of a 1.3 M-point DeepSeek-V3 decode grid to Parquet (cache warm), in points/s;
-- every ``derive`` command for DeepSeek-V3 (decode, H800, 128 GPUs);
+- every ``derive`` command for DeepSeek-V3 (decode, H800, 128 GPUs), ``derive sensitivity``
+  included (``--only derive``: the reference and these rows alone);
 - ``simulate``: 2,000 requests of 1024/1024 at concurrency 64, DeepSeek-V3 on 8 H200 (cache
   warm), and ``optimize --percentile 90`` (the serving SLA search) on 8 and 64 H200.
 
@@ -49,6 +50,7 @@ DERIVES = {
                    "--a2a allgather --json",
     "gpus-for-throughput": f"derive gpus-for-throughput {V3} {DEP} --tokens-per-s 200000 "
                            "--tpot-ms 50 --a2a deepep-ll --json",
+    "sensitivity": f"derive sensitivity {V3} {DEP} --batch 128 --of tpot --json",
 }
 
 
@@ -75,6 +77,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--write-readme", action="store_true")
+    ap.add_argument("--only", choices=("derive",), default=None,
+                    help="derive: the reference and the derive rows only (each derive run once "
+                         "with the compiled-model cache warm)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="moesym-bench-"))
     cache_dir = tmp / "cache"
@@ -90,6 +95,14 @@ def main() -> None:
         print(f"{name:<44} {seconds:8.3f} s  {seconds / ref:7.1f}x ref  {note}", flush=True)
 
     print(f"{rows[0][0]:<44} {ref:8.3f} s", flush=True)
+    if args.only == "derive":
+        for name, cmd in DERIVES.items():
+            _run(_moesym(cmd), env)  # warm the cache
+            add(f"derive {name}", best(_moesym(cmd), env, 1))
+        shutil.rmtree(tmp, ignore_errors=True)
+        if args.write_readme:
+            sys.exit("--write-readme writes the whole table: run without --only")
+        return
     add("predict, cold (empty cache)", best(_moesym(PREDICT), env, args.repeat, clear))
     add("predict, cached", best(_moesym(PREDICT), env, args.repeat))
     add("optimize 128 GPUs, cold (empty cache)", best(_moesym(OPTIMIZE), env, 1, clear))

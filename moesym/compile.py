@@ -125,6 +125,37 @@ def _children(e: sp.Basic) -> tuple:
     return e.args
 
 
+def graph_nodes(roots, tok: dict, symbol, literal) -> tuple[list, dict]:
+    """The unique non-atom nodes of the expression graph of ``roots``, children first, and each
+    node's children (a Piecewise's (value, condition) pairs flattened). ``tok`` maps each node
+    to its token: the nodes become ``v0, v1, ...``; a symbol not in it gets ``symbol(e)``, an
+    atom ``literal(e)``. The one walk of every code printer (NumPy here, JavaScript in
+    :mod:`moesym.interactive`)."""
+    order: list = []
+    kids_of: dict = {}
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            e, expanded = stack.pop()
+            if e in tok:
+                continue
+            if e.is_Symbol:
+                tok[e] = symbol(e)
+                continue
+            if e.is_Atom or e is sp.true or e is sp.false:
+                tok[e] = literal(e)
+                continue
+            kids = _children(e)
+            if not expanded:
+                stack.append((e, True))
+                stack.extend((k, False) for k in reversed(kids) if k not in tok)
+                continue
+            tok[e] = f"v{len(order)}"
+            kids_of[e] = kids
+            order.append(e)
+    return order, kids_of
+
+
 def _generate(exprs: Sequence[sp.Basic], args: Sequence[sp.Symbol] | None, name: str):
     """(source, argument symbols): see :func:`numpy_source`; ``args=None`` takes every free
     symbol met, sorted by name.
@@ -137,32 +168,15 @@ def _generate(exprs: Sequence[sp.Basic], args: Sequence[sp.Symbol] | None, name:
         for i, s_ in enumerate(args):
             tok[s_] = f"a{i}"
     found: list = []
-    order: list = []  # non-atom nodes, children first
-    kids_of: dict = {}
+
+    def symbol(e) -> str:
+        if args is not None:
+            raise ValueError(f"expression has a free symbol not among the arguments: {e}")
+        found.append(e)
+        return f"_s{len(found) - 1}"
+
     roots = [sp.sympify(r) for r in exprs]
-    for root in roots:
-        stack = [(root, False)]
-        while stack:
-            e, expanded = stack.pop()
-            if e in tok:
-                continue
-            if e.is_Symbol:
-                if args is not None:
-                    raise ValueError(f"expression has a free symbol not among the arguments: {e}")
-                found.append(e)
-                tok[e] = f"_s{len(found) - 1}"
-                continue
-            if e.is_Atom or e is sp.true or e is sp.false:
-                tok[e] = _literal(e)
-                continue
-            kids = _children(e)
-            if not expanded:
-                stack.append((e, True))
-                stack.extend((k, False) for k in reversed(kids) if k not in tok)
-                continue
-            tok[e] = f"v{len(order)}"
-            kids_of[e] = kids
-            order.append(e)
+    order, kids_of = graph_nodes(roots, tok, symbol, _literal)
     # scope of each node: None (always computed) or (Piecewise, branch) when only that branch
     # of that Piecewise needs it
     users: dict = {e: [] for e in order}

@@ -40,11 +40,13 @@ from .specs.hardware import HardwareSpec
 from .specs.model import ModelSpec
 from .symbols import S
 from .solve.model_root import ModelRoot, closed_form_at, model_root, sign_changes
-from .terms.cost import smax, substitute
+from .solve.regime_form import RegimeForm, pin, regime_form, tidy
+from .solve.sensitivity import root_elasticities
+from .terms.cost import smax, substitute, symbols_of
 
 __all__ = ["ClosedForm", "crossover", "attention_overtakes_moe", "max_batch_for_tpot",
            "optimal_ep", "comm_hidden", "ep_min_tpot", "gpus_for_throughput", "solve",
-           "expert_cache_hides",
+           "expert_cache_hides", "sensitivity", "max_batch_for_memory",
            "regime_at", "CLOSED_FORMS"]
 
 B_MAX = 1 << 16  # widest decode batch per attention-DP rank scanned
@@ -75,17 +77,32 @@ class ClosedForm:
     timing: str = "kernel"
     # the two sides of the equation (label, expression in ``variable``), for the pages' plots
     sides: tuple = field(default=(), repr=False, compare=False)
+    # the regime's smooth closed form with the target in it (moesym.solve.regime_form), what
+    # pins the exact answer on a step (one line each), and the answer's elasticities
+    # ((symbol, d ln answer / d ln symbol), largest first) on that smooth form
+    smooth: RegimeForm | None = field(default=None, repr=False, compare=False)
+    pin: tuple = field(default=(), compare=False)
+    sensitivity: tuple = field(default=(), repr=False, compare=False)
+    # the targets that give this same answer [low, high) (the TPOT answer), else None
+    target_range: tuple | None = field(default=None, compare=False)
 
     @property
     def latex(self) -> str:
-        return sp.latex(self.expr) if self.expr is not None else ""
+        return sp.latex(tidy(self.expr)) if self.expr is not None else ""
 
     def as_dict(self) -> dict:
+        from .solve.regime_form import legend
+
         return {"name": self.name, "latex": self.latex,
-                "sympy": str(self.expr) if self.expr is not None else "",
+                "sympy": str(tidy(self.expr)) if self.expr is not None else "",
                 "value": self.value, "closed_form_value": self.closed_value, "kind": self.kind,
                 "regime": dict(self.regime), "condition": str(self.condition),
-                "timing": self.timing, "note": self.assumptions}
+                "timing": self.timing, "note": self.assumptions,
+                "smooth": self.smooth.as_dict() if self.smooth is not None else None,
+                "pin": list(self.pin),
+                "target_range": list(self.target_range) if self.target_range else None,
+                "sensitivity": [{"symbol": str(s), "elasticity": e} for s, e in self.sensitivity],
+                "legend": legend([self.expr, self.smooth.expr if self.smooth else None])}
 
 
 def _decode_step(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int) -> StepModel:
@@ -109,15 +126,48 @@ def regime_at(step: StepModel, overrides: Mapping[sp.Symbol, float]) -> dict:
     return out
 
 
+def _layers(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, exact: float,
+            bracket: tuple[float, float] | None, span: tuple[float, float],
+            where: Mapping | None = None) -> tuple:
+    """(smooth regime form, pin lines, top sensitivities) of an answer ``exact`` of
+    ``lhs = rhs`` in ``var`` (module :mod:`moesym.solve.regime_form`): the pin lists the tile
+    and wave counts that change across ``bracket`` (an integer answer's two sides)."""
+    form = regime_form(lhs, rhs, var, values, max(exact, span[0]), span)
+    lines = ()
+    if bracket is not None:
+        lines = tuple(pin(lhs - rhs, var, values, bracket[0], bracket[1], where))
+    return form, lines, _root_sensitivity(form.equation, var, values, form.relaxed_root)
+
+
+def _root_sensitivity(eq: sp.Expr, var: sp.Symbol, values: Mapping, x: float | None) -> tuple:
+    """The elasticities of a closed form's root ``x`` of ``eq`` (() where there is none)."""
+    if x is None:
+        return ()
+    try:  # a derivative unbounded at the point (a kink of the relaxed model) is left out
+        return tuple((s, e) for s, e in root_elasticities(eq, var, values, x)
+                     if math.isfinite(e) and abs(e) < 1e6)
+    except (ValueError, KeyError):
+        return ()
+
+
 def _answer(name: str, title: str, root: ModelRoot, eq: sp.Expr, values: Mapping, note: str,
-            step: StepModel | None, var: sp.Symbol, timing: str, sides: tuple = ()) -> ClosedForm:
+            step: StepModel | None, var: sp.Symbol, timing: str, sides: tuple = (),
+            span: tuple[float, float] = (1.0, float(B_MAX)), pin_note: str = "",
+            target_range: tuple | None = None) -> ClosedForm:
     regime = regime_at(step, {var: root.exact}) if step is not None else {}
-    vals = {k: v for k, v in values.items() if k != var and k in eq.free_symbols}
-    used = set().union(*(sp.sympify(e).free_symbols for _, e in sides)) if sides else set()
+    vals = {k: v for k, v in values.items() if k != var and k in symbols_of(eq)}
+    used = set().union(*(symbols_of(sp.sympify(e)) for _, e in sides)) if sides else set()
     vals.update({k: v for k, v in values.items() if k != var and k in used})
+    lhs, rhs = (sides[0][1], sides[1][1]) if len(sides) == 2 else (eq, sp.Integer(0))
+    integer = float(root.exact).is_integer() and root.bracket[1] - root.bracket[0] <= 1
+    form, lines, sens = _layers(lhs, rhs, var, vals, float(root.exact),
+                                root.bracket if integer else None, span,
+                                step.per_layer_s if step is not None else None)
+    if pin_note:
+        lines = lines + (pin_note,)
     return ClosedForm(name, title, root.expr, vals, float(root.exact), root.condition,
                       f"{note} Closed form: {root.note}.", eq, var, root.value, root.kind,
-                      regime, timing, tuple(sides))
+                      regime, timing, tuple(sides), form, lines, sens, target_range)
 
 
 def _all_experts_read(expr: sp.Expr) -> sp.Expr:
@@ -153,7 +203,7 @@ def crossover(model: ModelSpec, hw: HardwareSpec, dep: Deployment, lazy: bool = 
     if not lazy:
         eq = _all_experts_read(eq)
     vals = dict(step.values)
-    fixed = {k: v for k, v in vals.items() if k != S.batch and k in eq.free_symbols}
+    fixed = {k: v for k, v in vals.items() if k != S.batch and k in symbols_of(eq)}
     found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True)
     # memory -> compute flips (the side past the change is compute-bound)
     up = [ab for ab in found if float(evaluate(eq, fixed, {S.batch: ab[1]})) > 0]
@@ -196,7 +246,7 @@ def attention_overtakes_moe(model: ModelSpec, hw: HardwareSpec, dep: Deployment,
     found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True)
     if not found:
         f1 = float(evaluate(eq, {k: v for k, v in vals.items() if k != S.batch and
-                                 k in eq.free_symbols}, {S.batch: 1.0}))
+                                 k in symbols_of(eq)}, {S.batch: 1.0}))
         raise MoesymError(
             f"attention already takes longer than the MoE layer at one request per GPU at "
             f"context {context}" if f1 >= 0 else
@@ -228,17 +278,25 @@ def max_batch_for_tpot(model: ModelSpec, hw: HardwareSpec, dep: Deployment, cont
         raise MoesymError(f"even one request per GPU takes {t[0]:.4g} s per token > the TPOT "
                           f"target {tpot_s:.4g} s")
     last = float(batches[ok[-1]])
-    eq = tpot - tpot_s
+    eq = tpot - S.tpot_target
+    vals[S.tpot_target] = float(tpot_s)
     title = "Largest batch meeting a TPOT target"
     if last >= b_max:
         return ClosedForm("max_batch_for_tpot", title, None, fixed, last, sp.true,
                           f"the batch cap {b_max} meets the target", eq, S.batch, None,
                           "numeric", regime_at(step, {S.batch: last}), dep.timing)
     root = closed_form_at(eq, S.batch, vals, (last, last + 1), last, integer=True)
+    # every target from the TPOT at the answer up to (not including) the smallest TPOT of a
+    # larger batch gives the same answer
+    i = int(ok[-1])
+    hi = float(np.min(t[i + 1:])) if i + 1 < len(t) else float("inf")
+    span_note = (f"TPOT targets from {t[i] * 1e3:.6g} ms up to (not including) {hi * 1e3:.6g} "
+                 f"ms all give {last:.0f}")
     return _answer("max_batch_for_tpot", title, root, eq, vals,
                    f"Decode at context {context}: predict's TPOT (step time over the tokens "
                    f"a step emits per request) at every batch.", step,
-                   S.batch, dep.timing, (("TPOT", tpot), ("TPOT target", sp.Float(tpot_s))))
+                   S.batch, dep.timing, (("TPOT", tpot), ("TPOT target", S.tpot_target)),
+                   pin_note=span_note, target_range=(float(t[i]), hi))
 
 
 def _decode_rates(step_expr: sp.Expr, dep: Deployment) -> dict:
@@ -271,7 +329,7 @@ def comm_hidden(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: in
     vals = dict(step.values)
     name, title = "comm_hidden", "Batch where communication stops hiding behind compute"
     found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True, scale=step.layer_compute_s)
-    fixed = {k: v for k, v in vals.items() if k != S.batch and k in eq.free_symbols}
+    fixed = {k: v for k, v in vals.items() if k != S.batch and k in symbols_of(eq)}
     if not found:
         exposed = float(evaluate(eq, fixed, {S.batch: 1.0})) > 0
         v = 1.0 if exposed else float("inf")
@@ -307,7 +365,7 @@ def micro_batches_pay(model: ModelSpec, hw: HardwareSpec, dep: Deployment, conte
     vals = {k: v for k, v in {**one.values, **two.values}.items() if k != S.micro_batches}
     name, title = "micro_batches_pay", "Batch from which two micro-batches beat one"
     found = sign_changes(eq, S.batch, vals, 2, b_max, integer=True)
-    fixed = {k: v for k, v in vals.items() if k != S.batch and k in eq.free_symbols}
+    fixed = {k: v for k, v in vals.items() if k != S.batch and k in symbols_of(eq)}
     pays = [ab for ab in found if float(evaluate(eq, fixed, {S.batch: ab[1]})) < 0]
     if not pays:
         better = float(evaluate(eq, fixed, {S.batch: 2.0})) < 0
@@ -377,7 +435,7 @@ def expert_cache_hides(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: 
     expr = S.experts - t_c / (S.micro_batches * a * per_cold)
     from .model.bindings import bindings
 
-    vals = {k: v for k, v in bindings(model, hw, dep, wl).items() if k in expr.free_symbols}
+    vals = {k: v for k, v in bindings(model, hw, dep, wl).items() if k in symbols_of(expr)}
     vals.update({S.batch: wl.batch, t_c: r["layer_compute_s"]})
     for sym_, v in ((S.mtp, dep.mtp), (S.micro_batches, dep.micro_batches)):
         vals.setdefault(sym_, v)
@@ -398,7 +456,44 @@ def expert_cache_hides(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: 
     return ClosedForm("expert_cache_hides", "Expert cache size from which the tier hides under compute",
                       expr, vals, float(root), sp.true, note, expr - C, C, closed, "smooth", {},
                       dep.timing, (("expert tier, uniform relaxation", tier),
-                                   ("layer device compute t_c", t_c + 0 * C)))
+                                   ("layer device compute t_c", t_c + 0 * C)),
+                      sensitivity=_root_sensitivity(expr - C, C, vals, closed))
+
+
+def max_batch_for_memory(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int,
+                         b_max: int = 1 << 20) -> ClosedForm:
+    """Largest decode batch per attention-DP rank whose memory per GPU (``predict``'s
+    ``memory_bytes``: weights, KV at ``context``, activations, workspaces, communication buffers
+    and the runtime reserve) fits in HBM. The memory model is linear in B in its regime, so the
+    smooth form is B* = (M_hbm - fixed bytes) / (bytes per request), with the capacity kept
+    symbolic."""
+    from .memory import memory_model
+
+    wl = Workload(Phase.DECODE, batch=1, context=context)
+    mm = memory_model(model, hw, dep, wl)
+    used = mm.used_expr()
+    eq = used - S.hbm_capacity
+    vals = {k: float(v) for k, v in mm.values.items() if k != S.batch}
+    found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True)
+    title = "Largest batch that fits in GPU memory"
+    fixed = {k: v for k, v in vals.items() if k in symbols_of(eq)}
+    if not found:
+        fits = float(evaluate(eq, fixed, {S.batch: 1.0})) <= 0
+        if not fits:
+            raise MoesymError(f"even one request per GPU does not fit in {hw.name}'s "
+                              f"{hw.hbm_capacity_bytes / 1e9:.0f} GB at context {context}: more "
+                              "GPUs (--gpus, --ep) or lighter --weights / --kv")
+        return ClosedForm("max_batch_for_memory", title, None, fixed, float(b_max), sp.true,
+                          f"{b_max} requests per GPU still fit", eq, S.batch, None, "numeric",
+                          {}, dep.timing)
+    a, b = found[0]
+    root = closed_form_at(eq, S.batch, vals, (a, b), a, integer=True)
+    return _answer("max_batch_for_memory", title, root, eq, vals,
+                   f"Decode at context {context}: predict's memory per GPU at every batch "
+                   "(weights, KV, activations, workspaces, communication buffers, reserve).",
+                   None, S.batch, dep.timing,
+                   (("memory used", used), ("HBM capacity", S.hbm_capacity)),
+                   span=(1.0, float(b_max)))
 
 
 CLOSED_FORMS = ("crossover", "crossover_no_lazy", "attention_overtakes_moe", "max_batch_for_tpot",
@@ -455,10 +550,26 @@ def optimal_ep(model: ModelSpec, hw: HardwareSpec, workload: Workload,
     except MoesymError:
         pass
     cnote += (f"; kink at e_p = {kink:.4g}" if kink is not None else "")
+    why = None if expr is not None else RegimeForm(S.ep, None, None, note=_why_ep(
+        best[0], ok, base.gpus_per_node))
     return ClosedForm("optimal_ep", "EP degree where more EP stops shortening the MoE layer",
-                      expr, {k: v for k, v in vals.items() if k in eq.free_symbols},
+                      expr, {k: v for k, v in vals.items() if k in symbols_of(eq)},
                       float(best[0]), sp.true, f"{note} Closed form: {cnote}.", eq, S.ep, kink,
-                      kind, {}, base.timing)
+                      kind, {}, base.timing, smooth=why)
+
+
+def _why_ep(best: int, fitting: list, node: int) -> str:
+    """One line: why the best EP has no closed form (where it sits in predict's table)."""
+    eps = [e for e, _, _ in fitting]
+    if best == max(eps):
+        return f"the optimum is at the largest EP that fits memory: {best}"
+    if best == min(eps):
+        return f"the optimum is at the smallest EP that fits memory: {best}"
+    if best == node:
+        return (f"the optimum is EP {best} = the GPUs per node: beyond it dispatch and combine "
+                "cross the scale-out network (a change of the model's structure, not a root)")
+    return (f"the optimum EP {best} is interior to predict's table of powers of two; the model's "
+            "structure (A2A tiers, experts per GPU) changes with EP, so no single regime holds")
 
 
 def _instance_time(model: ModelSpec, hw: HardwareSpec, base: Deployment, context: int,
@@ -480,7 +591,7 @@ def _instance_time(model: ModelSpec, hw: HardwareSpec, base: Deployment, context
     step = build_step(model, hw, rep, Workload(Phase.DECODE, batch=1, context=context))
     expr = substitute(substitute(step.expr, {S.gpus: S.ep}), {S.batch: per_rank_batch})
     expr = apply_rules(_all_experts_read(expr), [RELAX_CEILING])
-    vals = {k: v for k, v in step.values.items() if k in expr.free_symbols and k != S.ep}
+    vals = {k: v for k, v in step.values.items() if k in symbols_of(expr) and k != S.ep}
     return expr, vals
 
 
@@ -573,11 +684,12 @@ def ep_min_tpot(model: ModelSpec, hw: HardwareSpec, total_batch: int, context: i
     expr, vals = _instance_time(model, hw, base, context, per_rank)
     vals[S.total_batch] = float(total_batch)
     e_roof = _argmin_ep(expr, vals, lo, max_ep) if max_ep > lo else None
-    root, cond, closed, extra = None, sp.true, None, ""
+    root, cond, closed, extra, sens = None, sp.true, None, "", ()
     if e_roof is not None:
         branch, cond, _labels = branch_at(expr, S.ep, {**vals, S.ep: e_roof})
         root = solve_smooth(sp.diff(branch, S.ep), S.ep, vals, e_roof)
         closed = float(substitute(root, {k: sp.Float(v) for k, v in vals.items()}).evalf())
+        sens = _root_sensitivity(sp.diff(branch, S.ep), S.ep, vals, closed)
         # the regime condition stays in e_p (valid where it holds at e_p*), not with the root
         extra = f": e_p* = {closed:.4g} (the square root of its regime)"
     else:
@@ -586,7 +698,8 @@ def ep_min_tpot(model: ModelSpec, hw: HardwareSpec, total_batch: int, context: i
     note = _INSTANCE_NOTE.format(timing=base.timing, table=_table_text(rows), extra=extra)
     return ClosedForm("ep_min_tpot", "EP degree that minimizes TPOT at a fixed total batch", root,
                       vals, float(value), cond, note + f" A2A {base.a2a.value}.", expr, S.ep,
-                      closed, "smooth" if root is not None else "numeric", {}, base.timing)
+                      closed, "smooth" if root is not None else "numeric", {}, base.timing,
+                      sensitivity=sens)
 
 
 def gpus_for_throughput(model: ModelSpec, hw: HardwareSpec, target_tokens_s: float,
@@ -639,7 +752,8 @@ def gpus_for_throughput(model: ModelSpec, hw: HardwareSpec, target_tokens_s: flo
                       root.condition if root else sp.true,
                       note + (f" Closed form: {root.note}." if root else ""), eq, S.ep,
                       root.value if root else None, root.kind if root else "numeric", {},
-                      base.timing)
+                      base.timing, sensitivity=_root_sensitivity(
+                          eq, S.ep, vals, root.value if root else None))
 
 
 # ------------------------------------------------------------------ derive solve: any equation
@@ -701,8 +815,8 @@ def _parse_term(text: str, terms: Mapping) -> sp.Expr:
                           f"nor an expression over them and the symbols: {exc}") from None
     if not isinstance(expr, sp.Expr):
         raise MoesymError(f"term {text!r} is not an expression")
-    known = set(INFO) | {x for t in terms.values() for x in t.free_symbols}
-    unknown = [s for s in expr.free_symbols if s not in known]
+    known = set(INFO) | {x for t in terms.values() for x in symbols_of(t)}
+    unknown = [s for s in symbols_of(expr) if s not in known]
     if unknown:
         raise MoesymError(f"term {text!r} uses unknown name(s) {', '.join(map(str, unknown))}: "
                           f"use a term ({', '.join(sorted(terms))}) or a moesym symbol "
@@ -776,7 +890,7 @@ def solve(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload, var
         where = "the" if len(found) == 1 else f"the first of {len(found)}"
         return _answer("solve", title, root, eq, values,
                        f"{title}: {where} sign change in [{lo:g}, {hi:g}].",
-                       step, sym, dep.timing)
+                       step, sym, dep.timing, span=(lo, hi))
     term = _parse_term(minimize, terms)
     return _minimum(term, sym, values, lo, hi, integer, minimize, var, step, dep.timing)
 
@@ -840,7 +954,7 @@ def _minimum(term, sym, values, lo, hi, integer, text, var, step, timing) -> Clo
     from .solve import branch_at, solve_smooth
     from .solve.model_root import _freeze, _step_values, steps_of
 
-    vals = {k: v for k, v in values.items() if k != sym and k in term.free_symbols}
+    vals = {k: v for k, v in values.items() if k != sym and k in symbols_of(term)}
     f = lambda x: evaluate(term, vals, {sym: np.asarray(x, dtype=float)})  # noqa: E731
     if integer:
         xs = np.arange(int(np.ceil(lo)), int(np.floor(hi)) + 1, dtype=float)
@@ -876,3 +990,62 @@ def _minimum(term, sym, values, lo, hi, integer, text, var, step, timing) -> Clo
     return ClosedForm("solve", title, expr, vals, x_best, sp.true,
                       f"{note}; minimum {float(f(x_best)):.6g}. Closed form: {cnote}.",
                       sp.diff(term, sym), sym, closed, kind, regime, timing)
+
+
+# ------------------------------------------------------------------ derive sensitivity
+
+#: quantities ``derive sensitivity --of`` names besides the terms of ``derive solve``
+QUANTITIES = ("step_time", "tokens_per_gpu_s", "tpot", "ttft")
+#: derive answers whose elasticities ``--of`` can ask for (decode, batch per GPU)
+ANSWERS = {"crossover": lambda m, h, d, wl: crossover(m, h, d, context=wl.context),
+           "attention": lambda m, h, d, wl: attention_overtakes_moe(m, h, d, wl.context),
+           "comm-hidden": lambda m, h, d, wl: comm_hidden(m, h, d, wl.context),
+           "micro-batches": lambda m, h, d, wl: micro_batches_pay(
+               m, h, d.with_(micro_batches=2), wl.context)}
+
+
+def sensitivity(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
+                of: str = "step_time") -> dict:
+    """``moesym derive sensitivity``: the elasticity d ln y / d ln x of the quantity ``of``
+    to every parameter x of the model ``predict`` evaluates at this point, exact from the
+    symbolic model (reverse-mode differentiation of its expression graph,
+    :mod:`moesym.solve.sensitivity`: each maximum on its active branch, tile and wave counts
+    held), largest first. ``of``: step_time, tokens_per_gpu_s, tpot (decode), ttft (prefill),
+    a term of ``derive solve``, or a derive answer (crossover, attention, comm-hidden,
+    micro-batches: the elasticities of its smooth closed form)."""
+    from .model.metrics import step_rates
+    from .solve.sensitivity import elasticities
+
+    if of in ANSWERS:
+        cf = ANSWERS[of](model, hw, dep, wl)
+        if not cf.sensitivity:
+            raise MoesymError(f"--of {of}: the answer ({cf.value:g}) has no smooth form to "
+                              "differentiate here")
+        return {"of": of, "value": cf.smooth.relaxed_root, "exact_answer": cf.value,
+                "point": {}, "rows": list(cf.sensitivity)}
+    dep.check_overlap(wl.phase)
+    step = build_step(model, hw, dep, wl)
+    terms, mem_values = solve_terms(step)
+    terms["step_time"] = step.expr
+    if wl.phase is Phase.PREFILL:
+        terms["ttft"] = step_rates(Phase.PREFILL, S.tokens, step.expr, S.tp, S.pp, S.cp,
+                                   context=S.context, chunk=S.chunk, maximum=smax,
+                                   minimum=lambda a, b: -smax(-a, -b))["ttft_s"]
+    if of not in terms:
+        phase = "prefill" if of == "ttft" else "decode" if of == "tpot" else None
+        raise MoesymError(f"--of {of}: " + (f"needs --phase {phase}" if phase else
+                          f"use one of {', '.join(QUANTITIES)}, a derive answer "
+                          f"({', '.join(ANSWERS)}) or a term ({', '.join(sorted(terms))})"))
+    y = terms[of]
+    values = {**mem_values, **step.values}
+    if S.chunk in symbols_of(y) and S.chunk not in values:
+        values[S.chunk] = float(wl.chunk or wl.context)
+    missing = [s for s in symbols_of(y) if s not in values]
+    if missing:
+        raise MoesymError(f"--of {of}: no value for {', '.join(map(str, missing))}")
+    vals = {k: float(v) for k, v in values.items() if k in symbols_of(y)}
+    try:
+        rows = elasticities(y, vals)
+    except ValueError as exc:
+        raise MoesymError(f"--of {of}: {exc}") from None
+    return {"of": of, "value": float(evaluate(y, vals, {})), "point": vals, "rows": rows}

@@ -135,8 +135,45 @@ def _closed_forms(model, hw, dep, wl) -> tuple[str, list]:
         closed = f" (closed form {cf.closed_value:.4g}, {cf.kind})" if cf.closed_value is not None else ""
         out.append(f"<h3>{escape(title)}</h3><p>Routed experts turn compute-bound at "
                    f"<b>{cf.value:.0f}</b> requests per GPU{closed}.</p>{body}"
-                   f"<p class='note'>{escape(cf.assumptions)}</p>")
+                   f"{_layers(cf)}<p class='note'>{escape(cf.assumptions)}</p>")
     return "".join(out), marks
+
+
+def _layers(cf) -> str:
+    """The smooth form, what pins the answer and its top sensitivities, as text."""
+    f, out = cf.smooth, []
+    if f is not None and f.expr is not None:
+        names = ", ".join(f"{k} = {v:.4g}" for k, (v, _) in f.placeholders.items())
+        out.append(f"<p>Smooth form of the regime (tile counts continuous): "
+                   f"<code>{escape(str(f.variable))}* = {escape(str(f.skeleton))}</code> with "
+                   f"{escape(names)}: {f.value:.4g}.</p>")
+    elif f is not None:
+        out.append(f"<p class='note'>Smooth form: none ({escape(f.note)}).</p>")
+    out += [f"<p class='note'>Pinned by {escape(x)}</p>" for x in cf.pin]
+    if cf.sensitivity:
+        top = ", ".join(f"{s} {e:+.2f}" for s, e in cf.sensitivity[:3])
+        out.append(f"<p>Top sensitivities (d ln answer / d ln x): {escape(top)}.</p>")
+    return "".join(out)
+
+
+def _sensitivity(model, hw, dep, wl) -> str:
+    """Bar chart of the largest elasticities of TPOT (decode) or TTFT (prefill)."""
+    from . import derive as dv
+    from .symbols import INFO
+
+    of = "tpot" if wl.phase is Phase.DECODE else "ttft"
+    try:
+        r = dv.sensitivity(model, hw, dep, wl, of)
+    except MoesymError as exc:
+        return f"<p class='note'>{escape(str(exc))}</p>"
+    rows = [(s, e) for s, e in r["rows"] if e][:14]
+    items = [(f"{s} ({INFO[s].name if s in INFO else s})", abs(e),
+              svg.PALETTE[0] if e > 0 else svg.PALETTE[1]) for s, e in rows]
+    return (svg.bars(items, "", f"|d ln {of} / d ln x|, the largest {len(items)} (blue: "
+                                "raises it, red: lowers it)")
+            + f"<p class='note'>Exact from the symbolic model at this point (each maximum on "
+              f"its active branch, tile counts held): <code>moesym derive sensitivity ... --of "
+              f"{of}</code> lists every parameter.</p>")
 
 
 def _memory(model, hw, dep, wl) -> str:
@@ -166,10 +203,10 @@ def _pareto(result) -> str:
                     f"</tr>{rows}</table>")
 
 
-def _simulate_argv(argv, concurrency: int, prompts: int) -> list:
-    """The ``moesym simulate`` command of a ``report --phase serve`` command (its workload
-    flags that simulate does not take dropped, the client added)."""
-    drop = {"--phase": 1, "--batch": 1, "--out": 1, "--context": 1, "--tokens": 1}
+def edit_argv(argv, command: str, drop) -> list:
+    """``argv`` (a report or optimize command, without ``moesym``) as a ``command`` command:
+    the subcommand renamed, each flag of ``drop`` (``{flag: values it takes}``) removed with
+    its values."""
     out, skip = [], 0
     for i, a in enumerate(argv):
         if skip:
@@ -179,8 +216,16 @@ def _simulate_argv(argv, concurrency: int, prompts: int) -> list:
         if key in drop:
             skip = drop[key] if "=" not in a else 0
             continue
-        out.append("simulate" if i == 0 and a == "report" else a)
-    return ["moesym", *out, "--concurrency", str(concurrency), "--num-prompts", str(prompts)]
+        out.append(command if i == 0 and a in ("report", "optimize") else a)
+    return out
+
+
+def _simulate_argv(argv, concurrency: int, prompts: int) -> list:
+    """The ``moesym simulate`` command of a ``report --phase serve`` command (its workload
+    flags that simulate does not take dropped, the client added)."""
+    drop = {"--phase": 1, "--batch": 1, "--out": 1, "--context": 1, "--tokens": 1}
+    return ["moesym", *edit_argv(argv, "simulate", drop), "--concurrency", str(concurrency),
+            "--num-prompts", str(prompts)]
 
 
 def _under_load(model, hw, dep, wl, argv=()) -> str:
@@ -280,6 +325,9 @@ def report_html(model, hw, dep, wl, argv=(), optimize_result=None, progress=None
                            "Latency", marks=marks)]
     say("memory")
     html += ["<h2>Memory</h2>", _memory(model, hw, dep, wl),
-             "<h2>Closed forms (moesym derive crossover)</h2>", forms,
-             "</body></html>"]
+             "<h2>Closed forms (moesym derive crossover)</h2>", forms]
+    if wl.phase is not Phase.SERVE:
+        say("sensitivities")
+        html += ["<h2>Sensitivities</h2>", _sensitivity(model, hw, dep, wl)]
+    html.append("</body></html>")
     return "\n".join(html)

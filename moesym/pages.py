@@ -45,8 +45,37 @@ def _section(label: str, cf: dv.ClosedForm) -> list[str]:
     if cf.closed_value is not None:
         lines += [f"Closed form at the worked configuration: {cf.closed_value:.6g}", ""]
     lines += [f"Answer of the full model: **{cf.value:.6g}**", ""]
-    if cf.expr is not None:
-        lines += ["Symbols:", "", _symbol_table(cf.expr), ""]
+    lines += _smooth_section(cf)
+    used = [e for e in (cf.expr, cf.smooth.expr if cf.smooth else None) if e is not None]
+    if used:
+        lines += ["Symbols:", "", _symbol_table(sp.Add(*used)), ""]
+    return lines
+
+
+def _smooth_section(cf: dv.ClosedForm) -> list[str]:
+    """The regime's smooth closed form with the target in it, what pins the exact answer and
+    the answer's top sensitivities (moesym.solve.regime_form, moesym.solve.sensitivity)."""
+    from .solve.regime_form import tidy
+
+    f, lines = cf.smooth, []
+    if f is not None and f.expr is not None:
+        var = sp.latex(f.variable)
+        lines += ["Smooth form of the regime at the answer (tile and wave counts continuous, "
+                  "each maximum on its active branch), solved with the target kept symbolic:",
+                  "", "$$", f"{var}^* = {sp.latex(f.skeleton)}", "$$", ""]
+        lines += [f"- ${name} = {sp.latex(tidy(e))}$ = {v:.6g}" if len(str(e)) <= 600 else
+                  f"- ${name}$ = {v:.6g} (the full expression: `moesym derive ... --json`)"
+                  for name, (v, e) in f.placeholders.items()]
+        lines += ["", f"It gives {f.value:.6g} (the relaxed model's root {f.relaxed_root:.6g}); "
+                  f"the exact answer {cf.value:.6g} differs by {cf.value - f.value:+.4g} "
+                  "because the full model counts whole tiles, waves and requests.", ""]
+    elif f is not None:
+        lines += [f"Smooth form: none ({f.note}).", ""]
+    if cf.pin:
+        lines += ["What pins the exact answer:", ""] + [f"- {x}" for x in cf.pin] + [""]
+    if cf.sensitivity:
+        lines += ["Top sensitivities of the answer (d ln answer / d ln x, smooth form):", ""]
+        lines += [f"- ${sp.latex(s)}$: {e:+.4f}" for s, e in cf.sensitivity[:3]] + [""]
     return lines
 
 

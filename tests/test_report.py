@@ -34,7 +34,7 @@ def test_the_page_is_one_self_contained_file(page, capsys):
     urls = set(re.findall(r"https?://[^\s\"'<>]+", html))
     assert urls <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1998/Math/MathML"}
     for section in ("Inputs", "Prediction", "Where the time goes", "One steady-state layer",
-                    "Sweep over the batch", "Memory", "Closed forms"):
+                    "Sweep over the batch", "Memory", "Closed forms", "Sensitivities"):
         assert f"<h2>{section}" in html
     assert html.count("<svg") >= 5 and "<math" in html
     # the step time the page shows is predict's

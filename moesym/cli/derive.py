@@ -23,7 +23,20 @@ def _closed_form(s, name: str, help: str, func):
     add_json(p)
     p.add_argument("--show-expr", action="store_true",
                    help="print the whole closed form however long (JSON always has it)")
+    p.add_argument("--all-sensitivities", action="store_true",
+                   help="print the answer's elasticity to every parameter (default: top three)")
     p.set_defaults(func=func)
+    return p
+
+
+def _step_parser(s, name: str, help: str):
+    """A subcommand on one prefill or decode step (--phase, default decode), with every
+    model, hardware, workload and deployment flag predict takes."""
+    p = s.add_parser(name, help=help)
+    add_model_hw(p)
+    add_workload(p, phase=True, required_phase=False)
+    add_deployment(p)
+    add_json(p)
     return p
 
 
@@ -42,6 +55,9 @@ def register(sub) -> None:
 
     t = _closed_form(s, "tpot", "largest decode batch that meets a TPOT target", _tpot)
     t.add_argument("--tpot-ms", type=positive_float, required=True)
+
+    _closed_form(s, "memory-batch", "largest decode batch whose memory per GPU fits in HBM",
+                 _memory_batch)
 
     o = _closed_form(s, "optimal-ep", "EP degree where more EP stops shortening the MoE layer",
                      _optimal_ep)
@@ -78,12 +94,8 @@ def register(sub) -> None:
                  "devices along a mesh's dispatch axis where the longer ring costs more than "
                  "fewer experts per device save (--mesh RxC)", _mesh_rows)
 
-    v = s.add_parser("solve", help="any equation over the step model: TERM_A = TERM_B, or the "
-                                   "minimum of a TERM, as one variable varies")
-    add_model_hw(v)
-    add_workload(v, phase=True, required_phase=False)
-    add_deployment(v)
-    add_json(v)
+    v = _step_parser(s, "solve", "any equation over the step model: TERM_A = TERM_B, or the "
+                                 "minimum of a TERM, as one variable varies")
     what = v.add_mutually_exclusive_group(required=True)
     what.add_argument("--equal", nargs=2, metavar=("TERM_A", "TERM_B"),
                       help="a term name (step, tpot, layer, layer_compute, exposed_comm, a "
@@ -101,6 +113,16 @@ def register(sub) -> None:
     v.add_argument("--show-expr", action="store_true",
                    help="print the whole closed form however long (JSON always has it)")
     v.set_defaults(func=_solve)
+
+    e = _step_parser(s, "sensitivity", "elasticity d ln y / d ln x of a quantity (or a derive "
+                                       "answer) to every parameter, ranked")
+    e.add_argument("--of", default="step_time", metavar="QUANTITY",
+                   help="step_time (default), tokens_per_gpu_s, tpot (decode), ttft (prefill), "
+                        "a derive solve term, or a derive answer: crossover, attention, "
+                        "comm-hidden, micro-batches")
+    e.add_argument("--top", type=positive_int, default=None,
+                   help="print only the N largest (default: every parameter)")
+    e.set_defaults(func=_sensitivity)
 
     g = s.add_parser("pages", help="regenerate the derivations/ markdown pages")
     g.add_argument("--out", default="derivations", help="folder to write (default: derivations)")
@@ -163,28 +185,70 @@ def _check(args, dep, model=None, hw=None) -> None:
 _SHORT = 400  # characters of a closed form printed without --show-expr
 
 
+def _short(text: str, args) -> str:
+    if len(text) > _SHORT and not args.show_expr:
+        return text[:_SHORT] + f" ... ({len(text)} characters; --show-expr or --json)"
+    return text
+
+
+def _elasticity_rows(pairs) -> list[str]:
+    from ..symbols import INFO
+
+    return [f"{str(s):>10} {e:+9.4f}  {INFO[s].meaning if s in INFO else ''}" for s, e in pairs]
+
+
 def show(cf, args) -> int:
+    """The three layers of a derive answer: the exact answer on predict's model, the regime's
+    smooth closed form with the target in it (and the gap between them), what pins the exact
+    answer on a step; then the answer's top sensitivities and a legend of the symbols."""
+    from ..solve.regime_form import legend, tidy
+
     if args.json:
         emit_json(cf.as_dict())
         return 0
     print(cf.title)
-    print(f"  value       : {cf.value:.6g}   (the {cf.timing} model that predict evaluates)")
-    if cf.expr is None:
-        print("  closed form : none")
-    else:
-        text = str(cf.expr)
-        if len(text) > _SHORT and not args.show_expr:
-            text = text[:_SHORT] + f" ... ({len(text)} characters; --show-expr or --json)"
-        print(f"  closed form : {text}")
+    print(f"  exact answer : {cf.value:.6g}   (the {cf.timing} model that predict evaluates)")
+    f = cf.smooth
+    if f is not None and f.expr is not None:
+        print(f"  smooth form  : {f.variable}* = {f.skeleton}   (the regime at the answer, tile and "
+              "wave counts continuous)")
+        for name, (v, e) in f.placeholders.items():
+            print(f"      {name:>4} = {v:.6g} = {_short(str(tidy(e)), args)}")
+        print(f"               = {f.value:.6g}; gap to the exact answer {cf.value - f.value:+.4g}"
+              ": the exact model counts whole tiles, waves and requests")
+    elif f is not None:
+        print(f"  smooth form  : none ({f.note})")
+    if cf.expr is not None:
+        print(f"  closed form  : {_short(str(tidy(cf.expr)), args)}")
         if cf.closed_value is not None:
-            print(f"                = {cf.closed_value:.6g} ({cf.kind})")
+            print(f"               = {cf.closed_value:.6g} ({cf.kind}: {_kind_text(cf.kind)})")
+    elif f is None:
+        print("  closed form  : none")
+    for line in cf.pin:
+        print(f"  pinned by    : {line}")
     if str(cf.condition) != "True" and (len(str(cf.condition)) <= _SHORT or args.show_expr):
-        print(f"  valid       : {cf.condition}")
+        print(f"  valid        : {cf.condition}")
     if cf.regime:
-        print("  regime      : " + ", ".join(f"{k} {v}" for k, v in cf.regime.items()))
+        print("  regime       : " + ", ".join(f"{k} {v}" for k, v in cf.regime.items()))
+    if cf.sensitivity:
+        top = cf.sensitivity if getattr(args, "all_sensitivities", False) else cf.sensitivity[:3]
+        print("  sensitivity  : d ln answer / d ln x on the smooth form")
+        for row in _elasticity_rows(top):
+            print("     " + row)
     if cf.assumptions:
-        print(f"  note        : {cf.assumptions}")
+        print(f"  note         : {cf.assumptions}")
+    names = legend([cf.expr, f.expr if f is not None else None])
+    if names:
+        print("  legend       : " + "; ".join(names) if args.show_expr else
+              "  legend       : " + ", ".join(n.split(" [")[0] + " " + n.split(": ", 1)[1]
+                                             for n in names))
     return 0
+
+
+def _kind_text(kind: str) -> str:
+    return {"smooth": "the regime's root, equal to the exact answer",
+            "step": "where the tile or wave count that flips the answer changes",
+            "numeric": "no closed form"}.get(kind, kind)
 
 
 def _mesh_rows(args) -> int:
@@ -232,6 +296,11 @@ def _tpot(args) -> int:
     m, h = model_hw_from(args)
     return show(dv.max_batch_for_tpot(m, h, _deployment(args), args.context, args.tpot_ms / 1e3),
                 args)
+
+
+def _memory_batch(args) -> int:
+    m, h = model_hw_from(args)
+    return show(dv.max_batch_for_memory(m, h, _deployment(args), args.context), args)
 
 
 def _optimal_ep(args) -> int:
@@ -297,6 +366,29 @@ def _solve(args) -> int:
     cf = dv.solve(m, h, dep, workload_from(args), args.var, equal=args.equal,
                   minimize=args.minimize, span=span)
     return show(cf, args)
+
+
+def _sensitivity(args) -> int:
+    from ..progress import status
+    from .common import workload_from
+
+    _one_step_only(args)
+    m, h = model_hw_from(args)
+    dep = deployment_from(args)
+    status(f"derive sensitivity: building the step model and differentiating {args.of}",
+           not args.json)
+    r = dv.sensitivity(m, h, dep, workload_from(args), args.of)
+    rows = r["rows"][:args.top] if args.top else r["rows"]
+    if args.json:
+        emit_json({"of": r["of"], "value": r["value"],
+                   "elasticities": [{"symbol": str(s), "elasticity": e} for s, e in rows]})
+        return 0
+    print(f"elasticity d ln {r['of']} / d ln x for {m.name} on {h.name} "
+          f"({r['of']} = {r['value']:.6g} here; each maximum on its active branch, tile and wave "
+          "counts held)")
+    for row in _elasticity_rows(rows):
+        print("  " + row)
+    return 0
 
 
 def _pages(args) -> int:

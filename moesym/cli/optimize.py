@@ -43,6 +43,9 @@ def register(sub) -> None:
                    help="also print the engine's launch command for the best deployment")
     p.add_argument("--report", default=None, metavar="FILE.html",
                    help="also write the report page of the best deployment, with the Pareto front")
+    p.add_argument("--interactive", action="store_true",
+                   help="with --report: write the what-if page of the best deployment instead "
+                        "(as report --interactive)")
     add_deployment(p, search=True)
     p.add_argument("--max-points", type=positive_int, default=MAX_POINTS, metavar="N",
                    help=f"refuse a search of more points (candidate deployments x sizes up to "
@@ -194,7 +197,8 @@ def run(args) -> int:
         from .report import write_report
 
         dep, wl = _best_deployment(args, model, base, r.best)
-        out["report"] = str(write_report(args.report, model, hw, dep, wl, args.argv, r))
+        out["report"] = str(write_report(args.report, model, hw, dep, wl, args.argv, r,
+                                         interactive=args.interactive))
     if args.json:
         emit_json(out)
         return 0

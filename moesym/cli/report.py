@@ -7,7 +7,7 @@ from pathlib import Path
 from . import COMMANDS
 from .common import add_deployment, add_model_hw, add_workload, inputs_from
 
-__all__ = ["register", "write_report"]
+__all__ = ["add_interactive", "register", "write_report"]
 
 
 def register(sub) -> None:
@@ -17,7 +17,15 @@ def register(sub) -> None:
     add_deployment(p)
     p.add_argument("--out", required=True, metavar="FILE.html",
                    help="the page to write (one file: styles, SVG charts and MathML inline)")
+    add_interactive(p)
     p.set_defaults(func=run)
+
+
+def add_interactive(p) -> None:
+    p.add_argument("--interactive", action="store_true",
+                   help="write the what-if page instead: the step model as JavaScript, with "
+                        "inputs for the workload, deployment and hardware numbers (offline, one "
+                        "file; decode, prefill and serve)")
 
 
 def _say(name: str) -> None:
@@ -27,17 +35,24 @@ def _say(name: str) -> None:
     status(f"report: {name}")
 
 
-def write_report(path: str, model, hw, dep, wl, argv, optimize_result=None) -> Path:
-    from ..html_report import report_html
-
+def write_report(path: str, model, hw, dep, wl, argv, optimize_result=None,
+                 interactive: bool = False) -> Path:
     out = Path(path).expanduser()
-    out.write_text(report_html(model, hw, dep, wl, argv, optimize_result, progress=_say),
-                   encoding="utf-8")
+    if interactive:
+        from ..interactive import interactive_html
+
+        _say("interactive page")
+        page = interactive_html(model, hw, dep, wl, argv)
+    else:
+        from ..html_report import report_html
+
+        page = report_html(model, hw, dep, wl, argv, optimize_result, progress=_say)
+    out.write_text(page, encoding="utf-8")
     return out
 
 
 def run(args) -> int:
     model, hw, dep, wl = inputs_from(args)
-    out = write_report(args.out, model, hw, dep, wl, args.argv)
+    out = write_report(args.out, model, hw, dep, wl, args.argv, interactive=args.interactive)
     print(f"wrote {out}")
     return 0

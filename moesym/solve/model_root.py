@@ -34,7 +34,7 @@ import numpy as np
 import sympy as sp
 
 from ..errors import MoesymError
-from ..terms.cost import dependents, nodes, substitute
+from ..terms.cost import dependents, nodes, substitute, symbols_of
 from .regimes import branch_at, solve_smooth
 
 __all__ = ["ModelRoot", "model_root", "sign_changes", "steps_of"]
@@ -72,8 +72,8 @@ class ModelRoot:
 def _evaluator(eq: sp.Expr, var: sp.Symbol, values: Mapping):
     from ..compile import evaluate
 
-    vals = {k: v for k, v in values.items() if k != var and k in eq.free_symbols}
-    missing = eq.free_symbols - set(vals) - {var}
+    vals = {k: v for k, v in values.items() if k != var and k in symbols_of(eq)}
+    missing = symbols_of(eq) - set(vals) - {var}
     if missing:
         raise MoesymError(f"no value bound for {', '.join(sorted(map(str, missing)))}")
     return lambda x: evaluate(eq, vals, {var: np.asarray(x, dtype=float)})
@@ -186,7 +186,7 @@ def closed_form_at(eq: sp.Expr, var: sp.Symbol, values: Mapping, bracket: tuple[
     """The closed form of the regime at the sign change ``bracket`` of ``eq`` (see the module
     docstring); ``exact`` is reported as the full model's root."""
     a, b = bracket
-    vals = {k: v for k, v in values.items() if k != var and k in eq.free_symbols}
+    vals = {k: v for k, v in values.items() if k != var and k in symbols_of(eq)}
     steps = steps_of(eq, var)
     f = _evaluator(eq, var, vals)
     scale = max(abs(float(f(a))), abs(float(f(b))), 1e-300)

@@ -19,7 +19,7 @@ from typing import Mapping
 
 import sympy as sp
 
-from ..terms.cost import dependents, nodes, substitute
+from ..terms.cost import dependents, nodes, substitute, symbols_of
 from .rewrite import RELAX_CEILING, apply_rules
 
 __all__ = ["Root", "branch_at", "branches", "solve_regimes", "solve_smooth"]
@@ -154,7 +154,8 @@ def _linear_exponential_roots(e: sp.Expr, var: sp.Symbol) -> list[sp.Expr]:
     if kappa.has(var) or kappa == 0:
         return []
     z = sp.Dummy("z")
-    ez = sp.expand(substitute(e, {P: z}))
+    # the numerator over a common denominator: a factor (1 - z) / (1 - z) cancels there
+    ez = sp.expand(sp.numer(sp.together(substitute(e, {P: z}))))
     if ez.has(P) or not ez.has(z):
         return []
     try:
@@ -266,7 +267,7 @@ def solve_smooth(e: sp.Expr, var: sp.Symbol, num: Mapping, x0: float,
         from ..compile import evaluate
 
         num = {**num, **{d: float(evaluate(x, {k: v for k, v in full_num.items()
-                                               if k in x.free_symbols}, {}))
+                                               if k in symbols_of(x)}, {}))
                          for d, x in back.items()}}
     q = _root_denominator(e, var)
     sols = None

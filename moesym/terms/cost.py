@@ -192,6 +192,18 @@ def dependents(expr: sp.Basic, x: sp.Basic) -> set:
     return out
 
 
+@lru_cache(maxsize=512)
+def symbols_of(expr: sp.Basic) -> frozenset:
+    """``expr.free_symbols`` walking the shared graph once (SymPy's property recurses into every
+    path to a shared subexpression, exponentially often on a large model).
+
+    >>> from moesym.symbols import S
+    >>> sorted(map(str, symbols_of(smax(S.batch, S.hidden) * S.batch)))
+    ['B', 'd']
+    """
+    return frozenset(nodes(expr, lambda e: e.is_Symbol))
+
+
 def depends(expr: sp.Basic, x: sp.Basic) -> bool:
     """``expr.has(x)`` walking the shared graph once."""
     return expr in dependents(expr, x)

@@ -1,0 +1,414 @@
+"""``moesym report --interactive``: the step model in the browser, one offline what-if page.
+
+The page carries the compiled step and memory models of the command's configuration as generated
+JavaScript (:func:`js_source`: one ``const`` per unique node of the SymPy expression graph, as
+:mod:`moesym.compile` writes NumPy), the numbers ``predict`` binds to their other symbols, and a
+small hand-written runtime (``interactive.js`` beside this module) that turns the outputs into the
+report's numbers by the rules of :mod:`moesym.model.metrics` (tokens per GPU per second, what
+bounds each key, the step's bound) and redraws the charts as plain SVG. Sliders and number boxes
+move the workload (batch or prompt tokens, context; serve: requests in flight, ISL and OSL, the
+steady state of :mod:`moesym.model.metrics` from the mixed and the decode step), the deployment
+(GPUs, EP and TP among those of the command's structure class, micro-batches) and the hardware
+numbers the expressions take (HBM bandwidth, tensor peaks, link bandwidths and latencies). No
+network, no server, no external script.
+
+Structure the expressions do not carry (the micro-batch schedule, whether EP is 1 or spans a
+stage) is pre-generated: one model per micro-batch count (1 and 2, and the command's), and only
+the (GPUs, EP, TP) combinations of the command's structure class are offered (the page lists them).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import replace
+from html import escape
+from pathlib import Path
+
+import sympy as sp
+
+from .errors import MoesymError
+from .specs.deployment import Phase, Workload
+
+__all__ = ["interactive_html", "js_source", "predict_argv"]
+
+# SymPy node -> JavaScript: n-ary folds and one-argument functions
+_JS_REDUCE = {sp.Max: "Math.max", sp.Min: "Math.min"}
+_JS_LOGIC = {sp.And: "&&", sp.Or: "||"}
+_JS_UNARY = {sp.ceiling: "Math.ceil", sp.floor: "Math.floor", sp.Abs: "Math.abs",
+             sp.exp: "Math.exp", sp.log: "Math.log", sp.sign: "Math.sign", sp.sin: "Math.sin",
+             sp.cos: "Math.cos", sp.tanh: "Math.tanh"}
+# moesym's special functions the runtime ports (moesym.special_numeric's NumPy versions)
+_JS_SPECIAL = ("MaxBinomialMean", "erfinv", "loggamma", "LogInterp")
+_JS_POW = {sp.Integer(-1): "1.0 / {0}", sp.S.Half: "Math.sqrt({0})",
+           -sp.S.Half: "1.0 / Math.sqrt({0})"}
+_JS_REL = {"==": "===", "!=": "!==", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+
+
+def _js_literal(x: sp.Basic) -> str:
+    from .compile import _literal
+
+    t = _literal(x)  # the NumPy printer's literal, in JavaScript's words
+    return {"True": "true", "False": "false", "_nan": "NaN", "_inf": "Infinity",
+            "(-_inf)": "(-Infinity)"}.get(t, t)
+
+
+def _js_node(e: sp.Basic, a: list[str]) -> str:
+    """JavaScript of one node whose arguments are already the tokens ``a``."""
+    if e.is_Add:
+        return " + ".join(a)
+    if e.is_Mul:
+        return " * ".join(a)
+    if e.is_Pow:  # the powers the NumPy printer writes as a division or a root, the same way
+        form = _JS_POW.get(e.args[1], "Math.pow({0}, {1})")
+        return form.format(*a)
+    if isinstance(e, sp.Piecewise):  # (value, condition) pairs; no condition true: NaN
+        out = "NaN"
+        for i in reversed(range(0, len(a), 2)):
+            out = a[i] if a[i + 1] == "true" else f"({a[i + 1]} ? {a[i]} : {out})"
+        return out
+    if e.is_Relational:
+        return f"({a[0]} {_JS_REL[e.rel_op]} {a[1]})"
+    if isinstance(e, sp.ITE):
+        return f"({a[0]} ? {a[1]} : {a[2]})"
+    if isinstance(e, sp.Not):
+        return f"(!{a[0]})"
+    for cls, op in _JS_LOGIC.items():
+        if isinstance(e, cls):
+            return "(" + f" {op} ".join(a) + ")"
+    for cls, fn in _JS_REDUCE.items():
+        if isinstance(e, cls):  # NumPy's maximum/minimum propagate NaN, as Math.max/min do
+            return f"{fn}({', '.join(a)})"
+    for cls, fn in _JS_UNARY.items():
+        if isinstance(e, cls) and len(a) == 1:
+            return f"{fn}({a[0]})"
+    name = type(e).__name__
+    if name in _JS_SPECIAL:  # the runtime's ports of moesym.special_numeric
+        return f"{name}({', '.join(a)})"
+    raise MoesymError(f"--interactive: the step model uses {type(e).__name__}, which the page's "
+                      "JavaScript printer does not know; drop --interactive for this model")
+
+
+def js_source(exprs: dict, name: str) -> tuple[str, list[str]]:
+    """(``function name(s)`` returning ``{output: number}`` from ``s``, an object of numbers by
+    printed symbol name; the symbol names it reads). One ``const`` per unique node, children
+    first, so every shared subexpression is computed once for all outputs (a Piecewise's
+    branches are all computed and a conditional picks, as NumPy's ``where`` does)."""
+    from .compile import graph_nodes
+
+    symbols: list[str] = []
+
+    def symbol(e) -> str:
+        symbols.append(str(e))
+        return f"s[{json.dumps(str(e))}]"
+
+    tok: dict = {}
+    roots = [sp.sympify(e) for e in exprs.values()]
+    order, kids_of = graph_nodes(roots, tok, symbol, _js_literal)
+    body = [f"const {tok[e]}={_js_node(e, [tok[k] for k in kids_of[e]])};" for e in order]
+    outs = ",".join(f"{json.dumps(k)}:{tok[r]}" for k, r in zip(exprs, roots))
+    return f"function {name}(s){{\n" + "\n".join(body) + f"\nreturn {{{outs}}};}}", symbols
+
+
+# ---------------------------------------------------------------- the command of a point
+
+_DROP = {"--out": 1, "--interactive": 0, "--report": 1, "--json": 0, "--tpot-ms": 1,
+         "--ttft-ms": 1, "--percentile": 1, "--max-size": 1, "--disaggregate": 1, "--plot": 1,
+         "--emit": 1, "--max-points": 1}
+
+
+def predict_argv(argv, drop=()) -> list:
+    """``argv`` (a report or optimize command, without ``moesym``) as ``moesym predict`` flags:
+    the page's and the search's own flags dropped, and ``drop`` (flags the caller sets again)
+    removed with their values."""
+    from .html_report import edit_argv
+
+    return edit_argv(argv, "predict", {**_DROP, **{f: 1 for f in drop}})
+
+
+def _hardware_arg(argv) -> str | None:
+    """What the command gives ``--hardware``."""
+    for i, a in enumerate(argv):
+        if a == "--hardware" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--hardware="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _hardware_file(argv) -> Path | None:
+    """The hardware TOML the command names (a built-in one by name, or the given path)."""
+    from ._resources import data_dir
+
+    text = _hardware_arg(argv)
+    if text is None:
+        return None
+    p = Path(text)
+    if not (text.endswith(".toml") or p.is_file()):
+        p = data_dir("hardware") / f"{text.lower()}.toml"
+    return p if p.is_file() else None
+
+
+# ---------------------------------------------------------------- the page's data
+
+def _check(dep, wl) -> None:
+    """Refuse what the page does not model, in one line."""
+    why = ("a length distribution averages over lengths" if wl.lengths else
+           "an expert cache adds a hit-rate model" if dep.expert_cache is not None else
+           "a 2D mesh binds per-axis links" if dep.mesh is not None else
+           "speculative decoding binds an acceptance model" if dep.mtp else None)
+    if why:
+        raise MoesymError(f"--interactive: {why}; the interactive page covers one decode, "
+                          "prefill or serve configuration (drop --interactive for the static page)")
+
+
+def _js_model(step, name: str) -> tuple[str, dict]:
+    """A step model's report expressions as the JavaScript function ``name`` and the numbers
+    of the symbols it reads."""
+    from .model.report import report_expressions
+
+    exprs = {k: v for k, v in report_expressions(step).items()
+             if not k.startswith(("kernel/", "work/"))}
+    js, used = js_source(exprs, name)
+    return js, _numbers(step.values, used)
+
+
+def _numbers(values, used) -> dict:
+    return {str(s): float(v) for s, v in values.items() if str(s) in set(used)}
+
+
+def _variant(model, hw, dep, wl, mb: int) -> dict | None:
+    """The step and memory expressions of ``dep`` at ``mb`` micro-batches, as JavaScript: the
+    step (serve: the decode step, and the mixed step as ``mix``) and the memory, as
+    :func:`moesym.model.predictor.predict` and ``serve_models`` build them; None where the
+    overlap schedule cannot run ``mb`` micro-batches (a dense model: one)."""
+    from .memory import memory_model
+    from .model.metrics import serve_chunk
+    from .model.step import build_step
+
+    d = replace(dep, micro_batches=mb)
+    try:
+        d.check_overlap(wl.phase)
+        if wl.phase is Phase.SERVE:
+            d.check_overlap(Phase.DECODE)
+    except MoesymError:
+        return None
+    js, out = [], {}
+    if wl.phase is Phase.SERVE:
+        chunk = serve_chunk(wl.chunk, hw.hbm_capacity_bytes, d.dp, d.engine)
+        mix_js, out["mix"] = _js_model(build_step(model, hw, d, replace(wl, chunk=chunk)),
+                                       f"mix{mb}")
+        js.append(mix_js)
+        opts = dict(d.memory_options)
+        opts.setdefault("prefill_tokens", chunk)  # the chunk's activations beside the decode's
+        d = replace(d, memory_options=tuple(sorted(opts.items())))
+        wl = Workload(Phase.DECODE, batch=wl.batch, context=wl.context)
+    step_js, out["step"] = _js_model(build_step(model, hw, d, wl), f"step{mb}")
+    mm = memory_model(model, hw, d, wl)
+    e = mm.expressions
+    mem = {"memory_bytes": mm.used_expr(), "weights": sum(e["weights"].values()),
+           "kv": e["kv"], "activations": sum(e["activation"].values()),
+           "workspaces": sum(e["workspace"].values(), sp.Integer(0)),
+           "comm buffers": sum(e["comm"].values()), "runtime reserve": e["reserve"]}
+    mem_js, mem_syms = js_source(mem, f"memory{mb}")
+    out["memory"] = _numbers(mm.values, mem_syms)
+    out["js"] = "\n".join([*js, step_js, mem_js])
+    return out
+
+
+def _combos(model, hw, dep, wl) -> list:
+    """(GPUs, EP, TP) a page of this structure class offers: GPUs the command's times a power of
+    two (1/8 to 8), every EP and TP that shards the model and keeps the class."""
+    from .model.predictor import ep_class
+    from .specs.checks import check_inputs
+
+    out = []
+    for k in range(-3, 4):
+        g = dep.gpus * 2 ** k if k >= 0 else dep.gpus // 2 ** -k
+        if g < 1 or (k < 0 and dep.gpus % 2 ** -k):
+            continue
+        for ep in (e for e in range(1, g + 1) if g % e == 0):
+            for tp in (t for t in range(1, g + 1) if g % t == 0):
+                if (tp == 1) != (dep.tp == 1):
+                    continue
+                try:
+                    d = replace(dep, gpus=g, ep=ep, tp=tp)
+                    if ep_class(d) != ep_class(dep):
+                        continue
+                    check_inputs(model, hw, d, wl)
+                except (MoesymError, ValueError):
+                    continue
+                out.append([g, ep, tp])
+    return out
+
+
+def _hardware_inputs(model, hw, dep, static: dict) -> list:
+    """The hardware numbers the step model takes, each with the symbols it sets and where it
+    sits in the hardware TOML (section, key, factor from the file's unit to SI)."""
+    from .model.bindings import _formats
+    from .symtab import N
+
+    _, _, compute = _formats(model, hw, dep)
+    out = [{"id": "hbm", "label": "HBM bandwidth", "unit": "TB/s", "scale": 1e12,
+            "symbols": [N.hbm_bw], "toml": ["", "hbm_bandwidth_TBps"]},
+           {"id": "up", "label": "scale-up bandwidth (per direction)", "unit": "GB/s",
+            "scale": 1e9, "symbols": [N.bw_up], "toml": ["interconnect", "scale_up_GBps"]},
+           {"id": "out", "label": "scale-out bandwidth (per direction)", "unit": "GB/s",
+            "scale": 1e9, "symbols": [N.bw_out], "toml": ["interconnect", "scale_out_GBps"]},
+           {"id": "lat_up", "label": "scale-up latency", "unit": "us", "scale": 1e-6,
+            "symbols": [N.lat_up], "toml": ["latency_us", "scale_up"]},
+           {"id": "lat_out", "label": "scale-out latency", "unit": "us", "scale": 1e-6,
+            "symbols": [N.lat_out], "toml": ["latency_us", "scale_out"]}]
+    peaks: dict = {}
+    for sym, fmt in ((N.flops_gemm, compute["attn"]), (N.flops_moe, compute["moe"]),
+                     (N.flops_dense, compute["dense"]), (N.flops_attn, "bf16")):
+        if sym in static and fmt in hw.peaks_flops and static[sym] == hw.peaks_flops[fmt]:
+            peaks.setdefault(fmt, []).append(sym)
+    for fmt, syms in sorted(peaks.items()):
+        out.append({"id": f"peak_{fmt}", "label": f"{fmt} tensor peak", "unit": "TFLOP/s",
+                    "scale": 1e12, "symbols": syms, "toml": ["peak_TFLOPs", fmt]})
+    if hw.host_unified:  # its host link is half the HBM bandwidth: one number, not a slider
+        out = out[1:]
+    return [h for h in out if all(s in static for s in h["symbols"])]
+
+
+def _data(model, hw, dep, wl, argv) -> dict:
+    from . import __version__
+    from .engines import host_overlapped
+    from .model.routing_hooks import group_var_factor
+    from .symtab import N
+
+    _check(dep, wl)
+    from .model.metrics import clamp_micro_batches
+
+    dep = clamp_micro_batches(dep, wl)
+    mbs = sorted({1, 2, dep.micro_batches})
+    variants, js = {}, []
+    for mb in mbs:
+        v = _variant(model, hw, dep, wl, mb)
+        if v is None:  # a schedule this deployment cannot run (dense: one micro-batch)
+            continue
+        js.append(v.pop("js"))
+        variants[mb] = v
+    static = variants[dep.micro_batches]["step"]
+    combos = _combos(model, hw, dep, wl)
+    experts = model.num_experts + dep.redundant_experts
+    rho = ({e: group_var_factor(model, e) for e in {c[1] for c in combos}}
+           if N.group_var in static and experts else {})
+    hw_inputs = _hardware_inputs(model, hw, dep, static)
+    for h in hw_inputs:
+        h["value"] = static[h["symbols"][0]] / h["scale"]
+    hw_file = _hardware_file(argv)
+    prefill = wl.phase is Phase.PREFILL
+    given_chunk = bool(prefill and wl.chunk != min(wl.tokens, wl.context))
+    base = predict_argv(argv, drop=("--batch", "--tokens", "--context", "--gpus", "--ep", "--tp",
+                                    "--micro-batches", "--hardware", "--chunk", "--phase", "--a2a",
+                                    "--pp", "--cp", "--isl", "--osl"))
+    serve = {}
+    if wl.phase is Phase.SERVE:  # the chunk each (GPUs, TP) runs: given, or the engine's
+        from .model.metrics import serve_chunk
+
+        serve = {"chunks": [serve_chunk(wl.chunk, hw.hbm_capacity_bytes, g // tp, dep.engine)
+                            for g, _, tp in combos],
+                 "chunkGiven": wl.chunk, "isl": wl.isl, "osl": wl.osl}
+    base += ["--a2a", dep.a2a.value, "--pp", str(dep.pp), "--cp", str(dep.cp)]
+    return {
+        "version": __version__, "phase": wl.phase.value, "model": model.name, "hw": hw.name,
+        "command": shlex.join(["moesym", *argv]), "base": base,
+        "calibration": hw.kernel.get("source", "") or "",
+        "variants": {str(k): v for k, v in variants.items()},
+        "combos": combos, "rho": {str(k): v for k, v in rho.items()},
+        "hardware": hw_inputs, "hwName": _hardware_arg(argv) or hw.name,
+        "hwToml": hw_file.read_text(encoding="utf-8") if hw_file else None,
+        "layers": model.moe_layers if model.is_moe else model.dense_layers,
+        "isMoe": model.is_moe, "pp": dep.pp, "cp": dep.cp,
+        "hostOverlapped": bool(host_overlapped(dep.engine)),
+        "capacity": hw.hbm_capacity_bytes,
+        "chunk": wl.chunk if given_chunk else 0,
+        "start": {"work": wl.tokens if prefill else wl.batch, "context": wl.context,
+                  "gpus": dep.gpus, "ep": dep.ep, "tp": dep.tp, "mb": dep.micro_batches},
+        "serve": serve,
+    }, "\n".join(js)
+
+
+def interactive_html(model, hw, dep, wl, argv=(), optimize_result=None) -> str:
+    """The interactive page of ``model`` on ``hw`` under ``dep`` and ``wl`` (``argv``: the
+    command that made it, without ``moesym``)."""
+    data, js = _data(model, hw, dep, wl, list(argv))
+    prefill, serve = wl.phase is Phase.PREFILL, wl.phase is Phase.SERVE
+    work = ("prompt tokens per rank per step", "--tokens") if prefill else \
+        ("requests in flight per rank (batch)" if serve else "requests per rank (batch)",
+         "--batch")
+    s = data["start"]
+    lengths = (_slider("isl", "prompt tokens (ISL)", wl.isl, 16, max(8 * wl.isl, 32768), 1)
+               + _slider("osl", "output tokens (OSL)", wl.osl, 1, max(8 * wl.osl, 32768), 1)
+               if serve else
+               _slider("context", "context (tokens)", s["context"], 16,
+                       max(8 * s["context"], 131072), 1))
+    title = f"{model.name} on {hw.name}, {wl.phase.value}: what if"
+    hw_rows = "".join(_slider(h["id"], f"{h['label']} ({h['unit']})", h["value"],
+                              h["value"] / 4, h["value"] * 4, "any")
+                      for h in data["hardware"])
+    mbs = ", ".join(data["variants"])
+    combos = "; ".join(f"{g}/{e}/{t}" for g, e, t in data["combos"])
+    calibration = data["calibration"] or "no [kernel] fit in the hardware file: the defaults"
+    provenance = (f"moesym {escape(data['version'])}; made by <code>{escape(data['command'])}"
+                  f"</code>; calibration: {escape(calibration)}")
+    from .html_report import _CSS
+
+    return f"""<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>
+<title>moesym: {escape(title)}</title><style>{_CSS}{_EXTRA_CSS}</style></head><body>
+<h1>{escape(title)}</h1>
+<p class='note'>{provenance}. The numbers below are <code>moesym predict</code>'s at the point
+the inputs give: the compiled step and memory models run here as JavaScript, offline.</p>
+<h2>Inputs</h2><div class='grid'>
+{_slider("work", work[0], s["work"], 1, max(64 * s["work"], 1024), 1)}
+{lengths}
+<label>GPUs / EP / TP</label><span><select id='combo'>{"".join(
+        f"<option value='{i}'{' selected' if c == [s['gpus'], s['ep'], s['tp']] else ''}>"
+        f"{c[0]} GPUs, EP {c[1]}, TP {c[2]}</option>" for i, c in enumerate(data["combos"]))}
+</select></span><span></span>
+<label>micro-batches</label><span><select id='mb'>{"".join(
+        f"<option{' selected' if int(k) == s['mb'] else ''}>{k}</option>"
+        for k in data["variants"])}</select></span><span></span>
+{hw_rows}</div>
+<p class='note'>Pre-generated structure: micro-batch counts {escape(mbs)} (fewer run when the
+work is smaller, as predict clamps); GPUs/EP/TP of this deployment's structure class only
+({escape(combos)}). Other models, GPUs, phases, schedules or A2A modes: generate another page.</p>
+<h2>Prediction</h2><table>
+<tr><th>step time</th><td class='n'><output id='step_time_s'></output></td></tr>
+<tr><th>tokens / GPU / s</th><td class='n'><output id='tokens_per_gpu_s'></output></td></tr>
+<tr><th>{'TTFT' if prefill else 'TPOT'}</th><td class='n'><output id='latency_s'></output></td></tr>
+<tr><th>bound</th><td><output id='bound'></output></td></tr>
+<tr><th>memory per GPU</th><td class='n'><output id='memory_bytes'></output></td></tr></table>
+<p>Command for this point: <button id='copy' type='button'>copy</button></p>
+<pre id='cmd'></pre>
+<h2>Where the time goes</h2><div id='breakdown'></div>
+<h2>Sweep over the {'tokens' if prefill else 'batch'}</h2><div id='sweep'></div>
+<h2>Memory</h2><div id='memory'></div>
+<p class='note'>Redraw: <output id='redraw_ms'></output> ms.</p>
+<script>
+{js}
+const D = {json.dumps(data)};
+const FLAG = {json.dumps(work[1])};
+{_runtime()}
+</script></body></html>"""
+
+
+def _slider(ident: str, label: str, value, lo, hi, step) -> str:
+    return (f"<label for='{ident}'>{escape(label)}</label>"
+            f"<input type='range' id='{ident}_r' min='{lo!r}' max='{hi!r}' step='{step}' "
+            f"value='{value!r}'><input type='number' id='{ident}' min='{lo!r}' step='{step}' "
+            f"value='{value!r}'>")
+
+
+def _runtime() -> str:
+    """The page's hand-written JavaScript (``interactive.js`` beside this module)."""
+    return Path(__file__).with_name("interactive.js").read_text(encoding="utf-8")
+
+
+_EXTRA_CSS = """
+.grid{display:grid;grid-template-columns:16em 1fr 9em;gap:.3em .8em;align-items:center}
+input[type=number]{width:8em}output{font-variant-numeric:tabular-nums}
+"""
+

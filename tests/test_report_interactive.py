@@ -1,0 +1,257 @@
+"""Issue 37: ``moesym report --interactive``, the step model in the browser.
+
+The page runs the compiled step and memory models as generated JavaScript. The goldens are
+``moesym predict``'s own numbers at the same points (the CLI in process, or the library with a
+hardware spec changed field by field), never values computed from the page's code: where Node is
+installed, the page's script is evaluated by Node at points (fast); where Debian's Chromium is
+installed (CI installs it), the page is loaded, its inputs set through the DOM at 20 random
+points and the displayed numbers read back, with the console quiet and nothing fetched.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import replace
+
+import pytest
+
+from moesym.cli import main
+
+NODE = shutil.which("node")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DECODE = ["qwen3-30b-a3b", "--hardware", "h20", "--phase", "decode", "--batch", "64",
+          "--context", "4096", "--gpus", "4", "--ep", "4"]
+PREFILL = ["deepseek-v3", "--hardware", "h800", "--phase", "prefill", "--tokens", "16384",
+           "--context", "4096", "--gpus", "32", "--ep", "32", "--weights", "fp8"]
+SERVE = ["qwen3-30b-a3b", "--hardware", "h20", "--phase", "serve", "--batch", "64", "--isl",
+         "1024", "--osl", "1024", "--gpus", "4", "--ep", "4"]
+REL = 1e-9
+
+
+def _page(tmp_path, argv):
+    out = tmp_path / "what-if.html"
+    assert main(["report", *argv, "--out", str(out), "--interactive"]) == 0
+    return out
+
+
+def _script(html: str) -> str:
+    return html[html.index("<script>") + len("<script>"):html.rindex("</script>")]
+
+
+def _predict(capsys, argv) -> dict:
+    capsys.readouterr()
+    assert main(["predict", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _close(a, b) -> bool:
+    return abs(a - b) <= REL * abs(b)
+
+
+def _flags(base, work_flag, p) -> list:
+    """``base`` (model and fixed flags) at point ``p``: the test's own command line."""
+    lengths = [x for k in ("context", "isl", "osl") if k in p for x in (f"--{k}", str(p[k]))]
+    return [*base, work_flag, str(p["work"]), *lengths, "--gpus", str(p["gpus"]), "--ep",
+            str(p["ep"]), "--tp", str(p["tp"]), "--micro-batches", str(p["mb"])]
+
+
+def test_the_page_is_one_offline_file_under_2_mb(tmp_path):
+    html = _page(tmp_path, DECODE).read_text()
+    # one script, inline; nothing loaded from a file or a host
+    assert html.count("<script") == 1 and "<script>" in html and "<link" not in html
+    assert not re.search(r"""(src|href)\s*=\s*["'](?!#)""", html)
+    assert not re.search(r"\b(fetch|XMLHttpRequest|import\s*\(|WebSocket|EventSource)\b", html)
+    urls = set(re.findall(r"https?://[^\s\"'<>`]+", html))
+    assert urls <= {"http://www.w3.org/2000/svg"}, urls
+    assert len(html.encode()) < 2_000_000
+    # provenance: version, the command, calibration source
+    assert "moesym 0." in html and "moesym report qwen3-30b-a3b --hardware h20" in html
+    assert "calibration:" in html
+
+
+def test_length_distributions_are_refused_in_one_line(tmp_path, capsys):
+    out = tmp_path / "s.html"
+    rc = main(["report", "qwen3-30b-a3b", "--hardware", "h20", "--phase", "decode", "--batch",
+               "8", "--context-dist", "uniform:1000:3000", "--out", str(out), "--interactive"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--interactive" in err and "Traceback" not in err and not out.exists()
+
+
+_NODE_RUN = """
+const points = JSON.parse(process.argv[1]);
+const out = points.map(p => {
+  const hw = {}; for (const h of D.hardware) hw[h.id] = h.value;
+  const combo = D.combos.findIndex(c => c.join() === [p.gpus, p.ep, p.tp].join());
+  const r = evaluate(Object.assign({}, p, {combo: combo, hw: hw}));
+  return {step_time_s: r.step_time_s, tokens_per_gpu_s: r.tokens_per_gpu_s,
+          memory_bytes: r.memory_bytes, bound: r.bound};
+});
+console.log(JSON.stringify(out));
+"""
+
+
+@pytest.mark.skipif(NODE is None, reason="Node.js is not installed (apt-get install nodejs)")
+@pytest.mark.parametrize("argv,flag,points", [
+    (DECODE, "--batch", [dict(work=64, context=4096, gpus=4, ep=4, tp=1, mb=1),
+                         dict(work=1, context=128, gpus=8, ep=8, tp=1, mb=2),
+                         dict(work=700, context=30000, gpus=2, ep=2, tp=1, mb=2)]),
+    (DECODE[:-4] + ["--gpus", "4", "--ep", "4", "--tp", "2", "--a2a", "allgather"], "--batch",
+     [dict(work=100, context=4096, gpus=8, ep=8, tp=4, mb=2),
+      dict(work=33, context=20000, gpus=16, ep=16, tp=16, mb=1)]),
+    (SERVE, "--batch", [dict(work=64, isl=1024, osl=1024, gpus=4, ep=4, tp=1, mb=1),
+                        dict(work=200, isl=8000, osl=300, gpus=8, ep=8, tp=1, mb=2),
+                        dict(work=5, isl=100, osl=3000, gpus=2, ep=2, tp=1, mb=1)]),
+    (PREFILL, "--tokens", [dict(work=16384, context=4096, gpus=32, ep=32, tp=1, mb=1),
+                           dict(work=3000, context=9000, gpus=64, ep=64, tp=1, mb=2)]),
+])
+def test_the_generated_javascript_gives_predicts_numbers(tmp_path, capsys, argv, flag, points):
+    script = _script(_page(tmp_path, argv).read_text())
+    run = subprocess.run([NODE, "-e", script + _NODE_RUN, json.dumps(points)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-800:]
+    point = ("--batch", "--tokens", "--context", "--isl", "--osl", "--gpus", "--ep", "--tp")
+    base = [a for i, a in enumerate(argv) if a not in point and argv[i - 1] not in point]
+    for p, got in zip(points, json.loads(run.stdout)):
+        want = _predict(capsys, _flags(base, flag, p))
+        for k in ("step_time_s", "tokens_per_gpu_s", "memory_bytes"):
+            assert _close(got[k], want[k]), (p, k, got[k], want[k])
+        assert got["bound"] == want["bound"], p
+
+
+# ------------------------------------------------------------------ headless Chromium
+
+_DRIVER = """
+<script>
+(function () {
+  const points = %s, out = [];
+  const set = (id, v) => { const e = document.getElementById(id); e.value = String(v);
+    e.dispatchEvent(new Event(e.tagName === "SELECT" ? "change" : "input")); };
+  for (const p of points) {
+    set("work", p.work); set("mb", p.mb);
+    for (const k of ["context", "isl", "osl"]) if (p[k] !== undefined) set(k, p[k]);
+    const combo = Array.from(document.getElementById("combo").options)
+      .findIndex(o => o.textContent === `${p.gpus} GPUs, EP ${p.ep}, TP ${p.tp}`);
+    set("combo", combo);
+    for (const h of D.hardware) set(h.id, p.hw[h.id] === undefined ? h.value : p.hw[h.id]);
+    document.getElementById("copy").click();
+    const read = id => Number(document.getElementById(id).dataset.value);
+    out.push({step_time_s: read("step_time_s"), tokens_per_gpu_s: read("tokens_per_gpu_s"),
+              memory_bytes: read("memory_bytes"), redraw_ms: read("redraw_ms"),
+              cmd: document.getElementById("cmd").textContent,
+              bars: document.querySelectorAll("#breakdown rect").length,
+              lines: document.querySelectorAll("#sweep polyline").length});
+  }
+  const pre = document.createElement("pre"); pre.id = "results";
+  pre.textContent = JSON.stringify({points: out,
+    fetched: performance.getEntriesByType("resource").length});
+  document.body.appendChild(pre);
+})();
+</script></body>"""
+
+_HW_FIELDS = {  # page input -> how the test sets that number on a HardwareSpec (SI units)
+    "hbm": lambda hw, v: replace(hw, hbm_bw_Bps=v * 1e12),
+    "up": lambda hw, v: replace(hw, scale_up_Bps=v * 1e9),
+    "out": lambda hw, v: replace(hw, scale_out_Bps=v * 1e9),
+    "lat_up": lambda hw, v: replace(hw, latency=replace(hw.latency, scale_up_s=v * 1e-6)),
+    "lat_out": lambda hw, v: replace(hw, latency=replace(hw.latency, scale_out_s=v * 1e-6)),
+    "peak_bf16": lambda hw, v: replace(hw, peaks_flops={**hw.peaks_flops, "bf16": v * 1e12}),
+}
+
+
+def _run_copied(command: str, folder, capsys) -> dict:
+    """Run the page's command (a heredoc writing a hardware file, then moesym predict) in
+    process, in ``folder``."""
+    import os
+
+    if command.startswith("cat > "):
+        head, rest = command.split("\n", 1)
+        name = head.split()[2]
+        body, last = rest.rsplit("\nEOF\n", 1)
+        (folder / name).write_text(body + "\n")
+        command = last
+    argv = shlex.split(command)
+    assert argv[:2] == ["moesym", "predict"]
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        return _predict(capsys, argv[2:])
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get "
+                                              "install chromium; CI installs it)")
+@pytest.mark.parametrize("argv", [DECODE, SERVE], ids=["decode", "serve"])
+def test_twenty_random_points_in_headless_chromium(tmp_path, capsys, argv):
+    from moesym import Deployment, Workload, load_hardware, load_model
+    from moesym.model.predictor import predict
+
+    page = _page(tmp_path, argv)
+    phase = argv[argv.index("--phase") + 1]
+    html = page.read_text()
+    data = json.loads(re.search(r"const D = (\{.*\});\n", html).group(1))
+    hw_start = {h["id"]: h["value"] for h in data["hardware"]}
+    assert set(hw_start) <= set(_HW_FIELDS), hw_start
+    rng = random.Random(37)
+    points = []
+    for i in range(20):
+        g, ep, tp = rng.choice(data["combos"])
+        hw = {} if i < 10 else {k: float(f"{v * rng.uniform(0.5, 2.0):.4g}")
+                                for k, v in hw_start.items() if rng.random() < 0.7}
+        lengths = (dict(isl=rng.randint(16, 16384), osl=rng.randint(1, 8192)) if phase == "serve"
+                   else dict(context=rng.randint(128, 32768)))
+        points.append(dict(work=rng.randint(1, 2048), gpus=g, ep=ep, tp=tp,
+                           mb=rng.choice([1, 2]), hw=hw, **lengths))
+    driven = tmp_path / "driven.html"
+    driven.write_text(html.replace("</body>", _DRIVER % json.dumps(points), 1))
+    run = subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu",
+                          "--enable-logging=stderr", "--v=0", "--dump-dom", driven.as_uri()],
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-800:]
+    console = [ln for ln in run.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
+    assert not console, console
+    found = re.search(r'<pre id="results">(.*?)</pre>', run.stdout, re.S)
+    assert found, run.stdout[-800:]
+    import html as html_lib
+
+    res = json.loads(html_lib.unescape(found.group(1)))
+    assert res["fetched"] == 0  # nothing loaded after the page itself
+    model, h20 = load_model("qwen3-30b-a3b"), load_hardware("h20")
+    for p, got in zip(points, res["points"]):
+        if not p["hw"]:  # the CLI, in process, with the test's own flags
+            want = _predict(capsys, _flags(["qwen3-30b-a3b", "--hardware", "h20", "--phase",
+                                            phase], "--batch", p))
+        else:  # the library on a hardware spec changed field by field
+            hw = h20
+            for k, v in p["hw"].items():
+                hw = _HW_FIELDS[k](hw, v)
+            want = predict(model, hw, Deployment(gpus=p["gpus"], ep=p["ep"], tp=p["tp"],
+                                                 micro_batches=p["mb"]),
+                           Workload(phase, batch=p["work"], context=p["context"])
+                           if phase == "decode" else  # serve: the mean KV, ISL + OSL // 2
+                           Workload(phase, batch=p["work"], isl=p["isl"], osl=p["osl"],
+                                    context=p["isl"] + p["osl"] // 2))
+        for k in ("step_time_s", "tokens_per_gpu_s", "memory_bytes"):
+            assert _close(got[k], want[k]), (p, k, got[k], want[k])
+        assert got["bars"] >= 5 and got["lines"] == 2  # the charts redrew
+        copied = _run_copied(got["cmd"], tmp_path, capsys)  # the command reproduces the point
+        for k in ("step_time_s", "tokens_per_gpu_s", "memory_bytes"):
+            assert _close(copied[k], want[k]), (p, k, copied[k], want[k])
+
+
+@pytest.mark.slow
+def test_optimize_writes_the_page_of_the_best_deployment(tmp_path):
+    out = tmp_path / "o.html"
+    assert main(["optimize", "qwen3-30b-a3b", "--hardware", "h20", "--gpus", "4", "--phase",
+                 "decode", "--context", "4096", "--tpot-ms", "50", "--report", str(out),
+                 "--interactive"]) == 0
+    html = out.read_text()
+    data = json.loads(re.search(r"const D = (\{.*\});\n", html).group(1))
+    assert data["base"][:2] == ["predict", "qwen3-30b-a3b"]
+    assert not {"--tpot-ms", "--report", "--interactive"} & set(data["base"])
