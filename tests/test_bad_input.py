@@ -240,6 +240,8 @@ CASES = [
     (["predict", "{tmp}/no_mla.json", "--hardware", "h800", *DEC], "kv_lora_rank"),
     # output paths checked before any work
     (["report", *Q8, *DEC, "--out", "{tmp}/"], "--out"),
+    # derive pages writes a folder: a file there is refused before any page is derived
+    (["derive", "pages", "--out", "{tmp}/bad.toml"], "--out"),
     (["report", *Q8, *DEC, "--out", "{tmp}"], "--out"),
     (["predict", *Q8, *DEC, "--plot", "{tmp}/"], "--plot"),
     (["sweep", *Q8, *DEC, "--batch", "8", "--out", "{tmp}/"], "--out"),

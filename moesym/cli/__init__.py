@@ -81,6 +81,10 @@ def _check_outputs(args) -> None:
             continue
         flag = "--" + name.replace("_", "-")
         path = Path(value).expanduser()
+        if getattr(args, "out_is_folder", False) and name == "out":  # derive pages: a folder
+            if path.exists() and not path.is_dir():
+                raise MoesymError(f"{flag} {value}: a file; name a folder to write the pages in")
+            continue
         if value.endswith(("/", "\\")) or path.is_dir():
             raise MoesymError(f"{flag} {value}: a folder; name a file in it")
         parent = path.parent if str(path.parent) else Path(".")

@@ -126,7 +126,7 @@ def register(sub) -> None:
 
     g = s.add_parser("pages", help="regenerate the derivations/ markdown pages")
     g.add_argument("--out", default="derivations", help="folder to write (default: derivations)")
-    g.set_defaults(func=_pages)
+    g.set_defaults(func=_pages, out_is_folder=True)
 
 
 def _one_step_only(args) -> None:
