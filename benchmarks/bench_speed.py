@@ -8,10 +8,12 @@ same run (issue 15). Each figure is the best of ``--repeat`` runs of a fresh pro
 - every ``derive`` command for DeepSeek-V3 (decode, H800, 128 GPUs), ``derive sensitivity``
   included (``--only derive``: the reference and these rows alone);
 - ``simulate``: 2,000 requests of 1024/1024 at concurrency 64, DeepSeek-V3 on 8 H200 (cache
-  warm), and ``optimize --percentile 90`` (the serving SLA search) on 8 and 64 H200.
+  warm; the whole process and the simulation alone in a warm process), and ``optimize
+  --percentile 90`` (the serving SLA search) on 8 and 64 H200 (``--only serving``: the
+  reference and these rows alone).
 
 Run ``python benchmarks/bench_speed.py`` (``--write-readme`` replaces the table between the
-``speed-table`` markers of README.md). Times depend on the machine and its load: read the
+``speed-table`` markers of docs/explanation/speed.md). Times depend on the machine and its load: read the
 ratios to the reference first.
 """
 
@@ -73,11 +75,35 @@ def best(argv, env, repeat, before=None) -> float:
     return out
 
 
+def _serving_rows(add, env, repeat: int) -> None:
+    """simulate (whole process, and the simulation alone in-process) and the SLA searches."""
+    _run(_moesym(SIMULATE), env)  # its three compiled models
+    add("simulate 2,000 requests, concurrency 64, cache warm", best(_moesym(SIMULATE), env,
+                                                                     repeat))
+    code = ("import time, moesym as ms\n"
+            "from moesym.serving import Simulation\n"
+            "from moesym.serving.clients import Client\n"
+            "sim = Simulation(ms.load_model('deepseek-v3'), ms.load_hardware('h200'),\n"
+            "                 ms.Deployment(gpus=8, tp=8, ep=1, weights='fp8'))\n"
+            "sim.run(Client(concurrency=64, num_prompts=64), '1024', '1024')\n"
+            "t = time.perf_counter()\n"
+            "sim.run(Client(concurrency=64, num_prompts=2000), '1024', '1024')\n"
+            "print(time.perf_counter() - t)")
+    inner = min(float(subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                                     capture_output=True, text=True).stdout.split()[-1])
+                for _ in range(repeat))
+    add("  of which the simulation itself (in-process)", inner)
+    for gpus in (8, 64):
+        cmd = _moesym(SLA.format(gpus=gpus))
+        _run(cmd, env)
+        add(f"optimize --percentile 90, {gpus} H200, cache warm", best(cmd, env, 1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--write-readme", action="store_true")
-    ap.add_argument("--only", choices=("derive",), default=None,
+    ap.add_argument("--only", choices=("derive", "serving"), default=None,
                     help="derive: the reference and the derive rows only (each derive run once "
                          "with the compiled-model cache warm)")
     args = ap.parse_args()
@@ -103,6 +129,12 @@ def main() -> None:
         if args.write_readme:
             sys.exit("--write-readme writes the whole table: run without --only")
         return
+    if args.only == "serving":
+        _serving_rows(add, env, args.repeat)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if args.write_readme:
+            sys.exit("--write-readme writes the whole table: run without --only")
+        return
     add("predict, cold (empty cache)", best(_moesym(PREDICT), env, args.repeat, clear))
     add("predict, cached", best(_moesym(PREDICT), env, args.repeat))
     add("optimize 128 GPUs, cold (empty cache)", best(_moesym(OPTIMIZE), env, 1, clear))
@@ -114,13 +146,7 @@ def main() -> None:
     add("sweep 1.3 M points to Parquet, cache warm", s, f"{SWEEP_POINTS / s / 1e6:.2f} M points/s")
     for name, cmd in DERIVES.items():
         add(f"derive {name}", best(_moesym(cmd), env, 1))
-    _run(_moesym(SIMULATE), env)  # its three compiled models
-    add("simulate 2,000 requests, concurrency 64, cache warm", best(_moesym(SIMULATE), env,
-                                                                     args.repeat))
-    for gpus in (8, 64):
-        cmd = _moesym(SLA.format(gpus=gpus))
-        _run(cmd, env)
-        add(f"optimize --percentile 90, {gpus} H200, cache warm", best(cmd, env, 1))
+    _serving_rows(add, env, args.repeat)
     shutil.rmtree(tmp, ignore_errors=True)
 
     table = ["| command (whole process, best of runs) | seconds | / reference | note |",
@@ -131,15 +157,15 @@ def main() -> None:
     print()
     print(text)
     if args.write_readme:
-        readme = ROOT / "README.md"
+        readme = ROOT / "docs" / "explanation" / "speed.md"
         body = readme.read_text()
         start, end = "<!-- speed-table -->", "<!-- /speed-table -->"
         if start not in body or end not in body:
-            sys.exit("README.md has no speed-table markers")
+            sys.exit(f"{readme} has no speed-table markers")
         head, rest = body.split(start, 1)
         _, tail = rest.split(end, 1)
         readme.write_text(f"{head}{start}\n{text}\n{end}{tail}")
-        print("README.md speed table updated")
+        print(f"{readme} speed table updated")
 
 
 if __name__ == "__main__":

@@ -151,7 +151,9 @@ def test_time_model_swap_changes_no_flop_or_byte_count(setup, phase):
     kernel = predict(m, hw, dataclasses.replace(dep, timing="kernel"), wl, memory=False)
     roof = predict(m, hw, dataclasses.replace(dep, timing="roofline"), wl, memory=False)
     assert kernel["work_per_layer"] == roof["work_per_layer"]
-    assert kernel["step_time_s"] != roof["step_time_s"]
+    # the layer, not the step: a tiny model's GPU step may be shorter than the engine's host time
+    # per step, which the overlap scheduler makes both models' floor
+    assert kernel["layer_s"] != roof["layer_s"]
 
 
 @SETTINGS

@@ -222,6 +222,7 @@ def test_capped_gemms_take_sms_over_sms_minus_comm_of_their_compute():
     """Each FP8 GEMM's compute time x 132 / (132 - 20), its memory time unchanged; the
     elementwise and attention kernels untouched; a BF16 model (no DeepGEMM) caps nothing."""
     from moesym import Deployment, Workload, load_hardware, load_model
+    from moesym.compile import evaluate
     from moesym.model.bindings import bindings, workload_values
     from moesym.model.step import _moe_layer_costs, _reserved, _timed
     from moesym.specs.deployment import A2AMode
@@ -239,7 +240,7 @@ def test_capped_gemms_take_sms_over_sms_minus_comm_of_their_compute():
     vals = {**bindings(m, hw, dep, wl), **{by_name(k): v for k, v in workload_values(wl).items()}}
 
     def num(e):
-        return float(sp.sympify(e).xreplace(vals))
+        return float(evaluate(sp.sympify(e), vals, {}))
 
     for key in ("attention_proj", "moe_routed", "shared_expert"):
         assert num(capped[key].compute_s) == pytest.approx(num(plain[key].compute_s) * 132 / 112)
