@@ -100,6 +100,12 @@ class ClosedForm:
                 "timing": self.timing, "note": self.assumptions,
                 "smooth": self.smooth.as_dict() if self.smooth is not None else None,
                 "pin": list(self.pin),
+                # the contract's names: the closed form with the target in it (the regime's
+                # smooth form where one exists, else the answer's own form) and what pins it
+                "closed_form": (str(tidy(self.smooth.expr)) if self.smooth is not None
+                                and self.smooth.expr is not None else
+                                str(tidy(self.expr)) if self.expr is not None else None),
+                "pinned_by": list(self.pin) or None,
                 "target_range": list(self.target_range) if self.target_range else None,
                 "sensitivity": [{"symbol": str(s), "elasticity": e} for s, e in self.sensitivity],
                 "legend": legend([self.expr, self.smooth.expr if self.smooth else None])}

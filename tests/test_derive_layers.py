@@ -282,3 +282,11 @@ def test_memory_batch_is_predicts_last_fitting_batch(model, hw, gpus):
     assert S.hbm_capacity in symbols_of(cf.smooth.expr)
     assert cf.smooth.value == pytest.approx(_independent_relaxed_root(cf), rel=1e-9)
     assert cf.value <= cf.smooth.value < cf.value + 1
+
+
+def test_contract_names_of_every_answer(cli_json):
+    """CONTRACT item 18: `closed_form` is the smooth form with the target in it where the regime
+    has one, and `pinned_by` what holds the exact answer on a step (or null)."""
+    r = cli_json(["derive", "tpot", "qwen3-30b-a3b", "--hardware", "h20", "--tpot-ms", "50"])
+    assert r["closed_form"] == r["smooth"]["sympy"] and "tau_tpot" in r["closed_form"]
+    assert r["pinned_by"] == (r["pin"] or None)

@@ -205,3 +205,9 @@ def test_gptq_of_other_bits_is_refused():
 
     with pytest.raises(SpecError, match="quantization_config gptq with bits 8"):
         from_hf_config({**_QWEN3, "quantization_config": {"quant_method": "gptq", "bits": 8}})
+
+
+def test_mlx_short_names():
+    from moesym.specs.precision import canonical
+
+    assert canonical("mlx4") == "mlx-4bit" and canonical("MLX8") == "mlx-8bit"

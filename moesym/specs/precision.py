@@ -116,7 +116,7 @@ GGUF_TYPES = {
 FORMATS.update({name: _gguf(*spec) for name, spec in GGUF_TYPES.items()})
 
 #: other names of a format (case-insensitive like every name)
-ALIASES = {"modelopt-nvfp4": "nvfp4"}
+ALIASES = {"modelopt-nvfp4": "nvfp4", "mlx4": "mlx-4bit", "mlx8": "mlx-8bit"}
 
 #: the GEMM weight classes a recipe sets: attention projections; routed experts; shared experts,
 #: dense FFN layers and a dense model's FFN. Embeddings, LM head, router and norms stay BF16.
