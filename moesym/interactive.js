@@ -6,10 +6,15 @@ const RES = ["compute", "memory", "communication", "overhead"];
 const COLOUR = {compute: "#4477aa", memory: "#ee6677", communication: "#228833",
                 overhead: "#ccbb44", none: "#bbbbbb"};
 const PAL = ["#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb"];
-const STEP = {}, MEM = {}, MIX = {}, SERVE = D.phase === "serve";
-for (const k of Object.keys(D.variants)) {
-  STEP[k] = eval("step" + k); MEM[k] = eval("memory" + k);
-  if (SERVE) MIX[k] = eval("mix" + k);
+const SERVE = D.phase === "serve", FN = {};
+for (const v of D.structures) for (const name of Object.values(v.fn)) FN[name] = eval(name);
+
+function variant(mb, state) {  // the pre-generated structure of (micro-batches, schedule, A2A)
+  const i = D.variants[`${mb}/${state.overlap}/${state.a2a}`];
+  if (i === undefined)
+    throw new Error(`--overlap ${state.overlap} with --a2a ${state.a2a} does not run ${mb} ` +
+      "micro-batch(es) here (predict refuses it): pick another schedule or micro-batch count");
+  return D.structures[i];
 }
 
 function hwValues(state) {  // symbol -> SI number from the hardware inputs
@@ -24,7 +29,7 @@ function evaluate(state) {  // the predict report's numbers at a point (metrics.
   const [gpus, ep, tp] = D.combos[state.combo];
   const work = state.work, L = state.context;
   const mb = String(Math.min(state.mb, work));  // clamp_micro_batches
-  const V = D.variants[mb];
+  const V = variant(mb, state);
   const common = Object.assign({N_gpu: gpus, e_p: ep, t_p: tp, n_mb: Number(mb)}, hwValues(state));
   if (D.rho[ep] !== undefined) common.rho_G = D.rho[ep];
   let wl, wlMem;
@@ -34,10 +39,11 @@ function evaluate(state) {  // the predict report's numbers at a point (metrics.
     wlMem = {T: work / D.cp, L: L, C: chunk, B: Math.max(1, Math.ceil(work / L)) / D.cp};
   } else { wl = {B: work, L: L}; wlMem = {B: work, L: L}; }
   const sv = Object.assign({}, V.step, common, wl);
-  const nums = STEP[mb](sv);
-  const mem = MEM[mb](Object.assign({}, V.memory, common, wlMem));
+  const nums = FN[V.fn.step](sv);
+  const mem = FN[V.fn.memory](Object.assign({}, V.memory, common, wlMem));
   const t = nums.step_time_s;
-  const r = {step_time_s: t, nums: nums, mem: mem, memory_bytes: mem.memory_bytes, mb: Number(mb)};
+  const r = {step_time_s: t, nums: nums, mem: mem, memory_bytes: mem.memory_bytes, mb: Number(mb),
+    layout: V.timeline};
   if (prefill) {
     r.tokens_per_gpu_s = work / (tp * D.pp * D.cp) / t;
     r.latency_s = t * Math.max(1.0, L / Math.min(wl.C, work));
@@ -48,7 +54,7 @@ function evaluate(state) {  // the predict report's numbers at a point (metrics.
 }
 
 function evaluateServe(state) {  // predictor.predict_serve: metrics' serving steady state
-  const [gpus, ep, tp] = D.combos[state.combo], mb = String(state.mb), V = D.variants[mb];
+  const [gpus, ep, tp] = D.combos[state.combo], V = variant(state.mb, state);
   const chunk = D.serve.chunks[state.combo], isl = state.isl, osl = state.osl, B = state.work;
   const common = Object.assign({N_gpu: gpus, e_p: ep, t_p: tp, n_mb: state.mb}, hwValues(state));
   if (D.rho[ep] !== undefined) common.rho_G = D.rho[ep];
@@ -58,18 +64,21 @@ function evaluateServe(state) {  // predictor.predict_serve: metrics' serving st
   const prefill = decoding * fresh / steps;
   const share = Math.max(prefill / chunk, 1 - Math.exp(-decoding / steps));
   const kv = isl + Math.floor(osl / 2);  // serve_kv_tokens
-  const dec = STEP[mb](Object.assign({}, V.step, common, {B: decoding, L: kv}));
+  const dec = FN[V.fn.step](Object.assign({}, V.step, common, {B: decoding, L: kv}));
   const mixValues = Object.assign({}, V.mix, common,
     {B: decoding, L: kv, T: prefill / share, L_in: isl, C: chunk});
-  const mix = MIX[mb](mixValues);
-  const mem = MEM[mb](Object.assign({}, V.memory, common, {B: B, L: kv, T_pf: chunk}));
+  const mix = FN[V.fn.mix](mixValues);
+  const mem = FN[V.fn.memory](Object.assign({}, V.memory, common, {B: B, L: kv, T_pf: chunk}));
   const t = share * mix.step_time_s + (1 - share) * dec.step_time_s;  // serve_rates
   const mixed = bounds(mix, V.mix, state.mb), decode = bounds(dec, V.step, state.mb);
   const mixedBusy = share * mix.step_time_s;  // serve_report: the step that takes most time
   return {step_time_s: t, nums: mix, mem: mem, memory_bytes: mem.memory_bytes, mb: state.mb,
     tokens_per_gpu_s: decoding / (tp * D.pp) / t, latency_s: t,
     ttft_s: Math.ceil(fresh / chunk) * mix.step_time_s, fits: mem.memory_bytes <= D.capacity,
-    bound: (mixedBusy >= t - mixedBusy ? mixed : decode).bound, roofline: mixed.roofline};
+    bound: (mixedBusy >= t - mixedBusy ? mixed : decode).bound, roofline: mixed.roofline,
+    layout: {note: "serving alternates decode steps and mixed steps (a prefill chunk beside " +
+      "the decodes), so no one layer stands for it: the page of --phase decode or --phase " +
+      "prefill draws each"}};
 }
 
 function kernels(nums) {  // {key: [{field: s}]} from part/KEY/I/FIELD
@@ -128,6 +137,98 @@ function bounds(nums, values, n) {  // metrics.bound_shares, the step's bound an
     roof[key] = (c || m) ? (c >= m ? "compute" : "memory") : top;
   }
   return {bound: bound, roofline: roof};
+}
+
+// ---- one steady-state layer: moesym.schedules.simulate on the step's operation times
+const STEADY_LAYERS = 4;
+function order(lay, layers) {  // schedules.Layout.order: (micro-batch, layer, stage) in stream order
+  const per = [];
+  for (let mb = 0; mb < lay.mb; mb++) {
+    const q = [];
+    for (let l = 0; l < layers; l++) for (let s = 0; s < lay.stages.length; s++) q.push([mb, l, s]);
+    per.push(q);
+  }
+  if (lay.mb === 1) return per[0];
+  const [a, b] = per, d = lay.delta;
+  let out = a.slice(0, d);
+  for (let i = 0; i < a.length - d; i++) out.push(a[d + i], b[i]);
+  return out.concat(b.slice(a.length - d));
+}
+
+const COMPUTE_OPS = ["attn_prep", "attn_core", "router", "shared", "experts", "output"];
+function simulate(lay, ops, tr, phi, layers) {  // schedules.simulate: (layer ends, events)
+  let t = 0.0, link = 0.0;
+  const arrive = {}, ends = new Array(layers).fill(0.0), events = [], last = lay.stages.length - 1;
+  for (const [mb, layer, s] of order(lay, layers)) {
+    for (const op of lay.stages[s]) {
+      if (COMPUTE_OPS.includes(op)) {
+        const start = t; t = t + (ops[op] || 0.0);
+        events.push({name: op, stream: "compute", micro_batch: mb, layer: layer, start: start, end: t});
+      } else if (op.endsWith("_send")) {
+        const kind = op.slice(0, -5), start = Math.max(t, link);
+        link = arrive[mb + "/" + kind] = start + tr[kind];
+        events.push({name: kind, stream: "network", micro_batch: mb, layer: layer, start: start, end: link});
+      } else {
+        const kind = op.slice(0, -5), start = t;
+        t = Math.max(arrive[mb + "/" + kind], t + phi * tr[kind]);
+        events.push({name: op, stream: "compute", micro_batch: mb, layer: layer, start: start, end: t});
+      }
+    }
+    if (s === last && mb === lay.mb - 1) ends[layer] = t;
+  }
+  return [ends, events];
+}
+
+function timeline(r) {  // StepModel.timeline: one period, times from the end of layer 2
+  const lay = r.layout;
+  if (lay.note) return null;
+  let tag = "tl", phi = r.nums["tl/phi"];
+  if (lay.capped && phi) { tag = "tlc"; phi = 0.0; }  // FP8 GEMMs on the SMs the transfers leave
+  const ops = {}, tr = {};
+  for (const [k, v] of Object.entries(r.nums)) {
+    if (k.startsWith(tag + "/op/")) ops[k.slice(tag.length + 4)] = v;
+    else if (k.startsWith(tag + "/tr/")) tr[k.slice(tag.length + 4)] = v;
+  }
+  const [ends, events] = simulate(lay, ops, tr, phi, STEADY_LAYERS), t0 = ends[1], t1 = ends[2];
+  return events.filter(e => (t0 <= e.start && e.start < t1) || (e.start < t0 && t0 < e.end))
+    .map(e => ({name: e.name, stream: e.stream, micro_batch: e.micro_batch, layer: e.layer - 2,
+                start_s: e.start - t0, end_s: e.end - t0}));
+}
+
+function gantt(events, title) {  // as moesym.svg.gantt
+  const width = 720, left = 130, row = 26, span = width - left - 20;
+  const keys = [...new Set(events.map(e => e.stream + "\u0000" + e.micro_batch))].sort();
+  const t1 = Math.max(0, ...events.map(e => e.end_s)) || 1.0, h = 40 + row * keys.length + 24;
+  const names = [...new Set(events.map(e => e.name))].sort(), colour = {};
+  names.forEach((n, i) => { colour[n] = PAL[i % (PAL.length - 1)]; });
+  const body = [`<text x="${left}" y="16" ${FONT} font-weight="bold">${esc(title)}</text>`];
+  keys.forEach((k, i) => {
+    const [stream, mb] = k.split("\u0000"), y = 28 + i * row;
+    body.push(`<text x="${left - 6}" y="${y + 16}" text-anchor="end" ${FONT}>${esc(stream)} mb${mb}</text>`);
+    for (const e of events) {
+      if (e.stream !== stream || String(e.micro_batch) !== mb || e.end_s <= e.start_s) continue;
+      const x = left + span * e.start_s / t1, w = span * (e.end_s - e.start_s) / t1;
+      body.push(`<rect x="${x.toFixed(2)}" y="${y + 2}" width="${w.toFixed(2)}" height="${row - 6}" fill="${colour[e.name]}" stroke="#fff"><title>${esc(e.name)}: ${(e.start_s * 1e6).toFixed(1)} - ${(e.end_s * 1e6).toFixed(1)} us (${((e.end_s - e.start_s) * 1e6).toFixed(1)} us)</title></rect>`);
+      if (w > 60) body.push(`<text x="${(x + 3).toFixed(2)}" y="${y + 16}" ${FONT} fill="#fff">${esc(e.name)}</text>`);
+    }
+  });
+  body.push(`<text x="${left}" y="${h - 6}" ${FONT}>0 us</text>`,
+    `<text x="${width - 20}" y="${h - 6}" text-anchor="end" ${FONT}>${(t1 * 1e6).toFixed(1)} us</text>`);
+  return svg(width, h, body, title);
+}
+
+// ---- sensitivities: d ln t / d ln x of the step time to each hardware number, by a central
+// difference of the generated step function in log x (step 1e-5: truncation ~1e-11, rounding
+// ~1e-10); a maximum within 1e-5 of its switch gives the mean of its two sides' slopes
+const LOG_STEP = 1e-5;
+function sensitivities(state) {
+  const out = {};
+  for (const h of D.hardware) {
+    const at = f => evaluate(Object.assign({}, state, {hw: Object.assign({}, state.hw,
+      {[h.id]: state.hw[h.id] * Math.exp(f * LOG_STEP)})})).step_time_s;
+    out[h.id] = state.hw[h.id] === 0 ? 0 : (Math.log(at(1)) - Math.log(at(-1))) / (2 * LOG_STEP);
+  }
+  return out;
 }
 
 function fmtS(x) { return x >= 1e-3 ? (x * 1e3).toFixed(3) + " ms" : (x * 1e6).toFixed(1) + " us"; }
@@ -196,9 +297,13 @@ function stack(items, unit, title) {  // as moesym.svg.stack
   return svg(width, 80 + 18 * Math.floor((items.length + 2) / 3), body, title);
 }
 
+function attempt(state) {  // evaluate, or null where the structure does not run (predict refuses)
+  try { return evaluate(state); } catch (e) { return null; }
+}
+
 function routedComputeBound(state, work) {  // the routed experts' roofline at another work size
-  const r = evaluate(Object.assign({}, state, {work: work}));
-  return r.roofline.routed_experts === "compute";
+  const r = attempt(Object.assign({}, state, {work: work}));
+  return r !== null && r.roofline.routed_experts === "compute";
 }
 
 function crossover(state) {  // smallest work where the routed experts turn compute-bound
@@ -223,7 +328,8 @@ function command(state) {  // the moesym predict line of this point
     : ["--context", String(state.context)];
   const argv = ["moesym", ...D.base, "--hardware", hwArg, "--phase", D.phase,
     FLAG, String(state.work), ...lengths, "--gpus", String(gpus),
-    "--ep", String(ep), "--tp", String(tp), "--micro-batches", String(state.mb)];
+    "--ep", String(ep), "--tp", String(tp), "--micro-batches", String(state.mb),
+    "--overlap", state.overlap, "--a2a", state.a2a];
   const chunk = SERVE ? D.serve.chunkGiven : D.chunk;
   if (chunk) argv.push("--chunk", String(chunk));
   return pre + argv.map(quote).join(" ");
@@ -248,19 +354,29 @@ function readState() {
   const hw = {};
   for (const h of D.hardware) hw[h.id] = num(h.id);
   const lengths = SERVE ? {isl: num("isl"), osl: num("osl")} : {context: num("context")};
-  return Object.assign({work: num("work"), combo: num("combo"), mb: num("mb"), hw: hw}, lengths);
+  const text = id => document.getElementById(id).value;
+  return Object.assign({work: num("work"), combo: num("combo"), mb: num("mb"), hw: hw,
+    overlap: text("overlap"), a2a: text("a2a")}, lengths);
 }
 
 function redraw() {
   const t0 = performance.now();
-  const state = readState(), r = evaluate(state);
-  const put = (id, v, text) => { const o = document.getElementById(id); o.dataset.value = String(v); o.textContent = text; };
+  const state = readState(), put = (id, v, text) => {
+    const o = document.getElementById(id); o.dataset.value = String(v); o.textContent = text; };
+  document.getElementById("cmd").textContent = command(state);
+  let r;
+  try { r = evaluate(state); } catch (e) {  // a structure predict refuses: say why, draw nothing
+    document.getElementById("error").textContent = e.message;
+    for (const id of ["step_time_s", "tokens_per_gpu_s", "latency_s", "bound", "memory_bytes"]) put(id, NaN, "-");
+    for (const id of ["breakdown", "sweep", "timeline", "memory", "sensitivity"]) document.getElementById(id).innerHTML = "";
+    return;
+  }
+  document.getElementById("error").textContent = "";
   put("step_time_s", r.step_time_s, fmtS(r.step_time_s));
   put("tokens_per_gpu_s", r.tokens_per_gpu_s, r.tokens_per_gpu_s.toFixed(1));
   put("latency_s", r.latency_s, fmtS(r.latency_s));
   put("bound", r.bound, r.bound + (r.mb < state.mb ? ` (runs ${r.mb} micro-batch: too little work to split)` : ""));
   put("memory_bytes", r.memory_bytes, (r.memory_bytes / 1e9).toFixed(2) + " GB, fits: " + (r.fits ? "True" : "False"));
-  document.getElementById("cmd").textContent = command(state);
   const items = [];
   for (const [name, v] of Object.entries(r.nums)) {
     if (!name.startsWith("per_layer_s/")) continue;
@@ -270,14 +386,24 @@ function redraw() {
   }
   document.getElementById("breakdown").innerHTML = bars(items, "us", "Busy time per layer, whole per-GPU batch, before overlap") +
     `<p class="note">Colour: what bounds the term (${RES.concat(["none"]).map(k => `<span style="color:${COLOUR[k]}">&#9632;</span> ${k}`).join(", ")}). Layer time with the overlap schedule: ${fmtS(r.nums.layer_s)}.</p>`;
+  const events = timeline(r);
+  document.getElementById("timeline").innerHTML = events === null ? `<p class="note">No timeline: ${esc(r.layout.note)}.</p>` :
+    gantt(events, `Timeline of one layer (overlap schedule ${r.layout.name}), per stream and micro-batch`) +
+    '<p class="note">Hover a bar for its start, end and length.</p>';
+  const el = sensitivities(state), of = D.phase === "prefill" ? "TTFT" : "TPOT";
+  const rows = D.hardware.map(h => [`${h.label}`, Math.abs(el[h.id]), el[h.id] > 0 ? PAL[0] : PAL[1], el[h.id]]);
+  const sens = document.getElementById("sensitivity");
+  sens.innerHTML = bars(rows, "", `|d ln ${of} / d ln x| of each hardware number (blue: raises it, red: lowers it)`) +
+    '<p class="note">A central difference of the generated step model in log x (step 1e-5), so within ~1e-9 of <code>moesym derive sensitivity</code>\'s exact values (summed over the symbols a number sets) away from a switch of a maximum.</p>';
+  sens.dataset.value = JSON.stringify(el);
   const lo = D.phase === "prefill" ? Math.min(256, state.work) : 1;
   const hi = Math.max(4 * state.work, D.phase === "prefill" ? 65536 : 512);
   const xs = [], thr = [], lat = [];
   for (let i = 0; i < 18; i++) {
     const x = Math.round(lo * (hi / lo) ** (i / 17));
     if (xs.length && x === xs[xs.length - 1]) continue;
-    const p = evaluate(Object.assign({}, state, {work: x}));
-    xs.push(x); thr.push(p.tokens_per_gpu_s); lat.push(p.latency_s * 1e3);
+    const p = attempt(Object.assign({}, state, {work: x}));  // none where predict refuses
+    xs.push(x); thr.push(p ? p.tokens_per_gpu_s : NaN); lat.push(p ? p.latency_s * 1e3 : NaN);
   }
   const c = crossover(state), marks = [[state.work, "this point", "#000000"]];
   if (c !== null) marks.push([c, "crossover " + c, "#aa3377"]);
@@ -299,7 +425,7 @@ function init() {
     range.addEventListener("input", () => { box.value = range.value; redraw(); });
     box.addEventListener("input", () => { if (box.value !== "") { range.value = box.value; redraw(); } });
   }
-  for (const id of ["combo", "mb"]) document.getElementById(id).addEventListener("change", redraw);
+  for (const id of ["combo", "mb", "overlap", "a2a"]) document.getElementById(id).addEventListener("change", redraw);
   document.getElementById("copy").addEventListener("click", () => {
     const text = document.getElementById("cmd").textContent;
     if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(text).catch(() => {});

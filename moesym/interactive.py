@@ -162,57 +162,150 @@ def _check(dep, wl) -> None:
                           "prefill or serve configuration (drop --interactive for the static page)")
 
 
-def _js_model(step, name: str) -> tuple[str, dict]:
-    """A step model's report expressions as the JavaScript function ``name`` and the numbers
-    of the symbols it reads."""
-    from .model.report import report_expressions
+class _Functions:
+    """The page's generated functions, each written once: a function whose JavaScript another
+    structure already wrote (the memory of two schedules, say) is that one, by name."""
 
-    exprs = {k: v for k, v in report_expressions(step).items()
-             if not k.startswith(("kernel/", "work/"))}
-    js, used = js_source(exprs, name)
-    return js, _numbers(step.values, used)
+    def __init__(self):
+        self.names: dict = {}  # JavaScript text (unnamed) -> function name
+        self.js: list = []
+
+    def add(self, exprs: dict, values) -> tuple[str, dict]:
+        """(name of the function of ``exprs``, the numbers of the symbols it reads)."""
+        text, used = js_source(exprs, "__F__")
+        name = self.names.get(text)
+        if name is None:
+            name = self.names[text] = f"f{len(self.names)}"
+            self.js.append(text.replace("function __F__(", f"function {name}(", 1))
+        return name, _numbers(values, used)
 
 
 def _numbers(values, used) -> dict:
     return {str(s): float(v) for s, v in values.items() if str(s) in set(used)}
 
 
-def _variant(model, hw, dep, wl, mb: int) -> dict | None:
-    """The step and memory expressions of ``dep`` at ``mb`` micro-batches, as JavaScript: the
-    step (serve: the decode step, and the mixed step as ``mix``) and the memory, as
-    :func:`moesym.model.predictor.predict` and ``serve_models`` build them; None where the
-    overlap schedule cannot run ``mb`` micro-batches (a dense model: one)."""
+def _step_exprs(step) -> tuple[dict, dict | None]:
+    """A step model's report expressions and the operation and transfer times of its overlap
+    schedule (``tl/...``, and ``tlc/...`` with FP8 GEMMs capped where the layout caps them), and
+    the schedule's layout as data; the layout is a note where there is no layer to draw (as
+    :meth:`moesym.model.step.StepModel.timeline` refuses)."""
+    from .model import overlap
+    from .model.report import report_expressions
+    from .model.step import operation_times
+    from .schedules import load, resolve_name
+    from .symbols import S
+
+    exprs = {k: v for k, v in report_expressions(step).items()
+             if not k.startswith(("kernel/", "work/"))}
+    dep, wl = step.deployment, step.workload
+    name = resolve_name(dep.overlap, dep.micro_batches, wl.phase.engine)
+    sched = load(name)
+    if not step.model.is_moe:
+        return exprs, {"note": f"{step.model.name} is dense: no MoE layer and no overlap "
+                               "schedule to draw"}
+    if sched.ideal:
+        return exprs, {"note": "this structure runs the ideal bound, not a schedule: no "
+                               "operation order to draw (pick --overlap none, sbo or "
+                               "tbo-sglang)"}
+    lay = sched.layout(wl.phase.engine)
+    exprs["tl/phi"] = overlap.sm_share(overlap.resolve_a2a(dep, wl.phase))
+    sets = {"tl": step.terms}
+    if lay.gemm_sms == "reserve_comm" and step.capped_terms is not None:
+        sets["tlc"] = step.capped_terms()
+    for tag, terms in sets.items():
+        if terms is None:
+            continue
+        for op, e in operation_times(terms, S.micro_batches).items():
+            exprs[f"{tag}/op/{op}"] = e
+        for k in ("dispatch", "combine"):
+            exprs[f"{tag}/tr/{k}"] = terms[k].total_s
+    return exprs, {"name": name, "mb": lay.micro_batches, "delta": lay.delta_stages,
+                   "stages": [list(s) for s in lay.stages], "capped": "tlc/tr/dispatch" in exprs}
+
+
+def _variant(model, hw, d, wl, fns: _Functions) -> dict | None:
+    """The step and memory models of deployment ``d`` (its micro-batch count, schedule and A2A
+    mode), as generated functions: the step (serve: the decode step, and the mixed step as
+    ``mix``) and the memory, as :func:`moesym.model.predictor.predict` and ``serve_models``
+    build them; None where ``d`` cannot run (a schedule of another micro-batch count; a dense
+    model: one micro-batch)."""
     from .memory import memory_model
     from .model.metrics import serve_chunk
     from .model.step import build_step
 
-    d = replace(dep, micro_batches=mb)
     try:
         d.check_overlap(wl.phase)
         if wl.phase is Phase.SERVE:
             d.check_overlap(Phase.DECODE)
     except MoesymError:
         return None
-    js, out = [], {}
+    out: dict = {"fn": {}}
     if wl.phase is Phase.SERVE:
         chunk = serve_chunk(wl.chunk, hw.hbm_capacity_bytes, d.dp, d.engine)
-        mix_js, out["mix"] = _js_model(build_step(model, hw, d, replace(wl, chunk=chunk)),
-                                       f"mix{mb}")
-        js.append(mix_js)
+        mix = build_step(model, hw, d, replace(wl, chunk=chunk))
+        out["fn"]["mix"], out["mix"] = fns.add(_step_exprs(mix)[0], mix.values)
         opts = dict(d.memory_options)
         opts.setdefault("prefill_tokens", chunk)  # the chunk's activations beside the decode's
         d = replace(d, memory_options=tuple(sorted(opts.items())))
         wl = Workload(Phase.DECODE, batch=wl.batch, context=wl.context)
-    step_js, out["step"] = _js_model(build_step(model, hw, d, wl), f"step{mb}")
+    step = build_step(model, hw, d, wl)
+    exprs, out["timeline"] = _step_exprs(step)
+    out["fn"]["step"], out["step"] = fns.add(exprs, step.values)
     mm = memory_model(model, hw, d, wl)
     e = mm.expressions
     mem = {"memory_bytes": mm.used_expr(), "weights": sum(e["weights"].values()),
            "kv": e["kv"], "activations": sum(e["activation"].values()),
            "workspaces": sum(e["workspace"].values(), sp.Integer(0)),
            "comm buffers": sum(e["comm"].values()), "runtime reserve": e["reserve"]}
-    mem_js, mem_syms = js_source(mem, f"memory{mb}")
-    out["memory"] = _numbers(mm.values, mem_syms)
-    out["js"] = "\n".join([*js, step_js, mem_js])
+    out["fn"]["memory"], out["memory"] = fns.add(mem, mm.values)
+    return out
+
+
+_SCHEDULES = ("auto", "none", "sbo", "tbo-sglang", "ideal")  # the schedules a page may offer
+_A2A_MODES = ("auto", "allgather", "deepep-normal", "deepep-ll")  # (a 2D mesh is refused)
+
+
+def _structures(model, hw, dep, wl) -> tuple[list, list, list]:
+    """(micro-batch counts, schedules, A2A modes) the page offers: micro-batches 1, 2 and the
+    command's; where the layer has an all-to-all (MoE, EP > 1), the command's schedule and A2A
+    mode and the built-in others this deployment accepts."""
+    from .specs.checks import check_inputs
+    from .specs.deployment import A2AMode
+
+    mbs = sorted({1, 2, dep.micro_batches})
+    if not model.is_moe or dep.ep == 1:
+        return mbs, [dep.overlap], [dep.a2a.value]
+    modes = []
+    for m in dict.fromkeys((dep.a2a.value, *_A2A_MODES)):
+        try:
+            check_inputs(model, hw, replace(dep, a2a=A2AMode(m)), wl)
+        except (MoesymError, ValueError):
+            continue
+        modes.append(m)
+    return mbs, list(dict.fromkeys((dep.overlap, *_SCHEDULES))), modes
+
+
+def _variants(model, hw, dep, wl, fns: _Functions) -> dict:
+    """``{"MB/SCHEDULE/A2A": variant}`` of every structure the page offers that can run. Two
+    names of one structure (``auto`` and the schedule or mode it resolves to) share one
+    variant, built once."""
+    from .schedules import resolve_name
+    from .specs.deployment import A2AMode
+
+    mbs, schedules, modes = _structures(model, hw, dep, wl)
+    phases = [wl.phase, Phase.DECODE] if wl.phase is Phase.SERVE else [wl.phase]
+    built: dict = {}
+    out = {}
+    for mb in mbs:
+        for ov in schedules:
+            for a2a in modes:
+                d = replace(dep, micro_batches=mb, overlap=ov, a2a=A2AMode(a2a))
+                same = (mb, tuple(resolve_name(ov, mb, p.engine) for p in phases),
+                        tuple(d.resolved_a2a(p) for p in phases))
+                if same not in built:
+                    built[same] = _variant(model, hw, d, wl, fns)
+                if built[same] is not None:
+                    out[f"{mb}/{ov}/{a2a}"] = built[same]
     return out
 
 
@@ -282,15 +375,13 @@ def _data(model, hw, dep, wl, argv) -> dict:
     from .model.metrics import clamp_micro_batches
 
     dep = clamp_micro_batches(dep, wl)
-    mbs = sorted({1, 2, dep.micro_batches})
-    variants, js = {}, []
-    for mb in mbs:
-        v = _variant(model, hw, dep, wl, mb)
-        if v is None:  # a schedule this deployment cannot run (dense: one micro-batch)
-            continue
-        js.append(v.pop("js"))
-        variants[mb] = v
-    static = variants[dep.micro_batches]["step"]
+    fns = _Functions()
+    variants = _variants(model, hw, dep, wl, fns)
+    structures = list({id(v): v for v in variants.values()}.values())
+    index = {id(v): i for i, v in enumerate(structures)}
+    start = f"{dep.micro_batches}/{dep.overlap}/{dep.a2a.value}"
+    static = variants[start]["step"]
+    mbs, schedules, modes = _structures(model, hw, dep, wl)
     combos = _combos(model, hw, dep, wl)
     experts = model.num_experts + dep.redundant_experts
     rho = ({e: group_var_factor(model, e) for e in {c[1] for c in combos}}
@@ -303,7 +394,7 @@ def _data(model, hw, dep, wl, argv) -> dict:
     given_chunk = bool(prefill and wl.chunk != min(wl.tokens, wl.context))
     base = predict_argv(argv, drop=("--batch", "--tokens", "--context", "--gpus", "--ep", "--tp",
                                     "--micro-batches", "--hardware", "--chunk", "--phase", "--a2a",
-                                    "--pp", "--cp", "--isl", "--osl"))
+                                    "--overlap", "--pp", "--cp", "--isl", "--osl"))
     serve = {}
     if wl.phase is Phase.SERVE:  # the chunk each (GPUs, TP) runs: given, or the engine's
         from .model.metrics import serve_chunk
@@ -311,12 +402,14 @@ def _data(model, hw, dep, wl, argv) -> dict:
         serve = {"chunks": [serve_chunk(wl.chunk, hw.hbm_capacity_bytes, g // tp, dep.engine)
                             for g, _, tp in combos],
                  "chunkGiven": wl.chunk, "isl": wl.isl, "osl": wl.osl}
-    base += ["--a2a", dep.a2a.value, "--pp", str(dep.pp), "--cp", str(dep.cp)]
+    base += ["--pp", str(dep.pp), "--cp", str(dep.cp)]
     return {
         "version": __version__, "phase": wl.phase.value, "model": model.name, "hw": hw.name,
         "command": shlex.join(["moesym", *argv]), "base": base,
         "calibration": hw.kernel.get("source", "") or "",
-        "variants": {str(k): v for k, v in variants.items()},
+        "structures": structures, "variants": {k: index[id(v)] for k, v in variants.items()},
+        "mbs": [m for m in mbs if any(k.startswith(f"{m}/") for k in variants)],
+        "schedules": schedules, "modes": modes,
         "combos": combos, "rho": {str(k): v for k, v in rho.items()},
         "hardware": hw_inputs, "hwName": _hardware_arg(argv) or hw.name,
         "hwToml": hw_file.read_text(encoding="utf-8") if hw_file else None,
@@ -326,9 +419,10 @@ def _data(model, hw, dep, wl, argv) -> dict:
         "capacity": hw.hbm_capacity_bytes,
         "chunk": wl.chunk if given_chunk else 0,
         "start": {"work": wl.tokens if prefill else wl.batch, "context": wl.context,
-                  "gpus": dep.gpus, "ep": dep.ep, "tp": dep.tp, "mb": dep.micro_batches},
+                  "gpus": dep.gpus, "ep": dep.ep, "tp": dep.tp, "mb": dep.micro_batches,
+                  "overlap": dep.overlap, "a2a": dep.a2a.value},
         "serve": serve,
-    }, "\n".join(js)
+    }, "\n".join(fns.js)
 
 
 def interactive_html(model, hw, dep, wl, argv=(), optimize_result=None) -> str:
@@ -349,7 +443,8 @@ def interactive_html(model, hw, dep, wl, argv=(), optimize_result=None) -> str:
     hw_rows = "".join(_slider(h["id"], f"{h['label']} ({h['unit']})", h["value"],
                               h["value"] / 4, h["value"] * 4, "any")
                       for h in data["hardware"])
-    mbs = ", ".join(data["variants"])
+    mbs = ", ".join(map(str, data["mbs"]))
+    runs = "; ".join(sorted(data["variants"]))
     combos = "; ".join(f"{g}/{e}/{t}" for g, e, t in data["combos"])
     calibration = data["calibration"] or "no [kernel] fit in the hardware file: the defaults"
     provenance = (f"moesym {escape(data['version'])}; made by <code>{escape(data['command'])}"
@@ -368,13 +463,17 @@ the inputs give: the compiled step and memory models run here as JavaScript, off
         f"<option value='{i}'{' selected' if c == [s['gpus'], s['ep'], s['tp']] else ''}>"
         f"{c[0]} GPUs, EP {c[1]}, TP {c[2]}</option>" for i, c in enumerate(data["combos"]))}
 </select></span><span></span>
-<label>micro-batches</label><span><select id='mb'>{"".join(
-        f"<option{' selected' if int(k) == s['mb'] else ''}>{k}</option>"
-        for k in data["variants"])}</select></span><span></span>
+{_select("mb", "micro-batches", data["mbs"], s["mb"])}
+{_select("overlap", "overlap schedule", data["schedules"], s["overlap"])}
+{_select("a2a", "A2A mode", data["modes"], s["a2a"])}
 {hw_rows}</div>
-<p class='note'>Pre-generated structure: micro-batch counts {escape(mbs)} (fewer run when the
-work is smaller, as predict clamps); GPUs/EP/TP of this deployment's structure class only
-({escape(combos)}). Other models, GPUs, phases, schedules or A2A modes: generate another page.</p>
+<p class='note'>Pre-generated structure ({len(data["structures"])} models): micro-batch counts
+{escape(mbs)} (fewer run when the work is smaller, as predict clamps), overlap schedules
+{escape(", ".join(data["schedules"]))} and A2A modes {escape(", ".join(data["modes"]))} where
+they run (micro-batches/schedule/A2A: {escape(runs)}; another pair is refused, as predict refuses
+it); GPUs/EP/TP of this deployment's structure class only ({escape(combos)}). Other models,
+GPUs, phases or a user schedule file: generate another page.</p>
+<p id='error' class='note' style='color:#aa3377'></p>
 <h2>Prediction</h2><table>
 <tr><th>step time</th><td class='n'><output id='step_time_s'></output></td></tr>
 <tr><th>tokens / GPU / s</th><td class='n'><output id='tokens_per_gpu_s'></output></td></tr>
@@ -385,7 +484,9 @@ work is smaller, as predict clamps); GPUs/EP/TP of this deployment's structure c
 <pre id='cmd'></pre>
 <h2>Where the time goes</h2><div id='breakdown'></div>
 <h2>Sweep over the {'tokens' if prefill else 'batch'}</h2><div id='sweep'></div>
+<h2>One steady-state layer</h2><div id='timeline'></div>
 <h2>Memory</h2><div id='memory'></div>
+<h2>Sensitivities</h2><div id='sensitivity'></div>
 <p class='note'>Redraw: <output id='redraw_ms'></output> ms.</p>
 <script>
 {js}
@@ -393,6 +494,13 @@ const D = {json.dumps(data)};
 const FLAG = {json.dumps(work[1])};
 {_runtime()}
 </script></body></html>"""
+
+
+def _select(ident: str, label: str, options, value) -> str:
+    opts = "".join(f"<option{' selected' if str(o) == str(value) else ''}>{escape(str(o))}"
+                   "</option>" for o in options)
+    return (f"<label for='{ident}'>{escape(label)}</label><span><select id='{ident}'>{opts}"
+            "</select></span><span></span>")
 
 
 def _slider(ident: str, label: str, value, lo, hi, step) -> str:

@@ -83,44 +83,135 @@ def test_length_distributions_are_refused_in_one_line(tmp_path, capsys):
 
 
 _NODE_RUN = """
-const points = JSON.parse(process.argv[1]);
+const points = JSON.parse(process.argv[2]);
 const out = points.map(p => {
   const hw = {}; for (const h of D.hardware) hw[h.id] = h.value;
   const combo = D.combos.findIndex(c => c.join() === [p.gpus, p.ep, p.tp].join());
-  const r = evaluate(Object.assign({}, p, {combo: combo, hw: hw}));
+  const state = Object.assign({overlap: D.start.overlap, a2a: D.start.a2a}, p,
+                              {combo: combo, hw: hw});
+  const r = evaluate(state);
   return {step_time_s: r.step_time_s, tokens_per_gpu_s: r.tokens_per_gpu_s,
-          memory_bytes: r.memory_bytes, bound: r.bound};
+          memory_bytes: r.memory_bytes, bound: r.bound, timeline: timeline(r),
+          sensitivity: sensitivities(state)};
 });
 console.log(JSON.stringify(out));
 """
+
+
+def _node(tmp_path, html: str, points) -> list:
+    """The page's script run by Node at ``points`` (a file: the script is longer than one
+    command-line argument may be)."""
+    js = tmp_path / "page.js"
+    js.write_text(_script(html) + _NODE_RUN)
+    run = subprocess.run([NODE, str(js), json.dumps(points)], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr[-800:]
+    return json.loads(run.stdout)
+
+
+def _structure(p) -> list:
+    return [x for k in ("overlap", "a2a") if k in p for x in (f"--{k}", p[k])]
+
+
+def _library_point(argv, p):
+    """(model, hardware, deployment, workload) of the test's own command line at ``p``, with
+    the micro-batches predict runs (no more than the work)."""
+    from moesym.cli.common import inputs_from
+    from moesym.cli import build_parser
+    from moesym.model.metrics import clamp_micro_batches
+
+    flag = "--tokens" if "--tokens" in argv else "--batch"
+    point = ("--batch", "--tokens", "--context", "--isl", "--osl", "--gpus", "--ep", "--tp")
+    base = [a for i, a in enumerate(argv) if a not in point and argv[i - 1] not in point]
+    args = build_parser().parse_args(["predict", *_flags(base, flag, p), *_structure(p)])
+    model, hw, dep, wl = inputs_from(args)
+    return model, hw, clamp_micro_batches(dep, wl), wl
 
 
 @pytest.mark.skipif(NODE is None, reason="Node.js is not installed (apt-get install nodejs)")
 @pytest.mark.parametrize("argv,flag,points", [
     (DECODE, "--batch", [dict(work=64, context=4096, gpus=4, ep=4, tp=1, mb=1),
                          dict(work=1, context=128, gpus=8, ep=8, tp=1, mb=2),
-                         dict(work=700, context=30000, gpus=2, ep=2, tp=1, mb=2)]),
+                         dict(work=700, context=30000, gpus=2, ep=2, tp=1, mb=2),
+                         dict(work=96, context=2000, gpus=4, ep=4, tp=1, mb=1, overlap="none",
+                              a2a="deepep-normal"),
+                         dict(work=300, context=9000, gpus=8, ep=8, tp=1, mb=2,
+                              overlap="tbo-sglang", a2a="allgather"),
+                         dict(work=40, context=1000, gpus=4, ep=4, tp=1, mb=2, overlap="ideal")]),
     (DECODE[:-4] + ["--gpus", "4", "--ep", "4", "--tp", "2", "--a2a", "allgather"], "--batch",
      [dict(work=100, context=4096, gpus=8, ep=8, tp=4, mb=2),
       dict(work=33, context=20000, gpus=16, ep=16, tp=16, mb=1)]),
     (SERVE, "--batch", [dict(work=64, isl=1024, osl=1024, gpus=4, ep=4, tp=1, mb=1),
                         dict(work=200, isl=8000, osl=300, gpus=8, ep=8, tp=1, mb=2),
-                        dict(work=5, isl=100, osl=3000, gpus=2, ep=2, tp=1, mb=1)]),
+                        dict(work=5, isl=100, osl=3000, gpus=2, ep=2, tp=1, mb=1),
+                        dict(work=50, isl=2000, osl=500, gpus=4, ep=4, tp=1, mb=1,
+                             overlap="none", a2a="deepep-ll")]),
     (PREFILL, "--tokens", [dict(work=16384, context=4096, gpus=32, ep=32, tp=1, mb=1),
-                           dict(work=3000, context=9000, gpus=64, ep=64, tp=1, mb=2)]),
+                           dict(work=3000, context=9000, gpus=64, ep=64, tp=1, mb=2),
+                           dict(work=8192, context=8192, gpus=32, ep=32, tp=1, mb=2,
+                                overlap="tbo-sglang"),
+                           dict(work=4096, context=4096, gpus=16, ep=16, tp=1, mb=1,
+                                overlap="none", a2a="deepep-ll")]),
 ])
 def test_the_generated_javascript_gives_predicts_numbers(tmp_path, capsys, argv, flag, points):
-    script = _script(_page(tmp_path, argv).read_text())
-    run = subprocess.run([NODE, "-e", script + _NODE_RUN, json.dumps(points)],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-800:]
+    got_all = _node(tmp_path, _page(tmp_path, argv).read_text(), points)
     point = ("--batch", "--tokens", "--context", "--isl", "--osl", "--gpus", "--ep", "--tp")
     base = [a for i, a in enumerate(argv) if a not in point and argv[i - 1] not in point]
-    for p, got in zip(points, json.loads(run.stdout)):
-        want = _predict(capsys, _flags(base, flag, p))
+    for p, got in zip(points, got_all):
+        want = _predict(capsys, [*_flags(base, flag, p), *_structure(p)])
         for k in ("step_time_s", "tokens_per_gpu_s", "memory_bytes"):
             assert _close(got[k], want[k]), (p, k, got[k], want[k])
         assert got["bound"] == want["bound"], p
+
+
+@pytest.mark.skipif(NODE is None, reason="Node.js is not installed (apt-get install nodejs)")
+@pytest.mark.parametrize("argv", [DECODE, PREFILL], ids=["decode", "prefill"])
+def test_the_timeline_and_sensitivities_are_the_step_models(tmp_path, argv):
+    """At random points (work, length, GPUs/EP/TP, micro-batches, schedule and A2A mode drawn
+    from what the page offers): each operation's start and end equal
+    :meth:`StepModel.timeline` of the step model built at that point (1e-9 of the layer
+    period), and the page's elasticities of the step time to each hardware number (central
+    differences) equal ``derive sensitivity``'s exact ones summed over the symbols the number
+    sets (1e-6, relative to the largest elasticity of the point)."""
+    from moesym import derive as dv
+    from moesym.model.step import build_step
+    from moesym.schedules import resolve_name
+
+    html = _page(tmp_path, argv).read_text()
+    data = json.loads(re.search(r"const D = (\{.*\});\n", html).group(1))
+    prefill = "--tokens" in argv
+    rng = random.Random(3737)
+    points = []
+    while len(points) < 8:
+        key = rng.choice(sorted(data["variants"]))
+        mb, overlap, a2a = key.split("/")
+        g, ep, tp = rng.choice(data["combos"])
+        work = rng.randint(512, 32768) if prefill else rng.randint(1, 1024)
+        if int(mb) > work:
+            continue
+        points.append(dict(work=work, context=rng.randint(256, 32768), gpus=g, ep=ep, tp=tp,
+                           mb=int(mb), overlap=overlap, a2a=a2a))
+    results = _node(tmp_path, html, points)
+    assert sum(1 for got in results if got["timeline"]) >= 3  # enough points run a schedule
+    for p, got in zip(points, results):
+        model, hw, dep, wl = _library_point(argv, p)
+        step = build_step(model, hw, dep, wl)
+        if got["timeline"] is None:
+            assert resolve_name(dep.overlap, dep.micro_batches, wl.phase.engine) == "ideal", p
+        else:
+            want = step.timeline()
+            period = max(e["end_s"] for e in want)
+            assert len(got["timeline"]) == len(want), p
+            for a, b in zip(got["timeline"], want):
+                assert {k: a[k] for k in ("name", "stream", "micro_batch", "layer")} == \
+                    {k: b[k] for k in ("name", "stream", "micro_batch", "layer")}, p
+                for k in ("start_s", "end_s"):
+                    assert abs(a[k] - b[k]) <= 1e-9 * period, (p, a, b)
+        rows = {str(s): e for s, e in dv.sensitivity(model, hw, dep, wl, "step_time")["rows"]}
+        top = max(abs(e) for e in rows.values())
+        for h in data["hardware"]:
+            want = sum(rows.get(s, 0.0) for s in h["symbols"])
+            assert abs(got["sensitivity"][h["id"]] - want) <= 1e-6 * top, (p, h["id"], want)
 
 
 # ------------------------------------------------------------------ headless Chromium
