@@ -23,8 +23,8 @@ function hwValues(state) {  // symbol -> SI number from the hardware inputs
   return out;
 }
 
-function evaluate(state) {  // the predict report's numbers at a point (metrics.report_from_numbers)
-  if (SERVE) return evaluateServe(state);
+function evaluate(state, full = true) {  // predict's numbers at a point (metrics.report_from_numbers);
+  if (SERVE) return evaluateServe(state, full);  // not full: the times alone (no memory, no bounds)
   const prefill = D.phase === "prefill";
   const [gpus, ep, tp] = D.combos[state.combo];
   const work = state.work, L = state.context;
@@ -39,21 +39,19 @@ function evaluate(state) {  // the predict report's numbers at a point (metrics.
     wlMem = {T: work / D.cp, L: L, C: chunk, B: Math.max(1, Math.ceil(work / L)) / D.cp};
   } else { wl = {B: work, L: L}; wlMem = {B: work, L: L}; }
   const sv = Object.assign({}, V.step, common, wl);
-  const nums = FN[V.fn.step](sv);
-  const mem = FN[V.fn.memory](Object.assign({}, V.memory, common, wlMem));
-  const t = nums.step_time_s;
-  const r = {step_time_s: t, nums: nums, mem: mem, memory_bytes: mem.memory_bytes, mb: Number(mb),
-    layout: V.timeline};
+  const nums = FN[V.fn.step](sv), t = nums.step_time_s;
+  const r = {step_time_s: t, nums: nums, mb: Number(mb), layout: V.timeline};
   if (prefill) {
     r.tokens_per_gpu_s = work / (tp * D.pp * D.cp) / t;
     r.latency_s = t * Math.max(1.0, L / Math.min(wl.C, work));
   } else { r.tokens_per_gpu_s = work / (tp * D.pp) / t; r.latency_s = t; }
-  r.fits = r.memory_bytes <= D.capacity;
-  Object.assign(r, bounds(nums, sv, Number(mb)));
-  return r;
+  if (!full) return r;
+  r.mem = FN[V.fn.memory](Object.assign({}, V.memory, common, wlMem));
+  r.memory_bytes = r.mem.memory_bytes; r.fits = r.memory_bytes <= D.capacity;
+  return Object.assign(r, bounds(nums, sv, Number(mb)));
 }
 
-function evaluateServe(state) {  // predictor.predict_serve: metrics' serving steady state
+function evaluateServe(state, full) {  // predictor.predict_serve: metrics' serving steady state
   const [gpus, ep, tp] = D.combos[state.combo], V = variant(state.mb, state);
   const chunk = D.serve.chunks[state.combo], isl = state.isl, osl = state.osl, B = state.work;
   const common = Object.assign({N_gpu: gpus, e_p: ep, t_p: tp, n_mb: state.mb}, hwValues(state));
@@ -68,8 +66,9 @@ function evaluateServe(state) {  // predictor.predict_serve: metrics' serving st
   const mixValues = Object.assign({}, V.mix, common,
     {B: decoding, L: kv, T: prefill / share, L_in: isl, C: chunk});
   const mix = FN[V.fn.mix](mixValues);
-  const mem = FN[V.fn.memory](Object.assign({}, V.memory, common, {B: B, L: kv, T_pf: chunk}));
   const t = share * mix.step_time_s + (1 - share) * dec.step_time_s;  // serve_rates
+  if (!full) return {step_time_s: t, tokens_per_gpu_s: decoding / (tp * D.pp) / t, latency_s: t};
+  const mem = FN[V.fn.memory](Object.assign({}, V.memory, common, {B: B, L: kv, T_pf: chunk}));
   const mixed = bounds(mix, V.mix, state.mb), decode = bounds(dec, V.step, state.mb);
   const mixedBusy = share * mix.step_time_s;  // serve_report: the step that takes most time
   return {step_time_s: t, nums: mix, mem: mem, memory_bytes: mem.memory_bytes, mb: state.mb,
@@ -81,14 +80,20 @@ function evaluateServe(state) {  // predictor.predict_serve: metrics' serving st
       "prefill draws each"}};
 }
 
+const PARTS = new Map();  // output name -> [key, index, field] of part/KEY/I/FIELD, else null
 function kernels(nums) {  // {key: [{field: s}]} from part/KEY/I/FIELD
   const out = {};
-  for (const [name, v] of Object.entries(nums)) {
-    if (!name.startsWith("part/")) continue;
-    const [, key, i, f] = name.split("/");
-    (out[key] = out[key] || []);
-    while (out[key].length <= Number(i)) out[key].push({});
-    out[key][Number(i)][f] = v;
+  for (const name in nums) {
+    let k = PARTS.get(name);
+    if (k === undefined) {
+      k = name.startsWith("part/") ? name.split("/").slice(1) : null;
+      if (k) k[1] = Number(k[1]);
+      PARTS.set(name, k);
+    }
+    if (k === null) continue;
+    const list = out[k[0]] || (out[k[0]] = []);
+    while (list.length <= k[1]) list.push({});
+    list[k[1]][k[2]] = nums[name];
   }
   return out;
 }
@@ -225,7 +230,7 @@ function sensitivities(state) {
   const out = {};
   for (const h of D.hardware) {
     const at = f => evaluate(Object.assign({}, state, {hw: Object.assign({}, state.hw,
-      {[h.id]: state.hw[h.id] * Math.exp(f * LOG_STEP)})})).step_time_s;
+      {[h.id]: state.hw[h.id] * Math.exp(f * LOG_STEP)})}), false).step_time_s;
     out[h.id] = state.hw[h.id] === 0 ? 0 : (Math.log(at(1)) - Math.log(at(-1))) / (2 * LOG_STEP);
   }
   return out;
@@ -297,17 +302,26 @@ function stack(items, unit, title) {  // as moesym.svg.stack
   return svg(width, 80 + 18 * Math.floor((items.length + 2) / 3), body, title);
 }
 
-function attempt(state) {  // evaluate, or null where the structure does not run (predict refuses)
-  try { return evaluate(state); } catch (e) { return null; }
+function attempt(state, full) {  // evaluate, or null where the structure does not run (predict refuses)
+  try { return evaluate(state, full); } catch (e) { return null; }
 }
 
 function routedComputeBound(state, work) {  // the routed experts' roofline at another work size
-  const r = attempt(Object.assign({}, state, {work: work}));
-  return r !== null && r.roofline.routed_experts === "compute";
+  const r = attempt(Object.assign({}, state, {work: work}), false);
+  if (r === null) return false;
+  const [c, m] = keyRooflines(r.nums).routed_experts;  // bounds' roofline side of the key
+  return (c || m) > 0 && c >= m;
 }
 
+let CROSS = [null, null];  // the last crossover and the inputs it was found at (all but the work)
 function crossover(state) {  // smallest work where the routed experts turn compute-bound
   if (!D.isMoe || D.phase !== "decode") return null;
+  const key = JSON.stringify(Object.assign({}, state, {work: 0}));
+  if (CROSS[1] !== key) CROSS = [search(state), key];  // the work does not move it
+  return CROSS[0];
+}
+
+function search(state) {
   let lo = 1, hi = 1 << 20;
   if (routedComputeBound(state, lo) || !routedComputeBound(state, hi)) return null;
   while (hi - lo > 1) { const mid = Math.floor((lo + hi) / 2); if (routedComputeBound(state, mid)) hi = mid; else lo = mid; }
@@ -402,7 +416,7 @@ function redraw() {
   for (let i = 0; i < 18; i++) {
     const x = Math.round(lo * (hi / lo) ** (i / 17));
     if (xs.length && x === xs[xs.length - 1]) continue;
-    const p = attempt(Object.assign({}, state, {work: x}));  // none where predict refuses
+    const p = attempt(Object.assign({}, state, {work: x}), false);  // none where predict refuses
     xs.push(x); thr.push(p ? p.tokens_per_gpu_s : NaN); lat.push(p ? p.latency_s * 1e3 : NaN);
   }
   const c = crossover(state), marks = [[state.work, "this point", "#000000"]];

@@ -223,7 +223,7 @@ _DRIVER = """
   const set = (id, v) => { const e = document.getElementById(id); e.value = String(v);
     e.dispatchEvent(new Event(e.tagName === "SELECT" ? "change" : "input")); };
   for (const p of points) {
-    set("work", p.work); set("mb", p.mb);
+    set("work", p.work); set("mb", p.mb); set("overlap", p.overlap); set("a2a", p.a2a);
     for (const k of ["context", "isl", "osl"]) if (p[k] !== undefined) set(k, p[k]);
     const combo = Array.from(document.getElementById("combo").options)
       .findIndex(o => o.textContent === `${p.gpus} GPUs, EP ${p.ep}, TP ${p.tp}`);
@@ -235,7 +235,10 @@ _DRIVER = """
               memory_bytes: read("memory_bytes"), redraw_ms: read("redraw_ms"),
               cmd: document.getElementById("cmd").textContent,
               bars: document.querySelectorAll("#breakdown rect").length,
-              lines: document.querySelectorAll("#sweep polyline").length});
+              lines: document.querySelectorAll("#sweep polyline").length,
+              timeline: document.querySelectorAll("#timeline rect").length,
+              sensitivity: document.querySelectorAll("#sensitivity rect").length,
+              error: document.getElementById("error").textContent});
   }
   const pre = document.createElement("pre"); pre.id = "results";
   pre.textContent = JSON.stringify({points: out,
@@ -282,6 +285,8 @@ def _run_copied(command: str, folder, capsys) -> dict:
 def test_twenty_random_points_in_headless_chromium(tmp_path, capsys, argv):
     from moesym import Deployment, Workload, load_hardware, load_model
     from moesym.model.predictor import predict
+    from moesym.schedules import resolve_name
+    from moesym.specs.deployment import A2AMode
 
     page = _page(tmp_path, argv)
     phase = argv[argv.index("--phase") + 1]
@@ -297,8 +302,13 @@ def test_twenty_random_points_in_headless_chromium(tmp_path, capsys, argv):
                                 for k, v in hw_start.items() if rng.random() < 0.7}
         lengths = (dict(isl=rng.randint(16, 16384), osl=rng.randint(1, 8192)) if phase == "serve"
                    else dict(context=rng.randint(128, 32768)))
-        points.append(dict(work=rng.randint(1, 2048), gpus=g, ep=ep, tp=tp,
-                           mb=rng.choice([1, 2]), hw=hw, **lengths))
+        work = rng.randint(1, 2048)
+        structure = dict(mb=rng.choice([1, 2]), overlap=data["start"]["overlap"],
+                         a2a=data["start"]["a2a"])
+        if i % 2:  # a schedule and A2A mode the page offers, at a micro-batch count it runs
+            key = rng.choice([k for k in sorted(data["variants"]) if int(k[0]) <= work])
+            structure = dict(zip(("mb", "overlap", "a2a"), key.split("/")), mb=int(key[0]))
+        points.append(dict(work=work, gpus=g, ep=ep, tp=tp, hw=hw, **structure, **lengths))
     driven = tmp_path / "driven.html"
     driven.write_text(html.replace("</body>", _DRIVER % json.dumps(points), 1))
     run = subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu",
@@ -316,21 +326,25 @@ def test_twenty_random_points_in_headless_chromium(tmp_path, capsys, argv):
     model, h20 = load_model("qwen3-30b-a3b"), load_hardware("h20")
     for p, got in zip(points, res["points"]):
         if not p["hw"]:  # the CLI, in process, with the test's own flags
-            want = _predict(capsys, _flags(["qwen3-30b-a3b", "--hardware", "h20", "--phase",
-                                            phase], "--batch", p))
+            want = _predict(capsys, [*_flags(["qwen3-30b-a3b", "--hardware", "h20", "--phase",
+                                              phase], "--batch", p), *_structure(p)])
         else:  # the library on a hardware spec changed field by field
             hw = h20
             for k, v in p["hw"].items():
                 hw = _HW_FIELDS[k](hw, v)
             want = predict(model, hw, Deployment(gpus=p["gpus"], ep=p["ep"], tp=p["tp"],
-                                                 micro_batches=p["mb"]),
+                                                 micro_batches=p["mb"], overlap=p["overlap"],
+                                                 a2a=A2AMode(p["a2a"])),
                            Workload(phase, batch=p["work"], context=p["context"])
                            if phase == "decode" else  # serve: the mean KV, ISL + OSL // 2
                            Workload(phase, batch=p["work"], isl=p["isl"], osl=p["osl"],
                                     context=p["isl"] + p["osl"] // 2))
         for k in ("step_time_s", "tokens_per_gpu_s", "memory_bytes"):
             assert _close(got[k], want[k]), (p, k, got[k], want[k])
-        assert got["bars"] >= 5 and got["lines"] == 2  # the charts redrew
+        assert got["bars"] >= 5 and got["lines"] == 2 and not got["error"]  # the charts redrew
+        assert got["sensitivity"] == len(data["hardware"])
+        ideal = resolve_name(p["overlap"], min(p["mb"], p["work"]), "decode") == "ideal"
+        assert (got["timeline"] > 0) == (phase == "decode" and not ideal), p
         copied = _run_copied(got["cmd"], tmp_path, capsys)  # the command reproduces the point
         for k in ("step_time_s", "tokens_per_gpu_s", "memory_bytes"):
             assert _close(copied[k], want[k]), (p, k, copied[k], want[k])
