@@ -9,12 +9,18 @@ bounds each key, the step's bound) and redraws the charts as plain SVG. Sliders 
 move the workload (batch or prompt tokens, context; serve: requests in flight, ISL and OSL, the
 steady state of :mod:`moesym.model.metrics` from the mixed and the decode step), the deployment
 (GPUs, EP and TP among those of the command's structure class, micro-batches) and the hardware
-numbers the expressions take (HBM bandwidth, tensor peaks, link bandwidths and latencies). No
-network, no server, no external script.
+numbers the expressions take (HBM bandwidth, tensor peaks, link bandwidths and latencies). The
+charts: the breakdown coloured by bound, the sweep with the crossover, the timeline of one
+steady-state layer (:func:`moesym.schedules.simulate` ported, on the operation and transfer
+times of :func:`moesym.model.step.operation_times` that the generated step also returns), the
+memory stack, and each hardware number's elasticity of the step time (a central difference of
+the generated step in log x). No network, no server, no external script.
 
-Structure the expressions do not carry (the micro-batch schedule, whether EP is 1 or spans a
-stage) is pre-generated: one model per micro-batch count (1 and 2, and the command's), and only
-the (GPUs, EP, TP) combinations of the command's structure class are offered (the page lists them).
+Structure the expressions do not carry is pre-generated, a bounded set the page lists: micro-batch
+counts 1, 2 and the command's; where the layer has an all-to-all, the built-in schedules at the
+counts they run and the A2A modes the deployment accepts (:func:`_variants`; names resolving to
+one structure share one model, and a function two models share is written once); and only the
+(GPUs, EP, TP) combinations of the command's structure class.
 """
 
 from __future__ import annotations
@@ -443,8 +449,9 @@ def interactive_html(model, hw, dep, wl, argv=(), optimize_result=None) -> str:
     hw_rows = "".join(_slider(h["id"], f"{h['label']} ({h['unit']})", h["value"],
                               h["value"] / 4, h["value"] * 4, "any")
                       for h in data["hardware"])
-    mbs = ", ".join(map(str, data["mbs"]))
-    runs = "; ".join(sorted(data["variants"]))
+    runs = "; ".join(f"{m} micro-batch{'es' if m > 1 else ''}: " + ", ".join(
+        o for o in data["schedules"] if any(k.startswith(f"{m}/{o}/") for k in data["variants"]))
+        for m in data["mbs"])
     combos = "; ".join(f"{g}/{e}/{t}" for g, e, t in data["combos"])
     calibration = data["calibration"] or "no [kernel] fit in the hardware file: the defaults"
     provenance = (f"moesym {escape(data['version'])}; made by <code>{escape(data['command'])}"
@@ -456,6 +463,7 @@ def interactive_html(model, hw, dep, wl, argv=(), optimize_result=None) -> str:
 <h1>{escape(title)}</h1>
 <p class='note'>{provenance}. The numbers below are <code>moesym predict</code>'s at the point
 the inputs give: the compiled step and memory models run here as JavaScript, offline.</p>
+<div class='cols'><div class='left'>
 <h2>Inputs</h2><div class='grid'>
 {_slider("work", work[0], s["work"], 1, max(64 * s["work"], 1024), 1)}
 {lengths}
@@ -467,12 +475,13 @@ the inputs give: the compiled step and memory models run here as JavaScript, off
 {_select("overlap", "overlap schedule", data["schedules"], s["overlap"])}
 {_select("a2a", "A2A mode", data["modes"], s["a2a"])}
 {hw_rows}</div>
-<p class='note'>Pre-generated structure ({len(data["structures"])} models): micro-batch counts
-{escape(mbs)} (fewer run when the work is smaller, as predict clamps), overlap schedules
-{escape(", ".join(data["schedules"]))} and A2A modes {escape(", ".join(data["modes"]))} where
-they run (micro-batches/schedule/A2A: {escape(runs)}; another pair is refused, as predict refuses
-it); GPUs/EP/TP of this deployment's structure class only ({escape(combos)}). Other models,
-GPUs, phases or a user schedule file: generate another page.</p>
+<details class='note'><summary>What the page offers</summary>Pre-generated structure
+({len(data["structures"])} models): the overlap
+schedules each micro-batch count runs ({escape(runs)}; fewer micro-batches run when the work is
+smaller, as predict clamps, and a schedule that cannot is refused, as predict refuses it), with
+A2A modes {escape(", ".join(data["modes"]))}; GPUs/EP/TP of this deployment's structure class
+({escape(combos)}). Other models, GPUs, phases or a user schedule file: generate another
+page.</details>
 <p id='error' class='note' style='color:#aa3377'></p>
 <h2>Prediction</h2><table>
 <tr><th>step time</th><td class='n'><output id='step_time_s'></output></td></tr>
@@ -482,12 +491,12 @@ GPUs, phases or a user schedule file: generate another page.</p>
 <tr><th>memory per GPU</th><td class='n'><output id='memory_bytes'></output></td></tr></table>
 <p>Command for this point: <button id='copy' type='button'>copy</button></p>
 <pre id='cmd'></pre>
+<p class='note'>Redraw: <output id='redraw_ms'></output> ms.</p></div><div class='right'>
 <h2>Where the time goes</h2><div id='breakdown'></div>
 <h2>Sweep over the {'tokens' if prefill else 'batch'}</h2><div id='sweep'></div>
 <h2>One steady-state layer</h2><div id='timeline'></div>
 <h2>Memory</h2><div id='memory'></div>
-<h2>Sensitivities</h2><div id='sensitivity'></div>
-<p class='note'>Redraw: <output id='redraw_ms'></output> ms.</p>
+<h2>Sensitivities</h2><div id='sensitivity'></div></div></div>
 <script>
 {js}
 const D = {json.dumps(data)};
@@ -516,7 +525,11 @@ def _runtime() -> str:
 
 
 _EXTRA_CSS = """
-.grid{display:grid;grid-template-columns:16em 1fr 9em;gap:.3em .8em;align-items:center}
-input[type=number]{width:8em}output{font-variant-numeric:tabular-nums}
+.grid{display:grid;grid-template-columns:13em 1fr 7em;gap:.3em .6em;align-items:center}
+input[type=number]{width:6.5em}input[type=range]{width:100%}
+output{font-variant-numeric:tabular-nums}
+@media (min-width:1240px){body{max-width:1260px}.cols{display:grid;gap:1.5em;
+grid-template-columns:minmax(0,1fr) 730px}.left{position:sticky;top:0;align-self:start;
+max-height:100vh;overflow-y:auto}}
 """
 
