@@ -16,6 +16,7 @@ from ..terms import attention as att
 from ..terms import comm, elementwise as ew, ffn
 from ..terms.cost import Cost, GemmShape, KernelClass, LoadShape, component_symbols, smax
 from ..terms.dims import Dims
+from ..time_models import lookup
 from . import overlap
 from .expert_tiers import host_computed
 from .report import BREAKDOWN_KEYS
@@ -335,7 +336,7 @@ def _custom_allreduce(hw: HardwareSpec | None, dep: Deployment):
 
 def tile_stepped_experts(hw: HardwareSpec | None, dep: Deployment) -> bool:
     """Expert GEMMs timed by the tile-stepped model (:mod:`moesym.kernels.tile_step`): the
-    hardware's ``[kernel]`` sets ``tile_step_base_us`` and the time model is not the roofline
-    (which leaves tiles out)."""
-    return (hw is not None and dep.timing != "roofline"
+    hardware's ``[kernel]`` sets ``tile_step_base_us`` and the deployment's time model times
+    tiles (:data:`moesym.time_models.TIME_MODELS`: the roofline leaves them out)."""
+    return (hw is not None and lookup(dep.timing)[0].tiles
             and float(hw.kernel.get("tile_step_base_us", 0) or 0) > 0)

@@ -11,7 +11,7 @@ True
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cache, cached_property, partial
 from types import MappingProxyType
 from typing import Mapping
@@ -28,9 +28,9 @@ from ..terms import attention as att
 from ..terms import compressed as cmp, elementwise as ew, ffn
 from ..terms.cost import Cost, smax, smin
 from ..terms.dims import Dims, symbolic_dims
-from ..timing import TermTime
+from ..timing import TermTime, TimeModel, time_model
 from . import overlap
-from .bindings import bindings, workload_values
+from .bindings import bindings, gemm_table_dtypes, workload_values
 from .draft import draft_s
 from .expert_tiers import with_expert_tiers
 from .layer_costs import (engine_moe_kernel, layer_costs, layer_work, tile_stepped_experts,
@@ -308,13 +308,16 @@ def _indexer(model: ModelSpec, dep: Deployment, kind: str, tokens, ctx, D: Dims)
 
 
 def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment, workload: Workload,
-               timing=None) -> StepModel:
+               timing: TimeModel | None = None) -> StepModel:
     """Compose the step model of ``model`` on ``hardware`` under ``deployment`` for ``workload``.
 
-    ``timing`` turns each cost into time; by default the deployment's time model
-    (``deployment.timing``: the analytical kernel model calibrated for this GPU,
-    :class:`moesym.kernels.timing.KernelTiming`, or the plain roofline with named efficiency
-    symbols, :class:`moesym.timing.RooflineTiming`).
+    ``timing`` turns each cost into time (a :class:`moesym.timing.TimeModel`); by default the
+    deployment's time model (``deployment.timing``, built by the registry
+    :data:`moesym.time_models.TIME_MODELS`: the analytical kernel model calibrated for this GPU,
+    :class:`moesym.kernels.timing.KernelTiming`, the plain roofline with named efficiency
+    symbols, :class:`moesym.timing.RooflineTiming`, or measured tables). The stages: checks,
+    time model, layer costs, their times, the layer under its overlap schedule, expert tiers,
+    once-per-step terms, serving efficiency and host time, pipeline stages, bindings.
     """
     hardware = _checked(model, hardware, deployment, workload)  # the engine's kernels
     numbers = cache(partial(bindings, model, hardware, deployment, workload))  # once, when needed
@@ -371,25 +374,25 @@ def _checked(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     return hardware
 
 
-def _time_model(timing, model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
-                workload: Workload, numbers):
+def _time_model(timing: TimeModel | None, model: ModelSpec, hardware: HardwareSpec,
+                deployment: Deployment, workload: Workload, numbers) -> TimeModel:
     """The time model the step runs: ``timing``, or by default the deployment's (with the
-    engine's fused-MoE kernel), bound to this configuration's numbers (``numbers()``: measured
-    tables match shapes), replayed as a CUDA graph in decode and with tile-stepped experts
-    where the hardware has them."""
+    engine's fused-MoE kernel), bound to this configuration's numbers (``numbers()``, for
+    measured tables that match shapes), replayed as a CUDA graph in decode and with tile-stepped
+    experts where the hardware has them."""
     if timing is None:  # the deployment's time model (default: the calibrated kernel model)
-        from ..timing import time_model
-
         timing = time_model(deployment.timing, hardware,
                             engine_moe_kernel(model, hardware, deployment, workload))
-    if hasattr(timing, "bind"):  # measured tables match shapes: they need the numbers
-        from .bindings import gemm_table_dtypes
 
+    def configuration() -> tuple[dict, dict]:  # every number but the workload's, GEMM dtypes
         fixed = {by_name(k) for k in workload_values(workload)}
-        timing = timing.bind({s: v for s, v in numbers().items() if s not in fixed},
-                             gemm_table_dtypes(model, hardware, deployment))
-    if workload.phase is Phase.DECODE:
-        timing = _graph_replayed(timing, hardware, deployment)
+        return ({s: v for s, v in numbers().items() if s not in fixed},
+                gemm_table_dtypes(model, hardware, deployment))
+
+    timing = timing.bind(configuration)
+    floor = _graph_kernel_s(hardware, deployment, workload)
+    if floor is not None:
+        timing = timing.graph_replayed(floor)
     if tile_stepped_experts(hardware, deployment):  # expert GEMMs in row tiles (seed 004)
         from ..kernels.tile_step import TileStepTiming
 
@@ -397,26 +400,23 @@ def _time_model(timing, model: ModelSpec, hardware: HardwareSpec, deployment: De
     return timing
 
 
-def _graph_replayed(timing, hardware: HardwareSpec, deployment: Deployment):
-    """A decode step as the engines run it: replayed as a CUDA graph (each profile captures the
-    decode batch sizes it serves), so an elementwise kernel costs the graph's per-kernel floor
-    (``[latency_us] graph_kernel``, measured: benchmarks/gpu_small_batch.md) instead of a host
-    launch. GEMM and attention floors are fitted on kernel tables already timed without host
-    launches; hardware without the measurement, and other time models, keep their costs."""
+def _graph_kernel_s(hardware: HardwareSpec, deployment: Deployment, workload: Workload):
+    """The per-kernel floor of a decode step as the engines run it, replayed as a CUDA graph
+    (each profile captures the decode batch sizes it serves): an elementwise kernel costs the
+    graph's floor (``[latency_us] graph_kernel``, measured: benchmarks/gpu_small_batch.md)
+    instead of a host launch. None for other steps, engines without graphs and hardware
+    without the measurement."""
+    if workload.phase is not Phase.DECODE:
+        return None
     from ..engines import load_engine
-    from ..kernels.timing import KernelTiming
 
     floor = hardware.latency.graph_kernel_s
     if floor is None or not load_engine(deployment.engine).cuda_graph_batch_sizes:
-        return timing
-    if type(timing) is KernelTiming:
-        return KernelTiming(replace(timing.calib, elementwise_launch_s=floor))
-    if type(getattr(timing, "kernel", None)) is KernelTiming:  # measured tables over the model
-        return replace(timing, kernel=_graph_replayed(timing.kernel, hardware, deployment))
-    return timing
+        return None
+    return floor
 
 
-def _once_s(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, timing,
+def _once_s(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, timing: TimeModel,
             hw: HardwareSpec, edges) -> sp.Expr:
     """The terms a step pays once, not per layer: the LM head (one logit row per decode token
     verified and per prompt, its last token), the embedding, the overlap schedule's fill and
@@ -458,12 +458,14 @@ def _served(gpu_s, dep: Deployment) -> sp.Expr:
     return smax(expr, S.t_step) if host_overlapped(dep.engine) else expr + S.t_step / S.eff_serve
 
 
-def _report(timing) -> None:
-    """Say which kernels measured tables timed (a warning; nothing for the other models)."""
-    if hasattr(timing, "report"):
+def _report(timing: TimeModel) -> None:
+    """Say how the step was timed where the time model has something to say (measured tables:
+    which kernels they timed), as a warning."""
+    message = timing.report()
+    if message is not None:
         import warnings
 
-        warnings.warn(timing.report(), stacklevel=3)
+        warnings.warn(message, stacklevel=3)
 
 
 def _bound(vals: Mapping, expr: sp.Expr, work: Mapping, wl: Workload) -> dict:
