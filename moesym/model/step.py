@@ -1,4 +1,6 @@
-"""Layer and step models: cost terms composed into the time of one prefill or decode step.
+"""The step model: :func:`build_step` composes the time of one prefill or decode step, one line
+per stage over the modules beside it (layer costs, layer time, expert tiers, draft, pipeline
+parallelism, step tokens), into a :class:`StepModel`.
 
 >>> from moesym import load_model, load_hardware, Deployment, Workload, build_step
 >>> step = build_step(load_model("qwen3-30b-a3b"), load_hardware("h20"), Deployment(),
