@@ -25,7 +25,7 @@ import sympy as sp
 from .symbols import S
 from .terms.cost import Cost, KernelClass, component_symbols, smax
 
-__all__ = ["TermTime", "RooflineTiming", "time_model"]
+__all__ = ["TermTime", "TimeModel", "RooflineTiming", "time_model"]
 
 
 @dataclass(frozen=True)
@@ -62,13 +62,43 @@ class _Sum(TermTime):
         return sp.Add(*(p.total_s for p in self.parts))
 
 
+class TimeModel:
+    """What the step model asks of a time model (:func:`moesym.model.step.build_step`): the time
+    of each cost, and three steps that a model which needs them overrides (the defaults change
+    nothing): bind it to one configuration's numbers, replay a decode step as a CUDA graph,
+    and report what it did once the step is built. The models: :class:`RooflineTiming`,
+    :class:`moesym.kernels.timing.KernelTiming`, :class:`moesym.kernels.table_timing.TableTiming`
+    and :class:`moesym.kernels.tile_step.TileStepTiming`; :data:`moesym.time_models.TIME_MODELS`
+    names them."""
+
+    def time(self, c: Cost) -> TermTime:
+        """The time of one cost (SymPy expressions in seconds)."""
+        raise NotImplementedError
+
+    def bind(self, numbers) -> TimeModel:
+        """The model for one configuration: ``numbers()`` gives (the value of every symbol but
+        the workload's, each GEMM weight class's compute dtype), for a model that matches
+        shapes to measurements; called only by a model that needs them. Default: unchanged."""
+        return self
+
+    def graph_replayed(self, floor_s: float) -> TimeModel:
+        """The model of a step replayed as a CUDA graph, where an elementwise kernel costs the
+        graph's per-kernel floor ``floor_s`` instead of a host launch. Default: unchanged (the
+        model times no launches of its own)."""
+        return self
+
+    def report(self) -> str | None:
+        """One line on how the built step was timed (a warning), or None: nothing to say."""
+        return None
+
+
 #: HBM efficiency symbol per kernel class (others: the elementwise one)
 _MEM_EFF = {KernelClass.GEMM: S.eff_mem, KernelClass.GROUPED_GEMM: S.eff_mem,
             KernelClass.ATTENTION: S.eff_mem_attn}
 
 
 @dataclass(frozen=True)
-class RooflineTiming:
+class RooflineTiming(TimeModel):
     """Roofline timing with per-class efficiency symbols (the default time model)."""
 
     def peak(self, kind: KernelClass, component: str = "") -> sp.Expr:
@@ -92,29 +122,16 @@ class RooflineTiming:
         return TermTime(c.name, compute, memory, comm, overhead)
 
 
-def time_model(name: str, hw, moe_kernel: str | None = None):
-    """The time model a deployment names (``Deployment.timing``), for GPU ``hw``: ``kernel``, the
-    analytical kernel model with this GPU's calibration (what every command uses by default),
-    ``roofline``, the plain roofline with named efficiency symbols (the teaching form), or
-    ``tables:DIR``, measured kernel tables over the kernel model (bound to one configuration by
+def time_model(name: str, hw, moe_kernel: str | None = None) -> TimeModel:
+    """The time model a deployment names (``Deployment.timing``), for GPU ``hw``, as the
+    registry :data:`moesym.time_models.TIME_MODELS` builds it: ``kernel``, the analytical kernel
+    model with this GPU's calibration (what every command uses by default), ``roofline``, the
+    plain roofline with named efficiency symbols (the teaching form), or ``tables:DIR``,
+    measured kernel tables over the kernel model (bound to one configuration by
     ``build_step``). ``moe_kernel``: the fused-MoE backend the engine runs
     (:meth:`moesym.engines.EngineKernels.moe_kernel`), whose grouped-GEMM fraction from the
-    GPU's ``[moe_kernels]`` replaces ``[kernel]``'s."""
-    if name.startswith("tables:"):
-        from .kernels.table_timing import TableTiming, tables_folder
+    GPU's ``[moe_kernels]`` replaces ``[kernel]``'s in the kernel model."""
+    from .time_models import lookup
 
-        return TableTiming.for_hardware(hw, tables_folder(name))
-    if name == "roofline":
-        return RooflineTiming()
-    if name == "kernel":
-        from dataclasses import replace
-
-        from .kernels.timing import KernelTiming
-
-        t = KernelTiming.from_hardware(hw)
-        if moe_kernel is None:
-            return t
-        f = hw.moe_kernels[moe_kernel]
-        return KernelTiming(replace(t.calib, grouped_contiguous_tensor_frac=f,
-                                    grouped_masked_tensor_frac=f))
-    raise ValueError(f"unknown time model {name!r}")
+    entry, argument = lookup(name)
+    return entry.build(hw, moe_kernel, argument)

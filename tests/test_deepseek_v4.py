@@ -216,7 +216,7 @@ def test_mtp_draft_layer_attends_its_window_only():
 
     from moesym.compile import evaluate
     from moesym.model.bindings import bindings, workload_values
-    from moesym.model.step import _draft_s
+    from moesym.model.draft import draft_s
     from moesym.symbols import by_name
     from moesym.terms.dims import symbolic_dims
     from moesym.timing import time_model
@@ -229,7 +229,7 @@ def test_mtp_draft_layer_attends_its_window_only():
         wl = Workload("decode", batch=32, context=L)
         vals = {**bindings(model, hw, dep, wl),
                 **{by_name(k): v for k, v in workload_values(wl).items()}}
-        return float(evaluate(_draft_s(model, dep, wl, symbolic_dims(), timing, hw), vals, {}))
+        return float(evaluate(draft_s(model, dep, wl, symbolic_dims(), timing, hw), vals, {}))
 
     assert draft(m, 524288) == pytest.approx(draft(m, 8192), rel=1e-12)
     # the same draft as a model whose every layer is sliding-only (what the MTP layer is)

@@ -224,7 +224,8 @@ def test_capped_gemms_take_sms_over_sms_minus_comm_of_their_compute():
     from moesym import Deployment, Workload, load_hardware, load_model
     from moesym.compile import evaluate
     from moesym.model.bindings import bindings, workload_values
-    from moesym.model.step import _moe_layer_costs, _reserved, _timed
+    from moesym.model.layer_costs import moe_layer_costs
+    from moesym.model.layer_time import reserved_terms, timed
     from moesym.specs.deployment import A2AMode
     from moesym.symbols import by_name
     from moesym.terms.dims import symbolic_dims
@@ -235,8 +236,8 @@ def test_capped_gemms_take_sms_over_sms_minus_comm_of_their_compute():
     wl = Workload("prefill", tokens=16384, context=4096)
     m = load_model("deepseek-v3")
     timing = time_model(dep.timing, hw)
-    costs = _moe_layer_costs(m, dep, wl, symbolic_dims(), hw)
-    plain, capped = _timed(costs, timing), _reserved(costs, timing, m, dep)
+    costs = moe_layer_costs(m, dep, wl, symbolic_dims(), hw)
+    plain, capped = timed(costs, timing), reserved_terms(costs, timing, m, dep)
     vals = {**bindings(m, hw, dep, wl), **{by_name(k): v for k, v in workload_values(wl).items()}}
 
     def num(e):
@@ -247,8 +248,8 @@ def test_capped_gemms_take_sms_over_sms_minus_comm_of_their_compute():
         assert num(capped[key].memory_s) == pytest.approx(num(plain[key].memory_s))
     assert num(capped["attention_core"].total_s) == pytest.approx(num(plain["attention_core"].total_s))
     bf16 = load_model("qwen3-30b-a3b")
-    assert _reserved(_moe_layer_costs(bf16, Deployment(gpus=8, ep=8), wl, symbolic_dims(), hw),
-                     timing, bf16, Deployment(gpus=8, ep=8)) is None
+    assert reserved_terms(moe_layer_costs(bf16, Deployment(gpus=8, ep=8), wl, symbolic_dims(), hw),
+                          timing, bf16, Deployment(gpus=8, ep=8)) is None
 
 
 def test_gemm_cap_changes_nothing_without_fp8_gemms(tmp_path, cli_json):

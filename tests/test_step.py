@@ -193,13 +193,13 @@ def test_fp8_adds_ffn_input_casts_and_moe_keeps_grouped_gemms():
 @pytest.mark.parametrize("weights", ["bf16", "fp8"])
 def test_moe_without_shared_expert_keeps_grouped_gemms(weights):
     # only a one-expert model turns its routed GEMMs into dense ones
-    from moesym.model.step import _moe_layer_costs
+    from moesym.model.layer_costs import moe_layer_costs
     from moesym.terms.cost import KernelClass
     from moesym.terms.dims import symbolic_dims
 
     model = ms.load_model("qwen3-30b-a3b")
     assert not model.shared_intermediate_size
-    costs = _moe_layer_costs(model, ms.Deployment(gpus=4, weights=weights),
+    costs = moe_layer_costs(model, ms.Deployment(gpus=4, weights=weights),
                              ms.Workload("decode", batch=64, context=4096), symbolic_dims())
     seen = [c for v in costs.values() for c in v]
     kinds = {c.kind for c in seen if c.name.startswith(("experts_", "moe_weight"))

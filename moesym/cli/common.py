@@ -70,26 +70,21 @@ def add_no_cache(p: argparse.ArgumentParser) -> None:
 
 
 def timing_name(text: str) -> str:
-    """``--timing``: kernel, roofline or tables:DIR (the folder must exist)."""
-    if text in ("kernel", "roofline"):
-        return text
-    if text.startswith("tables:") and len(text) > len("tables:"):
-        from pathlib import Path
+    """``--timing``: a time model of :data:`moesym.time_models.TIME_MODELS` (tables:DIR: the
+    folder must exist)."""
+    from ..time_models import name_problem
 
-        if not Path(text[len("tables:"):]).expanduser().is_dir():
-            raise argparse.ArgumentTypeError(f"{text}: folder not found (tables:DIR names a folder "
-                                             "of measured kernel tables, see bench_data/README.md)")
-        return text
-    raise argparse.ArgumentTypeError(f"{text!r}: use kernel, roofline or tables:DIR")
+    problem = name_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def add_timing(p) -> None:
-    p.add_argument("--timing", type=timing_name, default="kernel",
-                   metavar="{kernel,roofline,tables:DIR}",
-                   help="time model: kernel (the analytical kernel model calibrated per GPU, "
-                        "default), roofline (peaks x the same fitted fractions; the teaching "
-                        "form) or tables:DIR (measured kernel tables in DIR where they cover a "
-                        "kernel, the kernel model elsewhere; bench_data/README.md)")
+    from ..time_models import help_text, metavar
+
+    p.add_argument("--timing", type=timing_name, default="kernel", metavar=metavar(),
+                   help=help_text())
 
 
 def positive_int_list(text: str) -> list[int]:

@@ -33,7 +33,7 @@ What is matched (values of every symbol but the workload's are known when the mo
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +42,7 @@ import sympy as sp
 from ..errors import SpecError
 from ..symbols import S
 from ..terms.cost import AttentionShape, Cost, GemmShape, KernelClass, smax
-from ..timing import TermTime
+from ..timing import TermTime, TimeModel
 from .tables import KernelTables
 
 __all__ = ["TableTiming", "piecewise_log_interp", "tables_digest", "tables_folder"]
@@ -96,7 +96,7 @@ def piecewise_log_interp(x: sp.Expr, xs, ys) -> tuple[sp.Expr, sp.Expr] | None:
 
 
 @dataclass(eq=False)
-class TableTiming:
+class TableTiming(TimeModel):
     """Measured tables over the analytical kernel model (see the module docstring).
 
     Build with :meth:`for_hardware`, then :meth:`bind` to the numbers of one model, hardware and
@@ -121,11 +121,17 @@ class TableTiming:
                             f"(expected e.g. {folder}/gemm/{hw.name.lower()}/data.csv)")
         return cls(KernelTiming.from_hardware(hw), tables)
 
-    def bind(self, values: dict, formats: dict) -> TableTiming:
+    def bind(self, numbers) -> TableTiming:
         """A copy that knows the numbers of every non-workload symbol and each weight class's
-        compute dtype (None: no table applies, e.g. weight-only 4-bit)."""
+        compute dtype (None: no table applies, e.g. weight-only 4-bit): ``numbers()``."""
+        values, formats = numbers()
         return TableTiming(self.kernel, self.tables, {s: sp.sympify(v) for s, v in values.items()},
                            dict(formats), {})
+
+    def graph_replayed(self, floor_s: float) -> TableTiming:
+        """The kernel model under the tables replayed as a CUDA graph (the measured kernels keep
+        their measurements)."""
+        return replace(self, kernel=self.kernel.graph_replayed(floor_s))
 
     def report(self) -> str:
         """One line: which kernels the tables time and which the analytical model."""

@@ -31,7 +31,7 @@ import sympy as sp
 
 from ..special import PaddedRowsMean
 from ..terms.cost import Cost, KernelClass, smin, sym
-from ..timing import TermTime
+from ..timing import TermTime, TimeModel
 
 __all__ = ["TileStepShape", "TileStepTiming", "expected_extra_tiles", "tile_step_time_s",
            "tile_stepped"]
@@ -77,12 +77,12 @@ def tile_stepped(cost: Cost, local_experts, tokens, selection_p, rows, scale=1,
 
 
 @dataclass(frozen=True)
-class TileStepTiming:
+class TileStepTiming(TimeModel):
     """A time model that times :class:`TileStepShape` costs as tau_gb + tau_gt x extra tiles
     (the symbols ``t_gemm_base`` / ``t_gemm_tile``, bound to the hardware's ``[kernel]``
     ``tile_step_base_us`` / ``tile_step_us``) and everything else with ``inner``."""
 
-    inner: object
+    inner: TimeModel
 
     def time(self, c: Cost) -> TermTime:
         if isinstance(c.shape, TileStepShape):
@@ -93,7 +93,11 @@ class TileStepTiming:
             return TermTime(c.name, t, z, z, z)
         return self.inner.time(c)
 
-    def __getattr__(self, item):  # report() ... of the wrapped model
-        if item == "inner":
-            raise AttributeError(item)
-        return getattr(self.inner, item)
+    def bind(self, numbers) -> TileStepTiming:
+        return TileStepTiming(self.inner.bind(numbers))
+
+    def graph_replayed(self, floor_s: float) -> TileStepTiming:
+        return TileStepTiming(self.inner.graph_replayed(floor_s))
+
+    def report(self) -> str | None:
+        return self.inner.report()

@@ -30,7 +30,7 @@ True
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import sympy as sp
@@ -38,7 +38,7 @@ import sympy as sp
 from ..symbols import S
 from ..terms.cost import (AttentionShape, Cost, GemmShape, KernelClass, LoadShape, component_symbols,
                           component_pass_symbol, component_unpack_symbol, smax)
-from ..timing import RooflineTiming, TermTime
+from ..timing import RooflineTiming, TermTime, TimeModel
 from .analytical import (_below, attention_decode_time, attention_prefill_time, attention_time_from_cost,
                          elementwise_time, gemm_time)
 from .calib import DEFAULTS, KernelCalib, kernel_calib
@@ -49,15 +49,26 @@ _ZERO = sp.Integer(0)
 
 
 @dataclass(frozen=True)
-class KernelTiming:
+class KernelTiming(TimeModel):
     """Kernel-model timing with one GPU's calibration (see the module docstring)."""
 
     calib: KernelCalib = DEFAULTS
 
     @classmethod
-    def from_hardware(cls, hw) -> KernelTiming:
-        """Calibration from ``hw``'s ``[kernel]`` table (defaults with a warning if absent)."""
-        return cls(kernel_calib(hw))
+    def from_hardware(cls, hw, moe_kernel: str | None = None) -> KernelTiming:
+        """Calibration from ``hw``'s ``[kernel]`` table (defaults with a warning if absent);
+        ``moe_kernel``: the engine's fused-MoE backend, whose grouped-GEMM fraction from the
+        GPU's ``[moe_kernels]`` replaces ``[kernel]``'s (None: ``[kernel]``'s)."""
+        t = cls(kernel_calib(hw))
+        if moe_kernel is None:
+            return t
+        f = hw.moe_kernels[moe_kernel]
+        return cls(replace(t.calib, grouped_contiguous_tensor_frac=f, grouped_masked_tensor_frac=f))
+
+    def graph_replayed(self, floor_s: float) -> KernelTiming:
+        """Elementwise kernels at the CUDA graph's per-kernel floor instead of a host launch
+        (GEMM and attention floors are fitted on kernels already timed without host launches)."""
+        return KernelTiming(replace(self.calib, elementwise_launch_s=floor_s))
 
     def time(self, c: Cost) -> TermTime:
         """Each kernel is timed once per process (cached): step models of a search share most

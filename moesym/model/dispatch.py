@@ -29,7 +29,7 @@ def dispatch_parallelism(model, hw, dep, wl) -> dict:
     from ..kernels.calib import kernel_calib
     from ..routing.stats import touched_share
     from ..specs.deployment import Phase
-    from .step import _weight_only
+    from .layer_costs import weight_only
 
     layout = dep.resolved_layout(wl.phase)
     gran = layout if layout in GRANULARITIES else "fused"
@@ -46,7 +46,7 @@ def dispatch_parallelism(model, hw, dep, wl) -> dict:
     else:
         kernels, m, groups, reads = 1.0, rows / active, active, active
     calib = kernel_calib(hw)
-    floor = 16 if "moe" in _weight_only(model, dep, hw) else 64
+    floor = 16 if "moe" in weight_only(model, dep, hw) else 64
     n = 2 * model.moe_intermediate_size / dep.expert_tp
     tiles, waves, _ = gemm_tiles(m, n, groups, hw.sms, calib, floor)
     tm = float(tile_m_rows(m, calib, floor))

@@ -16,6 +16,7 @@ from enum import Enum
 from pathlib import Path
 
 from ..errors import SpecError
+from ..time_models import name_problem
 
 __all__ = ["Phase", "A2AMode", "Routing", "Deployment", "Workload", "serve_kv_tokens",
            "DTYPE_BYTES", "TOPOLOGY", "VALIDITY", "valid_mask",
@@ -187,9 +188,6 @@ def _pos_int(name: str, v) -> int:
     return v
 
 
-TIME_MODELS = ("kernel", "roofline")  # moesym.timing.time_model builds each (and tables:DIR)
-
-
 @dataclass(frozen=True)
 class Deployment:
     """One serving instance: ``gpus`` GPUs, attention TP x DP, MoE EP x expert-TP.
@@ -290,12 +288,9 @@ class Deployment:
                             f"got {self.redundant_experts!r}")
         if self.layout not in LAYOUTS:
             raise SpecError(f"--layout {self.layout!r}: use {', '.join(LAYOUTS)}")
-        if self.timing.startswith("tables:"):
-            if not Path(self.timing[len("tables:"):]).expanduser().is_dir():
-                raise SpecError(f"--timing {self.timing}: folder not found (tables:DIR names a folder "
-                                "of measured kernel tables, see bench_data/README.md)")
-        elif self.timing not in TIME_MODELS:
-            raise SpecError(f"--timing {self.timing!r}: use {', '.join(TIME_MODELS)} or tables:DIR")
+        timing_problem = name_problem(self.timing)
+        if timing_problem is not None:
+            raise SpecError(f"--timing {timing_problem}")
         if self.expert_cache is not None and (isinstance(self.expert_cache, bool) or not isinstance(
                 self.expert_cache, int) or self.expert_cache < 0):
             raise SpecError(f"--expert-cache must be a number of experts per layer (>= 0), got "

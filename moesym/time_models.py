@@ -1,0 +1,121 @@
+"""The time models a deployment can name (``--timing``, ``Deployment.timing``), as data.
+
+Each entry says how to build the model for a GPU (:func:`moesym.timing.time_model` reads it),
+what it is (the command line's help) and whether its name takes an argument (``tables:DIR``).
+This module imports no SymPy: the command line and :class:`moesym.specs.deployment.Deployment`
+check names against it on a cached run.
+
+>>> metavar()
+'{kernel,roofline,tables:DIR}'
+>>> name_problem("kernel") is None, name_problem("kernels")
+(True, "'kernels': use kernel, roofline or tables:DIR")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+__all__ = ["TIME_MODELS", "TimeModelEntry", "help_text", "lookup", "metavar", "name_problem",
+           "usage"]
+
+
+@dataclass(frozen=True)
+class TimeModelEntry:
+    """One named time model: ``build(hw, moe_kernel, argument)`` gives its
+    :class:`moesym.timing.TimeModel` for GPU ``hw`` (``moe_kernel``: the engine's fused-MoE
+    backend, or None; ``argument``: what follows ``name:``, or None); ``help`` says what it
+    is; ``argument`` names the argument its name takes (None: none) and ``argument_problem``
+    says what is wrong with one (None: nothing); ``tiles``: whether expert GEMMs may be timed in
+    row tiles (:mod:`moesym.kernels.tile_step`; the roofline leaves tiles out)."""
+
+    build: Callable
+    help: str
+    argument: str | None = None
+    argument_problem: Callable[[str], str | None] = lambda arg: None
+    tiles: bool = True
+
+    def label(self, name: str) -> str:
+        return name if self.argument is None else f"{name}:{self.argument}"
+
+
+def _kernel(hw, moe_kernel, _argument):
+    from .kernels.timing import KernelTiming
+
+    return KernelTiming.from_hardware(hw, moe_kernel)
+
+
+def _roofline(_hw, _moe_kernel, _argument):
+    from .timing import RooflineTiming
+
+    return RooflineTiming()
+
+
+def _tables(hw, _moe_kernel, folder: str):
+    from .kernels.table_timing import TableTiming
+
+    return TableTiming.for_hardware(hw, Path(folder).expanduser())
+
+
+def _missing_folder(folder: str) -> str | None:
+    if Path(folder).expanduser().is_dir():
+        return None
+    return ("folder not found (tables:DIR names a folder of measured kernel tables, see "
+            "bench_data/README.md)")
+
+
+#: every time model by name, in the order the command line lists them
+TIME_MODELS = {
+    "kernel": TimeModelEntry(_kernel, "the analytical kernel model calibrated per GPU, default"),
+    "roofline": TimeModelEntry(_roofline, "peaks x the same fitted fractions; the teaching form",
+                               tiles=False),
+    "tables": TimeModelEntry(_tables, "measured kernel tables in DIR where they cover a kernel, "
+                             "the kernel model elsewhere; bench_data/README.md",
+                             argument="DIR", argument_problem=_missing_folder),
+}
+
+
+def _split(name: str) -> tuple[TimeModelEntry | None, str | None]:
+    """(the entry ``name`` names, its argument) or (None, None) when it names none."""
+    key, sep, argument = name.partition(":")
+    entry = TIME_MODELS.get(key)
+    if entry is None or bool(sep) != (entry.argument is not None):
+        return None, None
+    return entry, (argument if sep else None)
+
+
+def lookup(name: str) -> tuple[TimeModelEntry, str | None]:
+    """(the entry ``name`` names, its argument); a name that names none is a ValueError."""
+    entry, argument = _split(name)
+    if entry is None:
+        raise ValueError(f"unknown time model {name!r}")
+    return entry, argument
+
+
+def _listed(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " or " + items[-1] if len(items) > 1 else items[0]
+
+
+def usage() -> str:
+    """The names a deployment may give: ``kernel, roofline or tables:DIR``."""
+    return _listed([e.label(k) for k, e in TIME_MODELS.items()])
+
+
+def metavar() -> str:
+    """The command line's ``--timing`` metavar: ``{kernel,roofline,tables:DIR}``."""
+    return "{" + ",".join(e.label(k) for k, e in TIME_MODELS.items()) + "}"
+
+
+def help_text() -> str:
+    """The command line's ``--timing`` help: every model with what it is."""
+    return "time model: " + _listed([f"{e.label(k)} ({e.help})" for k, e in TIME_MODELS.items()])
+
+
+def name_problem(name: str) -> str | None:
+    """What is wrong with the time-model name ``name`` (a one-line reason naming it), or None."""
+    entry, argument = _split(name)
+    if entry is None or argument == "":
+        return f"{name!r}: use {usage()}"
+    why = None if argument is None else entry.argument_problem(argument)
+    return None if why is None else f"{name}: {why}"
