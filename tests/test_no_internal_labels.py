@@ -9,19 +9,19 @@ docstrings of the modules the API reference renders, every string the package's 
 (help, output, errors, warnings: its string literals other than docstrings), and the output of
 commands that name sources (the ring dispatch table, the listings, a mesh file's fallback warning).
 
-Labels: ``seed 00N`` / ``seed-00N`` (any case), ``issue N`` / ``issue #N``, and commit-like hashes
-(7 to 40 lower-case hex digits with a letter and a digit; a float such as ``1979e12`` is not one).
-An issue or a revision of another repository named just before it (``SemiAnalysisAI/InferenceX
-issue #870``, ``ai-dynamo/aiconfigurator @ 095f58a``) is a source and allowed. Code comments and
-test docstrings may keep references; run-together identifiers (the built-in model name
-``seed003-moe-7b``, notebook and test file names) are names, not labels in text, and are not
-matched.
+Labels: ``seed 00N`` / ``seed-00N`` / ``seed00N`` (any case; in a name too, such as a model's),
+``issue N`` / ``issue #N``, and commit-like hashes (7 to 40 lower-case hex digits with a letter
+and a digit; a float such as ``1979e12`` is not one). An issue or a revision of another
+repository named just before it (``SemiAnalysisAI/InferenceX issue #870``,
+``ai-dynamo/aiconfigurator @ 095f58a``) is a source and allowed. Code comments, identifiers and
+test docstrings may keep references. The notebooks' text cells are pages too.
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
+import json
 import re
 from pathlib import Path
 
@@ -29,7 +29,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LABELS = {
-    "design-note label": re.compile(r"(?i)\bseed[ -]0\d\d\b"),
+    "design-note label": re.compile(r"(?i)(?<![\w])seed[ -]?0\d\d(?!\d)"),
     "issue number": re.compile(r"(?i)\bissues? #?\d+\b"),
     # not inside a number: 1979e12, the digits after the point of 2.6819000000000002e-05
     "commit hash": re.compile(r"(?<![\w.])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)(?!\d+e[-+]?\d)"
@@ -55,12 +55,13 @@ def test_labels_in_finds_labels_and_spares_sources():
             "GitHub SemiAnalysisAI/InferenceX issue #870\n"
             "ai-dynamo/aiconfigurator @ 095f58a and repository ai-dynamo/aiconfigurator at "
             "revision 095f58a\npeak 1979e12, 351149184 bytes, 2.6819000000000002e-05 s, model "
-            "seed003-moe-7b, decade, fixed in 095f58a.\n")
+            "marlin-moe-7b, decade, fixed in 095f58a.\nthe model seed003-moe-7b, SEED_TILE\n")
     assert labels_in(text) == [(1, "design-note label", "seed 004"),
                                (2, "design-note label", "Seed-003"),
                                (3, "issue number", "issue 20"),
                                (4, "commit hash", "3b7197a"),
-                               (7, "commit hash", "095f58a")]
+                               (7, "commit hash", "095f58a"),
+                               (8, "design-note label", "seed003")]
 
 
 def _files() -> list[Path]:
@@ -72,13 +73,21 @@ def _files() -> list[Path]:
     data = [*(ROOT / "hardware").glob("*.toml"), *(ROOT / "moesym" / "catalog").glob("*.toml"),
             ROOT / "moesym" / "engines" / "builtin.toml", ROOT / "moesym" / "schedules" / "builtin.toml"]
     files = {ROOT / "README.md", ROOT / "CLI.md", *docs, *(ROOT / "derivations").glob("*.md"),
-             *included, *data}
+             *included, *data, *(ROOT / "notebooks").glob("*.ipynb")}
     return sorted(files)
+
+
+def _text(path: Path) -> str:
+    """A page's text; a notebook's text cells (its code cells are code)."""
+    if path.suffix != ".ipynb":
+        return path.read_text()
+    cells = json.loads(path.read_text())["cells"]
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
 
 
 @pytest.mark.parametrize("path", _files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_label_in_pages_and_data_files(path):
-    found = labels_in(path.read_text())
+    found = labels_in(_text(path))
     assert not found, "\n".join(f"{path.relative_to(ROOT)}:{n}: {kind} {m!r}"
                                 for n, kind, m in found)
 
@@ -119,7 +128,9 @@ def _rendered_modules() -> list[str]:
 
 def test_no_label_in_docstrings_the_api_reference_renders():
     """The modules ``docs/reference/api.md`` renders (automodule with members): the module's
-    docstring and those of its public functions, classes and their public methods."""
+    docstring and those of the members autodoc documents (the names of ``__all__`` where the
+    module has one, imported or not; else its own public functions and classes), with their
+    public methods and properties."""
     import importlib
 
     modules = _rendered_modules()
@@ -128,14 +139,17 @@ def test_no_label_in_docstrings_the_api_reference_renders():
     for name in modules:
         mod = importlib.import_module(name)
         objs = [("", mod)]
-        for attr, obj in vars(mod).items():
-            if attr.startswith("_") or getattr(obj, "__module__", None) != name:
-                continue
+        members = getattr(mod, "__all__", None) or [
+            a for a, o in vars(mod).items()
+            if not a.startswith("_") and getattr(o, "__module__", None) == name]
+        for attr in members:
+            obj = getattr(mod, attr)
             objs.append((attr, obj))
             if inspect.isclass(obj):
                 objs += [(f"{attr}.{a}", o) for a, o in vars(obj).items() if not a.startswith("_")]
         for attr, obj in objs:
-            doc = inspect.getdoc(obj) if callable(obj) or inspect.ismodule(obj) else None
+            doc = (inspect.getdoc(obj) if callable(obj) or inspect.ismodule(obj)
+                   or isinstance(obj, property) else None)
             found += [f"{name}{'.' + attr if attr else ''} docstring line {n}: {kind} {m!r}"
                       for n, kind, m in labels_in(doc or "")]
     assert not found, "\n".join(found)
