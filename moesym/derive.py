@@ -194,7 +194,7 @@ def crossover(model: ModelSpec, hw: HardwareSpec, dep: Deployment, lazy: bool = 
 
     The roofline is :func:`moesym.model.metrics.routed_expert_roofline`: tensor time of the expert
     GEMMs against the larger of their own memory time and the expert-weight read. On the
-    roofline time model without lazy loading this is seed 000's B* = R / (2 S) across the EP
+    roofline time model without lazy loading this is InferSim's B* = R / (2 S) across the EP
     group: F_g eta_gg b_w t_p (E + R) / (2 N_gpu W eta_m k) per GPU. On the kernel model the
     GEMM's tensor time moves in tile and wave steps, so the flip is usually a step: the batch at
     which one more wave of tiles is needed.

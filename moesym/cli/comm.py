@@ -39,13 +39,15 @@ def register(sub) -> None:
                    help="GPUs per node (default: the hardware file's gpus_per_node)")
     p.add_argument("--mode", choices=(*_MODES, "ring-mcast"), required=True,
                    help="DeepEP normal / low-latency, the all-gather, or a mesh ring's sparse "
-                        "multicast (seed 004: --table, or one batch of --tokens per device along "
-                        "a column of --ring of --ep devices on a mesh --hardware)")
+                        "multicast (--table: the table of Tenstorrent's DeepSeek-V3 mesh study; "
+                        "or one batch of --tokens per device along a column of --ring of --ep "
+                        "devices on a mesh --hardware)")
     p.add_argument("--table", action="store_true",
                    help="ring-mcast: the dispatch time for 1..8 active experts in the best, "
-                        "average and worst placement, beside seed 004's table")
+                        "average and worst placement, beside Tenstorrent's published table")
     p.add_argument("--ring", type=positive_int, default=16,
-                   help="ring-mcast: devices on the dispatch ring (default 16, seed 004)")
+                   help="ring-mcast: devices on the dispatch ring (default 16, as in "
+                        "Tenstorrent's DeepSeek-V3 mesh study)")
     p.add_argument("--groups", type=positive_int, default=None,
                    help="expert groups of group-limited routing (n_group)")
     p.add_argument("--topk-groups", type=positive_int, default=None,
@@ -58,7 +60,7 @@ def register(sub) -> None:
 def _check(args) -> None:
     if args.mode == "ring-mcast" or args.table:
         if args.table and not (args.mode == "ring-mcast" and args.op == "dispatch"):
-            raise MoesymError("--table gives seed 004's ring dispatch table: use "
+            raise MoesymError("--table gives Tenstorrent's published ring dispatch table: use "
                               "`moesym comm dispatch --mode ring-mcast --table`")
         if args.table:
             return
@@ -66,7 +68,7 @@ def _check(args) -> None:
         if missing:
             raise MoesymError(f"--mode ring-mcast needs {', '.join(missing)} (a mesh hardware "
                               "file; --ep: devices of the mesh, --ring: those along the dispatch "
-                              "axis), or --table for seed 004's table")
+                              "axis), or --table for Tenstorrent's published table")
         if args.ep % args.ring or args.experts % args.ep or args.topk > args.experts:
             raise MoesymError(f"--ring {args.ring} must divide --ep {args.ep}, which must divide "
                               f"--experts {args.experts} (at least --topk {args.topk})")
@@ -126,9 +128,10 @@ def comm_report(args) -> dict:
 
 
 def ring_table_report(args) -> dict:
-    """Seed 004's ring sparse-multicast dispatch table (best / average / worst placement of the
-    active experts, 1..8) from :func:`moesym.terms.comm.ring_dispatch_table`, each beside the
-    seed's value and the ratio (the seed's best E = 2 entry is reported, not compared)."""
+    """The ring sparse-multicast dispatch table of Tenstorrent's DeepSeek-V3 mesh study (best /
+    average / worst placement of the active experts, 1..8) from
+    :func:`moesym.terms.comm.ring_dispatch_table`, each beside the study's published value and the
+    ratio (the study's best E = 2 entry is reported, not compared)."""
     fabric = comm.RingFabric(ring=args.ring)
     if args.hardware is not None:  # the fabric of a mesh hardware file ([mesh.multicast])
         hw = load_hardware(args.hardware)
@@ -143,12 +146,13 @@ def ring_table_report(args) -> dict:
            "op": "dispatch"}
     if args.ring == 16:
         seed = {k: [x * 1e-6 for x in v] for k, v in comm.SEED004_DISPATCH_US.items()}
-        out["seed004"] = seed
-        out["ratio_to_seed004"] = {k: [None if (k, i) == ("best", 1) else m / s
+        out["published"] = seed
+        out["ratio_to_published"] = {k: [None if (k, i) == ("best", 1) else m / s
                                        for i, (m, s) in enumerate(zip(table[k], seed[k]))]
                                    for k in table}
-        out["seed004_note"] = ("seed 004's best-case E=2 entry (96.183 us) equals its worst-case "
-                               "E=2 entry and breaks its row's +3.068 us steps: not compared")
+        out["published_note"] = ("the published best-case E=2 entry (96.183 us) equals its "
+                                 "worst-case E=2 entry and breaks its row's +3.068 us steps: "
+                                 "not compared")
     return out
 
 
@@ -206,16 +210,17 @@ def run(args) -> int:
         if args.json:
             emit_json(r)
             return 0
-        print(f"ring sparse-multicast dispatch, {args.ring}-device ring (us; seed 004 in brackets)")
+        print(f"ring sparse-multicast dispatch, {args.ring}-device ring (us; Tenstorrent's "
+              "published values in brackets)")
         print("  E  " + "".join(f"{c:>22}" for c in ("best", "average", "worst")))
         for i, e in enumerate(r["active_experts"]):
             cells = []
             for c in ("best", "average", "worst"):
-                seed = f" [{r['seed004'][c][i] * 1e6:7.1f}]" if "seed004" in r else ""
+                seed = f" [{r['published'][c][i] * 1e6:7.1f}]" if "published" in r else ""
                 cells.append(f"{r[c][i] * 1e6:12.1f}{seed}")
             print(f"  {e}  " + "".join(f"{x:>22}" for x in cells))
-        if "seed004_note" in r:
-            print(f"  note: {r['seed004_note']}")
+        if "published_note" in r:
+            print(f"  note: {r['published_note']}")
         return 0
     r = comm_report(args)
     if args.json:

@@ -165,7 +165,7 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
                         "over every device, --a2a ring-mcast")
     g.add_argument("--dispatch-axis", choices=("rows", "cols"), default="rows",
                    help="mesh axis the experts are dispatched along (DP / EP; default rows, as "
-                        "seed 004); TP runs along the other")
+                        "Tenstorrent's DeepSeek-V3 mesh study); TP runs along the other")
     g.add_argument("--weights", default="bf16", metavar="FORMAT",
                    help="bf16, fp8, fp4, mxfp4, nvfp4, w4a16, w4a8 or int8 for every GEMM "
                         "(fp4 family on an MoE model: the routed experts, FP8 elsewhere); by "
@@ -193,9 +193,10 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
     add_timing(g)
     g.add_argument("--layout", choices=LAYOUTS, default="auto",
                    help="expert activation layout (auto: masked after DeepEP low-latency "
-                        "dispatch, contiguous otherwise); seed 003's dispatch granularity: "
-                        "fused (= contiguous, all experts in one kernel), grouped (one GEMM per "
-                        "active expert), per-token (one GEMV per token and expert)")
+                        "dispatch, contiguous otherwise); the dispatch granularities of the "
+                        "Metal Marlin single-device study: fused (= contiguous, all experts in "
+                        "one kernel), grouped (one GEMM per active expert), per-token (one GEMV "
+                        "per token and expert)")
     if search:
         g.add_argument("--expert-cache", type=cache_sizes, default=None, metavar="C[,C...]|auto",
                        help="expert-cache sizes to search (experts per MoE layer on the device, "

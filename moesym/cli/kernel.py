@@ -50,8 +50,9 @@ def register(sub) -> None:
     gg.add_argument("--m-per-group", type=positive_int, default=None, dest="m")
     gg.add_argument("--tokens-per-expert", type=_token_counts, default=None, metavar="N[,N...]",
                     help="explicit tokens of each expert (e.g. 17,38), instead of --groups and "
-                         "--m-per-group; on tile-stepped hardware (wormhole-tg) seed 004's steps "
-                         "(give the gate/up shape: --n 2 d_e --k d, e.g. 4096 and 7168)")
+                         "--m-per-group; on tile-stepped hardware (wormhole-tg) the steps "
+                         "Tenstorrent measured (give the gate/up shape: --n 2 d_e --k d, e.g. "
+                         "4096 and 7168)")
     gg.add_argument("--n", type=positive_int, required=True)
     gg.add_argument("--k", type=positive_int, required=True)
     gg.add_argument("--layout", choices=("contiguous", "masked"), default="contiguous")
@@ -153,8 +154,8 @@ def _run_gemm(args) -> int:
 
 
 def _tile_step(args, calib, counts: list) -> int:
-    """Tile-stepped expert GEMMs (the hardware's [kernel] tile_step_*; seed 004): base + step x
-    row tiles beyond each expert's first."""
+    """Tile-stepped expert GEMMs (the hardware's [kernel] tile_step_*; Tenstorrent's DeepSeek-V3
+    mesh study): base + step x row tiles beyond each expert's first."""
     from ..kernels.tile_step import tile_step_time_s
 
     # gate and up: N = 2 d_e, K = d; the measured shape's steps scale by d d_e (one tile's work)

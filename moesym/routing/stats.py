@@ -327,10 +327,11 @@ def padded_rows_per_rank_smooth(E, k, T, ep, tile) -> sp.Expr:
 
 def grouped_gemm_time_s(tokens_per_expert, base_s=SEED_TILE_BASE_S, step_s=SEED_TILE_STEP_S,
                         tile=32) -> sp.Expr:
-    """Seed-measured grouped-GEMM step time for given token counts per expert.
+    """Tenstorrent-measured grouped-GEMM step time for given token counts per expert.
 
     base_s + step_s*sum_{e: n_e > 0} (ceil(n_e/tile) - 1): every extra tile of any expert costs
-    one step (seed: 17,17 -> 235 us; 17,38 -> 365; 38,38 -> 495; 38,70 -> 625).
+    one step (Tenstorrent's DeepSeek-V3 mesh study: 17,17 -> 235 us; 17,38 -> 365; 38,38 -> 495;
+    38,70 -> 625).
 
     >>> float(grouped_gemm_time_s([17, 38]) * 1e6)
     365.0
@@ -342,7 +343,8 @@ def grouped_gemm_time_s(tokens_per_expert, base_s=SEED_TILE_BASE_S, step_s=SEED_
 
 def expected_grouped_gemm_time_s(E, k, T, ep, tile=32, base_s=SEED_TILE_BASE_S,
                                  step_s=SEED_TILE_STEP_S) -> sp.Expr:
-    """Expected seed step time on one rank: base_s + step_s*(padded_rows/tile - touched experts)."""
+    """Expected Tenstorrent-measured step time on one rank:
+    base_s + step_s*(padded_rows/tile - touched experts)."""
     tiles = padded_rows_per_rank(E, k, T, ep, tile) / _s(tile)
     return _s(base_s) + _s(step_s) * (tiles - touched_local_experts(E, k, T, ep))
 

@@ -93,7 +93,7 @@ class Schedule:
 
 IDEAL = Schedule("ideal", "every microsecond of communication hidden that can be "
                  "(the upper bound every schedule is checked against)",
-                 "moesym.model.overlap (seed 000 section 5.3)")
+                 "moesym.model.overlap (the BLIS MoE roofline design, section 5.3)")
 
 
 def _layout(where: str, raw) -> Layout:

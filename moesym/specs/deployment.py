@@ -366,17 +366,18 @@ class Deployment:
         return self.a2a
 
     def resolved_layout(self, phase: "Phase") -> str:
-        """Expert activation layout (seed 001). auto: DeepEP low-latency dispatch hands the
-        experts a batched (num_local_experts x max_tokens) buffer that DeepGEMM's masked grouped
-        GEMM computes up to each expert's count ('masked'); every other path is contiguous.
+        """Expert activation layout (vLLM's FusedMoE modular-kernel formats). auto: DeepEP
+        low-latency dispatch hands the experts a batched (num_local_experts x max_tokens) buffer
+        that DeepGEMM's masked grouped GEMM computes up to each expert's count ('masked'); every
+        other path is contiguous.
 
         - contiguous: real rows, each expert padded to the M tile
         - masked: batched buffer, rows computed up to each expert's count (tile-padded)
         - batched: batched buffer computed in full (num_local_experts x max_tokens rows)
-        - fused: all experts in one kernel, seed 003's name for contiguous
-        - grouped: one GEMM kernel per active expert (seed 003), each on the whole GPU
+        - fused: all experts in one kernel, the Metal Marlin study's name for contiguous
+        - grouped: one GEMM kernel per active expert (Metal Marlin), each on the whole GPU
         - per-token: one GEMV kernel per (token, expert) assignment, each reading the expert's
-          weights (seed 003's baseline)
+          weights (the Metal Marlin study's baseline)
         """
         if self.layout == "fused":
             return "contiguous"

@@ -143,7 +143,7 @@ class HardwareSpec:
     def compute_format(self, weight_dtype: str) -> str:
         """Tensor-core format the GEMMs of ``weight_dtype`` weights run in on this GPU: the
         file's ``[compute_formats]`` override, else :func:`moesym.specs.precision.compute_format`
-        (an FP4 checkpoint on Hopper runs as FP8, seed 002 section 6; W4A16 on BF16 cores)."""
+        (an FP4 checkpoint on Hopper runs as FP8; W4A16 on BF16 cores)."""
         if weight_dtype in self.compute_formats:
             return self.compute_formats[weight_dtype]
         from .precision import compute_format

@@ -157,7 +157,8 @@ def check_mesh(hw, dep) -> None:
 def mesh_values(hw, dep) -> dict:
     """Numbers of the mesh symbols (by attribute name) for a mesh deployment, {} otherwise:
     the dispatch axis's and the TP axis's link rates, the TP axis's hop latency, and the
-    multicast fabric (the file's ``[mesh.multicast]``, else the seed-004 fit with a warning)."""
+    multicast fabric (the file's ``[mesh.multicast]``, else the fit to Tenstorrent's published
+    table, with a warning)."""
     if dep.mesh is None:
         return {}
     check_mesh(hw, dep)
@@ -171,7 +172,8 @@ def mesh_values(hw, dep) -> dict:
 
         f = RingFabric()
         warnings.warn(f"hardware {hw.name}: no [mesh.multicast]; using the ring multicast fit to "
-                      "seed 004's table (moesym.terms.comm.RingFabric)", stacklevel=3)
+                      "Tenstorrent's published dispatch table (moesym.terms.comm.RingFabric)",
+                      stacklevel=3)
         mc = MulticastFabric(f.base_s, f.hop_s, f.device_s, f.expert_s)
     return {"mesh_bw_disp": disp.link_Bps, "mesh_bw_tp": tp.link_Bps,
             "mesh_lat_tp": tp.latency_s, "mc_base": mc.base_s, "mc_hop": mc.hop_s,

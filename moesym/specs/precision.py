@@ -8,11 +8,12 @@ tensor-core input format of their GEMMs.
 * ``bf16``: 16 bits.
 * ``fp8``: 8 bits, DeepSeek-style 128 x 128 blocks with one fp32 scale (4 / 16384 bytes).
 * ``fp4``: 4 bits, one 1-byte scale per 32 (MXFP4; ``--group-size 16``: NVFP4). On a GPU without
-  FP4 tensor cores it is expanded to FP8 at load time (seed 002 section 6: expert memory doubles
-  on Hopper).
+  FP4 tensor cores it is expanded to FP8 at load time (the simulator modelling guide "memory and
+  throughput formulas", section 6: expert memory doubles on Hopper).
 * ``mxfp4`` / ``nvfp4``: the same 4-bit floats with their own groups (32 and 16), held in 4 bits
   on any GPU: where no FP4 tensor cores exist the kernel dequantizes them to BF16 on the fly
-  (gpt-oss's MXFP4 experts on Hopper, seed 003), so the GEMMs run at the BF16 peak.
+  (gpt-oss's MXFP4 experts on Hopper; Metal Marlin's FP4 expert GEMM), so the GEMMs run at the
+  BF16 peak.
 * ``w4a16``: 4-bit integer weights with an fp16 scale and an fp16 zero point per group (default
   128, asymmetric GPTQ / AWQ: 4.25 bits per weight), dequantized in the kernel (Marlin-style,
   16-row M tiles): 4-bit reads, BF16 tensor cores.
@@ -151,7 +152,8 @@ def bytes_per_element(fmt: str, group_size: int = 0) -> float:
 
 def storage_format(fmt: str, peaks) -> str:
     """Format the weights occupy in HBM on a GPU with tensor-core ``peaks``: ``fp4`` without FP4
-    tensor cores is expanded to FP8 (seed 002's capability matrix); every other stays."""
+    tensor cores is expanded to FP8 (the capability matrix of the simulator modelling guide
+    "memory and throughput formulas"); every other stays."""
     f = _format(fmt)
     if f.compute not in peaks and f.fallback == "expand":
         return "fp8"

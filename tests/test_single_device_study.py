@@ -63,7 +63,7 @@ def test_m2_ultra_is_two_m2_max_dies():
 
 @pytest.mark.slow
 def test_predict_says_the_kernel_model_is_transferred_in_one_line():
-    p = subprocess.run([sys.executable, "-m", "moesym", "predict", "seed003-moe-7b", *SETUP],
+    p = subprocess.run([sys.executable, "-m", "moesym", "predict", "marlin-moe-7b", *SETUP],
                        capture_output=True, text=True, check=True)
     assert sum("transferred" in line for line in p.stderr.splitlines()) == 1
 
@@ -73,7 +73,7 @@ def test_unified_memory_refuses_a_host_link(tmp_path):
     text = src.read_text().replace("scale_up_domain_gpus = 1", "scale_up_domain_gpus = 1\nhost_link_GBps = 100")
     f = tmp_path / "bad.toml"
     f.write_text(text)
-    rc, err = _cli("predict", "seed003-moe-7b", "--hardware", str(f), "--phase", "decode")
+    rc, err = _cli("predict", "marlin-moe-7b", "--hardware", str(f), "--phase", "decode")
     assert rc == 2 and "host_link_GBps" in err and len(err.strip().splitlines()) == 1
 
 
@@ -87,7 +87,7 @@ def test_unified_copy_costs_a_read_and_a_write():
     # one token, top-2, nothing cached: two experts of 3 x 2048 x 8192 weights per layer copied
     # within the M2 Max's 400 GB/s DRAM, each byte read and written: 200 GB/s
     expect = 2 * 3 * 2048 * 8192 * MXFP4 / 200e9
-    assert _offload_per_layer("seed003-moe-7b", "m2-max") == pytest.approx(expect, rel=1e-9)
+    assert _offload_per_layer("marlin-moe-7b", "m2-max") == pytest.approx(expect, rel=1e-9)
 
 
 def test_gh200_streams_over_nvlink_c2c():
@@ -108,7 +108,7 @@ def test_prefetch_cannot_hide_copies_under_the_same_dram(tmp_path):
             "--expert-cache", "0"]
 
     def step(hw, *extra):
-        return _predict("seed003-moe-7b", "--hardware", hw, *args, *extra)["step_time_s"]
+        return _predict("marlin-moe-7b", "--hardware", hw, *args, *extra)["step_time_s"]
 
     serial, unified, discrete = step("m2-max"), step("m2-max", "--prefetch"), step(str(f), "--prefetch")
     assert step(str(f)) == pytest.approx(serial, rel=1e-12)  # same link speed without prefetch
@@ -121,13 +121,13 @@ def test_prefetch_cannot_hide_copies_under_the_same_dram(tmp_path):
 # ---- dispatch granularity -------------------------------------------------------------------
 
 def test_fused_is_contiguous():
-    a = _predict("seed003-moe-7b", *SETUP, "--layout", "fused")
-    b = _predict("seed003-moe-7b", *SETUP, "--layout", "contiguous")
+    a = _predict("marlin-moe-7b", *SETUP, "--layout", "fused")
+    b = _predict("marlin-moe-7b", *SETUP, "--layout", "contiguous")
     assert a["step_time_s"] == b["step_time_s"]
 
 
 def test_per_token_reads_an_experts_weights_per_assignment():
-    r = _predict("seed003-moe-7b", *SETUP, "--layout", "per-token")
+    r = _predict("marlin-moe-7b", *SETUP, "--layout", "per-token")
     w = r["work_per_layer"]
     rows = 32 * 2  # tokens x top-2 GEMVs of gate/up and of down
     weights = rows * 3 * 2048 * 8192 * MXFP4
@@ -135,21 +135,21 @@ def test_per_token_reads_an_experts_weights_per_assignment():
     assert w["moe_routed"]["hbm_bytes"] == pytest.approx(weights + acts, rel=1e-12)
     assert w["moe_weight_load"]["hbm_bytes"] == 0
     # grouped: every active expert read once (the load term), activations only in the GEMMs
-    g = _predict("seed003-moe-7b", *SETUP, "--layout", "grouped")["work_per_layer"]
+    g = _predict("marlin-moe-7b", *SETUP, "--layout", "grouped")["work_per_layer"]
     assert g["moe_weight_load"]["hbm_bytes"] < weights / 7.9
 
 
 def test_grouped_launches_one_gemm_pair_per_active_expert():
     # one token: exactly two active experts, each a gate/up and a down kernel; overhead_s of
     # the routed experts = 4 launches x launch_us per layer x 16 layers
-    r = _predict("seed003-moe-7b", "--hardware", "m2-max", "--phase", "decode", "--batch", "1",
+    r = _predict("marlin-moe-7b", "--hardware", "m2-max", "--phase", "decode", "--batch", "1",
                  "--context", "512", "--weights", "mxfp4", "--layout", "grouped")
     launch_s = load_hardware("m2-max").kernel["launch_us"] * 1e-6
     assert r["bounds"]["routed_experts"]["overhead_s"] == pytest.approx(4 * launch_s * 16, rel=1e-9)
 
 
 def test_bad_layout_is_one_line():
-    rc, err = _cli("predict", "seed003-moe-7b", *SETUP, "--layout", "per-expert")
+    rc, err = _cli("predict", "marlin-moe-7b", *SETUP, "--layout", "per-expert")
     assert rc == 2 and "--layout" in err and len(err.strip().splitlines()) == 1
 
 
@@ -157,7 +157,7 @@ def test_bad_layout_is_one_line():
 
 @pytest.fixture(scope="module")
 def runs():
-    return {k: _predict("seed003-moe-7b", *SETUP, "--layout", k) for k in ("per-token", "grouped")}
+    return {k: _predict("marlin-moe-7b", *SETUP, "--layout", k) for k in ("per-token", "grouped")}
 
 
 def test_grouped_over_per_token_speedup_matches_the_seed(runs):
@@ -173,7 +173,7 @@ def test_throughput_within_a_factor_1_5_of_the_seed(runs):
 
 
 def test_seed_memory_column_is_one_matrix_of_one_layer():
-    rc, m = _cli("memory", "seed003-moe-7b", *SETUP)
+    rc, m = _cli("memory", "marlin-moe-7b", *SETUP)
     per_matrix = m["weights_breakdown"]["routed_experts"] / (3 * 16)  # 3 matrices, 16 layers
     # seed: 8 x 2048 x 8192 x 0.5 B = 64 MiB; moesym's scales add 1/32 byte per weight
     assert per_matrix / (64 * 2**20) == pytest.approx(MXFP4 / 0.5, rel=1e-12)
@@ -193,12 +193,12 @@ def test_seed_inconsistencies_by_arithmetic():
 
 def test_a_cache_of_eight_holds_every_expert_of_an_eight_expert_model():
     # the seed quotes an 85% hit rate for 8 experts with a top-8 cache: it is 100%
-    r = _predict("seed003-moe-7b", *SETUP, "--layout", "grouped", "--expert-cache", "8")
+    r = _predict("marlin-moe-7b", *SETUP, "--layout", "grouped", "--expert-cache", "8")
     assert r["expert_cache_hit_rate"] == 1.0
 
 
 def test_expert_dispatch_reports_the_parallelism_of_each_granularity():
-    x = {k: _predict("seed003-moe-7b", *SETUP, "--layout", k)["expert_dispatch"]
+    x = {k: _predict("marlin-moe-7b", *SETUP, "--layout", k)["expert_dispatch"]
          for k in ("per-token", "grouped", "fused")}
     active = 8 * (1 - (6 / 8) ** 32)  # experts with a row among 32 tokens, top-2 of 8
     assert x["per-token"]["kernels_per_layer"] == 2 * 32 * 2
@@ -209,12 +209,12 @@ def test_expert_dispatch_reports_the_parallelism_of_each_granularity():
     assert x["fused"]["kernels_per_layer"] == 2
     assert x["fused"]["expert_weight_reads_per_layer"] == pytest.approx(active, rel=1e-12)
     # no key without an explicit granularity: existing outputs unchanged
-    assert "expert_dispatch" not in _predict("seed003-moe-7b", *SETUP)
+    assert "expert_dispatch" not in _predict("marlin-moe-7b", *SETUP)
 
 
 def test_usable_memory_above_one_is_refused(tmp_path):
     src = Path(__file__).resolve().parent.parent / "hardware" / "m2-max.toml"
     f = tmp_path / "bad.toml"
     f.write_text(src.read_text().replace("usable_memory_frac = 0.75", "usable_memory_frac = 1.5"))
-    rc, err = _cli("memory", "seed003-moe-7b", "--hardware", str(f))
+    rc, err = _cli("memory", "marlin-moe-7b", "--hardware", str(f))
     assert rc == 2 and "usable_memory_frac" in err and len(err.strip().splitlines()) == 1
