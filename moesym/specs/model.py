@@ -286,6 +286,10 @@ def _from_own_toml(raw: Mapping[str, Any], where: str) -> ModelSpec:
     return ModelSpec(**raw)
 
 
+#: built-in names that changed, so that scripts written against the old name keep working
+RENAMED = {"seed003-moe-7b": "marlin-moe-7b"}
+
+
 def load_model(name_or_path: str | Path) -> ModelSpec:
     """A built-in model by name, a project spec ``.toml``, or a HuggingFace ``config.json`` path."""
     text = str(name_or_path)
@@ -304,7 +308,7 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
         if not isinstance(raw, dict):
             raise SpecError(f"{p}: a config.json must hold a JSON object")
         return from_hf_config(raw, name=_config_name(raw, p), source=str(p))
-    path = _catalog() / f"{text.lower()}.toml"
+    path = _catalog() / f"{RENAMED.get(text.lower(), text.lower())}.toml"
     if not path.is_file():
         raise SpecError(f"unknown model {text!r}; built-in: {', '.join(builtin_models())} "
                         f"(or give a path to a HuggingFace config.json)")
