@@ -137,22 +137,40 @@ def _holds(c: sp.Basic) -> bool:
     return c in (sp.true, True) or (c not in (sp.false, False) and bool(c.simplify()))
 
 
-def _active(node: sp.Basic, value) -> int:
-    """Index of the branch of a Max, Min or Piecewise node active at the point ``value``
-    evaluates at: the first whose condition holds (:func:`_choices`' order and ties: an
-    earlier argument of a Max takes a tie)."""
+def _active(node: sp.Basic, value, numbers: Mapping) -> int:
+    """Index of the branch of a Max, Min or Piecewise node active at the point: the first whose
+    condition holds (:func:`_choices`' order and ties: an earlier argument of a Max takes a
+    tie). ``numbers``: each Max / Min argument's value at the point; ``value``: an expression's
+    value there (a Piecewise's conditions)."""
     if isinstance(node, sp.Piecewise):
         for i, (_, c) in enumerate(node.args):
             if _holds(value(c)):
                 return i
         raise RuntimeError("no active branch at the given point")  # pragma: no cover
-    vals = [value(a) for a in node.args]
+    vals = [numbers[a] for a in node.args]
     better = (lambda a, b: a > b) if isinstance(node, sp.Max) else (lambda a, b: a < b)
     for i, a in enumerate(vals):
-        if all(_holds(better(a, b)) if j < i else not _holds(better(b, a))
-               for j, b in enumerate(vals) if j != i):
+        if all(better(a, b) if j < i else not better(b, a) for j, b in enumerate(vals) if j != i):
             return i
     raise RuntimeError("no active branch at the given point")  # pragma: no cover
+
+
+def _argument_values(nodes_: list, env: Mapping) -> dict:
+    """Every Max / Min argument of ``nodes_`` at the point ``env``, in one compiled NumPy
+    function over their shared graph (each subexpression computed once)."""
+    from ..compile import numpy_source
+    from ..compiled import function_from_source
+
+    args = list(dict.fromkeys(a for n in nodes_ if isinstance(n, (sp.Max, sp.Min)) for a in n.args))
+    if not args:
+        return {}
+    syms = sorted(set().union(*(symbols_of(a) for a in args)), key=str)
+    missing = [s for s in syms if s not in env]
+    if missing:
+        raise ValueError("no value at the point for: " + ", ".join(map(str, missing)))
+    fn = function_from_source(numpy_source(args, syms))
+    out = fn(*(float(env[s]) for s in syms))
+    return {a: float(v) for a, v in zip(args, out)}
 
 
 def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping) -> tuple[sp.Expr, sp.Basic, tuple]:
@@ -165,9 +183,11 @@ def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping) -> tuple[sp.Expr, sp.
     branch's condition is built symbolically.
     """
     value = _at_point({k: sp.Float(v) for k, v in env.items()})
+    found = _nonsmooth(expr, var)
+    numbers = _argument_values(found, env)
     choice, conds, labels = {}, [], []
-    for node in _nonsmooth(expr, var):
-        rep, c, lab = _choices(node, only=_active(node, value))
+    for node in found:
+        rep, c, lab = _choices(node, only=_active(node, value, numbers))
         choice[node] = rep
         conds.append(c)
         labels.append(lab)
