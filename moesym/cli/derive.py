@@ -61,13 +61,16 @@ def register(sub) -> None:
                                          "steady-state TPOT (and TTFT) meets the targets")
     add_model_hw(c)
     g = c.add_argument_group("workload")
-    add_serve_lengths(g, "prefill tokens per mixed step (")
+    add_serve_lengths(g, "the mixed steps' chunk (")
     g.add_argument("--prefix-hit", type=probability, default=0.0, metavar="F",
-                   help="share of each prompt found in the prefix cache")
+                   help="prefill, serve: share of each prompt found in the prefix cache (not "
+                        "recomputed; attention still reads its KV)")
     add_deployment(c)
     add_json(c)
-    c.add_argument("--tpot-ms", type=positive_float, default=None)
-    c.add_argument("--ttft-ms", type=positive_float, default=None)
+    c.add_argument("--tpot-ms", type=positive_float, default=None,
+                   help="mean TPOT target of the steady state")
+    c.add_argument("--ttft-ms", type=positive_float, default=None,
+                   help="mean TTFT target of the steady state (no queueing)")
     c.add_argument("--percentile", type=positive_float, default=None, metavar="P",
                    help="refused: the steady state gives means; moesym optimize --percentile P "
                         "simulates percentile SLAs")
