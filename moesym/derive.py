@@ -426,13 +426,16 @@ def max_concurrency(model: ModelSpec, hw: HardwareSpec, dep: Deployment, isl: in
             f"{isl}, OSL {osl}, chunk {chunk}: mean TPOT and TTFT (no queueing), not percentiles "
             "(moesym optimize --percentile P simulates those).")
     if i == len(cs) - 1:  # every concurrency scanned meets it
-        why = (f"from {saturation:.6g} requests on, the rank is prefill-bound (the decoding "
-               "requests stop growing; more requests only queue, which the steady state "
-               "ignores), so every larger concurrency meets it too" if last > saturation else
-               f"the cap {b_max} meets it")
-        return ClosedForm("max_concurrency", title, None, {}, last, sp.true,
-                          f"{mean} {last:.0f} meets the target(s): {why}.", sp.Integer(0),
-                          S.batch, None, "numeric", {}, dep.timing)
+        if last > saturation:  # the answer: where the rank saturates
+            last = float(math.ceil(saturation))
+            why = (f"every concurrency meets the target(s): from {last:.0f} requests per rank "
+                   "on, the rank is prefill-bound (the decoding requests stop growing and more "
+                   "requests only queue, which the steady state ignores), so more than "
+                   f"{last:.0f} adds no throughput")
+        else:
+            why = f"the cap {b_max} meets the target(s)"
+        return ClosedForm("max_concurrency", title, None, {}, last, sp.true, f"{mean} {why}.",
+                          sp.Integer(0), S.batch, None, "numeric", {}, dep.timing)
     # the target that binds: the one the next concurrency misses (TPOT where both do)
     k, sym, label = next(g for g in given if lat[g[0]][i + 1] > targets[g[0]])
     others = np.ones(len(cs), dtype=bool)

@@ -12,8 +12,6 @@ attention-DP rank whose steady-state TPOT (and TTFT) meets the targets.
 - bad input (no target, --percentile, no --isl) is one line and exit code 2.
 """
 
-import contextlib
-import io
 import json
 
 import pytest
@@ -56,27 +54,22 @@ def _relaxed_root(cf, target):
     return brentq(g, f.relaxed_root * 0.8, f.relaxed_root * 1.25, xtol=1e-14, rtol=1e-15)
 
 
-def _json(argv) -> dict:
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        assert main(list(argv) + ["--json"]) == 0
-    return json.loads(buf.getvalue())
-
-
 @pytest.fixture(scope="module")
 def qwen():
     return ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20"), ms.Deployment()
 
 
 @pytest.fixture(scope="module")
-def tpot_answer():
-    return _json(["derive", "concurrency", "qwen3-30b-a3b", "--hardware", "h20", "--isl",
-                  str(ISL), "--osl", str(OSL), "--tpot-ms", "50"])
+def tpot_answer(qwen):
+    """``derive concurrency qwen3-30b-a3b --hardware h20 --isl 1024 --osl 256 --tpot-ms 50``:
+    the answer and its ``--json`` object."""
+    cf = dv.max_concurrency(*qwen, ISL, OSL, tpot_s=0.050)
+    return cf, json.loads(json.dumps(cf.as_dict(), allow_nan=False))
 
 
 def test_exact_answer_is_predicts_last_concurrency_meeting_the_tpot(qwen, tpot_answer):
     m, h, dep = qwen
-    r, target = tpot_answer, 0.050
+    (cf, r), target = tpot_answer, 0.050
     a = int(r["value"])
     last, after = _last_meeting(m, h, dep, a, lambda x: x["tpot_s"] <= target)
     assert last == a and after[0]["tpot_s"] > target
@@ -88,12 +81,29 @@ def test_exact_answer_is_predicts_last_concurrency_meeting_the_tpot(qwen, tpot_a
     low, high = r["target_range"]
     assert low == pytest.approx(_serve(m, h, dep, a)["tpot_s"], rel=1e-12)
     assert high == pytest.approx(min(x["tpot_s"] for x in after), rel=1e-12)
+    # the SymPy serve TPOT the layers solve is predict's at the answer
+    vals = {k: v for k, v in cf.values.items() if k in symbols_of(cf.sides[0][1])}
+    assert float(evaluate(cf.sides[0][1], vals, {S.batch: float(a)})) == pytest.approx(
+        low, rel=1e-12)
     # the contract's names, and why this regime has no closed form
     assert r["pinned_by"] == r["pin"] and r["pin"][-1].startswith("TPOT targets from")
     assert r["closed_form"] is None and "exp(-D/256)" in r["smooth"]["note"]
     assert r["smooth"]["relaxed_root"] > 0 and len(r["sensitivity"]) > 3
     assert "tau_tpot" in {x["symbol"] for x in r["sensitivity"][:3]}
     assert "not percentiles" in r["note"] and "--percentile" in r["note"]
+
+
+def test_every_concurrency_meeting_the_target_answers_where_the_rank_saturates(qwen):
+    """A target met at every concurrency: the next meeting one is never absent, so the
+    answer is the concurrency from which the rank is prefill-bound (the decoding requests at
+    their cap chunk OSL / ISL = 2048), past which predict's TPOT no longer changes."""
+    m, h, dep = qwen
+    cf = dv.max_concurrency(m, h, dep, ISL, OSL, tpot_s=10.0)
+    assert cf.value == SATURATION and cf.kind == "numeric" and "prefill-bound" in cf.assumptions
+    at, before = _serve(m, h, dep, SATURATION), _serve(m, h, dep, SATURATION - 1)
+    assert at["serve"]["decoding_requests"] == pytest.approx(8192 * OSL / ISL, rel=1e-12)
+    assert before["serve"]["decoding_requests"] < 8192 * OSL / ISL
+    assert _serve(m, h, dep, 4 * SATURATION)["tpot_s"] == pytest.approx(at["tpot_s"], rel=1e-12)
 
 
 def test_ttft_binds_when_it_is_the_tighter_target(qwen, tpot_answer):
@@ -103,7 +113,7 @@ def test_ttft_binds_when_it_is_the_tighter_target(qwen, tpot_answer):
     a = int(cf.value)
     last, after = _last_meeting(m, h, dep, a, lambda x: x["tpot_s"] <= tpot
                                 and x["ttft_s"] <= ttft)
-    assert last == a < tpot_answer["value"]
+    assert last == a < tpot_answer[0].value
     assert after[0]["ttft_s"] > ttft and after[0]["tpot_s"] <= tpot  # TTFT alone fails next
     assert "TTFT binds" in cf.assumptions
     assert S.ttft_target in symbols_of(cf.equation) and S.tpot_target not in symbols_of(
