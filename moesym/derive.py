@@ -434,8 +434,10 @@ def max_concurrency(model: ModelSpec, hw: HardwareSpec, dep: Deployment, isl: in
                    f"{last:.0f} adds no throughput")
         else:
             why = f"the cap {b_max} meets the target(s)"
-        return ClosedForm("max_concurrency", title, None, {}, last, sp.true, f"{mean} {why}.",
-                          sp.Integer(0), S.batch, None, "numeric", {}, dep.timing)
+        regime, memory = _serve_regime(model, hw, dep, wl, chunk, last)
+        return ClosedForm("max_concurrency", title, None, {}, last, sp.true,
+                          f"{mean} {why}. {memory}", sp.Integer(0), S.batch, None, "numeric",
+                          regime, dep.timing)
     # the target that binds: the one the next concurrency misses (TPOT where both do)
     k, sym, label = next(g for g in given if lat[g[0]][i + 1] > targets[g[0]])
     others = np.ones(len(cs), dtype=bool)
@@ -450,9 +452,10 @@ def max_concurrency(model: ModelSpec, hw: HardwareSpec, dep: Deployment, isl: in
     vals.update({s_: float(v) for (k2, s_, _) in given for v in (targets[k2],)})
     eq = exprs[k] - sym
     root = closed_form_at(eq, S.batch, vals, (last, last + 1), last, integer=True)
-    regime = _serve_regime(model, hw, dep, wl, chunk, last)
+    regime, memory = _serve_regime(model, hw, dep, wl, chunk, last)
     cf = _answer("max_concurrency", title, root, eq, vals,
-                 f"{mean} {label} binds (the next concurrency misses it); B is the concurrency.",
+                 f"{mean} {label} binds (the next concurrency misses it); B is the concurrency. "
+                 f"{memory}",
                  None, S.batch, dep.timing, ((label, exprs[k]), (f"{label} target", sym)),
                  span=(1.0, float(cs[-1])), pin_note=span_note,
                  target_range=(float(lat[k][i]), hi), regime=regime, where=where)
@@ -473,17 +476,22 @@ def max_concurrency(model: ModelSpec, hw: HardwareSpec, dep: Deployment, isl: in
     return cf
 
 
-def _serve_regime(model, hw, dep, wl: Workload, chunk: int, concurrency: float) -> dict:
-    """What limits the steady state at ``concurrency``, as ``predict --phase serve`` reports
-    it: the mixed step's breakdown keys (its bounds) and each step's bound."""
+def _serve_regime(model, hw, dep, wl: Workload, chunk: int, concurrency: float) -> tuple:
+    """(what limits the steady state at ``concurrency``, a line on its memory), as ``predict
+    --phase serve`` reports them: the mixed step's breakdown keys (its bounds) and each step's
+    bound; the memory per GPU of the requests in flight and whether it fits."""
     from dataclasses import replace
 
     from .model.predictor import predict
 
-    r = predict(model, hw, dep, replace(wl, batch=int(concurrency), chunk=chunk), memory=False)
+    r = predict(model, hw, dep, replace(wl, batch=int(concurrency), chunk=chunk), memory=True)
     out = {k: b.get("roofline", b["bound"]) if k == "routed_experts" else b["bound"]
            for k, b in r["bounds"].items() if b["bound"] != "none"}
-    return {**out, "mixed_step": r["mixed_step"]["bound"], "decode_step": r["decode_step"]["bound"]}
+    memory = (f"Memory per GPU at {concurrency:.0f}: {r['memory_bytes'] / 1e9:.1f} GB, "
+              + ("fits." if r["fits"] else f"does NOT fit ({r.get('fits_reason', '')}).")
+              if "memory_bytes" in r else "")
+    return ({**out, "mixed_step": r["mixed_step"]["bound"],
+             "decode_step": r["decode_step"]["bound"]}, memory)
 
 
 def comm_hidden(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int,

@@ -91,6 +91,8 @@ def test_exact_answer_is_predicts_last_concurrency_meeting_the_tpot(qwen, tpot_a
     assert r["smooth"]["relaxed_root"] > 0 and len(r["sensitivity"]) > 3
     assert "tau_tpot" in {x["symbol"] for x in r["sensitivity"][:3]}
     assert "not percentiles" in r["note"] and "--percentile" in r["note"]
+    mem = ms.predict(m, h, dep, Workload(Phase.SERVE, batch=a, isl=ISL, osl=OSL), memory=True)
+    assert f"Memory per GPU at {a}: {mem['memory_bytes'] / 1e9:.1f} GB, fits." in r["note"]
 
 
 def test_every_concurrency_meeting_the_target_answers_where_the_rank_saturates(qwen):
