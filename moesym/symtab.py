@@ -24,6 +24,7 @@ TABLE: tuple[tuple[str, str, str, str, str, dict], ...] = (
     ("total_batch", "B_tot", "requests", "decode requests in flight across the whole serving instance", "workload", {"positive": True}),
     ("target_tokens_s", "X", "tokens/s", "decode throughput target of one serving instance", "workload", {"positive": True}),
     ("tpot_target", "tau_tpot", "s", "time-per-output-token limit", "workload", {"positive": True}),
+    ("ttft_target", "tau_ttft", "s", "time-to-first-token limit", "workload", {"positive": True}),
     # --- deployment
     ("gpus", "N_gpu", "GPUs", "GPUs in one serving instance", "deployment", {"positive": True}),
     ("gpus_per_node", "N_node", "GPUs", "GPUs per node (scale-up domain)", "deployment", {"positive": True}),

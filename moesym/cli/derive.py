@@ -7,8 +7,9 @@ from pathlib import Path
 from .. import derive as dv
 from ..errors import MoesymError
 from . import COMMANDS
-from .common import (add_deployment, add_json, add_model_hw, add_workload, deployment_from, emit_json,
-                     model_hw_from, positive_float, positive_int)
+from .common import (add_deployment, add_json, add_model_hw, add_serve_lengths, add_workload,
+                     deployment_from, emit_json, model_hw_from, positive_float, positive_int,
+                     probability)
 
 __all__ = ["register"]
 
@@ -55,6 +56,29 @@ def register(sub) -> None:
 
     t = _closed_form(s, "tpot", "largest decode batch that meets a TPOT target", _tpot)
     t.add_argument("--tpot-ms", type=positive_float, required=True)
+
+    c = s.add_parser("concurrency", help="largest serving concurrency per rank whose "
+                                         "steady-state TPOT (and TTFT) meets the targets")
+    add_model_hw(c)
+    g = c.add_argument_group("workload")
+    add_serve_lengths(g, "the mixed steps' chunk (")
+    g.add_argument("--prefix-hit", type=probability, default=0.0, metavar="F",
+                   help="prefill, serve: share of each prompt found in the prefix cache (not "
+                        "recomputed; attention still reads its KV)")
+    add_deployment(c)
+    add_json(c)
+    c.add_argument("--tpot-ms", type=positive_float, default=None,
+                   help="mean TPOT target of the steady state")
+    c.add_argument("--ttft-ms", type=positive_float, default=None,
+                   help="mean TTFT target of the steady state (no queueing)")
+    c.add_argument("--percentile", type=positive_float, default=None, metavar="P",
+                   help="refused: the steady state gives means; moesym optimize --percentile P "
+                        "simulates percentile SLAs")
+    c.add_argument("--show-expr", action="store_true",
+                   help="print the whole closed form however long (JSON always has it)")
+    c.add_argument("--all-sensitivities", action="store_true",
+                   help="print the answer's elasticity to every parameter (default: top three)")
+    c.set_defaults(func=_concurrency)
 
     _closed_form(s, "memory-batch", "largest decode batch whose memory per GPU fits in HBM",
                  _memory_batch)
@@ -296,6 +320,33 @@ def _tpot(args) -> int:
     m, h = model_hw_from(args)
     return show(dv.max_batch_for_tpot(m, h, _deployment(args), args.context, args.tpot_ms / 1e3),
                 args)
+
+
+def _concurrency(args) -> int:
+    if args.percentile is not None:
+        raise MoesymError(f"--percentile {args.percentile:g}: derive concurrency solves the "
+                          "steady state, which gives mean TPOT and TTFT; for a percentile SLA "
+                          "run moesym optimize --phase serve --percentile P (a simulation)")
+    for flag in ("isl", "osl"):
+        if getattr(args, flag) is None:
+            raise MoesymError(f"--{flag} is missing: derive concurrency needs the request "
+                              "lengths (--isl N --osl N)")
+    if args.tpot_ms is None and args.ttft_ms is None:
+        raise MoesymError("no target: give --tpot-ms and/or --ttft-ms")
+    m, h = model_hw_from(args)
+    dep = deployment_from(args)
+    _check(args, dep, m, h)
+    from ..specs.checks import check_lengths
+
+    check_lengths(m, "serve", isl=args.isl, osl=args.osl)
+    from ..progress import status
+
+    status("derive concurrency: building and solving the serve model", not args.json)
+    cf = dv.max_concurrency(m, h, dep, args.isl, args.osl,
+                            args.tpot_ms / 1e3 if args.tpot_ms else None,
+                            args.ttft_ms / 1e3 if args.ttft_ms else None,
+                            chunk=args.chunk or 0, prefix_hit=args.prefix_hit)
+    return show(cf, args)
 
 
 def _memory_batch(args) -> int:

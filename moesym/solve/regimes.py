@@ -19,7 +19,7 @@ from typing import Mapping
 
 import sympy as sp
 
-from ..terms.cost import dependents, nodes, substitute, symbols_of
+from ..terms.cost import dependents, nodes, rebuild, substitute, symbols_of
 from .rewrite import RELAX_CEILING, apply_rules
 
 __all__ = ["Root", "branch_at", "branches", "solve_regimes", "solve_smooth"]
@@ -41,28 +41,44 @@ def _nonsmooth(expr: sp.Basic, var: sp.Symbol) -> list[sp.Basic]:
     return nodes(expr, lambda a: isinstance(a, (sp.Max, sp.Min, sp.Piecewise)) and a in dep)
 
 
-def _choices(node: sp.Basic) -> list[tuple[sp.Basic, sp.Basic, str]]:
-    """(replacement, condition, label) for each branch of a Max, Min or Piecewise node."""
+def _choices(node: sp.Basic, only: int | None = None):
+    """(replacement, condition, label) for each branch of a Max, Min or Piecewise node; with
+    ``only``, that branch's alone (its condition built, the others' not)."""
     out = []
     if isinstance(node, sp.Piecewise):
         earlier = sp.true
         for i, (e, c) in enumerate(node.args):
-            out.append((e, sp.And(c, earlier), f"piece{i}"))
+            if only is None or i == only:
+                out.append((e, sp.And(c, earlier), f"piece{i}"))
             earlier = sp.And(earlier, sp.Not(c))
-        return out
+        return out if only is None else out[0]
     args = list(node.args)
     is_max = isinstance(node, sp.Max)
     for i, a in enumerate(args):
+        if only is not None and i != only:
+            continue
         conds = []
         for j, b in enumerate(args):
             if j == i:
                 continue
-            if is_max:
-                conds.append(a > b if j < i else a >= b)
-            else:
-                conds.append(a < b if j < i else a <= b)
+            rel = (sp.StrictGreaterThan if j < i else sp.GreaterThan) if is_max else \
+                (sp.StrictLessThan if j < i else sp.LessThan)
+            conds.append(_relation(rel, a, b))
         out.append((a, sp.And(*conds), f"{'max' if is_max else 'min'}{i}"))
-    return out
+    return out if only is None else out[0]
+
+
+def _relation(rel, a: sp.Expr, b: sp.Expr) -> sp.Basic:
+    """``rel(a, b)``, evaluated by SymPy (True or False where the assumptions settle it) when a
+    side is a number, else left as the relation: between two expressions SymPy asks the
+    assumptions of their difference, minutes on the shared graph of a large step model, to
+    settle relations it almost never can."""
+    if a.is_Number or b.is_Number:
+        return rel(a, b)
+    d = a - b
+    if d.is_Number:
+        return rel(d, 0)
+    return rel(a, b, evaluate=False)
 
 
 def branches(expr: sp.Basic, var: sp.Symbol, limit: int = 4096):
@@ -99,25 +115,82 @@ def solve_regimes(equation: sp.Expr, var: sp.Symbol, limit: int = 4096) -> list[
     return roots
 
 
+def _at_point(env: Mapping):
+    """A function giving an expression's value at ``env`` (numbers for its symbols), memoised
+    across calls: the nodes of one expression share their subexpressions."""
+    memo = {sp.sympify(k): v for k, v in env.items()}
+
+    def value(e: sp.Basic) -> sp.Basic:
+        if e in memo:
+            return memo[e]
+        if e.is_Atom:
+            return e
+        out = rebuild(e, tuple(value(a) for a in e.args))
+        memo[e] = out
+        return out
+
+    return value
+
+
+def _holds(c: sp.Basic) -> bool:
+    """Whether a condition evaluated at a point holds (a relation left symbolic is simplified)."""
+    return c in (sp.true, True) or (c not in (sp.false, False) and bool(c.simplify()))
+
+
+def _active(node: sp.Basic, value, numbers: Mapping) -> int:
+    """Index of the branch of a Max, Min or Piecewise node active at the point: the first whose
+    condition holds (:func:`_choices`' order and ties: an earlier argument of a Max takes a
+    tie). ``numbers``: each Max / Min argument's value at the point; ``value``: an expression's
+    value there (a Piecewise's conditions)."""
+    if isinstance(node, sp.Piecewise):
+        for i, (_, c) in enumerate(node.args):
+            if _holds(value(c)):
+                return i
+        raise RuntimeError("no active branch at the given point")  # pragma: no cover
+    vals = [numbers[a] for a in node.args]
+    better = (lambda a, b: a > b) if isinstance(node, sp.Max) else (lambda a, b: a < b)
+    for i, a in enumerate(vals):
+        if all(better(a, b) if j < i else not better(b, a) for j, b in enumerate(vals) if j != i):
+            return i
+    raise RuntimeError("no active branch at the given point")  # pragma: no cover
+
+
+def _argument_values(nodes_: list, env: Mapping) -> dict:
+    """Every Max / Min argument of ``nodes_`` at the point ``env``, in one compiled NumPy
+    function over their shared graph (each subexpression computed once)."""
+    from ..compile import numpy_source
+    from ..compiled import function_from_source
+
+    args = list(dict.fromkeys(a for n in nodes_ if isinstance(n, (sp.Max, sp.Min)) for a in n.args))
+    if not args:
+        return {}
+    syms = sorted(set().union(*(symbols_of(a) for a in args)), key=str)
+    missing = [s for s in syms if s not in env]
+    if missing:
+        raise ValueError("no value at the point for: " + ", ".join(map(str, missing)))
+    fn = function_from_source(numpy_source(args, syms))
+    out = fn(*(float(env[s]) for s in syms))
+    return {a: float(v) for a, v in zip(args, out)}
+
+
 def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping) -> tuple[sp.Expr, sp.Basic, tuple]:
     """The smooth branch of ``expr`` active at the point ``env`` (numbers for every symbol,
     ``var`` included), with the condition under which it holds and the branch labels.
 
     At each Max / Min / Piecewise node the first branch whose condition holds at ``env`` is
-    substituted (repeated for nodes nested inside chosen branches).
+    substituted (repeated for nodes nested inside chosen branches). The branch is picked on the
+    numbers (each node's arguments evaluated once, shared subexpressions once); only the chosen
+    branch's condition is built symbolically.
     """
-    env = {k: sp.Float(v) for k, v in env.items()}
+    value = _at_point({k: sp.Float(v) for k, v in env.items()})
+    found = _nonsmooth(expr, var)
+    numbers = _argument_values(found, env)
     choice, conds, labels = {}, [], []
-    for node in _nonsmooth(expr, var):
-        for rep, c, lab in _choices(node):
-            cn = substitute(c, env)
-            if cn in (sp.true, True) or (cn not in (sp.false, False) and bool(cn.simplify())):
-                choice[node] = rep
-                conds.append(c)
-                labels.append(lab)
-                break
-        else:  # pragma: no cover - one branch always holds
-            raise RuntimeError("no active branch at the given point")
+    for node in found:
+        rep, c, lab = _choices(node, only=_active(node, value, numbers))
+        choice[node] = rep
+        conds.append(c)
+        labels.append(lab)
     e = expr
     for _ in range(64):
         new = substitute(e, choice)
