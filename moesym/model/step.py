@@ -22,7 +22,7 @@ import sympy as sp
 from ..compile import evaluate
 from ..specs.deployment import A2AMode, Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
-from ..specs.model import ModelSpec
+from ..specs.model import ModelSpec, expert_weights
 from ..symbols import S, by_name, check_bindings
 from ..terms import attention as att
 from ..terms import comm, compressed as cmp, elementwise as ew, ffn
@@ -242,7 +242,7 @@ def _offload_s(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims):
         return None
     t = _tokens(wl, dep) / D.micro_batches
     tab = _cache_tables(model, dep, D, t)
-    expert_bytes = 3 * D.hidden * D.moe_inter / D.expert_tp * S.w_bytes_expert
+    expert_bytes = expert_weights(D.hidden, D.moe_inter, S.w_bytes_expert, D.expert_tp)
     if dep.expert_placement == "stream":
         one = tab["cold"] * expert_bytes / S.host_bw
     else:

@@ -25,7 +25,23 @@ from .._toml import load_toml
 from ..errors import SpecError
 from .precision import FORMATS as _DTYPES  # a checkpoint's weights: any --weights format
 
-__all__ = ["ModelSpec", "load_model", "builtin_models", "from_hf_config"]
+__all__ = ["ModelSpec", "load_model", "builtin_models", "from_hf_config", "expert_weights"]
+
+
+def expert_weights(hidden, moe_inter, bytes_per_param=1, expert_tp=1):
+    """One routed expert's weights on one GPU: its gate, up and down projections,
+    ``3 x hidden x moe_inter`` parameters, split over ``expert_tp`` GPUs, in bytes at
+    ``bytes_per_param`` (parameters at 1). Numbers (an int stays an int) or symbols: the one
+    home of the formula the memory model, the cost terms, the expert-offload transfer and the
+    derivation pages use.
+
+    >>> expert_weights(7168, 2048)
+    44040192
+    """
+    w = 3 * hidden * moe_inter
+    if bytes_per_param != 1:
+        w = w * bytes_per_param
+    return w if expert_tp == 1 else w / expert_tp
 
 
 
@@ -150,8 +166,8 @@ class ModelSpec:
         return d * h * hd + 2 * d * self.num_kv_heads * hd + h * hd * d + gate
 
     def expert_params(self) -> int:
-        """One routed expert (gate, up, down)."""
-        return 3 * self.hidden_size * self.moe_intermediate_size
+        """One routed expert (gate, up, down): :func:`expert_weights`."""
+        return expert_weights(self.hidden_size, self.moe_intermediate_size)
 
     def moe_layer_params(self, active: bool = False) -> int:
         n = self.experts_per_token if active else self.num_experts
