@@ -1045,7 +1045,7 @@ def sensitivity(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workloa
     y = terms[of]
     values = {**mem_values, **step.values}
     if S.chunk in symbols_of(y) and S.chunk not in values:
-        values[S.chunk] = float(wl.chunk or wl.context)
+        values[S.chunk] = float(wl.chunk)  # a prefill workload's (its default: prefill_chunk)
     missing = [s for s in symbols_of(y) if s not in values]
     if missing:
         raise MoesymError(f"--of {of}: no value for {', '.join(map(str, missing))}")

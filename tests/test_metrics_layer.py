@@ -82,9 +82,11 @@ def test_decode_batch_one_two_micro_batches_agree_everywhere(cli_json):
         ev = float(step.evaluate())
     cli = _cli(cli_json, "decode", dep, ["--batch", "1", "--context", "4096"])
     row = _sweep_row("decode", dep, {"batch": [1], "context": [4096]})
+    opt = _optimize_row("decode", dep, 1, context=4096)
     t = ref["step_time_s"]
     for name, got in (("StepModel.predict", sp["step_time_s"]), ("evaluate", ev),
-                      ("cli", cli["step_time_s"]), ("sweep", row["step_time_s"])):
+                      ("cli", cli["step_time_s"]), ("sweep", row["step_time_s"]),
+                      ("optimize", opt["step_time_s"])):
         _same(got, t, name)
     for name, r in (("StepModel.predict", sp), ("cli", cli), ("sweep", row)):
         _same(r["tokens_per_gpu_s"], ref["tokens_per_gpu_s"], name)

@@ -174,7 +174,7 @@ class StepModel:
         num = lambda e: float(evaluate(sp.sympify(e), self.values, {}))  # noqa: E731
         lay = sched.layout(wl.phase.engine)
         terms = self.terms
-        phi = num(overlap.sm_share(overlap.resolve_a2a(dep, wl.phase)))
+        phi = num(overlap.sm_share(dep.resolved_a2a(wl.phase)))
         capped = self.capped_terms() if lay.gemm_sms == "reserve_comm" and phi else None
         if capped is not None:  # as the step model times it (_scheduled)
             terms, phi = capped, 0.0
@@ -388,7 +388,7 @@ def _moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
             ew.swiglu_activation("shared_act", t, D.shared_inter / D.tp, D.act_bytes)]
     bw_up, bw_out = S.bw_up * S.eff_up, S.bw_out * S.eff_out
     if model.is_moe:
-        a2a = overlap.resolve_a2a(dep, wl.phase)
+        a2a = dep.resolved_a2a(wl.phase)
         groups = (GroupRouting(model.num_experts, model.experts_per_token, model.expert_groups,
                                model.groups_per_token) if group_limited(model) else None)
         t_gpu = ffn.moe_tokens_per_gpu(D, t)
@@ -757,7 +757,7 @@ def _scheduled(name: str, terms, compute, dep: Deployment, wl: Workload, n,
         return (overlap.layer_time(compute, d, c, n, dep, wl, shared_mb=shared),
                 overlap.step_edges(d, c, n, dep, wl), None)
     lay = sched.layout(wl.phase.engine)
-    phi = overlap.sm_share(overlap.resolve_a2a(dep, wl.phase))
+    phi = overlap.sm_share(dep.resolved_a2a(wl.phase))
     capped = reserved() if lay.gemm_sms == "reserve_comm" and reserved and phi != 0 else None
     if capped is not None:
         terms, phi = capped, 0

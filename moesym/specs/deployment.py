@@ -549,6 +549,13 @@ def valid_mask(model, gpus, ep, tp, redundant: int = 0, a2a=None, gpus_per_node:
     return ok
 
 
+def prefill_chunk(tokens, context, minimum=min):
+    """The prefill chunk a step runs unless ``--chunk`` sets one: the step's tokens, at most
+    one prompt of ``context`` tokens (numbers, or NumPy arrays with ``np.minimum``). A serve
+    step's default is the engine's (:func:`moesym.model.metrics.serve_chunk`)."""
+    return minimum(tokens, context)
+
+
 def serve_kv_tokens(isl, osl):
     """Mean KV length of a serve workload's decoding requests: the prompt and, on average, half
     the output, ``ISL + floor(OSL / 2)`` (numbers or NumPy arrays; the serve steady state of
@@ -605,7 +612,7 @@ class Workload:
                 object.__setattr__(self, "tokens", self.context)
             _pos_int("--tokens", self.tokens)
             if self.chunk == 0:
-                object.__setattr__(self, "chunk", min(self.tokens, self.context))
+                object.__setattr__(self, "chunk", prefill_chunk(self.tokens, self.context))
             _pos_int("--chunk", self.chunk)
             if self.chunk > self.context:
                 raise SpecError(f"--chunk {self.chunk} exceeds --context {self.context}")
