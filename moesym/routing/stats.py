@@ -19,6 +19,7 @@ import numpy as np
 import sympy as sp
 
 from ..errors import MoesymError
+from ..specs.model import check_experts
 from ..special import MaxBinomialMean, PaddedRowsMean
 from ..terms.cost import smax
 
@@ -143,9 +144,7 @@ def _group_limited(E, k, groups, topk_groups) -> tuple[int, int, int, int, int]:
     except TypeError:
         raise MoesymError("group-limited routing needs numbers for the experts, top-k, groups "
                           "and top-k groups") from None
-    if E % G or kG > G or k < kG or k > kG * (E // G):
-        raise MoesymError(f"group-limited routing: {G} groups must divide {E} experts and "
-                          f"{kG} <= {G} selected groups must hold the top-{k} (>= one each)")
+    check_experts(E, k, G, kG)
     return E, k, G, kG, E // G
 
 
@@ -227,7 +226,8 @@ def rank_load_variance_per_token(E, k, n_bins, groups=None, topk_groups=None) ->
             var = d * q * (1 - q) * (N - d) / (N - 1) if N > 1 else sp.Integer(0)
             total += pj * (var + (j + d * q) ** 2)
         return total - sp.Rational(k, n) ** 2
-    raise MoesymError(f"--ep {n} and --groups {G}: one must divide the other for group-limited routing")
+    check_experts(int(E), int(k), G, kG, n)  # its error: neither of EP and the groups divides
+    raise AssertionError("check_experts passed a shape it refuses")  # pragma: no cover
 
 
 def _blom_z(n: sp.Expr) -> sp.Expr:
