@@ -367,5 +367,5 @@ def test_prefix_hit_in_sweep_and_optimize_equals_predict(tmp_path):
                 Workload("serve", batch=b["batch"], isl=1024, osl=256, chunk=b["chunk_tokens"],
                          prefix_hit=0.8))
     assert b["tokens_per_gpu_s"] == pytest.approx(p["output_tokens_per_gpu_s"], rel=1e-9)
-    with pytest.raises(Exception, match="`prefix_hit`"):
+    with pytest.raises(Exception, match="--prefix-hit"):
         optimize(m, h, 1, "decode", context=1024, tpot_s=0.05, prefix_hit=0.5)
