@@ -28,7 +28,7 @@ from pathlib import Path
 import sympy as sp
 
 from .errors import MoesymError
-from .specs.deployment import Phase, Workload
+from .specs.deployment import Phase, Workload, prefill_chunk
 
 __all__ = ["interactive_html", "js_source", "predict_argv"]
 
@@ -300,7 +300,7 @@ def _data(model, hw, dep, wl, argv) -> dict:
         h["value"] = static[h["symbols"][0]] / h["scale"]
     hw_file = _hardware_file(argv)
     prefill = wl.phase is Phase.PREFILL
-    given_chunk = bool(prefill and wl.chunk != min(wl.tokens, wl.context))
+    given_chunk = bool(prefill and wl.chunk != prefill_chunk(wl.tokens, wl.context))
     base = predict_argv(argv, drop=("--batch", "--tokens", "--context", "--gpus", "--ep", "--tp",
                                     "--micro-batches", "--hardware", "--chunk", "--phase", "--a2a",
                                     "--pp", "--cp", "--isl", "--osl"))
