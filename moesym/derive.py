@@ -37,7 +37,7 @@ from .errors import MoesymError
 from .model.step import StepModel, build_step
 from .specs.deployment import Deployment, Phase, Workload
 from .specs.hardware import HardwareSpec
-from .specs.model import ModelSpec
+from .specs.model import ModelSpec, expert_weights
 from .symbols import S
 from .solve.model_root import ModelRoot, closed_form_at, model_root, sign_changes
 from .solve.regime_form import RegimeForm, pin, regime_form, tidy
@@ -605,7 +605,7 @@ def expert_cache_hides(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: 
     C, t_c = sp.Symbol("C", nonnegative=True), sp.Symbol("t_c", positive=True)
     T = S.batch * (1 + S.mtp) / S.micro_batches
     a = 1 - (1 - S.topk / S.experts) ** T
-    expert_bytes = 3 * S.hidden * S.moe_inter * S.w_bytes_expert
+    expert_bytes = expert_weights(S.hidden, S.moe_inter, S.w_bytes_expert)
     if dep.expert_placement == "stream":
         per_cold = expert_bytes / S.host_bw
     else:
@@ -1218,7 +1218,7 @@ def sensitivity(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workloa
     y = terms[of]
     values = {**mem_values, **step.values}
     if S.chunk in symbols_of(y) and S.chunk not in values:
-        values[S.chunk] = float(wl.chunk or wl.context)
+        values[S.chunk] = float(wl.chunk)  # a prefill workload's (its default: prefill_chunk)
     missing = [s for s in symbols_of(y) if s not in values]
     if missing:
         raise MoesymError(f"--of {of}: no value for {', '.join(map(str, missing))}")

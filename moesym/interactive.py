@@ -34,7 +34,7 @@ from pathlib import Path
 import sympy as sp
 
 from .errors import MoesymError
-from .specs.deployment import Phase, Workload
+from .specs.deployment import Phase, Workload, prefill_chunk
 
 __all__ = ["interactive_html", "js_source", "predict_argv"]
 
@@ -214,7 +214,7 @@ def _step_exprs(step) -> tuple[dict, dict | None]:
                                "operation order to draw (pick --overlap none, sbo or "
                                "tbo-sglang)"}
     lay = sched.layout(wl.phase.engine)
-    exprs["tl/phi"] = overlap.sm_share(overlap.resolve_a2a(dep, wl.phase))
+    exprs["tl/phi"] = overlap.sm_share(dep.resolved_a2a(wl.phase))
     sets = {"tl": step.terms}
     if lay.gemm_sms == "reserve_comm" and step.capped_terms is not None:
         sets["tlc"] = step.capped_terms()
@@ -397,7 +397,7 @@ def _data(model, hw, dep, wl, argv) -> dict:
         h["value"] = static[h["symbols"][0]] / h["scale"]
     hw_file = _hardware_file(argv)
     prefill = wl.phase is Phase.PREFILL
-    given_chunk = bool(prefill and wl.chunk != min(wl.tokens, wl.context))
+    given_chunk = bool(prefill and wl.chunk != prefill_chunk(wl.tokens, wl.context))
     base = predict_argv(argv, drop=("--batch", "--tokens", "--context", "--gpus", "--ep", "--tp",
                                     "--micro-batches", "--hardware", "--chunk", "--phase", "--a2a",
                                     "--overlap", "--pp", "--cp", "--isl", "--osl"))

@@ -30,11 +30,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .errors import MoesymError
-from .model.metrics import (accepted_tokens, fits, prefill_memory_values, serve_chunk,
-                            serve_memory_values, serve_point, serve_rates, serve_step_times,
-                            step_rates, tokens_per_user_s)
+from .model.metrics import (accepted_tokens, fits, micro_batches_run, prefill_memory_values,
+                            serve_chunk, serve_memory_values, serve_point, serve_rates,
+                            serve_step_times, step_rates, tokens_per_user_s)
 from .progress import progress_bar
-from .specs.deployment import A2AMode, Deployment, Phase, Workload, valid_mask
+from .specs.deployment import A2AMode, Deployment, Phase, Workload, prefill_chunk, valid_mask
 from .specs.hardware import HardwareSpec
 from .specs.model import ModelSpec
 from .symtab import N
@@ -160,8 +160,12 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve
     def measure(sizes):
         env = dict(fixed)
         env[size_sym] = spread(sizes)
+        # no more micro-batches than requests (tokens): as predict times them (the search's
+        # sizes are multiples of mb; a pinned measure's need not be)
+        split = micro_batches_run(float(mb), sizes)  # a number where every size has enough
+        env[N.micro_batches] = spread(split) if np.ndim(split) else split
         if ph is Phase.PREFILL:  # the chunk at the prompt length (a distribution's mean)
-            env[N.chunk] = spread(np.minimum(sizes, context))
+            env[N.chunk] = spread(prefill_chunk(sizes, context, np.minimum))
         mem_env = dict(env)
         if ph is Phase.PREFILL:  # prompts held in memory; 1 / cp of each, and of its tokens
             held = prefill_memory_values(sizes, context, cp, np.ceil, np.maximum)
@@ -174,7 +178,8 @@ def _measure_fn(cms, capacity, ph, context, limits, tp, ep, mb, gpus, dep, serve
                 for k, v in env.items()}
             t[ok] = mean(cm.evaluate(0, sub_env)["step_time_s"], int(ok.sum()))
         # per GPU: a DP rank's tokens over its TP x PP GPUs (x CP in prefill); predict's rates
-        r = step_rates(ph, sizes, t, tp, pp, cp, accepted, context, np.minimum(sizes, context),
+        r = step_rates(ph, sizes, t, tp, pp, cp, accepted, context,
+                       prefill_chunk(sizes, context, np.minimum),
                        np.maximum, np.minimum)
         lat = "tpot_s" if ph is Phase.DECODE else "ttft_s"
         out = {"step_time_s": t, lat: r[lat], "tokens_per_gpu_s": r["tokens_per_gpu_s"]}
@@ -387,7 +392,8 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
         dep_c = base if cache is None else replace(base, expert_cache=cache)
         rep = replace(dep_c, gpus=gpus, pp=pp, cp=cp, ep=ep, tp=1, micro_batches=1, a2a=mode)
         stage = gpus // pp
-        if mode is A2AMode.AUTO and ep < stage and A2AMode.ALLGATHER in a2a_modes:
+        if (mode is A2AMode.AUTO and rep.resolved_a2a(ph) is A2AMode.ALLGATHER
+                and A2AMode.ALLGATHER in a2a_modes):
             continue  # auto is the all-gather here: searched under its own name
         key = (pp, cp, mode, ep_class(rep), cache)
         if key not in built:

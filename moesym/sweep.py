@@ -42,7 +42,7 @@ import numpy as np
 
 from .errors import MoesymError
 from .model.metrics import accepted_tokens, fits, length_symbol, step_rates
-from .specs.deployment import Deployment, Phase, Workload, valid_mask
+from .specs.deployment import Deployment, Phase, Workload, prefill_chunk, valid_mask
 from .specs.hardware import HardwareSpec, load_hardware
 from .specs.model import ModelSpec
 from .symtab import N
@@ -261,8 +261,7 @@ def _plan(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
     if ph is Phase.DECODE:
         wl = Workload(ph, batch=1, context=ax["context"][0])
     elif ph is Phase.PREFILL:
-        wl = Workload(ph, tokens=ax["tokens"][0], context=ax["context"][0],
-                      chunk=min(ax["tokens"][0], ax["context"][0]), prefix_hit=prefix_hit)
+        wl = Workload(ph, tokens=ax["tokens"][0], context=ax["context"][0], prefix_hit=prefix_hit)
     else:  # chunk: the deployment's --chunk, else the engine's default per point
         wl = Workload(ph, batch=1, isl=ax["isl"][0], osl=ax["osl"][0],  # chunk 0: the default
                       prefix_hit=prefix_hit)
@@ -407,7 +406,7 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
     if grid.wl.prefix_hit:
         env0[N.prefix_hit] = np.asarray(float(grid.wl.prefix_hit)).reshape((1,) * len(others))
     if prefill:  # the chunk at the prompt length (a distribution's: its mean, as predict's)
-        env0[N.chunk] = np.minimum(env0[N.tokens], env0[N.context])
+        env0[N.chunk] = prefill_chunk(env0[N.tokens], env0[N.context], np.minimum)
     tp = np.asarray(ax["tp"], dtype=np.int64)
     extra = (1,) * len(others)  # the EP axis goes last, after the broadcast axes
     env0 = {k: v.reshape(v.shape + (1,)) for k, v in env0.items()}
@@ -466,7 +465,7 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
     everything = bool(ok_small.all())  # no copies when every point is valid
     out = {n: (c if everything else c[ok]) for n, c in cols.items()}
     if prefill:
-        out["chunk"] = np.minimum(out["tokens"], out["context"])
+        out["chunk"] = prefill_chunk(out["tokens"], out["context"], np.minimum)
     flat = {k: (v.ravel() if everything else v.ravel()[ok]) for k, v in res.items()}
     if serve:
         out["chunk"] = flat.pop("chunk").astype(np.int64)

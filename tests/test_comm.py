@@ -213,7 +213,7 @@ def test_expert_tensor_parallel_gathers_every_dp_ranks_tokens(qwen):
     # and DeepEP refuses the split: it has no expert tensor parallelism
     from moesym.errors import SpecError
 
-    with pytest.raises(SpecError, match="--ep equal to --gpus"):
+    with pytest.raises(SpecError, match="`ep` equal to `gpus`"):
         Deployment(gpus=4, ep=1, a2a="deepep-ll").check_model(qwen)
 
 

@@ -253,6 +253,6 @@ def test_residual_holds_the_four_hyper_connection_streams():
 def test_tensor_parallelism_must_divide_the_output_groups():
     """vLLM shards wo_a by output group (n_local_groups = o_groups / tp): Flash's 8 groups take
     TP 1, 2, 4 or 8; --tp 16 is a one-line error and a sweep leaves that point out."""
-    with pytest.raises(SpecError, match="--tp 16 does not divide the 8 output-projection groups"):
+    with pytest.raises(SpecError, match="`tp` 16 does not divide the 8 output-projection groups"):
         Deployment(gpus=16, tp=16, ep=16).check_model(load_model("deepseek-v4-flash"))
     Deployment(gpus=16, tp=8, ep=16).check_model(load_model("deepseek-v4-flash"))

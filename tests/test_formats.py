@@ -70,7 +70,7 @@ def test_names_in_any_case():
     assert WeightRecipe.parse("moe=IQ4_XS,attn=Q8_0,dense=Q6_K") == WeightRecipe(
         attn="q8_0", moe="iq4_xs", dense="q6_k")
     assert WeightRecipe.parse("ModelOpt-NVFP4", is_moe=False).moe == "nvfp4"
-    with pytest.raises(SpecError, match="--weights 'q4_9'"):
+    with pytest.raises(SpecError, match="`weights` 'q4_9'"):
         WeightRecipe.parse("q4_9")
 
 

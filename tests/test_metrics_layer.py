@@ -82,9 +82,11 @@ def test_decode_batch_one_two_micro_batches_agree_everywhere(cli_json):
         ev = float(step.evaluate())
     cli = _cli(cli_json, "decode", dep, ["--batch", "1", "--context", "4096"])
     row = _sweep_row("decode", dep, {"batch": [1], "context": [4096]})
+    opt = _optimize_row("decode", dep, 1, context=4096)
     t = ref["step_time_s"]
     for name, got in (("StepModel.predict", sp["step_time_s"]), ("evaluate", ev),
-                      ("cli", cli["step_time_s"]), ("sweep", row["step_time_s"])):
+                      ("cli", cli["step_time_s"]), ("sweep", row["step_time_s"]),
+                      ("optimize", opt["step_time_s"])):
         _same(got, t, name)
     for name, r in (("StepModel.predict", sp), ("cli", cli), ("sweep", row)):
         _same(r["tokens_per_gpu_s"], ref["tokens_per_gpu_s"], name)
@@ -239,3 +241,17 @@ def test_one_symbol_per_printed_name():
     from moesym.symbols import S
 
     assert not hasattr(S, "bw_host") and str(S.host_bw) == "W_host"
+
+
+def test_serve_step_built_directly_runs_the_engines_chunk():
+    """A serve step built directly (``build_step``, ``predict --phase serve --show-expr`` or
+    ``--timeline``) prefills the chunk ``predict`` does: SGLang's default, 8192 tokens on a GPU
+    of 60 to 160 GiB (the H20's 96 GB), over the 8 attention DP ranks of 8 GPUs at TP 1."""
+    from moesym.symbols import S
+
+    dep = ms.Deployment(gpus=8, ep=8)
+    wl = ms.Workload("serve", batch=64, isl=1000, osl=1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = ms.build_step(QWEN, H20, dep, wl)
+    assert step.values[S.chunk] == 8192 // 8

@@ -32,7 +32,7 @@ def test_recipes():
     for bad in ("int3", "moe=fp4,moe=fp8", "experts=fp4", "moe=int3"):
         with pytest.raises(SpecError):
             WeightRecipe.parse(bad)
-    with pytest.raises(SpecError, match="--group-size"):
+    with pytest.raises(SpecError, match="`group_size`"):
         Deployment(weights="bf16", group_size=64)
 
 

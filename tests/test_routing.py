@@ -437,10 +437,13 @@ def test_routing_report_bad_input(kwargs, field):
     if field is None:
         R.routing_report(**kwargs)
         return
+    from moesym.cli.flags import flags
+
     with pytest.raises(MoesymError) as err:
         R.routing_report(**kwargs)
-    msg = str(err.value)
+    msg = err.value.named(flags("routing"))  # as ``moesym routing`` prints it
     assert field in msg and "\n" not in msg
+    assert "--" not in str(err.value) and err.value.fields  # the Python API names fields
 
 
 # ------------------------------------------------------------------ lambdify and derivations

@@ -35,7 +35,7 @@ def test_the_command_line_and_the_deployment_refuse_the_same_names(tmp_path):
             timing_name(name)
         with pytest.raises(SpecError) as dep:
             ms.Deployment(timing=name)
-        assert str(dep.value) == f"--timing {cli.value}"
+        assert str(dep.value) == f"`timing` {cli.value}"  # the field; the CLI names --timing
     for name in ("kernel", "roofline", f"tables:{tmp_path}"):
         assert timing_name(name) == name == ms.Deployment(timing=name).timing
 

@@ -10,6 +10,7 @@ import warnings
 
 from .. import __version__
 from ..errors import MoesymError
+from .flags import flags
 
 __all__ = ["main", "build_parser"]
 
@@ -143,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         return f"moesym: warning: {text}\n"
 
     warnings.formatwarning = say_once
+    cmd = ""
     try:
         cmd = _command(argv)
         parser = build_parser(cmd if cmd in COMMANDS else "")
@@ -161,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                 sys.stderr.write(f"moesym: warning: {text}\n")
         return rc
     except MoesymError as exc:
-        print(f"moesym: error: {exc}", file=sys.stderr)
+        print(f"moesym: error: {exc.named(flags(cmd))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # pragma: no cover
         return 0

@@ -37,7 +37,7 @@ from ..model.bindings import bindings, memory_workload_values
 from ..specs.deployment import A2AMode, Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.precision import file_type_bytes
-from ..specs.model import ModelSpec
+from ..specs.model import ModelSpec, expert_weights
 from ..symbols import S, by_name
 from ..terms.attention import INDEX_KEY_SCALE_BYTES
 from ..terms.cost import smax, smin, substitute
@@ -183,8 +183,8 @@ def memory_expressions(model: ModelSpec, dep: Deployment, phase: Phase,
                                 mtp_shares_block=opts.mtp_shares_block, gate=model.attn_output_gate)
     if dep.expert_cache is not None and model.is_moe:  # only the cached experts stay on device
         cached = sp.Integer(min(dep.expert_cache, model.num_experts))
-        weights["routed_experts"] = (S.n_moe_layers * cached * 3 * D.hidden * D.moe_inter
-                                     / D.expert_tp * S.w_bytes_expert)
+        weights["routed_experts"] = S.n_moe_layers * cached * expert_weights(
+            D.hidden, D.moe_inter, S.w_bytes_expert, D.expert_tp)
     per_token = (kv_bytes_per_token(D, mla, n_layers, n_sw)
                  + S.n_mtp_layers * kv_bytes_per_token_layer(D, mla))
     per_request = (kv_bytes_per_request(D, mla, S.context, n_layers, n_sw, S.window, S.block_size,

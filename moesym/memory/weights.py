@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from ..specs.model import expert_weights
 from ..symbols import S
 from ..terms.cost import sym
 from ..terms.dims import Dims
@@ -84,7 +85,7 @@ def routed_expert_params(D: Dims) -> sp.Expr:
     >>> sp.simplify(routed_expert_params(D).subs({D.gpus: D.ep}))
     3*d*d_e*(E + R_e)/e_p
     """
-    return D.local_experts * 3 * D.hidden * D.moe_inter / D.expert_tp
+    return D.local_experts * expert_weights(D.hidden, D.moe_inter, expert_tp=D.expert_tp)
 
 
 def shared_expert_params(D: Dims) -> sp.Expr:

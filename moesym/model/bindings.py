@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..specs.deployment import DTYPE_BYTES, Deployment, Phase, Workload, activation_dispatch_bytes
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
 from ..symtab import N
-from .metrics import prefill_memory_values, serve_point
+from .metrics import prefill_memory_values, serve_chunk, serve_point
 
 #: SMs a DeepEP normal-mode (or NCCL) kernel holds while it overlaps compute: DeepEP's
 #: ``Buffer.num_sms`` default, 20, as DeepSeek-V3 dedicates 20 of the H800's 132 SMs to
@@ -25,6 +27,8 @@ def workload_values(wl: Workload) -> dict[str, float]:
         return {N.batch: wl.batch, N.context: wl.context}
     hit = {N.prefix_hit: wl.prefix_hit} if wl.prefix_hit else {}
     if wl.phase is Phase.SERVE:  # the mixed step of the steady state (moesym.model.metrics)
+        # chunk 0 (the engine's default, which needs the hardware): :func:`bindings` binds it
+        # (moesym.model.metrics.serve_chunk); here only the names count then
         chunk = wl.chunk or wl.isl
         p = serve_point(wl.batch, wl.isl, wl.osl, chunk, hit=wl.prefix_hit)
         return {N.batch: p["decoding"], N.tokens: p["mixed_tokens"], N.context: wl.context,
@@ -103,6 +107,7 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
     from ..engines import load_engine
     from ..specs.precision import FORMATS, bytes_per_element, file_type_bytes, storage_format
 
+    capacity_bytes = hw.hbm_capacity_bytes
     hw = load_engine(dep.engine).hardware(hw)  # the engine's kernel switches
     calib = kernel_calib(hw)
     recipe, stored, compute = _formats(model, hw, dep)
@@ -176,5 +181,7 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
     from ..specs.mesh import mesh_values
 
     v.update({getattr(S, k): x for k, x in mesh_values(hw, dep).items()})  # 2D meshes
+    if wl.phase is Phase.SERVE and not wl.chunk:  # the engine's default chunk, as predict's
+        wl = replace(wl, chunk=serve_chunk(0, capacity_bytes, dep.dp, dep.engine))
     v.update({by_name(k): x for k, x in workload_values(wl).items()})
     return v

@@ -10,7 +10,7 @@ import sympy as sp
 
 from ..specs.deployment import Deployment, Workload
 from ..specs.hardware import HardwareSpec
-from ..specs.model import ModelSpec
+from ..specs.model import ModelSpec, expert_weights
 from ..symbols import S
 from ..terms import ffn
 from ..terms.cost import smax
@@ -61,7 +61,7 @@ def offload_s(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims):
         return None
     t = step_tokens(wl, dep) / D.micro_batches
     tab = _cache_tables(model, dep, D, t)
-    expert_bytes = 3 * D.hidden * D.moe_inter / D.expert_tp * S.w_bytes_expert
+    expert_bytes = expert_weights(D.hidden, D.moe_inter, S.w_bytes_expert, D.expert_tp)
     if dep.expert_placement == "stream":
         one = tab["cold"] * expert_bytes / S.host_bw
     else:

@@ -17,7 +17,6 @@ from ..terms import comm, elementwise as ew, ffn
 from ..terms.cost import Cost, GemmShape, KernelClass, LoadShape, component_symbols, smax
 from ..terms.dims import Dims
 from ..time_models import lookup
-from . import overlap
 from .expert_tiers import host_computed
 from .report import BREAKDOWN_KEYS
 from .routing_hooks import group_limited, group_tokens, imbalance_expr, touched_local_experts_expr
@@ -95,7 +94,7 @@ def moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
             ew.swiglu_activation("shared_act", t, D.shared_inter / D.tp, D.act_bytes)]
     bw_up, bw_out = S.bw_up * S.eff_up, S.bw_out * S.eff_out
     if model.is_moe:
-        a2a = overlap.resolve_a2a(dep, wl.phase)
+        a2a = dep.resolved_a2a(wl.phase)
         groups = (GroupRouting(model.num_experts, model.experts_per_token, model.expert_groups,
                                model.groups_per_token) if group_limited(model) else None)
         t_gpu = ffn.moe_tokens_per_gpu(D, t)

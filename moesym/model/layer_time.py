@@ -97,7 +97,7 @@ def _scheduled(name: str, terms, compute, dep: Deployment, wl: Workload, n,
         return (overlap.layer_time(compute, d, c, n, dep, wl, shared_mb=shared),
                 overlap.step_edges(d, c, n, dep, wl), None)
     lay = sched.layout(wl.phase.engine)
-    phi = overlap.sm_share(overlap.resolve_a2a(dep, wl.phase))
+    phi = overlap.sm_share(dep.resolved_a2a(wl.phase))
     capped = reserved() if lay.gemm_sms == "reserve_comm" and reserved and phi != 0 else None
     if capped is not None:
         terms, phi = capped, 0

@@ -290,7 +290,7 @@ def report_from_numbers(nums, values, model, deployment, workload) -> dict:
             out["accepted_tokens_per_step"] = a
     elif wl.phase is Phase.PREFILL:
         out.update(step_rates(wl.phase, wl.tokens, t, dep.tp, dep.pp, dep.cp,
-                              context=wl.context, chunk=wl.chunk or wl.tokens))
+                              context=wl.context, chunk=wl.chunk))
     # a mixed serving step: its rates are the steady state's (serve_rates), not its own
     shares = bound_shares(nums, values, model, dep)
     out["bound"] = max(shares, key=shares.get)

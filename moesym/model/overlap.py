@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..specs.deployment import A2AMode, Phase
+from ..specs.deployment import A2AMode
 from ..symbols import S
 from ..terms.cost import smax, sym
 
@@ -40,7 +40,6 @@ __all__ = [
     "step_edges",
     "layer_time",
     "pipelined",
-    "resolve_a2a",
     "sm_share",
     "stage",
 ]
@@ -78,12 +77,6 @@ def pipelined(c, d, b, n, phi=0, shared=0) -> sp.Expr:
     return sp.Piecewise((one, sp.Eq(n, 1)), (many, True))
 
 
-def resolve_a2a(deployment, phase: Phase) -> A2AMode:
-    """The A2A mode ``deployment`` runs in ``phase`` (the rule lives in
-    :meth:`moesym.specs.deployment.Deployment.resolved_a2a`)."""
-    return deployment.resolved_a2a(phase)
-
-
 def sm_share(mode: A2AMode) -> sp.Expr:
     """Share of SMs communication holds while it overlaps compute: 0 for DeepEP low-latency
     (RDMA/IBGDA from a few warps, released while in flight), N_SM_comm / N_SM otherwise
@@ -103,7 +96,7 @@ def layer_time(compute_mb, dispatch_mb, combine_mb, n, deployment, workload, sha
     """One layer's time for the whole per-GPU batch from per-micro-batch compute (shared expert
     ``shared_mb`` included in ``compute_mb``), dispatch and combine, under the deployment's
     all-to-all mode (auto: deepep-ll for decode, deepep-normal for prefill)."""
-    mode = resolve_a2a(deployment, workload.phase)
+    mode = deployment.resolved_a2a(workload.phase)
     phi = sm_share(mode)
     d, b = sym(dispatch_mb), sym(combine_mb)
     if d == 0 and b == 0:  # nothing to overlap (EP = 1 or a dense layer)
@@ -138,7 +131,7 @@ def free_comm_layer(c, d, b, n, shared=0) -> sp.Expr:
 def step_edges(dispatch_mb, combine_mb, n, deployment, workload) -> sp.Expr:
     """Once-per-step start-up and drain of a pipeline that runs across layers (DeepEP
     low-latency with n >= 2: one micro-batch's dispatch and combine); 0 otherwise."""
-    mode = resolve_a2a(deployment, workload.phase)
+    mode = deployment.resolved_a2a(workload.phase)
     d, b, n = sym(dispatch_mb), sym(combine_mb), sym(n)
     if mode is not A2AMode.DEEPEP_LL or (d == 0 and b == 0):
         return sp.Integer(0)

@@ -48,15 +48,12 @@ def imbalance_expr(model, deployment, D: Dims, tokens_mb) -> sp.Expr:
                                       deployment.redundant_experts, s)
         knots = [sp.Float(float(v)) for pair in zip(np.log(ts), ys) for v in pair]
         return LogInterp(group_tokens(D, tokens_mb), *knots)
-    T = group_tokens(D, tokens_mb)
-    E, k, ep = D.experts, D.topk, D.ep
-    mean = T * k / ep
-    var = mean * (E - k) / (E - 1)  # uniform, dependence-adjusted (see routing.max_rank_load_ratio)
-    if group_limited(model):
-        # group-limited routing scales the per-token variance by rho_G, a number at each EP
-        # (group_var_factor) bound like any other: one model serves every EP
-        var = var * S.group_var
-    return sp.Piecewise((1, sp.Eq(ep, 1)), (rt.max_load_ratio(mean, var, ep), True))
+    # group-limited routing scales the per-token variance by rho_G, a number at each EP
+    # (group_var_factor) bound like any other: one model serves every EP
+    scale = S.group_var if group_limited(model) else 1
+    ratio = rt.max_rank_load_ratio(D.experts, D.topk, D.ep, group_tokens(D, tokens_mb),
+                                   var_scale=scale)
+    return sp.Piecewise((1, sp.Eq(D.ep, 1)), (ratio, True))
 
 
 def group_limited(model) -> bool:

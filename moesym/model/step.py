@@ -171,7 +171,7 @@ class StepModel:
         num = lambda e: float(evaluate(sp.sympify(e), self.values, {}))  # noqa: E731
         lay = sched.layout(wl.phase.engine)
         terms = self.terms
-        phi = num(overlap.sm_share(overlap.resolve_a2a(dep, wl.phase)))
+        phi = num(overlap.sm_share(dep.resolved_a2a(wl.phase)))
         capped = self.capped_terms() if lay.gemm_sms == "reserve_comm" and phi else None
         if capped is not None:  # as the step model times it (_scheduled)
             terms, phi = capped, 0.0

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import sympy as sp
 
+from ..specs.model import expert_weights
 from ..symbols import S
 from .report import routing_report
 from .stats import (activation_bytes, batched_rows, cache_hit_rate, cache_miss_transfer_time_s,
@@ -165,7 +166,7 @@ def _derivations() -> list[Derivation]:
                    f"E=64, C=8: uniform {float(cache_hit_rate(64, 8)):.3f}, Zipf s=1, k=2: "
                    f"{zipf_cache_hit_rate(64, 2, 8, 1.0):.3f}."),
         Derivation("cache_miss_transfer_time", "Host transfer time of cache misses per layer",
-                   cache_miss_transfer_time_s(E, k, T, C, 3 * S.hidden * S.moe_inter * S.w_bytes,
+                   cache_miss_transfer_time_s(E, k, T, C, expert_weights(S.hidden, S.moe_inter, S.w_bytes),
                                               S.host_bw),
                    "Each cold expert touched in the step is streamed once over the host link; "
                    "expert bytes 3*d*d_e*b_w (gate, up, down).",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import MoesymError
+from ..specs.model import check_experts
 from .stats import distinct_destinations, distinct_experts, max_expert_load_ratio, max_rank_load_ratio
 from .zipf import (distinct_experts_from_inclusion, zipf_distinct_ranks_per_token,
                    zipf_inclusion_probabilities, zipf_max_expert_load_ratio,
@@ -34,28 +35,16 @@ def _parse_routing(routing: str) -> tuple[str, object]:
 
 
 def _validate(E, k, T, ep, groups, topk_groups) -> tuple[int, int, int, int, int | None, int | None]:
-    E = _positive_int(E, "--experts")
-    k = _positive_int(k, "--topk")
-    T = _positive_int(T, "--tokens")
-    ep = _positive_int(ep, "--ep")
-    if k > E:
-        raise MoesymError(f"--topk {k} exceeds --experts {E}; choose k <= {E}")
-    if E % ep:
-        raise MoesymError(f"--ep {ep} does not divide --experts {E}; choose a divisor")
+    E = _positive_int(E, "`num_experts`")
+    k = _positive_int(k, "`experts_per_token`")
+    T = _positive_int(T, "`tokens`")
+    ep = _positive_int(ep, "`ep`")
     if (groups is None) != (topk_groups is None):
-        raise MoesymError("--groups and --topk-groups: give both or neither")
+        raise MoesymError("`expert_groups` and `groups_per_token`: give both or neither")
     if groups is not None:
-        groups = _positive_int(groups, "--groups")
-        topk_groups = _positive_int(topk_groups, "--topk-groups")
-        if E % groups:
-            raise MoesymError(f"--groups {groups} does not divide --experts {E}; choose a divisor")
-        if topk_groups > groups:
-            raise MoesymError(f"--topk-groups {topk_groups} exceeds --groups {groups}")
-        if k > topk_groups * E // groups:
-            raise MoesymError(f"--topk {k} exceeds the {topk_groups * E // groups} experts of "
-                              f"--topk-groups {topk_groups}; raise --topk-groups")
-        if ep % groups and groups % ep:
-            raise MoesymError(f"--ep {ep} and --groups {groups}: one must divide the other")
+        groups = _positive_int(groups, "`expert_groups`")
+        topk_groups = _positive_int(topk_groups, "`groups_per_token`")
+    check_experts(E, k, groups or 1, topk_groups or 1, ep)
     return E, k, T, ep, groups, topk_groups
 
 

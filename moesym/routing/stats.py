@@ -19,6 +19,7 @@ import numpy as np
 import sympy as sp
 
 from ..errors import MoesymError
+from ..specs.model import check_experts
 from ..special import MaxBinomialMean, PaddedRowsMean
 from ..terms.cost import smax
 
@@ -143,9 +144,7 @@ def _group_limited(E, k, groups, topk_groups) -> tuple[int, int, int, int, int]:
     except TypeError:
         raise MoesymError("group-limited routing needs numbers for the experts, top-k, groups "
                           "and top-k groups") from None
-    if E % G or kG > G or k < kG or k > kG * (E // G):
-        raise MoesymError(f"group-limited routing: {G} groups must divide {E} experts and "
-                          f"{kG} <= {G} selected groups must hold the top-{k} (>= one each)")
+    check_experts(E, k, G, kG)
     return E, k, G, kG, E // G
 
 
@@ -227,7 +226,8 @@ def rank_load_variance_per_token(E, k, n_bins, groups=None, topk_groups=None) ->
             var = d * q * (1 - q) * (N - d) / (N - 1) if N > 1 else sp.Integer(0)
             total += pj * (var + (j + d * q) ** 2)
         return total - sp.Rational(k, n) ** 2
-    raise MoesymError(f"--ep {n} and --groups {G}: one must divide the other for group-limited routing")
+    check_experts(int(E), int(k), G, kG, n)  # its error: neither of EP and the groups divides
+    raise AssertionError("check_experts passed a shape it refuses")  # pragma: no cover
 
 
 def _blom_z(n: sp.Expr) -> sp.Expr:
@@ -257,13 +257,15 @@ def max_load_ratio(mean, var, n_bins) -> sp.Expr:
     return sp.Piecewise((exact, mean < EXACT_REGIME_MAX_LOAD), (normal, True))
 
 
-def max_rank_load_ratio(E, k, ep, T, groups=None, topk_groups=None) -> sp.Expr:
+def max_rank_load_ratio(E, k, ep, T, groups=None, topk_groups=None, var_scale=1) -> sp.Expr:
     """Expected busiest EP rank's token-expert assignments over the mean (uniform routing).
 
     mean = T*k/ep; dependence-adjusted variance var = T*k/ep*(E-k)/(E-1) (hypergeometric per
-    token times ep/(ep-1)); then :func:`max_load_ratio` with n = ep. Exactly 1 for ep = 1.
-    Group-limited (numbers for ep, groups, topk_groups): the per-token variance of
-    :func:`rank_load_variance_per_token` instead.
+    token times ep/(ep-1)); then :func:`max_load_ratio` with n = ep, capped at min(ep, E/k).
+    Exactly 1 for ep = 1 (a number). Group-limited (numbers for ep, groups, topk_groups): the
+    per-token variance of :func:`rank_load_variance_per_token` instead; or, with symbols (the
+    step model, :func:`moesym.model.routing_hooks.imbalance_expr`), the uniform variance times
+    ``var_scale``, the group-limited over uniform ratio rho_G bound as a number.
 
     >>> max_rank_load_ratio(256, 8, 1, 100)
     1
@@ -275,7 +277,7 @@ def max_rank_load_ratio(E, k, ep, T, groups=None, topk_groups=None) -> sp.Expr:
         return sp.Integer(1)
     mean = T * k / ep
     if groups is None:
-        var = mean * (E - k) / (E - 1)
+        var = mean * (E - k) / (E - 1) * _s(var_scale)
     else:
         var = T * rank_load_variance_per_token(E, k, ep, groups, topk_groups) * ep / (ep - 1)
     # a token adds at most min(k, E / ep) to a rank: the ratio cannot pass min(ep, E / k) (the

@@ -88,7 +88,7 @@ class Schedule:
         try:
             return self.layouts[phase]
         except KeyError:
-            raise SpecError(f"--overlap {self.name}: the schedule has no {phase} layout") from None
+            raise SpecError(f"`overlap` {self.name}: the schedule has no {phase} layout") from None
 
 
 IDEAL = Schedule("ideal", "every microsecond of communication hidden that can be "
@@ -170,16 +170,16 @@ def load(name_or_path: str) -> Schedule:
         return shipped[name_or_path]
     p = Path(name_or_path)
     if not p.suffix == ".toml":
-        raise SpecError(f"--overlap {name_or_path!r}: use {', '.join(NAMES)} or a schedule .toml")
+        raise SpecError(f"`overlap` {name_or_path!r}: use {', '.join(NAMES)} or a schedule .toml")
     if not p.is_file():
-        raise SpecError(f"--overlap {name_or_path}: no such file")
+        raise SpecError(f"`overlap` {name_or_path}: no such file")
     try:
         raw = load_toml(p)
     except Exception as exc:  # noqa: BLE001 - any parse error is the user's file
-        raise SpecError(f"--overlap {p}: not valid TOML ({str(exc).splitlines()[0]})") from None
+        raise SpecError(f"`overlap` {p}: not valid TOML ({str(exc).splitlines()[0]})") from None
     tables = {k: v for k, v in raw.items() if isinstance(v, Mapping)}
     if len(tables) != 1:
-        raise SpecError(f"--overlap {p}: expected exactly one schedule table, found "
+        raise SpecError(f"`overlap` {p}: expected exactly one schedule table, found "
                         f"{len(tables)}")
     (name, table), = tables.items()
     return _parse(table, name, str(p), tables)

@@ -22,6 +22,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import MoesymError
+from ..specs.deployment import serve_kv_tokens
 
 __all__ = ["optimize_sla", "optimize_sla_disaggregated", "percentile_latencies"]
 
@@ -225,8 +226,8 @@ def optimize_sla_disaggregated(model, hw, gpus: int, base, isl: int, osl: int, *
     decs = []
     for g in _powers_of_two(gpus - g_p):
         try:
-            decs.append((g, optimize(model, hw, g, "decode", isl + osl // 2, tpot_s=tpot_s,
-                                     base=base, **search).best))
+            decs.append((g, optimize(model, hw, g, "decode", serve_kv_tokens(isl, osl),
+                                     tpot_s=tpot_s, base=base, **search).best))
         except MoesymError:
             continue
     if not decs:

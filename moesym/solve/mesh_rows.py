@@ -28,6 +28,7 @@ import sympy as sp
 
 from ..errors import MoesymError
 from ..specs.deployment import Deployment, Workload
+from ..specs.model import expert_weights
 from ..symbols import S
 
 __all__ = ["mesh_rows"]
@@ -75,7 +76,7 @@ def mesh_rows(model, hw, dep: Deployment, wl: Workload) -> dict:
     v = step.values
     wrap = hw.mesh.axis(rows_axis).wrap
     h = sp.Rational(1, 2) if wrap else sp.Integer(1)
-    A = (S.experts / cols) * 3 * S.hidden * S.moe_inter * S.w_bytes_expert / (S.hbm_bw * S.eff_mem)
+    A = (S.experts / cols) * expert_weights(S.hidden, S.moe_inter, S.w_bytes_expert) / (S.hbm_bw * S.eff_mem)
     tiled = S.t_gemm_base in v
     smooth = sp.sqrt(A / (2 * h * S.mc_hop))
     expr = sp.Min(smooth, A / S.t_gemm_base) if tiled else smooth

@@ -10,7 +10,7 @@ never in a number no real system could produce.
 >>> check_inputs(m, h, Deployment(gpus=16), Workload(Phase.DECODE, context=1_000_000))
 Traceback (most recent call last):
 ...
-moesym.errors.SpecError: --context 1000000 exceeds the 163840 positions of deepseek-v3 (max_position_embeddings, with its rope scaling yarn x40 of 4096); choose a shorter length
+moesym.errors.SpecError: `context` 1000000 exceeds the 163840 positions of deepseek-v3 (max_position_embeddings, with its rope scaling yarn x40 of 4096); choose a shorter length
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ def check_pipeline(model, pp: int) -> None:
         return
     L = model.num_layers
     if pp > L:
-        raise SpecError(f"--pp {pp} exceeds the {L} layers of {model.name}: each pipeline "
-                        f"stage holds at least one layer; use --pp {L} or fewer")
+        raise SpecError(f"`pp` {pp} exceeds the {L} layers of {model.name}: each pipeline "
+                        f"stage holds at least one layer; use `pp` {L} or fewer")
     if L % pp:
         most = -(-L // pp)
         warnings.warn(f"--pp {pp} splits the {L} layers of {model.name} unevenly (the "
@@ -95,7 +95,7 @@ def _draft_tokens(dep) -> None:
         return
     n = max_draft_tokens(dep.acceptance)
     if dep.mtp > n:
-        raise SpecError(f"--mtp {dep.mtp}: at acceptance {dep.acceptance:g} draft token {n + 1} "
+        raise SpecError(f"`mtp` {dep.mtp}: at acceptance {dep.acceptance:g} draft token {n + 1} "
                         f"is reached in under 1 step in 1000 (acceptance^{n}); draft at most "
                         f"{n} tokens (engines draft 1-8)")
 
@@ -108,10 +108,10 @@ def _redundant_experts(model, dep) -> None:
     if not r:
         return
     if not model.is_moe:
-        raise SpecError(f"--redundant-experts {r}: {model.name} is dense (no routed experts)")
+        raise SpecError(f"`redundant_experts` {r}: {model.name} is dense (no routed experts)")
     if r > model.num_experts:
         per_gpu = (model.num_experts + r) / dep.ep
-        raise SpecError(f"--redundant-experts {r} exceeds the {model.num_experts} experts of "
+        raise SpecError(f"`redundant_experts` {r} exceeds the {model.num_experts} experts of "
                         f"{model.name} ({per_gpu:g} experts per GPU, most of them copies); give "
                         f"at most {model.num_experts}")
     if dep.ep == 1:
@@ -154,13 +154,13 @@ def _group_size(model, dep) -> None:
     for fmt in sorted(set(grouped.values())):
         ok = SUPPORTED_GROUPS.get(fmt)
         if ok and g not in ok:
-            raise SpecError(f"--group-size {g}: {fmt} kernels run groups of "
+            raise SpecError(f"`group_size` {g}: {fmt} kernels run groups of "
                             f"{', '.join(map(str, ok))} (or the format's default)")
     ks = _gemm_ks(model, lambda c: c in grouped)
     bad = {k: v for k, v in ks.items() if v % g}
     if bad:
         what = ", ".join(f"{k} {v}" for k, v in bad.items())
-        raise SpecError(f"--group-size {g} does not divide the GEMM K of {model.name} ({what}); "
+        raise SpecError(f"`group_size` {g} does not divide the GEMM K of {model.name} ({what}); "
                         "choose a divisor")
 
 
@@ -185,12 +185,12 @@ def check_lengths(model, phase, context: int = 0, isl: int = 0, osl: int = 0,
         return
     if Phase(phase) is Phase.SERVE:
         longest = (max(lengths) if lengths else isl) + osl
-        given = (f"--isl-dist (longest {max(lengths)}) + --osl {osl}" if lengths
-                 else f"--isl {isl} + --osl {osl}") + f" = {longest} tokens"
+        given = (f"--isl-dist (longest {max(lengths)}) + `osl` {osl}" if lengths
+                 else f"`isl` {isl} + `osl` {osl}") + f" = {longest} tokens"
     else:
         longest = max(lengths) if lengths else context
         flag = "--context-dist" if Phase(phase) is Phase.DECODE else "--isl-dist"
-        given = f"{flag} (longest {longest})" if lengths else f"--context {longest}"
+        given = f"{flag} (longest {longest})" if lengths else f"`context` {longest}"
     if longest <= trained:
         return
     if longest > scaled:

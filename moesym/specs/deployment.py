@@ -91,14 +91,14 @@ class Routing:
             try:
                 s = float(t.split(":", 1)[1])
             except ValueError:
-                raise SpecError(f"--routing {text!r}: zipf needs a number, e.g. zipf:1.0") from None
+                raise SpecError(f"`routing` {text!r}: zipf needs a number, e.g. zipf:1.0") from None
             if not (s >= 0 and math.isfinite(s)):
-                raise SpecError(f"--routing {text!r}: the Zipf exponent must be >= 0")
+                raise SpecError(f"`routing` {text!r}: the Zipf exponent must be >= 0")
             return Routing("zipf", s)
         if t.startswith("freq:"):
             path = text.strip()[len("freq:"):]
             return Routing("freq", freqs=read_expert_frequencies(path), source=path)
-        raise SpecError(f"--routing {text!r}: use uniform, balanced, zipf:S or freq:FILE.csv")
+        raise SpecError(f"`routing` {text!r}: use uniform, balanced, zipf:S or freq:FILE.csv")
 
     @property
     def skew(self):
@@ -117,11 +117,11 @@ class Routing:
         if self.kind != "freq":
             return
         if len(self.freqs) != experts:
-            raise SpecError(f"--routing freq:{self.source}: {len(self.freqs)} experts in the file, "
+            raise SpecError(f"`routing` freq:{self.source}: {len(self.freqs)} experts in the file, "
                             f"the model routes over {experts}; give one value per expert")
         top = max(self.freqs)
         if top * topk > 1 + 1e-9:
-            raise SpecError(f"--routing freq:{self.source}: expert {self.freqs.index(top)} takes "
+            raise SpecError(f"`routing` freq:{self.source}: expert {self.freqs.index(top)} takes "
                             f"{top:.3f} of the assignments, more than 1/k = {1 / topk:.3f}: not a "
                             f"top-{topk} routing count")
 
@@ -135,7 +135,7 @@ def read_expert_frequencies(path: str) -> tuple:
     """Per-expert routing counts or shares from a text/CSV file: one value per line (in expert
     order), or ``expert,count`` rows naming each expert id 0..n-1 once, in any order (an
     optional header row is skipped); normalised to sum 1."""
-    where = f"--routing freq:{path}"
+    where = f"`routing` freq:{path}"
     p = Path(path).expanduser()
     try:
         lines = [ln.strip() for ln in p.read_text().splitlines() if ln.strip()]
@@ -183,8 +183,9 @@ ENGINES = ("sglang", "vllm", "trtllm", "llama.cpp", "mlx", "tt-metal")
 
 
 def _pos_int(name: str, v) -> int:
+    """``v``, a positive integer, else an error naming the field ``name``."""
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise SpecError(f"{name} must be a positive integer, got {v!r}")
+        raise SpecError(f"`{name}` must be a positive integer, got {v!r}")
     return v
 
 
@@ -240,25 +241,25 @@ class Deployment:
     derived: frozenset = field(default=frozenset(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _pos_int("--gpus", self.gpus)
+        _pos_int("gpus", self.gpus)
         if not str(self.engine).endswith(".toml") and self.engine not in ENGINES:
-            raise SpecError(f"--engine {self.engine!r}: use one of {', '.join(ENGINES)} or an "
+            raise SpecError(f"`engine` {self.engine!r}: use one of {', '.join(ENGINES)} or an "
                             "engine profile .toml")
-        _pos_int("--gpus-per-node", self.gpus_per_node)
-        _pos_int("--tp", self.tp)
-        _pos_int("--micro-batches", self.micro_batches)
-        _pos_int("--pp", self.pp)
+        _pos_int("gpus_per_node", self.gpus_per_node)
+        _pos_int("tp", self.tp)
+        _pos_int("micro_batches", self.micro_batches)
+        _pos_int("pp", self.pp)
         if self.gpus % self.pp:
-            raise SpecError(f"--pp {self.pp} does not divide --gpus {self.gpus}: each pipeline "
+            raise SpecError(f"`pp` {self.pp} does not divide `gpus` {self.gpus}: each pipeline "
                             "stage holds gpus / pp GPUs")
-        _pos_int("--cp", self.cp)
+        _pos_int("cp", self.cp)
         if (self.stage_gpus // self.tp) % self.cp if self.stage_gpus % self.tp == 0 else False:
-            raise SpecError(f"--cp {self.cp} does not divide the attention data-parallel ranks "
+            raise SpecError(f"`cp` {self.cp} does not divide the attention data-parallel ranks "
                             f"(gpus / pp / tp = {self.stage_gpus // self.tp})")
         if self.ep is None:
             object.__setattr__(self, "ep", self.stage_gpus)
             object.__setattr__(self, "derived", frozenset(self.derived) | {"ep"})
-        _pos_int("--ep", self.ep)
+        _pos_int("ep", self.ep)
         for _, ok, message in TOPOLOGY:
             if not bool(ok(self.stage_gpus, self.ep, self.tp, self.gpus_per_node)):
                 raise SpecError(message(self))
@@ -267,52 +268,52 @@ class Deployment:
         recipe = WeightRecipe.parse(self.weights)  # a one-line error for a bad value
         if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) \
                 or self.group_size < 0:
-            raise SpecError(f"--group-size must be a positive integer, got {self.group_size!r}")
+            raise SpecError(f"`group_size` must be a positive integer, got {self.group_size!r}")
         if self.group_size and not any(FORMATS[f].grouped for f in recipe.formats()):
             grouped = ", ".join(k for k, f in FORMATS.items() if f.grouped)
-            raise SpecError(f"--group-size sets the scale group of {grouped} weights; "
-                            f"--weights {self.weights} has none")
+            raise SpecError(f"`group_size` sets the scale group of {grouped} weights; "
+                            f"`weights` {self.weights} has none")
         if self.kv not in ("bf16", "fp8"):
-            raise SpecError(f"--kv {self.kv!r}: use bf16 or fp8")
+            raise SpecError(f"`kv` {self.kv!r}: use bf16 or fp8")
         if not isinstance(self.a2a, A2AMode):
             try:
                 object.__setattr__(self, "a2a", A2AMode(self.a2a))
             except ValueError:
-                raise SpecError(f"--a2a {self.a2a!r}: use auto, allgather, deepep-normal, "
+                raise SpecError(f"`a2a` {self.a2a!r}: use auto, allgather, deepep-normal, "
                                 f"deepep-ll or ring-mcast") from None
         if isinstance(self.routing, str):
             object.__setattr__(self, "routing", Routing.parse(self.routing))
         if isinstance(self.redundant_experts, bool) or not isinstance(self.redundant_experts, int) \
                 or self.redundant_experts < 0:
-            raise SpecError(f"--redundant-experts must be a non-negative integer, "
+            raise SpecError(f"`redundant_experts` must be a non-negative integer, "
                             f"got {self.redundant_experts!r}")
         if self.layout not in LAYOUTS:
-            raise SpecError(f"--layout {self.layout!r}: use {', '.join(LAYOUTS)}")
+            raise SpecError(f"`layout` {self.layout!r}: use {', '.join(LAYOUTS)}")
         timing_problem = name_problem(self.timing)
         if timing_problem is not None:
-            raise SpecError(f"--timing {timing_problem}")
+            raise SpecError(f"`timing` {timing_problem}")
         if self.expert_cache is not None and (isinstance(self.expert_cache, bool) or not isinstance(
                 self.expert_cache, int) or self.expert_cache < 0):
-            raise SpecError(f"--expert-cache must be a number of experts per layer (>= 0), got "
+            raise SpecError(f"`expert_cache` must be a number of experts per layer (>= 0), got "
                             f"{self.expert_cache!r}")
         if self.cache_policy not in ("static-top", "lfu", "lru"):
-            raise SpecError(f"--cache-policy {self.cache_policy!r}: use static-top, lfu or lru")
+            raise SpecError(f"`cache_policy` {self.cache_policy!r}: use static-top, lfu or lru")
         if self.dequant not in ("fused", "separate"):
-            raise SpecError(f"--dequant {self.dequant!r}: use fused or separate")
+            raise SpecError(f"`dequant` {self.dequant!r}: use fused or separate")
         if self.expert_placement not in ("stream", "host-compute"):
-            raise SpecError(f"--expert-placement {self.expert_placement!r}: use stream or "
+            raise SpecError(f"`expert_placement` {self.expert_placement!r}: use stream or "
                             "host-compute")
         if self.expert_cache is not None and self.ep != 1:
-            raise SpecError("--expert-cache models one device's expert tiers (experts in host "
-                            f"memory): it needs --ep 1, got --ep {self.ep}")
+            raise SpecError("`expert_cache` models one device's expert tiers (experts in host "
+                            f"memory): it needs `ep` 1, got `ep` {self.ep}")
         if isinstance(self.mtp, bool) or not isinstance(self.mtp, int) or self.mtp < 0:
-            raise SpecError(f"--mtp must be a non-negative integer (draft tokens per step), "
+            raise SpecError(f"`mtp` must be a non-negative integer (draft tokens per step), "
                             f"got {self.mtp!r}")
         if self.accept is not None:
             if not self.mtp:
-                raise SpecError("--accept sets the draft tokens' acceptance and needs --mtp N")
+                raise SpecError("`accept` sets the draft tokens' acceptance and needs `mtp` N")
             if not (isinstance(self.accept, (int, float)) and 0 <= self.accept <= 1):
-                raise SpecError(f"--accept must be a probability in [0, 1], got {self.accept!r}")
+                raise SpecError(f"`accept` must be a probability in [0, 1], got {self.accept!r}")
         self._check_mesh()
         if self.overlap != "auto":
             from ..schedules import load
@@ -324,28 +325,28 @@ class Deployment:
         every device, ring-mcast (or auto) dispatch; ring-mcast needs a mesh."""
         if self.mesh is None:
             if self.a2a is A2AMode.RING_MCAST:
-                raise SpecError("--a2a ring-mcast dispatches along a mesh axis: give --mesh RxC "
+                raise SpecError("`a2a` ring-mcast dispatches along a mesh axis: give `mesh` RxC "
                                 "on a hardware file with a [mesh] section")
             return
         if self.dispatch_axis not in ("rows", "cols"):
-            raise SpecError(f"--dispatch-axis {self.dispatch_axis!r}: use rows or cols")
+            raise SpecError(f"`dispatch_axis` {self.dispatch_axis!r}: use rows or cols")
         r, c = self.mesh
         if self.gpus != r * c:
-            raise SpecError(f"--mesh {r}x{c} has {r * c} devices, --gpus is {self.gpus}")
+            raise SpecError(f"`mesh` {r}x{c} has {r * c} devices, `gpus` is {self.gpus}")
         tp_len = c if self.dispatch_axis == "rows" else r
         if self.tp != tp_len:
-            raise SpecError(f"--tp {self.tp}: on --mesh {r}x{c} with --dispatch-axis "
+            raise SpecError(f"`tp` {self.tp}: on `mesh` {r}x{c} with `dispatch_axis` "
                             f"{self.dispatch_axis} TP runs along the other axis ({tp_len} devices)")
         if self.pp != 1 or self.cp != 1:
-            raise SpecError("--mesh: pipeline and context parallelism are not modelled on a mesh")
+            raise SpecError("`mesh`: pipeline and context parallelism are not modelled on a mesh")
         if self.ep != self.gpus:
-            raise SpecError(f"--ep {self.ep}: on a mesh the experts spread over every device "
-                            f"(--ep {self.gpus})")
+            raise SpecError(f"`ep` {self.ep}: on a mesh the experts spread over every device "
+                            f"(`ep` {self.gpus})")
         if self.redundant_experts:
-            raise SpecError("--redundant-experts: expert replicas are not modelled on a mesh "
+            raise SpecError("`redundant_experts`: expert replicas are not modelled on a mesh "
                             "(its dispatch statistics assume each expert on one device)")
         if self.a2a not in (A2AMode.AUTO, A2AMode.RING_MCAST):
-            raise SpecError(f"--a2a {self.a2a.value}: a mesh dispatches with ring-mcast (or auto)")
+            raise SpecError(f"`a2a` {self.a2a.value}: a mesh dispatches with ring-mcast (or auto)")
 
     @property
     def mesh_axes(self) -> tuple:
@@ -418,8 +419,8 @@ class Deployment:
             return
         lay = sched.layout(Phase(phase).engine)
         if lay.micro_batches != self.micro_batches:
-            raise SpecError(f"--overlap {self.overlap} runs {lay.micro_batches} micro-batch(es) "
-                            f"in {Phase(phase).engine}; set --micro-batches {lay.micro_batches}")
+            raise SpecError(f"`overlap` {self.overlap} runs {lay.micro_batches} micro-batch(es) "
+                            f"in {Phase(phase).engine}; set `micro_batches` {lay.micro_batches}")
 
     def weight_recipe(self, is_moe: bool = True):
         """The weight format of each GEMM component (:class:`moesym.specs.precision.WeightRecipe`)."""
@@ -454,27 +455,27 @@ class Deployment:
 
 
 def given_as(d, size: str) -> str:
-    """How an error names ``size`` ("ep" or "tp") of ``d``: the flag as given (``--ep 3``) or,
-    where it was derived, what it was derived from (``--gpus 1000000 gives EP 1000000, which``).
+    """How an error names ``size`` ("ep" or "tp") of ``d``: the field as given (```ep` 3``)
+    or, where it was derived, what it was derived from (```gpus` 16 gives EP 16, which``).
 
     >>> given_as(Deployment(gpus=16), "ep")
-    '--gpus 16 gives EP 16, which'
+    '`gpus` 16 gives EP 16, which'
     """
     value = getattr(d, size)
     if size not in d.derived:
-        return f"--{size} {value}"
+        return f"`{size}` {value}"
     if d.mesh is not None:
-        src = f"--mesh {d.mesh[0]}x{d.mesh[1]}"
+        src = f"`mesh` {d.mesh[0]}x{d.mesh[1]}"
     else:
-        src = f"--gpus {d.gpus}" + (f" / --pp {d.pp}" if d.pp > 1 else "")
+        src = f"`gpus` {d.gpus}" + (f" / `pp` {d.pp}" if d.pp > 1 else "")
     return f"{src} gives {size.upper()} {value}, which"
 
 
 def _stage(d) -> str:
     """The GPUs the rules apply to, in words: ``--gpus N``, or a pipeline stage's."""
     if d.pp == 1:
-        return f"--gpus {d.gpus}"
-    return f"the {d.stage_gpus} GPUs of a pipeline stage (--gpus {d.gpus} / --pp {d.pp})"
+        return f"`gpus` {d.gpus}"
+    return f"the {d.stage_gpus} GPUs of a pipeline stage (`gpus` {d.gpus} / `pp` {d.pp})"
 
 
 #: The rules on GPU counts alone, once: (name, vectorised predicate over GPUs, EP, TP and GPUs
@@ -486,10 +487,10 @@ TOPOLOGY = (
     ("ep_divides_gpus", lambda g, ep, tp, gpn: g % ep == 0,
      lambda d: f"{given_as(d, 'ep')} does not divide {_stage(d)}"),
     ("whole_nodes", lambda g, ep, tp, gpn: (g <= gpn) | (g % gpn == 0),
-     lambda d: (f"--gpus {d.gpus} over nodes of --gpus-per-node {d.gpus_per_node}: use a "
+     lambda d: (f"`gpus` {d.gpus} over nodes of `gpus_per_node` {d.gpus_per_node}: use a "
                 f"multiple of {d.gpus_per_node} (whole nodes) or fewer GPUs than a node")
      if d.pp == 1 else
-     (f"{_stage(d)} over nodes of --gpus-per-node {d.gpus_per_node}: a stage takes a "
+     (f"{_stage(d)} over nodes of `gpus_per_node` {d.gpus_per_node}: a stage takes a "
       f"multiple of {d.gpus_per_node} GPUs (whole nodes) or fewer than a node")),
 )
 
@@ -515,12 +516,12 @@ VALIDITY = (
                    + (f" (+{d.redundant_experts} redundant)" if d.redundant_experts else "")
                    + f" of {m.name}; choose "
                    + ("a mesh of a divisor" if d.mesh is not None else
-                      "a divisor" + (" with --ep" if "ep" in d.derived else "")))),
+                      "a divisor" + (" with `ep`" if "ep" in d.derived else "")))),
     ("deepep_spans_every_gpu",
      lambda m, g, ep, tp, r, a2a: _moe(m, (ep == g) if a2a.is_deepep else True),
-     lambda m, d: f"--a2a {d.a2a.value} needs --ep equal to "
-                  + (f"--gpus ({d.gpus})" if d.pp == 1 else _stage(d))
-                  + f": DeepEP has no expert tensor parallelism; use --a2a allgather or auto "
+     lambda m, d: f"`a2a` {d.a2a.value} needs `ep` equal to "
+                  + (f"`gpus` ({d.gpus})" if d.pp == 1 else _stage(d))
+                  + f": DeepEP has no expert tensor parallelism; use `a2a` allgather or auto "
                     f"for EP {d.ep}"),
     ("expert_tp_divides_intermediate",
      lambda m, g, ep, tp, r, a2a: _moe(m, m.moe_intermediate_size % (g // ep) == 0),
@@ -543,6 +544,13 @@ def valid_mask(model, gpus, ep, tp, redundant: int = 0, a2a=None, gpus_per_node:
     for _, rule, _ in VALIDITY:
         ok = ok & rule(model, g, e_safe, t, redundant, a2a)
     return ok
+
+
+def prefill_chunk(tokens, context, minimum=min):
+    """The prefill chunk a step runs unless ``--chunk`` sets one: the step's tokens, at most
+    one prompt of ``context`` tokens (numbers, or NumPy arrays with ``np.minimum``). A serve
+    step's default is the engine's (:func:`moesym.model.metrics.serve_chunk`)."""
+    return minimum(tokens, context)
 
 
 def serve_kv_tokens(isl, osl):
@@ -573,11 +581,11 @@ class Workload:
             try:
                 object.__setattr__(self, "phase", Phase(self.phase))
             except ValueError:
-                raise SpecError(f"--phase {self.phase!r}: use prefill, decode or serve") from None
+                raise SpecError(f"`phase` {self.phase!r}: use prefill, decode or serve") from None
         if not (isinstance(self.prefix_hit, (int, float)) and 0 <= self.prefix_hit <= 1):
-            raise SpecError(f"--prefix-hit must be a share in [0, 1], got {self.prefix_hit!r}")
+            raise SpecError(f"`prefix_hit` must be a share in [0, 1], got {self.prefix_hit!r}")
         if self.prefix_hit and self.phase is Phase.DECODE:
-            raise SpecError("--prefix-hit skips prompt tokens: it applies to --phase prefill "
+            raise SpecError("`prefix_hit` skips prompt tokens: it applies to `phase` prefill "
                             "and serve, not decode")
         if self.lengths:  # the distribution's mean stands for its one length
             mean = max(1, round(sum(self.lengths) / len(self.lengths)))
@@ -585,26 +593,26 @@ class Workload:
             if self.phase is Phase.PREFILL and self.chunk and self.chunk > mean:
                 object.__setattr__(self, "chunk", mean)
         if self.phase is Phase.SERVE:
-            _pos_int("--batch", self.batch)
-            _pos_int("--isl", self.isl)
-            _pos_int("--osl", self.osl)
+            _pos_int("batch", self.batch)
+            _pos_int("isl", self.isl)
+            _pos_int("osl", self.osl)
             # the running requests hold their prompt and, on average, half their output
             object.__setattr__(self, "context", serve_kv_tokens(self.isl, self.osl))
             if self.chunk:
-                _pos_int("--chunk", self.chunk)
+                _pos_int("chunk", self.chunk)
             return
-        _pos_int("--context", self.context)
+        _pos_int("context", self.context)
         if self.phase is Phase.DECODE:
-            _pos_int("--batch", self.batch)
+            _pos_int("batch", self.batch)
         else:
             if self.tokens == 0:
                 object.__setattr__(self, "tokens", self.context)
-            _pos_int("--tokens", self.tokens)
+            _pos_int("tokens", self.tokens)
             if self.chunk == 0:
-                object.__setattr__(self, "chunk", min(self.tokens, self.context))
-            _pos_int("--chunk", self.chunk)
+                object.__setattr__(self, "chunk", prefill_chunk(self.tokens, self.context))
+            _pos_int("chunk", self.chunk)
             if self.chunk > self.context:
-                raise SpecError(f"--chunk {self.chunk} exceeds --context {self.context}")
+                raise SpecError(f"`chunk` {self.chunk} exceeds `context` {self.context}")
 
     @property
     def tokens_per_rank(self) -> int:

@@ -187,7 +187,7 @@ def file_type_of(name: str) -> str:
         return FILE_TYPES[key]
     if key in GGUF_TYPES:
         return key
-    raise SpecError(f"--weights {name!r}: not a llama.cpp file type; use one of "
+    raise SpecError(f"`weights` {name!r}: not a llama.cpp file type; use one of "
                     f"{', '.join(FILE_TYPES)}")
 
 

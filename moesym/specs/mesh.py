@@ -67,17 +67,17 @@ class MeshSpec:
 
     def axis(self, name: str) -> MeshAxis:
         if name not in AXES:
-            raise SpecError(f"--dispatch-axis {name!r}: use rows or cols")
+            raise SpecError(f"`dispatch_axis` {name!r}: use rows or cols")
         return getattr(self, name)
 
     def check_shape(self, shape: tuple, hw_name: str) -> None:
         """Raise unless the system offers an R x C mesh of this shape."""
         if tuple(shape) not in self.shapes:
             offered = ", ".join(f"{r}x{c}" for r, c in self.shapes)
-            raise SpecError(f"--mesh {shape[0]}x{shape[1]}: {hw_name} offers {offered}")
+            raise SpecError(f"`mesh` {shape[0]}x{shape[1]}: {hw_name} offers {offered}")
 
 
-def parse_shape(text: str, where: str = "--mesh") -> tuple:
+def parse_shape(text: str, where: str = "`mesh`") -> tuple:
     """``'RxC'`` -> (R, C), both positive integers; anything else is a one-line error naming
     ``where`` (the flag, or a hardware file's key)."""
     parts = str(text).lower().split("x")
@@ -149,7 +149,7 @@ def check_mesh(hw, dep) -> None:
     if dep.mesh is None:
         return
     if hw.mesh is None:
-        raise SpecError(f"--mesh {dep.mesh[0]}x{dep.mesh[1]}: hardware {hw.name} has no [mesh] "
+        raise SpecError(f"`mesh` {dep.mesh[0]}x{dep.mesh[1]}: hardware {hw.name} has no [mesh] "
                         "section (a mesh system: wormhole-tg, wormhole-n300, blackhole-p150)")
     hw.mesh.check_shape(dep.mesh, hw.name)
 

@@ -25,7 +25,62 @@ from .._toml import load_toml
 from ..errors import SpecError
 from .precision import FORMATS as _DTYPES  # a checkpoint's weights: any --weights format
 
-__all__ = ["ModelSpec", "load_model", "builtin_models", "from_hf_config"]
+__all__ = ["ModelSpec", "load_model", "builtin_models", "from_hf_config", "expert_weights",
+           "check_experts"]
+
+
+def check_experts(num_experts: int, experts_per_token: int, expert_groups: int = 1,
+                  groups_per_token: int = 1, ep: int | None = None) -> None:
+    """The one check of a MoE layer's routing shape (positive integers given): top-k within the
+    experts, the expert groups dividing the experts, the groups a token picks within the
+    groups, at most k (one expert each at least) and holding its k experts, and, with ``ep``,
+    EP dividing the experts and, under group-limited routing, EP and the group count dividing
+    one another. A model file (:func:`_check`), ``moesym routing``
+    (:func:`moesym.routing.routing_report`) and the group-limited routing statistics
+    (:mod:`moesym.routing.stats`) call it; an error names the field.
+
+    >>> check_experts(256, 8, 8, 4, ep=16)
+    >>> check_experts(256, 8, 64, 1)
+    Traceback (most recent call last):
+    ...
+    moesym.errors.SpecError: `experts_per_token` 8 exceeds the 4 experts of `groups_per_token` 1; raise `groups_per_token`
+    """
+    E, k, G, kG = num_experts, experts_per_token, expert_groups, groups_per_token
+    if k > E:
+        raise SpecError(f"`experts_per_token` {k} exceeds `num_experts` {E}; choose at most {E}")
+    if E % G:
+        raise SpecError(f"`expert_groups` {G} does not divide `num_experts` {E}; choose a divisor")
+    if kG > G:
+        raise SpecError(f"`groups_per_token` {kG} exceeds `expert_groups` {G}")
+    if kG > k:  # group-limited routing's model (moesym.routing.stats): a leader in each group
+        raise SpecError(f"`groups_per_token` {kG} exceeds `experts_per_token` {k}: each "
+                        "selected group holds at least one of a token's experts")
+    if k > kG * (E // G):
+        raise SpecError(f"`experts_per_token` {k} exceeds the {kG * E // G} experts of "
+                        f"`groups_per_token` {kG}; raise `groups_per_token`")
+    if ep is None:
+        return
+    if E % ep:
+        raise SpecError(f"`ep` {ep} does not divide `num_experts` {E}; choose a divisor")
+    if ep % G and G % ep:
+        raise SpecError(f"`ep` {ep} and `expert_groups` {G}: one must divide the other for "
+                        "group-limited routing")
+
+
+def expert_weights(hidden, moe_inter, bytes_per_param=1, expert_tp=1):
+    """One routed expert's weights on one GPU: its gate, up and down projections,
+    ``3 x hidden x moe_inter`` parameters, split over ``expert_tp`` GPUs, in bytes at
+    ``bytes_per_param`` (parameters at 1). Numbers (an int stays an int) or symbols: the one
+    home of the formula the memory model, the cost terms, the expert-offload transfer and the
+    derivation pages use.
+
+    >>> expert_weights(7168, 2048)
+    44040192
+    """
+    w = 3 * hidden * moe_inter
+    if bytes_per_param != 1:
+        w = w * bytes_per_param
+    return w if expert_tp == 1 else w / expert_tp
 
 
 
@@ -150,8 +205,8 @@ class ModelSpec:
         return d * h * hd + 2 * d * self.num_kv_heads * hd + h * hd * d + gate
 
     def expert_params(self) -> int:
-        """One routed expert (gate, up, down)."""
-        return 3 * self.hidden_size * self.moe_intermediate_size
+        """One routed expert (gate, up, down): :func:`expert_weights`."""
+        return expert_weights(self.hidden_size, self.moe_intermediate_size)
 
     def moe_layer_params(self, active: bool = False) -> int:
         n = self.experts_per_token if active else self.num_experts
@@ -238,18 +293,13 @@ def _validate(m: ModelSpec) -> None:
     if m.num_experts:
         pos("experts_per_token")
         pos("moe_intermediate_size")
-        if m.experts_per_token > m.num_experts:
-            raise SpecError(f"{where}: experts_per_token ({m.experts_per_token}) exceeds "
-                            f"num_experts ({m.num_experts})")
-        if m.num_experts % m.expert_groups:
-            raise SpecError(f"{where}: num_experts ({m.num_experts}) is not a multiple of "
-                            f"expert_groups ({m.expert_groups})")
-        if m.groups_per_token > m.expert_groups:
-            raise SpecError(f"{where}: groups_per_token ({m.groups_per_token}) exceeds "
-                            f"expert_groups ({m.expert_groups})")
-        if m.groups_per_token * (m.num_experts // m.expert_groups) < m.experts_per_token:
-            raise SpecError(f"{where}: groups_per_token x experts per group is smaller than "
-                            f"experts_per_token")
+        pos("expert_groups")
+        pos("groups_per_token")
+        try:
+            check_experts(m.num_experts, m.experts_per_token, m.expert_groups,
+                          m.groups_per_token)
+        except SpecError as exc:
+            raise SpecError(f"{where}: {exc}") from None
     else:
         if m.dense_layers != m.num_layers:
             raise SpecError(f"{where}: a dense model (num_experts = 0) needs dense_layers = num_layers")

@@ -133,7 +133,7 @@ def canonical(name: str) -> str:
     return ALIASES.get(name, name)
 
 
-def _format(name: str, flag: str = "--weights") -> WeightFormat:
+def _format(name: str, flag: str = "`weights`") -> WeightFormat:
     key = canonical(name)
     if key not in FORMATS:
         raise SpecError(f"{flag} {name!r}: use one of {', '.join(FORMATS)}, a llama.cpp file "
@@ -208,15 +208,15 @@ class WeightRecipe:
             key, _, value = item.partition("=")
             key, value = key.strip(), value.strip()
             if key not in COMPONENTS:
-                raise SpecError(f"--weights {text!r}: unknown component {key!r}; use "
+                raise SpecError(f"`weights` {text!r}: unknown component {key!r}; use "
                                 f"{', '.join(COMPONENTS)} (e.g. moe=fp4,attn=fp8,dense=bf16)")
             if key in parts:
-                raise SpecError(f"--weights {text!r}: {key} is given twice")
+                raise SpecError(f"`weights` {text!r}: {key} is given twice")
             if value in FILE_TYPES and value not in FORMATS:
-                raise SpecError(f"--weights {text!r}: {value} is a llama.cpp file type (a "
+                raise SpecError(f"`weights` {text!r}: {value} is a llama.cpp file type (a "
                                 f"recipe for every tensor): give it alone, or a block type "
                                 f"({FILE_TYPES[value]}) per component")
-            _format(value, f"--weights {key}=")
+            _format(value, f"`weights` {key}=")
             parts[key] = canonical(value)
         return WeightRecipe(**{c: parts.get(c, "bf16") for c in COMPONENTS})
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from ..specs.model import expert_weights
 from .attention import gemm
 from .cost import Cost, KernelClass, sym
 from .dims import Dims
@@ -79,7 +80,7 @@ def routed_expert_weight_load(D: Dims, touched_experts) -> Cost:
     With lazy expert loading ``touched_experts`` is the expected number of local experts that
     receive at least one token; without it, all local experts.
     """
-    per_expert = 3 * D.hidden * D.moe_inter / D.expert_tp * D.w_bytes
+    per_expert = expert_weights(D.hidden, D.moe_inter, D.w_bytes, D.expert_tp)
     return Cost("moe_weight_load", KernelClass.GROUPED_GEMM, hbm_bytes=sym(touched_experts) * per_expert)
 
 
