@@ -14,7 +14,7 @@ import numpy as np
 import sympy as sp
 
 import moesym as ms
-from moesym.compile import bind_and_compile, evaluate
+from moesym.symbolic.compile import bind_and_compile, evaluate
 
 
 def main() -> None:

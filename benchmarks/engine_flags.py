@@ -5,7 +5,7 @@ write the fixture ``tests/data/engine_flags.json`` that ``tests/test_emit.py`` c
 
 Test-data preparation (not run by the tests)::
 
-    pip download sglang==0.5.23 --no-deps -d /tmp/engsrc      # the version moesym/emit.py targets
+    pip download sglang==0.5.23 --no-deps -d /tmp/engsrc      # the version moesym/engines/emit.py targets
     pip download vllm --no-deps -d /tmp/engsrc                 # wheel or sdist
     pip download tensorrt-llm --no-deps -d /tmp/engsrc         # PyPI has only a stub (see below)
     python benchmarks/engine_flags.py --sglang /tmp/engsrc/sglang-*.whl \\

@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from moesym._resources import data_dir
+from moesym.io.resources import data_dir
 from moesym.kernels import aic
 from moesym.kernels.calib import DEFAULTS, kernel_calib
 from moesym.kernels.fit import (fit_attention, fit_gemm, fit_moe, physical_floor_s,
@@ -370,7 +370,7 @@ def allreduce_block(ar: dict, gpu: str, date: str) -> str:
 
 # ------------------------------------------------------------------------------ DeepEP, one node
 # one node of 8 GPUs (the tables' node_num 1); normal mode at DeepEP's Buffer.num_sms default
-# of 20 SMs (moesym.model.bindings.COMM_SMS), which SGLang keeps without a DeepEP config
+# of 20 SMs (moesym.numbers.bindings.COMM_SMS), which SGLang keeps without a DeepEP config
 # (srt/layers/moe/token_dispatcher/deepep.py: num_sms = Buffer.num_sms)
 DEEPEP_GPUS, DEEPEP_SMS = 8, 20
 DEEPEP_MODES = {"ll": ("wideep_deepep_ll_perf", "{op}_avg_t_us", "deepep-ll"),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from moesym._resources import data_dir
+from moesym.io.resources import data_dir
 from moesym.kernels.calib import DEFAULTS, transferred
 from moesym.kernels.fit import attention_rows, fit_attention, fit_gemm, write_kernel_table
 from moesym.kernels.tables import KernelTables

@@ -3,9 +3,9 @@ Apple M2 Ultra and the NVIDIA RTX 4090 to the open llama-bench table, with held-
 
     PYTHONPATH=$PWD python benchmarks/single_device_fit.py [--markdown benchmarks/single_device_fit.md]
 
-Data: ``moesym.validate.LLAMA_BENCH_TABLE`` (llama.cpp's llama-bench on LLaMA 7B: M2 Ultra Q8_0 /
+Data: ``moesym.report.validation.LLAMA_BENCH_TABLE`` (llama.cpp's llama-bench on LLaMA 7B: M2 Ultra Q8_0 /
 Q4_0 / Q4_1 from PR #2917, RTX 4090 F16 / Q8_0 / Q4_0 from PR #4766; pp512 and tg128 tokens/s).
-Every prediction is moesym's own (``moesym.validate.run_case`` on a copy of the hardware file
+Every prediction is moesym's own (``moesym.report.validation.run_case`` on a copy of the hardware file
 with the candidate ``[kernel]`` values); the parameters enter the step time linearly, so each is
 solved from three model evaluations and checked by a final full evaluation.
 
@@ -21,7 +21,7 @@ source as stated below):
 - M2 Ultra pp512: ``gemm_tensor_frac`` (Metal mul_mm, which dequantizes inside the GEMM) fitted on
   Q8_0; Q4_0 and Q4_1 held out.
 - RTX 4090 tg128: ``mv_hbm_frac`` fitted on F16; Q8_0 held out (llama.cpp's mmvq consumes Q8_0
-  blocks with int8 dot products: no unpack time, moesym.model.bindings).
+  blocks with int8 dot products: no unpack time, moesym.numbers.bindings).
 - RTX 4090 pp512: ``gemm_tensor_frac`` fitted on F16 (cuBLAS FP16 GEMMs); Q8_0 and Q4_0 held out:
   above 32 rows llama.cpp (PR #3776, MMQ_MAX_BATCH_SIZE) dequantizes block formats to F16 in a
   kernel of its own (``dequant_pass_rows`` = 32) at the elementwise bandwidth, then runs cuBLAS.
@@ -38,7 +38,7 @@ import numpy as np
 from moesym.model.predictor import predict
 from moesym.specs.hardware import load_hardware
 from moesym.specs.model import load_model
-from moesym.validate import single_device_cases
+from moesym.report.validation import single_device_cases
 
 ENGINE = "llama.cpp"  # the fitted values are [kernel.engines."llama.cpp"] of each file
 BIG = 1e9  # an unpack rate (G weights / s) high enough to cost nothing

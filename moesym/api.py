@@ -15,7 +15,7 @@ from .model.step import BREAKDOWN_KEYS, StepModel, build_step
 from .specs.deployment import A2AMode, Deployment, Phase, Routing, Workload
 from .specs.hardware import HardwareSpec, builtin_hardware, load_hardware
 from .specs.model import ModelSpec, builtin_models, from_hf_config, load_model
-from .symbols import S
+from .symbolic.symbols import S
 
 __all__ = ["A2AMode", "BREAKDOWN_KEYS", "Deployment", "HardwareSpec", "ModelSpec", "Phase", "Routing",
            "S", "StepModel", "Workload", "build_step", "builtin_hardware", "builtin_models",

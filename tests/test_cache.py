@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from moesym import cache
+from moesym.numeric import cache
 from moesym.cli import main
 
 ARGV = ["predict", "qwen3-30b-a3b", "--hardware", "h20", "--phase", "decode", "--batch", "64",

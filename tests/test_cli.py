@@ -124,7 +124,7 @@ def test_status_lines_only_on_a_terminal(monkeypatch, capsys):
     import io
     import sys
 
-    from moesym.progress import status
+    from moesym.io.progress import status
 
     status("derive crossover: building")
     assert capsys.readouterr().err == ""  # pytest's stderr is not a terminal

@@ -19,7 +19,7 @@ from moesym.cli import main
 from moesym.model import overlap
 from moesym.specs.deployment import A2AMode
 from moesym.routing import GroupRouting
-from moesym.symbols import S
+from moesym.symbolic.symbols import S
 from moesym.terms import comm
 from moesym.terms.dims import symbolic_dims
 

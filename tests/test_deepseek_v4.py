@@ -214,12 +214,12 @@ def test_mtp_draft_layer_attends_its_window_only():
     the main model at 512K (which reads compressed entries and runs the indexer)."""
     from dataclasses import replace
 
-    from moesym.compile import evaluate
-    from moesym.model.bindings import bindings, workload_values
+    from moesym.symbolic.compile import evaluate
+    from moesym.numbers.bindings import bindings, workload_values
     from moesym.model.draft import draft_s
-    from moesym.symbols import by_name
+    from moesym.symbolic.symbols import by_name
     from moesym.terms.dims import symbolic_dims
-    from moesym.timing import time_model
+    from moesym.kernels.time_model import time_model
 
     m, hw = load_model("deepseek-v4-flash"), load_hardware("b200")
     dep = Deployment(gpus=8, ep=8, weights="fp8", kv="fp8", mtp=1, accept=0.8)

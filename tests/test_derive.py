@@ -12,13 +12,13 @@ import pytest
 import sympy as sp
 
 import moesym as ms
-from moesym import derive as dv
-from moesym.compile import evaluate
+from moesym.solve import derive as dv
+from moesym.symbolic.compile import evaluate
 from moesym.errors import MoesymError
 from moesym.model.predictor import predict
 from moesym.solve import RELAX_CEILING, apply_rules, solve_regimes
 from moesym.specs.deployment import Phase, Workload
-from moesym.symbols import S
+from moesym.symbolic.symbols import S
 
 
 def _predict(model, hw, dep, batch, context=4096):
@@ -231,7 +231,7 @@ def test_model_root_steps_and_smooth_regimes_by_hand():
 
 @pytest.mark.slow  # regenerates every page and figure
 def test_committed_pages_match_the_code(tmp_path):
-    from moesym.pages import write_all
+    from moesym.report.pages import write_all
 
     root = Path(__file__).resolve().parent.parent / "derivations"
     written = write_all(tmp_path)

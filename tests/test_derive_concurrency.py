@@ -18,12 +18,12 @@ import pytest
 from scipy.optimize import brentq
 
 import moesym as ms
-from moesym import derive as dv
+from moesym.solve import derive as dv
 from moesym.cli import main
-from moesym.compile import evaluate
+from moesym.symbolic.compile import evaluate
 from moesym.specs.deployment import Phase, Workload
-from moesym.symbols import S
-from moesym.terms.cost import symbols_of
+from moesym.symbolic.symbols import S
+from moesym.symbolic.expr import symbols_of
 
 ISL, OSL = 1024, 256
 # ISL 1024 under SGLang's 8192-token chunk on an H20: a rank saturates (prefill-bound) at

@@ -1,7 +1,7 @@
 """The three layers of a derive answer (issue 34) and ``derive sensitivity``.
 
 - golden smooth closed forms written by hand from the terms' definitions (moesym.terms:
-  ``gemm``, ``attention_core_decode``; moesym.timing's roofline) for a memory-bound decode step
+  ``gemm``, ``attention_core_decode``; moesym.kernels.time_model's roofline) for a memory-bound decode step
   and a compute-bound prefill step, against what :func:`regime_form` solves;
 - elasticities of a pure roofline term are 0 or +-1 where the algebra says so, and equal
   central finite differences of the compiled step model on random points (hypothesis);
@@ -21,17 +21,17 @@ from hypothesis import strategies as st
 from scipy.optimize import brentq
 
 import moesym as ms
-from moesym import derive as dv
-from moesym.compile import evaluate
+from moesym.solve import derive as dv
+from moesym.symbolic.compile import evaluate
 from moesym.model.predictor import predict
 from moesym.solve.regime_form import regime_form, relax, tidy
 from moesym.solve.sensitivity import elasticities, gradient
 from moesym.specs.deployment import Phase, Workload
-from moesym.symbols import S
+from moesym.symbolic.symbols import S
 from moesym.terms.attention import attention_core_decode, gemm
-from moesym.terms.cost import symbols_of
+from moesym.symbolic.expr import symbols_of
 from moesym.terms.dims import symbolic_dims
-from moesym.timing import RooflineTiming
+from moesym.kernels.time_model import RooflineTiming
 
 ROOF = RooflineTiming()
 # a one-layer point: hidden 4096, 8 KV heads of 128, 32 query heads, bf16, one GPU
@@ -133,7 +133,7 @@ def _step():
     """Qwen3-30B-A3B's decode step on one H20 and its step time compiled once over every free
     symbol (the compiled model predict evaluates)."""
     if not _STEP:
-        from moesym.compile import compile_expr
+        from moesym.symbolic.compile import compile_expr
 
         m, h = ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20")
         step = dv._decode_step(m, h, ms.Deployment(), 4096)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from moesym import emit
+from moesym.engines import emit
 from moesym.cli import main
 
 ENGINE_FLAGS = json.loads((Path(__file__).parent / "data" / "engine_flags.json").read_text())

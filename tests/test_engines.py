@@ -9,7 +9,7 @@ import pytest
 
 from moesym.engines import builtin_engines, load_engine
 from moesym.errors import SpecError
-from moesym.model.metrics import default_chunk_tokens
+from moesym.numbers.metrics import default_chunk_tokens
 
 MIB = 2**20
 

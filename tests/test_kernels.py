@@ -32,7 +32,7 @@ from moesym.kernels.fit import fit_gemm, predict_rows, write_kernel_table
 from moesym.kernels.tables import KernelTables, interp_log, read_attention_table, read_gemm_table
 from moesym.kernels.timing import KernelTiming
 from moesym.specs.hardware import load_hardware
-from moesym.symbols import S
+from moesym.symbolic.symbols import S
 from moesym.terms.attention import gemm
 from moesym.terms.cost import Cost, KernelClass
 

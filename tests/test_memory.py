@@ -24,7 +24,7 @@ from moesym.memory.capacity import CONTRACT_KEYS, max_batch, max_context
 from moesym.specs.deployment import Deployment, Workload
 from moesym.specs.hardware import load_hardware
 from moesym.specs.model import load_model
-from moesym.symbols import S
+from moesym.symbolic.symbols import S
 from moesym.terms.dims import symbolic_dims
 
 FP8 = 1 + 4 / (128 * 128)  # fp8 element + one fp32 scale per 128 x 128 block

@@ -13,7 +13,7 @@ import sympy as sp
 from hypothesis import given, settings, strategies as st
 
 from moesym import Deployment, Workload, build_step, load_hardware, load_model
-from moesym._resources import data_dir
+from moesym.io.resources import data_dir
 from moesym.errors import SpecError
 from moesym.specs.mesh import parse_mesh
 from moesym.terms import comm

@@ -19,7 +19,7 @@ import pytest
 
 import moesym as ms
 from moesym.errors import MoesymError
-from moesym.model.metrics import micro_batches_run
+from moesym.numbers.metrics import micro_batches_run
 
 RTOL = 1e-9
 QWEN, H20 = ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20")
@@ -39,7 +39,7 @@ def _cli(cli_json, phase, dep, extra):
 
 
 def _sweep_row(phase, dep, axes, **kw):
-    from moesym.sweep import sweep_frame
+    from moesym.search.sweep import sweep_frame
 
     ax = {"gpus": [dep.gpus], "ep": [dep.ep], "tp": [dep.tp],
           "micro_batches": [dep.micro_batches], **axes}
@@ -50,7 +50,7 @@ def _sweep_row(phase, dep, axes, **kw):
 
 def _optimize_row(phase, dep, size, **kw):
     """optimize's measure at the pinned deployment ``dep`` and ``size`` (batch or tokens)."""
-    from moesym.optimize import measure
+    from moesym.search.optimize import measure
 
     out = measure(QWEN, H20, dep, phase, [size], **kw)
     assert out["ok"][0]
@@ -59,9 +59,9 @@ def _optimize_row(phase, dep, size, **kw):
 
 def _derived(step, term, **at):
     """``derive solve``'s term ``term`` at the numbers it binds (``at`` overriding some)."""
-    from moesym.compile import evaluate
-    from moesym.derive import solve_terms
-    from moesym.symbols import by_name
+    from moesym.symbolic.compile import evaluate
+    from moesym.solve.derive import solve_terms
+    from moesym.symbolic.symbols import by_name
 
     terms, mem_values = solve_terms(step)
     values = {**mem_values, **step.values, **{by_name(k): v for k, v in at.items()}}
@@ -100,7 +100,7 @@ def test_decode_batch_one_two_micro_batches_agree_everywhere(cli_json):
     _same(float(one.evaluate()), t, "built for one micro-batch")
     assert t < 0.9 * float(step.evaluate(micro_batches=2, batch=2))  # two requests, two batches
     # derive's TPOT and throughput terms, evaluated as the step model evaluates
-    from moesym.derive import solve_terms
+    from moesym.solve.derive import solve_terms
 
     run = micro_batches_run(dep.micro_batches, wl.batch)
     _same(_derived(step, "tpot", micro_batches=run), ref["tpot_s"], "derive tpot")
@@ -180,7 +180,7 @@ def test_serve_agrees_everywhere(cli_json):
             _same(r[k], ref[k], f"{name} {k}")
     _same(row["memory_bytes"], ref["memory_bytes"], "sweep memory")
     _same(cli["memory_bytes"], ref["memory_bytes"], "cli memory")
-    # the steady state's rates from its two steps (moesym.model.metrics' serving section)
+    # the steady state's rates from its two steps (moesym.numbers.metrics' serving section)
     f = ref["serve"]["mixed_step_share"]
     t = f * ref["mixed_step"]["step_time_s"] + (1 - f) * ref["decode_step"]["step_time_s"]
     _same(ref["step_time_s"], t, "mean step")
@@ -234,11 +234,11 @@ def test_a_grid_key_that_is_no_free_symbol_is_an_error_naming_it():
 
 
 def test_one_symbol_per_printed_name():
-    from moesym.symtab import TABLE
+    from moesym.symbolic.symtab import TABLE
 
     names = [row[1] for row in TABLE]
     assert len(names) == len(set(names))
-    from moesym.symbols import S
+    from moesym.symbolic.symbols import S
 
     assert not hasattr(S, "bw_host") and str(S.host_bw) == "W_host"
 
@@ -247,7 +247,7 @@ def test_serve_step_built_directly_runs_the_engines_chunk():
     """A serve step built directly (``build_step``, ``predict --phase serve --show-expr`` or
     ``--timeline``) prefills the chunk ``predict`` does: SGLang's default, 8192 tokens on a GPU
     of 60 to 160 GiB (the H20's 96 GB), over the 8 attention DP ranks of 8 GPUs at TP 1."""
-    from moesym.symbols import S
+    from moesym.symbolic.symbols import S
 
     dep = ms.Deployment(gpus=8, ep=8)
     wl = ms.Workload("serve", batch=64, isl=1000, osl=1000)

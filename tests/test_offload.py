@@ -127,7 +127,7 @@ def test_derive_expert_cache_is_where_the_streamed_tier_fits_under_compute():
     # Qwen3-30B-A3B BF16 on one H100 (PCIe host link), batch 256, uniform routing, static cache:
     # a pass activates each cold expert with a = 1 - (1 - 8/128)^256 and streams
     # 3 x 2048 x 768 x 2 bytes for it, so the tier costs (E - C) a bytes / W_host, by hand.
-    from moesym import derive as dv
+    from moesym.solve import derive as dv
 
     m, h = load_model("qwen3-30b-a3b"), load_hardware("h100")
     dep = Deployment(prefetch=True, expert_cache=0)
@@ -206,7 +206,7 @@ def test_bad_frequency_files_are_one_line_exit_2(tmp_path, capsys, text, field):
 def test_optimize_chooses_the_expert_cache_against_the_batch_it_displaces():
     # issue 19: optimize searches the cache size; checked against a brute force of predict over
     # every (cache, batch): a bigger cache is faster per step but leaves less memory for KV
-    from moesym.optimize import optimize
+    from moesym.search.optimize import optimize
 
     m, h = load_model("mixtral-8x7b"), load_hardware("rtx-4090")
     base = Deployment(weights="w4a16", prefetch=True)

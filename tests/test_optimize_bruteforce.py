@@ -27,9 +27,9 @@ import pandas as pd
 import pytest
 
 from moesym import load_hardware, load_model
-from moesym.optimize import choices, optimize
+from moesym.search.optimize import choices, optimize
 from moesym.specs.deployment import A2AMode, Deployment
-from moesym.sweep import sweep_frame
+from moesym.search.sweep import sweep_frame
 
 pytestmark = pytest.mark.slow  # brute force over whole spaces: the slow tier
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import moesym as ms
 from moesym.model.predictor import predict
 from moesym.specs.model import ModelSpec
-from moesym.symbols import S
+from moesym.symbolic.symbols import S
 
 # the slow tier: each example builds a step model; tests/test_step.py checks the same
 # properties on fixed cases in the fast tier

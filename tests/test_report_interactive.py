@@ -118,7 +118,7 @@ def _library_point(argv, p):
     the micro-batches predict runs (no more than the work)."""
     from moesym.cli.common import inputs_from
     from moesym.cli import build_parser
-    from moesym.model.metrics import clamp_micro_batches
+    from moesym.numbers.metrics import clamp_micro_batches
 
     flag = "--tokens" if "--tokens" in argv else "--batch"
     point = ("--batch", "--tokens", "--context", "--isl", "--osl", "--gpus", "--ep", "--tp")
@@ -173,7 +173,7 @@ def test_the_timeline_and_sensitivities_are_the_step_models(tmp_path, argv):
     period), and the page's elasticities of the step time to each hardware number (central
     differences) equal ``derive sensitivity``'s exact ones summed over the symbols the number
     sets (1e-6, relative to the largest elasticity of the point)."""
-    from moesym import derive as dv
+    from moesym.solve import derive as dv
     from moesym.model.step import build_step
     from moesym.schedules import resolve_name
 

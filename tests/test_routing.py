@@ -15,10 +15,10 @@ import pytest
 import sympy as sp
 
 from moesym import routing as R
-from moesym.compile import compile_expr
+from moesym.symbolic.compile import compile_expr
 from moesym.errors import MoesymError
-from moesym.special import MaxBinomialMean, PaddedRowsMean
-from moesym.symbols import S
+from moesym.symbolic.special import MaxBinomialMean, PaddedRowsMean
+from moesym.symbolic.symbols import S
 
 Z = 4.0
 
@@ -501,7 +501,7 @@ def test_rank_imbalance_table_interpolates_the_estimator(args):
     """The step model reads numeric routing statistics from a table in the token count,
     linear in log T between knots: within 0.1% of the estimator between them."""
     from moesym.routing.zipf import rank_imbalance_table
-    from moesym.special_numeric import log_interp
+    from moesym.numeric.special import log_interp
 
     ts, ys = rank_imbalance_table(*args)
     E, k, ep, Rr, s = args

@@ -11,10 +11,10 @@ import pytest
 import sympy as sp
 
 from moesym.cli import main
-from moesym.compile import compile_expr
+from moesym.symbolic.compile import compile_expr
 from moesym.errors import SpecError
 from moesym.schedules import COMPUTE_OPS, builtin, layer_ends, load, steady_state
-from moesym.terms.cost import smax
+from moesym.symbolic.expr import smax
 
 SCHEDULES = [(n, ph) for n, s in builtin().items() for ph in s.layouts]
 RNG = np.random.default_rng(16)
@@ -222,14 +222,14 @@ def test_capped_gemms_take_sms_over_sms_minus_comm_of_their_compute():
     """Each FP8 GEMM's compute time x 132 / (132 - 20), its memory time unchanged; the
     elementwise and attention kernels untouched; a BF16 model (no DeepGEMM) caps nothing."""
     from moesym import Deployment, Workload, load_hardware, load_model
-    from moesym.compile import evaluate
-    from moesym.model.bindings import bindings, workload_values
+    from moesym.symbolic.compile import evaluate
+    from moesym.numbers.bindings import bindings, workload_values
     from moesym.model.layer_costs import moe_layer_costs
     from moesym.model.layer_time import reserved_terms, timed
     from moesym.specs.deployment import A2AMode
-    from moesym.symbols import by_name
+    from moesym.symbolic.symbols import by_name
     from moesym.terms.dims import symbolic_dims
-    from moesym.timing import time_model
+    from moesym.kernels.time_model import time_model
 
     hw = load_hardware("h800")
     dep = Deployment(gpus=32, ep=32, weights="fp8", micro_batches=2, a2a=A2AMode.DEEPEP_NORMAL)

@@ -15,7 +15,7 @@ import pytest
 from moesym import Deployment, Workload, load_hardware, load_model
 from moesym.cli import main
 from moesym.model.predictor import predict
-from moesym.model.metrics import default_chunk_tokens, serve_point
+from moesym.numbers.metrics import default_chunk_tokens, serve_point
 
 
 def test_steady_state_by_hand():
@@ -181,7 +181,7 @@ def test_sweep_and_optimize_evaluate_what_predict_does(tmp_path):
     batch of the best deployment beats the optimizer's under its limits (brute force)."""
     import pandas as pd
 
-    from moesym.optimize import optimize
+    from moesym.search.optimize import optimize
 
     m, h = load_model("qwen3-30b-a3b"), load_hardware("h20")
     out = tmp_path / "s.csv"
@@ -209,7 +209,7 @@ def test_sweep_and_optimize_evaluate_what_predict_does(tmp_path):
 
 @pytest.mark.slow
 def test_disaggregation_is_compared_with_aggregated_serving():
-    from moesym.optimize import disaggregate
+    from moesym.search.optimize import disaggregate
 
     m, h = load_model("qwen3-30b-a3b"), load_hardware("h20")
     d = disaggregate(m, h, 4, 4, 1024, 1024, tpot_s=0.05)
@@ -348,7 +348,7 @@ def test_prefix_hit_in_sweep_and_optimize_equals_predict(tmp_path):
     # point as predict does (prefill and serve)
     import csv
 
-    from moesym.optimize import optimize
+    from moesym.search.optimize import optimize
 
     m, h = load_model("qwen3-30b-a3b"), load_hardware("h20")
     out = tmp_path / "s.csv"

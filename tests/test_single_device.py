@@ -23,7 +23,7 @@ import moesym as ms
 from moesym.kernels.analytical import gemm_time
 from moesym.kernels.calib import DEFAULTS
 from moesym.specs.precision import bytes_per_element
-from moesym.validate import run_case, single_device_cases
+from moesym.report.validation import run_case, single_device_cases
 
 # tokens/s as published (llama-bench, LLaMA 7B): (device, type) -> (pp512, tg128)
 PUBLISHED = {
@@ -142,7 +142,7 @@ def test_grouped_expert_gemms_pad_unless_the_engine_runs_matrix_vector_kernels()
 def test_bad_engine_kernel_table_is_one_line(tmp_path):
     from moesym.errors import SpecError
 
-    from moesym._resources import data_dir
+    from moesym.io.resources import data_dir
 
     text = (data_dir("hardware") / "m2-ultra.toml").read_text()
     f = tmp_path / "m.toml"

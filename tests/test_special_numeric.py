@@ -2,7 +2,7 @@
 
 Compiled models evaluate the normal quantile, erf and log-gamma once per distinct argument with
 the standard library, and the expected maximum of binomial-family loads by summing masses along
-the window (``moesym.special_numeric``); SciPy's incomplete beta/gamma functions give the CDF
+the window (``moesym.numeric.special``); SciPy's incomplete beta/gamma functions give the CDF
 directly, summed here over the whole support.
 """
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import special as sps
 
-from moesym.special_numeric import DISTINCT_FUNCTIONS, erfinv, max_binomial_mean
+from moesym.numeric.special import DISTINCT_FUNCTIONS, erfinv, max_binomial_mean
 
 
 def test_distinct_functions_match_scipy():

@@ -10,7 +10,7 @@ import pytest
 from moesym import Deployment, Workload, load_hardware, load_model
 from moesym.cli import main
 from moesym.model.predictor import predict
-from moesym.model.speculative import accepted_length
+from moesym.specs.speculative import accepted_length
 
 
 @pytest.mark.parametrize("n,p", [(1, 0.85), (2, 0.7), (3, 0.5), (5, 0.9)])

@@ -8,9 +8,9 @@ import pytest
 import sympy as sp
 
 import moesym as ms
-from moesym.compile import compile_expr
-from moesym.symbols import S
-from moesym.timing import RooflineTiming
+from moesym.symbolic.compile import compile_expr
+from moesym.symbolic.symbols import S
+from moesym.kernels.time_model import RooflineTiming
 
 
 def _step(model="deepseek-v3", hw="h800", phase="decode", timing=None, **dep):
@@ -237,7 +237,7 @@ def test_serving_efficiency_divides_the_whole_step():
 
 def test_a_missing_binding_is_an_error_not_a_nan(monkeypatch):
     import moesym.model.step as step_mod
-    from moesym.symbols import BindingError
+    from moesym.symbolic.symbols import BindingError
 
     real = step_mod.bindings
 

@@ -4,12 +4,12 @@ prefill chunk of each point, and the KV of every prompt in the memory fit."""
 import pytest
 
 import moesym as ms
-from moesym.sweep import sweep_frame
+from moesym.search.sweep import sweep_frame
 
 
 def _predict(model, hw, phase, gpus, ep, size, context):
     from moesym.memory import memory_model
-    from moesym.symbols import S
+    from moesym.symbolic.symbols import S
 
     wl = (ms.Workload("decode", batch=size, context=context) if phase == "decode"
           else ms.Workload("prefill", tokens=size, context=context))

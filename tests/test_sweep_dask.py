@@ -10,7 +10,7 @@ distributed = pytest.importorskip("dask.distributed")
 import moesym as ms
 from moesym.cli import main
 from moesym.errors import MoesymError
-from moesym.sweep import _QUIET, sweep_chunks, sweep_dask, sweep_frame
+from moesym.search.sweep import _QUIET, sweep_chunks, sweep_dask, sweep_frame
 
 # qwen3-8b compiles in about a second; an MoE model takes 15-30 s per worker process on a small
 # machine, which would make this file slow without testing anything more of the backend
@@ -46,7 +46,7 @@ def test_partitions_are_the_local_chunks(client, local):
         pd.testing.assert_frame_equal(part, chunk, check_exact=True)
     pd.testing.assert_frame_equal(ddf.compute().reset_index(drop=True), local, check_exact=True)
     # every worker process that ran a partition built and compiled the model once
-    misses = client.run(lambda: __import__("moesym.sweep", fromlist=["_"])._setup.cache_info()
+    misses = client.run(lambda: __import__("moesym.search.sweep", fromlist=["_"])._setup.cache_info()
                         .misses)
     assert set(misses.values()) <= {0, 1} and sum(misses.values()) >= 1
 

@@ -252,7 +252,7 @@ def test_the_dask_backend_gives_the_local_rows_with_pp_cp_and_a_distribution():
     import pandas as pd
 
     import moesym as ms
-    from moesym.sweep import sweep_chunks, sweep_dask
+    from moesym.search.sweep import sweep_chunks, sweep_dask
 
     model = ms.load_model("qwen3-8b")  # dense: compiles fast
     axes = {"tokens": [1024, 4096], "gpus": [4], "pp": [1, 2], "cp": [1, 2, 4], "tp": [1, 2]}

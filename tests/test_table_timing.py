@@ -15,7 +15,7 @@ import sympy as sp
 import moesym as ms
 from moesym.cli import main
 from moesym.kernels.table_timing import piecewise_log_interp
-from moesym.symbols import S
+from moesym.symbolic.symbols import S
 
 
 def _write(path, header, rows):

@@ -1,5 +1,5 @@
-"""Issue 30 item 3: the time models behind one interface (:class:`moesym.timing.TimeModel`) and
-one registry (:data:`moesym.time_models.TIME_MODELS`) that ``--timing`` and ``Deployment``
+"""Issue 30 item 3: the time models behind one interface (:class:`moesym.kernels.time_model.TimeModel`) and
+one registry (:data:`moesym.specs.time_models.TIME_MODELS`) that ``--timing`` and ``Deployment``
 both read."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from moesym.errors import SpecError
 from moesym.kernels.table_timing import TableTiming
 from moesym.kernels.tile_step import TileStepTiming
 from moesym.kernels.timing import KernelTiming
-from moesym.symbols import S
+from moesym.symbolic.symbols import S
 from moesym.terms.attention import gemm
-from moesym.time_models import TIME_MODELS
-from moesym.timing import RooflineTiming, TimeModel, time_model
+from moesym.specs.time_models import TIME_MODELS
+from moesym.kernels.time_model import RooflineTiming, TimeModel, time_model
 
 
 @pytest.fixture

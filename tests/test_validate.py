@@ -33,7 +33,7 @@ def report():
 def test_serving_section_reports_every_published_row():
     """moesym validate's serving section: one row per published metric of every serving case,
     with the measurement as published (InferenceX) and a signed error."""
-    from moesym.validate import SERVING_CASES
+    from moesym.report.validation import SERVING_CASES
 
     out = subprocess.run([sys.executable, "-m", "moesym", "validate", "--json"],
                          capture_output=True, text=True, check=True)
@@ -186,7 +186,7 @@ def test_validate_kernels_prints_the_held_out_table(capsys):
     the fused-MoE backends it marks as used are exactly the fractions the hardware files hold."""
     from moesym.cli import main
     from moesym.specs.hardware import load_hardware
-    from moesym.validate import kernel_heldout
+    from moesym.report.validation import kernel_heldout
 
     doc = kernel_heldout()
     gpus = {"h100", "h200", "b200", "b300", "gb200", "gb300", "a100"}

@@ -20,7 +20,7 @@ from moesym.cli import main
 from moesym.errors import SpecError
 from moesym.specs.checks import max_draft_tokens, position_limit
 from moesym.specs.model import from_hf_config
-from moesym.sweep import list_size, parse_list
+from moesym.search.sweep import list_size, parse_list
 
 ROOT = Path(__file__).resolve().parent.parent
 W4A16 = 4 / 8 + 4 / 128  # bytes per weight: 4 bits, an fp16 scale and zero point per 128
@@ -261,7 +261,7 @@ def test_sweep_and_optimize_hold_the_unified_host_tier_too(tmp_path):
     import csv
 
     from moesym import load_hardware, load_model
-    from moesym.optimize import device_capacity
+    from moesym.search.optimize import device_capacity
     from moesym.specs.deployment import Deployment
 
     out = tmp_path / "s.csv"

@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = _command(argv)
         parser = build_parser(cmd if cmd in COMMANDS else "")
         args = parser.parse_args(argv)
-        from ..cache import disable
+        from ..numeric.cache import disable
 
         disable(getattr(args, "no_cache", False))  # per invocation
         if not getattr(args, "func", None):

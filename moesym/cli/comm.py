@@ -7,14 +7,14 @@ from dataclasses import replace
 import sympy as sp
 
 from ..errors import MoesymError
-from ..model.bindings import scale_up_domain
+from ..numbers.bindings import scale_up_domain
 from ..routing.stats import GroupRouting
 from ..specs.deployment import DTYPE_BYTES, A2AMode, Deployment, activation_dispatch_bytes
 from ..specs.hardware import load_hardware
-from ..symbols import S
+from ..symbolic.symbols import S
 from ..terms import comm
 from ..terms.dims import symbolic_dims
-from ..timing import RooflineTiming
+from ..kernels.time_model import RooflineTiming
 from . import COMMANDS
 from .common import add_json, emit_json, fmt_s, positive_int
 

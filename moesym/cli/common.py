@@ -70,9 +70,9 @@ def add_no_cache(p: argparse.ArgumentParser) -> None:
 
 
 def timing_name(text: str) -> str:
-    """``--timing``: a time model of :data:`moesym.time_models.TIME_MODELS` (tables:DIR: the
+    """``--timing``: a time model of :data:`moesym.specs.time_models.TIME_MODELS` (tables:DIR: the
     folder must exist)."""
-    from ..time_models import name_problem
+    from ..specs.time_models import name_problem
 
     problem = name_problem(text)
     if problem is not None:
@@ -81,7 +81,7 @@ def timing_name(text: str) -> str:
 
 
 def add_timing(p) -> None:
-    from ..time_models import help_text, metavar
+    from ..specs.time_models import help_text, metavar
 
     p.add_argument("--timing", type=timing_name, default="kernel", metavar=metavar(),
                    help=help_text())
@@ -449,7 +449,7 @@ def emit_json(obj) -> None:
 
 
 def print_launch(launch: dict, indent: str = "") -> None:
-    """An engine launch command (:func:`moesym.emit.launch_command`) and its notes, as text."""
+    """An engine launch command (:func:`moesym.engines.emit.launch_command`) and its notes, as text."""
     print(f"{indent}{launch['engine']}: {launch['command']}")
     if "bench" in launch:  # llama-bench / mlx_lm.generate with the same settings
         print(f"{indent}{launch['engine']} bench: {launch['bench']}")

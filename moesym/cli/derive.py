@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import derive as dv
+from ..solve import derive as dv
 from ..errors import MoesymError
 from . import COMMANDS
 from .common import (add_deployment, add_json, add_model_hw, add_serve_lengths, add_workload,
@@ -187,7 +187,7 @@ def _deployment(args):
     dep = deployment_from(args)
     _check(args, dep)
     dep.check_overlap(Phase.DECODE)
-    from ..progress import status
+    from ..io.progress import status
 
     status(f"derive {args.what}: building and solving the step model", not args.json)
     return dep
@@ -216,7 +216,7 @@ def _short(text: str, args) -> str:
 
 
 def _elasticity_rows(pairs) -> list[str]:
-    from ..symbols import INFO
+    from ..symbolic.symbols import INFO
 
     return [f"{str(s):>10} {e:+9.4f}  {INFO[s].meaning if s in INFO else ''}" for s, e in pairs]
 
@@ -303,7 +303,7 @@ def _crossover(args) -> int:
     cf = dv.crossover(m, h, dep, lazy=not args.no_lazy, context=args.context)
     if args.plot:
         from ..model.step import build_step
-        from ..plots import term_roofline
+        from ..report.plots import term_roofline
         from ..specs.deployment import Phase, Workload
 
         step = build_step(m, h, dep, Workload(Phase.DECODE, batch=1, context=args.context))
@@ -339,7 +339,7 @@ def _concurrency(args) -> int:
     from ..specs.checks import check_lengths
 
     check_lengths(m, "serve", isl=args.isl, osl=args.osl)
-    from ..progress import status
+    from ..io.progress import status
 
     status("derive concurrency: building and solving the serve model", not args.json)
     cf = dv.max_concurrency(m, h, dep, args.isl, args.osl,
@@ -411,7 +411,7 @@ def _solve(args) -> int:
     m, h = model_hw_from(args)
     dep = deployment_from(args)
     _check(args, dep, m, h)
-    from ..progress import status
+    from ..io.progress import status
 
     status(f"derive solve: building the step model and solving for {args.var}", not args.json)
     cf = dv.solve(m, h, dep, workload_from(args), args.var, equal=args.equal,
@@ -420,7 +420,7 @@ def _solve(args) -> int:
 
 
 def _sensitivity(args) -> int:
-    from ..progress import status
+    from ..io.progress import status
     from .common import workload_from
 
     _one_step_only(args)
@@ -443,7 +443,7 @@ def _sensitivity(args) -> int:
 
 
 def _pages(args) -> int:
-    from ..pages import write_all
+    from ..report.pages import write_all
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():

@@ -74,7 +74,7 @@ def run(args) -> int:
     if wl.phase is Phase.SERVE:  # the in-flight requests at their mean KV beside one chunk
         from dataclasses import replace
 
-        from ..model.metrics import serve_chunk
+        from ..numbers.metrics import serve_chunk
 
         opts = dict(dep.memory_options)
         opts.setdefault("prefill_tokens", serve_chunk(wl.chunk, hw.hbm_capacity_bytes, dep.dp, dep.engine))

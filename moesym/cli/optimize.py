@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..emit import ENGINES
-from ..optimize import disaggregate, optimize
+from ..engines.emit import ENGINES
+from ..search.optimize import disaggregate, optimize
 from . import COMMANDS
 from .common import (add_deployment, add_json, add_model_hw, add_serve_lengths, deployment_from,
                      emit_json, fmt_s, print_launch,
@@ -157,7 +157,7 @@ def run(args) -> int:
     base = deployment_from(args)
     _check(args, model, base)
     if args.emit:  # an engine that cannot run here is refused before the search
-        from ..emit import check_engine
+        from ..engines.emit import check_engine
 
         check_engine(args.emit, hw, base, model)
     lengths = ()
@@ -182,7 +182,7 @@ def run(args) -> int:
                  lengths=lengths, pps=args.pp, cps=args.cp)
     out = {"best": r.best, "pareto": r.pareto}
     if args.plot:
-        from ..plots import pareto_plot
+        from ..report.plots import pareto_plot
 
         pareto_plot(r.table, r.pareto, args.plot)
     if io is not None:
@@ -258,7 +258,7 @@ def _best_deployment(args, model, base, best: dict):
 
 def _launch(args, model, hw, base, best: dict) -> dict:
     """The launch command of the optimizer's best deployment at its batch (or tokens)."""
-    from ..emit import launch_command
+    from ..engines.emit import launch_command
 
     dep, wl = _best_deployment(args, model, base, best)
     return launch_command(args.emit, model, dep, wl, hw)

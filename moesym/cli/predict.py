@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..emit import ENGINES
+from ..engines.emit import ENGINES
 from ..model.report import BREAKDOWN_KEYS
 from . import COMMANDS
 from .common import (add_deployment, add_json, add_model_hw, add_workload, emit_json, fmt_s,
@@ -38,7 +38,7 @@ def run(args) -> int:
         raise MoesymError(f"--emit {args.emit}: a GPU serving engine's launch line; a --mesh "
                           "deployment runs on Tenstorrent's stack, which moesym does not emit")
     if args.emit:  # an engine that cannot run here is refused before any work
-        from ..emit import check_engine
+        from ..engines.emit import check_engine
 
         check_engine(args.emit, hw, dep, model)
     r = predict(model, hw, dep, wl)
@@ -57,7 +57,7 @@ def run(args) -> int:
     if args.timeline:
         r["timeline"] = step.timeline()
         if isinstance(args.timeline, str):
-            from ..plots import timeline_gantt
+            from ..report.plots import timeline_gantt
             from ..schedules import resolve_name
 
             timeline_gantt(r["timeline"], args.timeline,
@@ -65,7 +65,7 @@ def run(args) -> int:
                            f"micro-batch(es), schedule "
                            f"{resolve_name(dep.overlap, dep.micro_batches, wl.phase.value)}")
     if args.emit:
-        from ..emit import launch_command
+        from ..engines.emit import launch_command
 
         from dataclasses import replace
 
@@ -73,7 +73,7 @@ def run(args) -> int:
             wl = replace(wl, chunk=r["serve"]["chunk_tokens"])
         r["launch"] = launch_command(args.emit, model, dep, wl, hw)
     if args.plot:
-        from ..plots import breakdown_bar
+        from ..report.plots import breakdown_bar
 
         breakdown_bar(r, args.plot)
     if args.json:

@@ -1,4 +1,4 @@
-"""``moesym report``: one self-contained HTML page of a prediction (:mod:`moesym.html_report`)."""
+"""``moesym report``: one self-contained HTML page of a prediction (:mod:`moesym.report.html`)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def add_interactive(p) -> None:
 
 def _say(name: str) -> None:
     """Progress on stderr, a terminal only (the page takes a few seconds: models, derive)."""
-    from ..progress import status
+    from ..io.progress import status
 
     status(f"report: {name}")
 
@@ -39,12 +39,12 @@ def write_report(path: str, model, hw, dep, wl, argv, optimize_result=None,
                  interactive: bool = False) -> Path:
     out = Path(path).expanduser()
     if interactive:
-        from ..interactive import interactive_html
+        from ..report.interactive import interactive_html
 
         _say("interactive page")
         page = interactive_html(model, hw, dep, wl, argv)
     else:
-        from ..html_report import report_html
+        from ..report.html import report_html
 
         page = report_html(model, hw, dep, wl, argv, optimize_result, progress=_say)
     out.write_text(page, encoding="utf-8")

@@ -128,7 +128,7 @@ def run(args) -> int:
         r = simulate_disaggregated(model, hw, _prefill_deployment(args, model, dep), dep,
                                    replicas, client, isl, osl, **kw)
     if args.plot:
-        from ..plots import serving_timeline
+        from ..report.plots import serving_timeline
 
         serving_timeline(r["timeline"], args.plot, f"{model.name} on {dep.gpus} x {hw.name}, "
                                                    f"{r['engine']['name']}")

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 from ..errors import MoesymError
 from ..specs.model import load_model
-from ..sweep import (dask_client, list_size, parse_list, sweep_columns, sweep_dask, write_sweep,
-                     write_sweep_dask)
+from ..search.sweep import (dask_client, list_size, parse_list, sweep_columns, sweep_dask,
+                            write_sweep, write_sweep_dask)
 from . import COMMANDS
 from .common import (add_deployment, add_no_cache, deployment_from, node_gpus, positive_int,
                      probability)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..validate import CASES, load_cases, serving_fits, validate, validate_serving
+from ..report.validation import CASES, load_cases, serving_fits, validate, validate_serving
 from . import COMMANDS
 from .common import add_json, add_no_cache, add_timing, emit_json
 
@@ -14,7 +14,7 @@ def register(sub) -> None:
     add_timing(p)
     p.add_argument("--cases", default=None, metavar="FILE.json",
                    help="validate your own measurements instead of the built-in published cases "
-                        "(a JSON list; see moesym.validate.load_cases)")
+                        "(a JSON list; see moesym.report.validation.load_cases)")
     p.add_argument("--fit-serving", action="store_true",
                    help="also fit each GPU's serving efficiency on all of its cases (the value a "
                         "hardware file's [efficiency] serving should hold)")
@@ -92,7 +92,7 @@ _CLASS_ORDER = {"gemm": 0, "moe": 1, "attention": 2, "allreduce": 3}
 
 
 def _kernels(args) -> int:
-    from ..validate import kernel_heldout
+    from ..report.validation import kernel_heldout
 
     doc = kernel_heldout()
     rows = sorted(doc["rows"], key=lambda r: (r["gpu"], _CLASS_ORDER.get(r["class"], 9)))

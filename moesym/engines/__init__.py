@@ -10,7 +10,7 @@ is loaded the same way. Every key is validated: a bad one is a one-line
 
 Counts are per attention data-parallel rank (each runs its own scheduler). Where an engine
 derives a default rather than fixing it, the profile says how: ``chunk_tokens = "by-memory"``
-is :func:`moesym.model.metrics.default_chunk_tokens`; ``max_running_requests = "by-kv"`` and
+is :func:`moesym.numbers.metrics.default_chunk_tokens`; ``max_running_requests = "by-kv"`` and
 ``kv_memory_fraction = "by-rule"`` carry their rule as a sub-table, evaluated by
 :meth:`EngineProfile.running_requests` and :meth:`EngineProfile.memory_fraction`.
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from .._toml import load_toml
+from ..io.toml import load_toml
 from ..errors import SpecError
 
 __all__ = ["EngineKernels", "EngineProfile", "KvMemoryRule", "RunningRequestsRule",

@@ -1,7 +1,7 @@
 """Kernel-time models: analytical GEMM / grouped-GEMM / attention / elementwise times, measured
 kernel tables (InferSim CSV layout; AIConfigurator's parquet layout in :mod:`.aic`), fitting of
 the per-GPU ``[kernel]`` calibration, and
-:class:`KernelTiming`, a drop-in replacement for :class:`moesym.timing.RooflineTiming`."""
+:class:`KernelTiming`, a drop-in replacement for :class:`moesym.kernels.time_model.RooflineTiming`."""
 
 import importlib
 

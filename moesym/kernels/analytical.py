@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy as sp
 
-from ..terms.cost import smax, smin
+from ..symbolic.expr import smax, smin
 from .calib import DEFAULTS, KernelCalib
 
 __all__ = [
@@ -193,7 +193,7 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     >>> # per-SM streaming: 8 waves x ((64+256) 4096 + 64 256 2) B / 104 GB/s = 103.3 us, + 6.7 us
     >>> round(float(t.total_s) * 1e6, 1), bool(t.compute_s > t.memory_s)
     (110.0, False)
-    >>> from moesym.symbols import S
+    >>> from moesym.symbolic.symbols import S
     >>> ts = gemm_time(S.batch, 7168, 2048, sms=132, peak_flops=1979e12, hbm_bw_Bps=3.35e12)
     >>> ts.compute_s.has(sp.ceiling), float(ts.total_s.subs(S.batch, 4096))  # doctest: +ELLIPSIS
     (True, ...)

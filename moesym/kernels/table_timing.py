@@ -40,9 +40,11 @@ import numpy as np
 import sympy as sp
 
 from ..errors import SpecError
-from ..symbols import S
-from ..terms.cost import AttentionShape, Cost, GemmShape, KernelClass, smax
-from ..timing import TermTime, TimeModel
+from ..symbolic.symbols import S
+from ..terms.cost import AttentionShape, Cost, GemmShape, KernelClass
+from ..symbolic.expr import smax
+from ..terms.cost import TermTime
+from .time_model import TimeModel
 from .tables import KernelTables
 
 __all__ = ["TableTiming", "piecewise_log_interp", "tables_digest", "tables_folder"]

@@ -29,9 +29,11 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from ..special import PaddedRowsMean
-from ..terms.cost import Cost, KernelClass, smin, sym
-from ..timing import TermTime, TimeModel
+from ..symbolic.special import PaddedRowsMean
+from ..terms.cost import Cost, KernelClass
+from ..symbolic.expr import smin, sym
+from ..terms.cost import TermTime
+from .time_model import TimeModel
 
 __all__ = ["TileStepShape", "TileStepTiming", "expected_extra_tiles", "tile_step_time_s",
            "tile_stepped"]
@@ -86,7 +88,7 @@ class TileStepTiming(TimeModel):
 
     def time(self, c: Cost) -> TermTime:
         if isinstance(c.shape, TileStepShape):
-            from ..symbols import S
+            from ..symbolic.symbols import S
 
             z = sp.Integer(0)
             t = c.shape.scale * (S.t_gemm_base + S.t_gemm_tile * c.shape.extra_tiles)

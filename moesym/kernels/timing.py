@@ -1,6 +1,6 @@
 """``KernelTiming``: the analytical kernel model as a time model for the step model.
 
-Same interface as :class:`moesym.timing.RooflineTiming` (``.time(cost) -> TermTime``). Peaks,
+Same interface as :class:`moesym.kernels.time_model.RooflineTiming` (``.time(cost) -> TermTime``). Peaks,
 bandwidth and SM count stay the hardware symbols (``F_g``, ``F_a``, ``W``, ``N_SM``) so the
 step model's bindings (which pick the compute dtype's peak) apply unchanged; the per-GPU
 calibration (tiles, achieved fractions, latencies) enters as numbers from the hardware file's
@@ -21,7 +21,7 @@ Always analytical (shapes may hold symbols); measured tables sit on top of it in
 >>> from moesym.kernels.timing import KernelTiming
 >>> from moesym.specs.hardware import load_hardware
 >>> from moesym.terms.attention import gemm
->>> from moesym.symbols import S
+>>> from moesym.symbolic.symbols import S
 >>> kt = KernelTiming.from_hardware(load_hardware("h800"))
 >>> tt = kt.time(gemm("g", S.batch, 7168, 2048, S.w_bytes, S.act_bytes))
 >>> tt.compute_s.has(sp.ceiling)
@@ -35,10 +35,12 @@ from functools import lru_cache
 
 import sympy as sp
 
-from ..symbols import S
-from ..terms.cost import (AttentionShape, Cost, GemmShape, KernelClass, LoadShape, component_symbols,
-                          component_pass_symbol, component_unpack_symbol, smax)
-from ..timing import RooflineTiming, TermTime, TimeModel
+from ..symbolic.symbols import S
+from ..terms.cost import (AttentionShape, Cost, GemmShape, KernelClass, LoadShape,
+                          component_symbols, component_pass_symbol, component_unpack_symbol)
+from ..symbolic.expr import smax
+from .time_model import RooflineTiming, TimeModel
+from ..terms.cost import TermTime
 from .analytical import (_below, attention_decode_time, attention_prefill_time, attention_time_from_cost,
                          elementwise_time, gemm_time)
 from .calib import DEFAULTS, KernelCalib, kernel_calib

@@ -31,16 +31,16 @@ from dataclasses import asdict, dataclass, field
 
 import sympy as sp
 
-from ..compile import evaluate
+from ..symbolic.compile import evaluate
 from ..errors import SpecError
-from ..model.bindings import bindings, memory_workload_values
+from ..numbers.bindings import bindings, memory_workload_values
 from ..specs.deployment import A2AMode, Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.precision import file_type_bytes
 from ..specs.model import ModelSpec, expert_weights
-from ..symbols import S, by_name
+from ..symbolic.symbols import S, by_name
 from ..terms.attention import INDEX_KEY_SCALE_BYTES
-from ..terms.cost import smax, smin, substitute
+from ..symbolic.expr import smax, smin, substitute
 from ..terms.dims import symbolic_dims
 from .formats import weight_bytes_per_param, weight_formats
 from .kv import (
@@ -263,7 +263,7 @@ def gdn_state_bytes(D, model) -> sp.Expr:
 def memory_bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
                     options: MemoryOptions | None = None) -> dict:
     """Numbers for every symbol of :func:`memory_expressions` (extends
-    :func:`moesym.model.bindings.bindings`; ``b_w`` becomes the storage format of the non-expert
+    :func:`moesym.numbers.bindings.bindings`; ``b_w`` becomes the storage format of the non-expert
     GEMM weights, ``b_we`` that of the routed experts after the FP4 capability matrix)."""
     opts = options or MemoryOptions()
     v = bindings(model, hw, dep, wl)
@@ -308,7 +308,7 @@ def solve_max(expr: sp.Expr, x: sp.Symbol, budget: float) -> float:
     """Largest x > 0 with ``expr``(x) <= ``budget`` for an ``expr`` nondecreasing in x and free
     only in x: 0 if even x -> 0 exceeds it, ``inf`` if it is never reached.
 
-    >>> from moesym.symbols import S
+    >>> from moesym.symbolic.symbols import S
     >>> solve_max(3 * S.batch + smax(10, 2 * S.batch), S.batch, 100)
     20.0
     """

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..symbols import S
+from ..symbolic.symbols import S
 from ..terms.attention import kv_bytes_per_token_layer
-from ..terms.cost import smin, sym
+from ..symbolic.expr import smin, sym
 from ..terms.dims import Dims
 
 __all__ = [
@@ -73,7 +73,7 @@ def kv_bytes(requests, per_request) -> sp.Expr:
     """Per-GPU KV peak: requests x bytes per request (seed 002 section 1: the sum over concurrent
     requests, with the TP split inside ``per_request``).
 
-    >>> from moesym.symbols import S
+    >>> from moesym.symbolic.symbols import S
     >>> kv_bytes(S.batch, 70272 * S.context)
     70272*B*L
     """

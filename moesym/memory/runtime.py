@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..symbols import S
-from ..terms.cost import smax, smin, sym
+from ..symbolic.symbols import S
+from ..symbolic.expr import smax, smin, sym
 from ..terms.dims import Dims
 
 __all__ = [
@@ -84,7 +84,7 @@ def decode_activation_bytes(D: Dims, batch, *, mla: bool, ffn_inter, hc_mult=S.h
     B (n_hc d 4 + max(h d_q b_a, d 4 + d_i 2 4, V / t_p 4)).
 
     >>> from moesym.terms.dims import symbolic_dims
-    >>> from moesym.symbols import S
+    >>> from moesym.symbolic.symbols import S
     >>> D = symbolic_dims()
     >>> decode_activation_bytes(D, S.batch, mla=False, ffn_inter=0, hc_mult=1).free_symbols == {
     ...     S.batch, S.hidden, S.heads, S.tp, S.head_dim, S.act_bytes, S.vocab}
@@ -104,7 +104,7 @@ def prefill_activation_bytes(D: Dims, tokens, *, mla: bool, ffn_inter, hc_mult=S
     T (n_hc d 4 + h d_qk b_a + d_i 2 4).
 
     >>> from moesym.terms.dims import symbolic_dims
-    >>> from moesym.symbols import S
+    >>> from moesym.symbolic.symbols import S
     >>> prefill_activation_bytes(symbolic_dims(), S.tokens, mla=False, ffn_inter=0, hc_mult=1)
     T*(b_a*d_h*n_h/t_p + 4*d)
     """
@@ -116,7 +116,7 @@ def prefill_activation_bytes(D: Dims, tokens, *, mla: bool, ffn_inter, hc_mult=S
 def dispatch_tokens(step_tokens, micro_batches=S.micro_batches, cap=S.max_rank_tokens) -> sp.Expr:
     """Tokens one rank submits to one dispatch: min(T_step / n_mb, T_cap).
 
-    >>> from moesym.symbols import S
+    >>> from moesym.symbolic.symbols import S
     >>> dispatch_tokens(S.batch)
     Min(T_cap, B/n_mb)
     """
@@ -131,7 +131,7 @@ def expert_rows(D: Dims, tokens, *, layout: str, imbalance=1,
     (E + R_e) / e_p x e_p max(N_ll, t) = (E + R_e) max(N_ll, t).
 
     >>> from moesym.terms.dims import symbolic_dims
-    >>> from moesym.symbols import S
+    >>> from moesym.symbolic.symbols import S
     >>> expert_rows(symbolic_dims(), S.batch, layout="contiguous")
     B*N_gpu*k/(e_p*t_p)
     >>> expert_rows(symbolic_dims(), S.batch, layout="batched")
@@ -222,7 +222,7 @@ def mtp_activation_bytes(D: Dims, tokens, n_mtp_layers=S.n_mtp_layers) -> sp.Exp
     reuse the main model's space.
 
     >>> from moesym.terms.dims import symbolic_dims
-    >>> from moesym.symbols import S
+    >>> from moesym.symbolic.symbols import S
     >>> mtp_activation_bytes(symbolic_dims(), S.batch, 1)
     4*B*V + 2*B*b_a*d
     """

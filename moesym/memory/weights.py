@@ -25,8 +25,8 @@ from __future__ import annotations
 import sympy as sp
 
 from ..specs.model import expert_weights
-from ..symbols import S
-from ..terms.cost import sym
+from ..symbolic.symbols import S
+from ..symbolic.expr import sym
 from ..terms.dims import Dims
 
 __all__ = [

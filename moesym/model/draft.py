@@ -1,5 +1,5 @@
 """The speculative draft's time in one step (``--mtp``): DeepSeek's MTP block, or an
-EAGLE-style head timed as one of the model's own layers (:mod:`moesym.model.speculative` gives
+EAGLE-style head timed as one of the model's own layers (:mod:`moesym.specs.speculative` gives
 what a verify step emits)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sympy as sp
 from ..specs.deployment import Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
-from ..symbols import S
+from ..symbolic.symbols import S
 from ..terms import attention as att
 from ..terms import ffn
 from ..terms.dims import Dims
@@ -55,7 +55,7 @@ def draft_s(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, timing,
     if wl.phase is Phase.PREFILL:
         out += one_pass(Phase.PREFILL, S.tokens, S.tokens / S.context)
     elif wl.phase is Phase.SERVE:  # the chunk's prompts, at their own length
-        from ..terms.cost import substitute
+        from ..symbolic.expr import substitute
 
         out += substitute(one_pass(Phase.PREFILL, S.tokens, S.tokens / S.isl), {S.context: S.isl})
     return out

@@ -11,12 +11,12 @@ import sympy as sp
 from ..specs.deployment import Deployment, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec, expert_weights
-from ..symbols import S
+from ..symbolic.symbols import S
 from ..terms import ffn
-from ..terms.cost import smax
+from ..symbolic.expr import smax
 from ..terms.dims import Dims
-from ..timing import TermTime
-from .routing_hooks import group_tokens
+from ..terms.cost import TermTime
+from ..terms.routing import group_tokens
 from .tokens import step_tokens
 
 __all__ = ["host_computed", "offload_s", "with_expert_tiers"]
@@ -27,7 +27,7 @@ def _cache_tables(model: ModelSpec, dep: Deployment, D: Dims, tokens_mb) -> dict
     assignments they take (:mod:`moesym.routing.cache`), tabulated in the tokens routed and
     interpolated in log T (as the load imbalance is), for ``--expert-cache``."""
     from ..routing.cache import cache_tables
-    from ..special import LogInterp
+    from ..symbolic.special import LogInterp
 
     s = dep.routing.skew
     ts, cold, share = cache_tables(model.num_experts, model.experts_per_token, dep.expert_cache,

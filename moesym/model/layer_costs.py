@@ -11,15 +11,16 @@ from ..routing.stats import GroupRouting
 from ..specs.deployment import A2AMode, Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
-from ..symbols import S
+from ..symbolic.symbols import S
 from ..terms import attention as att
 from ..terms import comm, elementwise as ew, ffn
-from ..terms.cost import Cost, GemmShape, KernelClass, LoadShape, component_symbols, smax
+from ..terms.cost import Cost, GemmShape, KernelClass, LoadShape, component_symbols
+from ..symbolic.expr import smax
 from ..terms.dims import Dims
-from ..time_models import lookup
+from ..specs.time_models import lookup
 from .expert_tiers import host_computed
 from .report import BREAKDOWN_KEYS
-from .routing_hooks import group_limited, group_tokens, imbalance_expr, touched_local_experts_expr
+from ..terms.routing import group_limited, group_tokens, imbalance_expr, touched_local_experts_expr
 from .tokens import step_tokens
 
 __all__ = ["dense_layer_costs", "engine_moe_kernel", "layer_costs", "layer_work", "moe_layer_costs",
@@ -336,6 +337,6 @@ def _custom_allreduce(hw: HardwareSpec | None, dep: Deployment):
 def tile_stepped_experts(hw: HardwareSpec | None, dep: Deployment) -> bool:
     """Expert GEMMs timed by the tile-stepped model (:mod:`moesym.kernels.tile_step`): the
     hardware's ``[kernel]`` sets ``tile_step_base_us`` and the deployment's time model times
-    tiles (:data:`moesym.time_models.TIME_MODELS`: the roofline leaves them out)."""
+    tiles (:data:`moesym.specs.time_models.TIME_MODELS`: the roofline leaves them out)."""
     return (hw is not None and lookup(dep.timing)[0].tiles
             and float(hw.kernel.get("tile_step_base_us", 0) or 0) > 0)

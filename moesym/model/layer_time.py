@@ -9,9 +9,10 @@ import sympy as sp
 
 from ..specs.deployment import Deployment, Workload
 from ..specs.model import ModelSpec
-from ..symbols import S
-from ..terms.cost import Cost, KernelClass, smax
-from ..timing import TermTime
+from ..symbolic.symbols import S
+from ..terms.cost import Cost, KernelClass
+from ..symbolic.expr import smax
+from ..terms.cost import TermTime
 from . import overlap
 from .layer_costs import quantized
 

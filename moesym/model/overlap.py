@@ -32,8 +32,8 @@ from __future__ import annotations
 import sympy as sp
 
 from ..specs.deployment import A2AMode
-from ..symbols import S
-from ..terms.cost import smax, sym
+from ..symbolic.symbols import S
+from ..symbolic.expr import smax, sym
 
 __all__ = [
     "free_comm_layer",
@@ -80,7 +80,7 @@ def pipelined(c, d, b, n, phi=0, shared=0) -> sp.Expr:
 def sm_share(mode: A2AMode) -> sp.Expr:
     """Share of SMs communication holds while it overlaps compute: 0 for DeepEP low-latency
     (RDMA/IBGDA from a few warps, released while in flight), N_SM_comm / N_SM otherwise
-    (N_SM_comm bound to :data:`moesym.model.bindings.COMM_SMS`).
+    (N_SM_comm bound to :data:`moesym.numbers.bindings.COMM_SMS`).
 
     >>> sm_share(A2AMode.DEEPEP_LL)
     0

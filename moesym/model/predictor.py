@@ -3,8 +3,8 @@
 The structure of a step model (which terms, which maxima, which overlap) is fixed by the model,
 hardware, deployment and phase; the workload's numbers (batch or tokens, context, chunk) are
 bound at evaluation. So the step and memory models are built and compiled once per structure,
-into one :class:`~moesym.compiled.CompiledModel` (every report quantity in one function, shared
-subexpressions computed once), stored by :mod:`moesym.cache`; a repeated question, at any batch
+into one :class:`~moesym.numeric.compiled.CompiledModel` (every report quantity in one function, shared
+subexpressions computed once), stored by :mod:`moesym.numeric.cache`; a repeated question, at any batch
 or context, loads it and never imports SymPy.
 
 >>> from moesym import load_model, load_hardware, Deployment, Workload
@@ -20,17 +20,17 @@ import warnings
 from dataclasses import replace
 from pathlib import Path
 
-from .. import cache
-from ..compiled import CompiledModel
+from ..numeric import cache
+from ..numeric.compiled import CompiledModel
 from ..specs.deployment import Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
-from ..symtab import N
-from .bindings import memory_workload_values, workload_values
-from .metrics import (accepted_tokens, averaged, clamp_micro_batches, evaluate_at_lengths,
-                      expert_cache_report, fits, length_symbol, report_from_numbers, serve_chunk,
-                      serve_memory_values, serve_point, serve_rates, serve_report, serve_step_times,
-                      serve_steps)
+from ..symbolic.symtab import N
+from ..numbers.bindings import memory_workload_values, workload_values
+from ..numbers.metrics import (accepted_tokens, averaged, clamp_micro_batches, evaluate_at_lengths,
+                               expert_cache_report, fits, length_symbol, report_from_numbers,
+                               serve_chunk, serve_memory_values, serve_point, serve_rates,
+                               serve_report, serve_step_times, serve_steps)
 
 # evaluate_at_lengths and serve_step_times are the metrics layer's, importable from here too
 __all__ = ["compiled_predict_model", "predict", "predict_serve", "step_report", "serve_models",
@@ -68,7 +68,7 @@ def structure(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
 
 
 def _build(model, hw, dep, wl, memory: bool) -> CompiledModel:
-    from ..compile import compile_model
+    from ..symbolic.compile import compile_model
     from .report import report_expressions
     from .step import build_step
 
@@ -84,7 +84,7 @@ def _build(model, hw, dep, wl, memory: bool) -> CompiledModel:
     cm = compile_model(parts)
     cm.warnings = tuple(dict.fromkeys(str(w.message) for w in caught))
     if N.group_var in cm.parts[0]["args"]:  # one model serves every EP: rho_G at each
-        from .routing_hooks import group_var_factor
+        from ..terms.routing import group_var_factor
 
         total = model.num_experts + dep.redundant_experts
         cm.per_ep = {e: {N.group_var: group_var_factor(model, e)}
@@ -128,7 +128,7 @@ def step_report(cm: CompiledModel, model: ModelSpec, hw: HardwareSpec, dep: Depl
                 wl: Workload, memory: bool = True) -> dict:
     """The report of a decode or prefill step from its compiled model ``cm`` (part 0 the report
     expressions, part 1 the memory when ``memory``), at ``wl``'s numbers and ``dep``'s
-    micro-batch count (clamped by the caller, :func:`moesym.model.metrics.clamp_micro_batches`;
+    micro-batch count (clamped by the caller, :func:`moesym.numbers.metrics.clamp_micro_batches`;
     a model built for more micro-batches is evaluated at that count); a length distribution
     averaged over its lengths. ``predict`` and ``StepModel.predict`` both answer with it."""
     lengths = (length_symbol(wl.phase), wl.lengths)
@@ -179,7 +179,7 @@ def serve_models(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Worklo
 def predict_serve(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
                   memory: bool = True) -> dict:
     """Aggregated serving (``--phase serve``): the steady state of
-    :mod:`moesym.model.metrics` (its serving section) from the mixed step's and the decode
+    :mod:`moesym.numbers.metrics` (its serving section) from the mixed step's and the decode
     step's compiled models. ``per_layer_s`` and the bounds are the mixed step's;
     ``decode_step`` has the decode-only step's."""
     chunk, cm_mix, cm_dec = serve_models(model, hw, dep, wl, memory)

@@ -1,14 +1,14 @@
 """The expressions a report reads from a step model, in one place.
 
 :func:`report_expressions` names every SymPy expression of a built step model that a report
-needs; :mod:`moesym.compile` compiles them into one function and :mod:`moesym.model.metrics`
+needs; :mod:`moesym.symbolic.compile` compiles them into one function and :mod:`moesym.numbers.metrics`
 turns their values into the report (plain numbers, no SymPy), so a report from the disk cache
 is computed by the same code as a fresh one.
 """
 
 from __future__ import annotations
 
-from .metrics import routed_expert_roofline
+from ..numbers.metrics import routed_expert_roofline
 
 __all__ = ["BREAKDOWN_KEYS", "report_expressions", "routed_expert_roofline_expr"]
 
@@ -23,7 +23,7 @@ def _parts(tt):
 
 
 def report_expressions(step) -> dict:
-    """``{name: expression}`` of everything :func:`moesym.model.metrics.report_from_numbers`
+    """``{name: expression}`` of everything :func:`moesym.numbers.metrics.report_from_numbers`
     reads: the step, the overlapped and compute-only layer, each breakdown key, and the compute /
     memory / communication / overhead time of every kernel of the layer (``part/KEY/I/FIELD``),
     and each kernel's time over the layer's micro-batches by name (``kernel/KEY/I/NAME``)."""
@@ -31,7 +31,7 @@ def report_expressions(step) -> dict:
            "layer_compute_s": step.layer_compute_s}
     for k, v in step.per_layer_s.items():
         out[f"per_layer_s/{k}"] = v
-    from ..symbols import S
+    from ..symbolic.symbols import S
 
     n = S.micro_batches  # per_layer_s's factor: every micro-batch of the layer
     for key, tt in step.terms.items():
@@ -46,9 +46,9 @@ def report_expressions(step) -> dict:
 
 
 def routed_expert_roofline_expr(terms) -> tuple:
-    """:func:`moesym.model.metrics.routed_expert_roofline` of a step model's per-micro-batch
+    """:func:`moesym.numbers.metrics.routed_expert_roofline` of a step model's per-micro-batch
     terms (expressions)."""
-    from ..terms.cost import smax
+    from ..symbolic.expr import smax
 
     pairs = lambda key: [(p.compute_s, p.memory_s) for p in _parts(terms[key])]  # noqa: E731
     return routed_expert_roofline(pairs("moe_routed"), pairs("moe_weight_load"), smax)

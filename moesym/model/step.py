@@ -21,18 +21,20 @@ from typing import Mapping
 import numpy as np
 import sympy as sp
 
-from ..compile import evaluate
+from ..symbolic.compile import evaluate
 from ..specs.deployment import Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
-from ..symbols import S, by_name, check_bindings
+from ..symbolic.symbols import S, by_name, check_bindings
 from ..terms import attention as att
 from ..terms import compressed as cmp, elementwise as ew, ffn
-from ..terms.cost import Cost, smax, smin
+from ..terms.cost import Cost
+from ..symbolic.expr import smax, smin
 from ..terms.dims import Dims, symbolic_dims
-from ..timing import TermTime, TimeModel, time_model
+from ..terms.cost import TermTime
+from ..kernels.time_model import TimeModel, time_model
 from . import overlap
-from .bindings import bindings, gemm_table_dtypes, workload_values
+from ..numbers.bindings import bindings, gemm_table_dtypes, workload_values
 from .draft import draft_s
 from .expert_tiers import with_expert_tiers
 from .layer_costs import (engine_moe_kernel, layer_costs, layer_work, tile_stepped_experts,
@@ -84,10 +86,10 @@ class StepModel:
         each a free symbol of the step model or of ``expr`` (anything else, such as a batch
         given to a prefill step, is an error naming it: never a silent constant). As
         ``predict``: an engine runs no more micro-batches than requests (decode) or prompt
-        tokens (prefill) (:func:`moesym.model.metrics.micro_batches_run`, with a warning), and
+        tokens (prefill) (:func:`moesym.numbers.metrics.micro_batches_run`, with a warning), and
         a workload's length distribution is averaged over unless its length is a grid key.
         """
-        from .metrics import at_lengths, length_symbol
+        from ..numbers.metrics import at_lengths, length_symbol
 
         e = self.expr if expr is None else sp.sympify(expr)
         g = self._symbols(grid, e.free_symbols | self.free_symbols, "evaluate")
@@ -126,8 +128,8 @@ class StepModel:
 
     def _micro_batches(self, grid: dict, free) -> dict:
         """The micro-batch count to bind where the engine would split fewer than asked
-        (:func:`moesym.model.metrics.micro_batches_run`); empty where it splits them all."""
-        from .metrics import micro_batches_run, warn_micro_batches
+        (:func:`moesym.numbers.metrics.micro_batches_run`); empty where it splits them all."""
+        from ..numbers.metrics import micro_batches_run, warn_micro_batches
 
         if S.micro_batches not in free or self.workload.phase is Phase.SERVE:
             return {}
@@ -144,8 +146,8 @@ class StepModel:
     @cached_property
     def compiled(self):
         """Every report quantity of this model compiled into one function
-        (:class:`moesym.compiled.CompiledModel`, built once per step model)."""
-        from ..compile import compile_model
+        (:class:`moesym.numeric.compiled.CompiledModel`, built once per step model)."""
+        from ..symbolic.compile import compile_model
         from .report import report_expressions
 
         return compile_model([(report_expressions(self), self.values)])
@@ -155,7 +157,7 @@ class StepModel:
         operation by operation (name, stream, micro_batch, layer relative to the period's,
         start_s, end_s; times from the period's start, the end of the previous layer), from
         :func:`moesym.schedules.simulate` with this model's numbers."""
-        from ..compile import evaluate
+        from ..symbolic.compile import evaluate
         from ..errors import MoesymError
         from ..schedules import load, resolve_name, simulate
 
@@ -189,7 +191,7 @@ class StepModel:
         than requests or prompt tokens, a length distribution averaged. A serve workload
         answers with ``moesym predict --phase serve``'s steady state of in-flight batching
         (:func:`moesym.model.predictor.predict_serve`), not this one mixed step."""
-        from .metrics import clamp_micro_batches
+        from ..numbers.metrics import clamp_micro_batches
         from .predictor import predict_serve, step_report
 
         if self.workload.phase is Phase.SERVE:
@@ -313,11 +315,11 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
                timing: TimeModel | None = None) -> StepModel:
     """Compose the step model of ``model`` on ``hardware`` under ``deployment`` for ``workload``.
 
-    ``timing`` turns each cost into time (a :class:`moesym.timing.TimeModel`); by default the
+    ``timing`` turns each cost into time (a :class:`moesym.kernels.time_model.TimeModel`); by default the
     deployment's time model (``deployment.timing``, built by the registry
-    :data:`moesym.time_models.TIME_MODELS`: the analytical kernel model calibrated for this GPU,
+    :data:`moesym.specs.time_models.TIME_MODELS`: the analytical kernel model calibrated for this GPU,
     :class:`moesym.kernels.timing.KernelTiming`, the plain roofline with named efficiency
-    symbols, :class:`moesym.timing.RooflineTiming`, or measured tables). The stages: checks,
+    symbols, :class:`moesym.kernels.time_model.RooflineTiming`, or measured tables). The stages: checks,
     time model, layer costs, their times, the layer under its overlap schedule, expert tiers,
     once-per-step terms, serving efficiency and host time, pipeline stages, bindings.
     """
@@ -450,7 +452,7 @@ def _layers_s(model: ModelSpec, layer, dense_layer) -> sp.Expr:
 
 def _served(gpu_s, dep: Deployment) -> sp.Expr:
     """The step as a serving engine runs it: at eta_sv of the modeled (isolated-kernel) speed
-    (``[efficiency] serving``, fitted per GPU on end-to-end measurements, moesym.validate; 1
+    (``[efficiency] serving``, fitted per GPU on end-to-end measurements, moesym.report.validation; 1
     where none exist), with the host's time per step (scheduling, sampling) after the GPU's, or
     under it for an engine with an overlap scheduler (it prepares step i+1 while the GPU runs
     step i: the step takes the longer of the two)."""

@@ -6,15 +6,15 @@ from __future__ import annotations
 import sympy as sp
 
 from ..specs.deployment import Deployment, Phase, Workload
-from ..symbols import S
-from ..terms.cost import smax
+from ..symbolic.symbols import S
+from ..symbolic.expr import smax
 
 __all__ = ["computed_tokens", "context_parallel", "queries", "step_tokens"]
 
 
 def queries(dep: Deployment):
     """Query tokens per decode request in one step: 1, or N + 1 when speculative decoding
-    verifies N draft tokens (:mod:`moesym.model.speculative`)."""
+    verifies N draft tokens (:mod:`moesym.specs.speculative`)."""
     return 1 + S.mtp if dep.mtp else 1
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import sympy as sp
 
 from ..specs.model import expert_weights
-from ..symbols import S
+from ..symbolic.symbols import S
 from .report import routing_report
 from .stats import (activation_bytes, batched_rows, cache_hit_rate, cache_miss_transfer_time_s,
                     contiguous_rows, distinct_destinations, distinct_experts, grouped_gemm_time_s,
@@ -21,7 +21,7 @@ from .zipf import (distinct_experts_from_inclusion, replicas_for_target, zipf_ca
 # ----------------------------------------------------------------------------- derivations
 @dataclass(frozen=True)
 class Derivation:
-    """One closed form: name, title, SymPy formula over moesym.symbols, assumptions, accuracy."""
+    """One closed form: name, title, SymPy formula over moesym.symbolic.symbols, assumptions, accuracy."""
 
     name: str
     title: str

@@ -3,7 +3,7 @@
 Every function takes SymPy symbols or plain numbers for each parameter and returns a SymPy
 expression (numbers in, exact or ``Float`` numbers out). Quantities with no closed form (the
 exact expected maximum of binomial loads, exact tile padding) are the SymPy functions of
-:mod:`moesym.special`, which compile to NumPy through ``special.NUMPY_FUNCTIONS``. This is the
+:mod:`moesym.symbolic.special`, which compile to NumPy through ``special.NUMPY_FUNCTIONS``. This is the
 one home of these formulas: the step model, ``moesym comm`` and ``moesym routing`` all use them.
 
 Routing model ("uniform"): each of the T tokens routed in one step across the EP group picks k of
@@ -20,8 +20,8 @@ import sympy as sp
 
 from ..errors import MoesymError
 from ..specs.model import check_experts
-from ..special import MaxBinomialMean, PaddedRowsMean
-from ..terms.cost import smax
+from ..symbolic.special import MaxBinomialMean, PaddedRowsMean
+from ..symbolic.expr import smax
 
 #: mean load per bin (tokens) below which the exact binomial maximum is used
 EXACT_REGIME_MAX_LOAD = 8
@@ -264,7 +264,7 @@ def max_rank_load_ratio(E, k, ep, T, groups=None, topk_groups=None, var_scale=1)
     token times ep/(ep-1)); then :func:`max_load_ratio` with n = ep, capped at min(ep, E/k).
     Exactly 1 for ep = 1 (a number). Group-limited (numbers for ep, groups, topk_groups): the
     per-token variance of :func:`rank_load_variance_per_token` instead; or, with symbols (the
-    step model, :func:`moesym.model.routing_hooks.imbalance_expr`), the uniform variance times
+    step model, :func:`moesym.terms.routing.imbalance_expr`), the uniform variance times
     ``var_scale``, the group-limited over uniform ratio rho_G bound as a number.
 
     >>> max_rank_load_ratio(256, 8, 1, 100)

@@ -15,7 +15,7 @@ import numpy as np
 import sympy as sp
 
 from ..errors import MoesymError
-from ..special import load_cdf
+from ..symbolic.special import load_cdf
 from .stats import _s, distinct_destinations, distinct_experts_from_inclusion
 
 def zipf_popularity(E: int, s: float) -> np.ndarray:
@@ -98,7 +98,7 @@ _EXACT_MAX_MEAN = 2048.0  # busiest mean load below which E[max] is the exact di
 
 def _max_of_independent(means: np.ndarray, variances: np.ndarray) -> float:
     """E[max] of independent bins, each moment-matched to (mean, variance) (binomial, Poisson or
-    negative binomial: :func:`moesym.special.load_cdf`).
+    negative binomial: :func:`moesym.symbolic.special.load_cdf`).
 
     E[max] = sum_{j>=0} (1 - prod_r F_r(j)); bins with zero mean contribute F = 1. Above a
     busiest mean of 2048 the bins are normal and the sum an integral on a grid of a tenth of the

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from .._toml import load_toml
+from ..io.toml import load_toml
 from ..errors import SpecError
 
 __all__ = ["OPS", "COMPUTE_OPS", "Layout", "Schedule", "builtin", "load", "resolve_name",

@@ -1,7 +1,7 @@
 """An engine profile (:mod:`moesym.engines`, its defaults as data) resolved to the numbers a
 simulation schedules by, for one model, GPU and deployment.
 
-* prompt tokens per step: :func:`moesym.model.metrics.engine_chunk` (the profile's chunk,
+* prompt tokens per step: :func:`moesym.numbers.metrics.engine_chunk` (the profile's chunk,
   SGLang's by-memory rule, or, where the engine does not chunk, the step budget: a prompt is
   prefilled whole and must fit it); per attention DP rank;
 * the step's token budget (decode-first engines): the profile's, else the chunk;
@@ -57,7 +57,7 @@ def scheduler_config(profile, model, hw, dep, *, mean_len: float, max_len: int,
     """The scheduling numbers of ``profile`` on this deployment; explicit ``chunk``,
     ``max_running`` and ``step_tokens`` (the user's flags) override the profile's.
     ``mean_len``: the run's mean KV length of a request; ``max_len``: its longest prompt."""
-    from ..model.metrics import accepted_tokens, engine_chunk
+    from ..numbers.metrics import accepted_tokens, engine_chunk
 
     budget = step_tokens or profile.step_token_budget
     if chunk is None:

@@ -1,7 +1,7 @@
 """The best deployment under a service-level objective on percentiles (``moesym optimize
 --phase serve --percentile P``).
 
-The steady-state search (:func:`moesym.optimize.optimize`, ``--phase serve``: every TP, EP,
+The steady-state search (:func:`moesym.search.optimize.optimize`, ``--phase serve``: every TP, EP,
 micro-batch and all-to-all choice, queueing ignored) proposes a short list: the best few
 deployments by output tokens per GPU per second that meet the limits in the steady state. Each
 is then simulated (:class:`moesym.serving.Simulation`, a closed-loop benchmark as the engines'
@@ -90,11 +90,11 @@ def optimize_sla(model, hw, gpus: int, base, isl: int, osl: int, *, ttft_s=None,
                  percentile: float = 90.0, engine=None, shortlist: int = 4, seed: int = 0,
                  progress: bool = False, **search) -> dict:
     """Best deployment and concurrency under ``ttft_s`` / ``tpot_s`` at ``percentile``
-    (module docstring). ``search``: more arguments of :func:`moesym.optimize.optimize`
+    (module docstring). ``search``: more arguments of :func:`moesym.search.optimize.optimize`
     (``tps``, ``eps``, ``micro_batches``, ``a2a_modes``, ``chunk``, ``max_size``)."""
     from ..engines import load_engine
-    from ..optimize import optimize, pareto_front
-    from ..progress import progress_bar
+    from ..search.optimize import optimize, pareto_front
+    from ..io.progress import progress_bar
     from . import Simulation
     from .clients import Client
     from .stats import report
@@ -200,8 +200,8 @@ def optimize_sla_disaggregated(model, hw, gpus: int, base, isl: int, osl: int, *
     (:class:`moesym.serving.DisaggregatedSimulation`, KV sent over the scale-out link) at a
     growing, then bisected, concurrency as :func:`optimize_sla` does. The answer: the most
     output tokens per GPU of the pools."""
-    from ..optimize import optimize
-    from ..progress import progress_bar
+    from ..search.optimize import optimize
+    from ..io.progress import progress_bar
     from . import DisaggregatedSimulation
     from .clients import Client
     from .stats import report

@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..specs.deployment import Deployment, Phase, Workload
-from ..symtab import N
+from ..symbolic.symtab import N
 from .scheduler import DECODE, MIXED, PREFILL
 
 __all__ = ["ModelTimer"]

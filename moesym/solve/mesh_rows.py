@@ -29,7 +29,7 @@ import sympy as sp
 from ..errors import MoesymError
 from ..specs.deployment import Deployment, Workload
 from ..specs.model import expert_weights
-from ..symbols import S
+from ..symbolic.symbols import S
 
 __all__ = ["mesh_rows"]
 
@@ -80,7 +80,7 @@ def mesh_rows(model, hw, dep: Deployment, wl: Workload) -> dict:
     tiled = S.t_gemm_base in v
     smooth = sp.sqrt(A / (2 * h * S.mc_hop))
     expr = sp.Min(smooth, A / S.t_gemm_base) if tiled else smooth
-    from ..model.bindings import bindings
+    from ..numbers.bindings import bindings
 
     allv = bindings(model, hw, dep, wl)
     val = lambda e: float(e.xreplace({s: allv[s] for s in e.free_symbols}))  # noqa: E731

@@ -34,7 +34,7 @@ import numpy as np
 import sympy as sp
 
 from ..errors import MoesymError
-from ..terms.cost import dependents, nodes, substitute, symbols_of
+from ..symbolic.expr import dependents, nodes, substitute, symbols_of
 from .regimes import branch_at, solve_smooth
 
 __all__ = ["ModelRoot", "model_root", "sign_changes", "steps_of"]
@@ -70,7 +70,7 @@ class ModelRoot:
 
 
 def _evaluator(eq: sp.Expr, var: sp.Symbol, values: Mapping):
-    from ..compile import evaluate
+    from ..symbolic.compile import evaluate
 
     vals = {k: v for k, v in values.items() if k != var and k in symbols_of(eq)}
     missing = symbols_of(eq) - set(vals) - {var}

@@ -16,7 +16,7 @@ The exact answer differs from the smooth one because the full model counts whole
 and requests; when the exact answer sits on a step, :func:`pin` names the counts that change
 between the answer and the next value.
 
->>> from moesym.symbols import S
+>>> from moesym.symbolic.symbols import S
 >>> t = sp.ceiling(S.batch / 64) * S.hidden / S.hbm_bw + S.batch * S.hidden / S.flops_gemm
 >>> f = regime_form(t, S.tpot_target, S.batch, {S.hidden: 64.0, S.hbm_bw: 64.0,
 ...                 S.flops_gemm: 8.0, S.tpot_target: 20.0}, 100.0, (1.0, 1e4))
@@ -33,7 +33,7 @@ from typing import Mapping
 import numpy as np
 import sympy as sp
 
-from ..terms.cost import dependents, nodes, substitute, symbols_of
+from ..symbolic.expr import dependents, nodes, substitute, symbols_of
 from .regimes import _collapse, branch_at, solve_smooth
 from .rewrite import RELAX_CEILING, apply_rules
 
@@ -71,7 +71,7 @@ def relax(expr: sp.Basic) -> sp.Basic:
 
 
 def _evaluator(expr, var, values):
-    from ..compile import evaluate
+    from ..symbolic.compile import evaluate
 
     vals = {k: v for k, v in values.items() if k != var and k in symbols_of(expr)}
     return lambda x: evaluate(expr, vals, {var: np.asarray(x, dtype=float)})
@@ -138,7 +138,7 @@ def regime_form(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, nea
         skel = skel - rhs
     names = {d: sp.Symbol(f"c{i}", real=True) for i, d in enumerate(back)}
     skel = substitute(skel, names)
-    from ..compile import evaluate
+    from ..symbolic.compile import evaluate
 
     ph = {names[d]: (float(evaluate(x, {k: v for k, v in vals.items() if k in symbols_of(x)},
                                     {})), x) for d, x in back.items()}
@@ -221,7 +221,7 @@ def pin(eq: sp.Expr, var: sp.Symbol, values: Mapping, a: float, b: float,
 
 def legend(exprs) -> list[str]:
     """One line per moesym symbol in ``exprs``: ``name [unit]: meaning``."""
-    from ..symbols import INFO, describe
+    from ..symbolic.symbols import INFO, describe
 
     syms = set()
     for e in exprs:

@@ -19,7 +19,7 @@ from typing import Mapping
 
 import sympy as sp
 
-from ..terms.cost import dependents, nodes, rebuild, substitute, symbols_of
+from ..symbolic.expr import dependents, nodes, rebuild, substitute, symbols_of
 from .rewrite import RELAX_CEILING, apply_rules
 
 __all__ = ["Root", "branch_at", "branches", "solve_regimes", "solve_smooth"]
@@ -158,8 +158,8 @@ def _active(node: sp.Basic, value, numbers: Mapping) -> int:
 def _argument_values(nodes_: list, env: Mapping) -> dict:
     """Every Max / Min argument of ``nodes_`` at the point ``env``, in one compiled NumPy
     function over their shared graph (each subexpression computed once)."""
-    from ..compile import numpy_source
-    from ..compiled import function_from_source
+    from ..symbolic.compile import numpy_source
+    from ..numeric.compiled import function_from_source
 
     args = list(dict.fromkeys(a for n in nodes_ if isinstance(n, (sp.Max, sp.Min)) for a in n.args))
     if not args:
@@ -337,7 +337,7 @@ def solve_smooth(e: sp.Expr, var: sp.Symbol, num: Mapping, x0: float,
     full_num = num
     e, back = _collapse(e, var)
     if back:  # numbers for the placeholders (to pick the root nearest x0)
-        from ..compile import evaluate
+        from ..symbolic.compile import evaluate
 
         num = {**num, **{d: float(evaluate(x, {k: v for k, v in full_num.items()
                                                if k in symbols_of(x)}, {}))

@@ -1,7 +1,7 @@
 """Rewrites of expressions as small named rule objects applied by one pure function.
 
 >>> import sympy as sp
->>> from moesym.symbols import S
+>>> from moesym.symbolic.symbols import S
 >>> apply_rules(sp.ceiling(S.batch / 32) * 32, [RELAX_CEILING])
 B
 """
@@ -51,7 +51,7 @@ SMOOTH_MAX = smooth_max_rule()
 def apply_rules(expr: sp.Basic, rules: Iterable[Rule]) -> sp.Basic:
     """Apply each rule bottom-up over the whole expression (pure: returns a new expression;
     maxima are rebuilt without SymPy's re-simplification, see :func:`moesym.terms.cost.transform`)."""
-    from ..terms.cost import transform
+    from ..symbolic.expr import transform
 
     out = sp.sympify(expr)
     for r in rules:

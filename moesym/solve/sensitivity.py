@@ -6,10 +6,10 @@ its adjoint to its arguments by its own derivative rule). At the point every max
 minimum takes its active argument and every Piecewise its active piece, as ``predict``
 evaluates them; a tile or wave count (ceiling, floor) is locally constant, so its derivative
 is 0 (the count moves only at a step: the answer's pin says where). Special functions without
-a symbolic derivative (``moesym.special``) are differentiated by a central difference of their
+a symbolic derivative (``moesym.symbolic.special``) are differentiated by a central difference of their
 own compiled value.
 
->>> from moesym.symbols import S
+>>> from moesym.symbolic.symbols import S
 >>> import sympy as sp
 >>> g = gradient(sp.Max(S.batch * S.hidden / S.flops_gemm, S.hidden / S.hbm_bw),
 ...              {S.batch: 2.0, S.hidden: 8.0, S.flops_gemm: 4.0, S.hbm_bw: 1.0})
@@ -25,7 +25,7 @@ from typing import Mapping
 
 import sympy as sp
 
-from ..terms.cost import symbols_of
+from ..symbolic.expr import symbols_of
 
 __all__ = ["gradient", "elasticities", "root_elasticities"]
 
@@ -34,7 +34,7 @@ __all__ = ["gradient", "elasticities", "root_elasticities"]
 def _function(func, n: int, i: int | None):
     """Compiled value (i None) or i-th partial derivative of ``func`` of n arguments, or None
     where SymPy has no derivative for it."""
-    from ..compile import compile_expr
+    from ..symbolic.compile import compile_expr
 
     xs = sp.symbols(f"x0:{n}", real=True)
     e = func(*xs)

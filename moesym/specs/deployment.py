@@ -16,7 +16,7 @@ from enum import Enum
 from pathlib import Path
 
 from ..errors import SpecError
-from ..time_models import name_problem
+from .time_models import name_problem
 
 __all__ = ["Phase", "A2AMode", "Routing", "Deployment", "Workload", "serve_kv_tokens",
            "DTYPE_BYTES", "TOPOLOGY", "VALIDITY", "valid_mask",
@@ -27,7 +27,7 @@ class Phase(str, Enum):
     PREFILL = "prefill"
     DECODE = "decode"
     # aggregated serving: in-flight batching, decode steps and mixed steps that also prefill a
-    # chunk of new prompts (moesym.model.metrics); a step model of this phase is the mixed step
+    # chunk of new prompts (moesym.numbers.metrics); a step model of this phase is the mixed step
     SERVE = "serve"
 
     @property
@@ -431,7 +431,7 @@ class Deployment:
     @property
     def acceptance(self) -> float:
         """The draft tokens' acceptance (``accept``, else the documented default)."""
-        from ..model.speculative import DEFAULT_ACCEPT
+        from .speculative import DEFAULT_ACCEPT
 
         return DEFAULT_ACCEPT if self.accept is None else float(self.accept)
 
@@ -549,14 +549,14 @@ def valid_mask(model, gpus, ep, tp, redundant: int = 0, a2a=None, gpus_per_node:
 def prefill_chunk(tokens, context, minimum=min):
     """The prefill chunk a step runs unless ``--chunk`` sets one: the step's tokens, at most
     one prompt of ``context`` tokens (numbers, or NumPy arrays with ``np.minimum``). A serve
-    step's default is the engine's (:func:`moesym.model.metrics.serve_chunk`)."""
+    step's default is the engine's (:func:`moesym.numbers.metrics.serve_chunk`)."""
     return minimum(tokens, context)
 
 
 def serve_kv_tokens(isl, osl):
     """Mean KV length of a serve workload's decoding requests: the prompt and, on average, half
     the output, ``ISL + floor(OSL / 2)`` (numbers or NumPy arrays; the serve steady state of
-    :mod:`moesym.model.metrics` evaluates its decode steps there)."""
+    :mod:`moesym.numbers.metrics` evaluates its decode steps there)."""
     return isl + osl // 2
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
-from .._resources import data_dir
-from .._toml import load_toml
+from ..io.resources import data_dir
+from ..io.toml import load_toml
 from ..errors import SpecError
 
 __all__ = ["HardwareSpec", "CustomAllReduce", "Efficiency", "Latency", "load_hardware",
@@ -42,7 +42,7 @@ _LAT_KEYS = {"kernel", "layer", "step", "scale_up", "scale_out"}
 _LAT_OPTIONAL = {"graph_kernel"}
 # fp16: FP16 inputs with FP16 accumulation, where it is faster than bf16 (GeForce tensor cores
 # run it at twice the FP32-accumulate rate); only 16-bit GEMMs that accumulate in FP16 use it
-# (llama.cpp's cuBLAS path, moesym.model.bindings)
+# (llama.cpp's cuBLAS path, moesym.numbers.bindings)
 _DTYPES = {"bf16", "fp16", "fp8", "fp4", "int8"}
 
 

@@ -168,8 +168,6 @@ def mesh_values(hw, dep) -> dict:
     if mc is None:
         import warnings
 
-        from ..terms.comm import RingFabric
-
         f = RingFabric()
         warnings.warn(f"hardware {hw.name}: no [mesh.multicast]; using the ring multicast fit to "
                       "Tenstorrent's published dispatch table (moesym.terms.comm.RingFabric)",
@@ -178,3 +176,25 @@ def mesh_values(hw, dep) -> dict:
     return {"mesh_bw_disp": disp.link_Bps, "mesh_bw_tp": tp.link_Bps,
             "mesh_lat_tp": tp.latency_s, "mc_base": mc.base_s, "mc_hop": mc.hop_s,
             "mc_device": mc.device_s, "mc_expert": mc.expert_s}
+
+
+@dataclass(frozen=True)
+class RingFabric:
+    """A bidirectional ring of ``ring`` devices along the dispatch axis (seed 004, TT mesh).
+
+    A token is multicast hop by hop in both directions: the chain's latency is set by the
+    farthest selected device, each distinct device costs one write, each expert one more entry.
+    Defaults fitted (least squares of the relative error) to all 23 comparable entries of seed
+    004's dispatch table (best, average and worst rows; the best-case E = 2 copy slip left out)
+    on QUAD's 16-device ring with x = 2 experts per device (256 experts over 128 devices),
+    microseconds: base 10.323, per hop 8.427, per device 4.995, per expert 3.074; every entry
+    within 8% (the average row from the derivation in :func:`ring_dispatch_time`). A hardware
+    file's ``[mesh.multicast]`` overrides them (:mod:`moesym.specs.mesh`).
+    """
+
+    ring: int = 16
+    base_s: float = 10.323e-6
+    hop_s: float = 8.427e-6
+    device_s: float = 4.995e-6
+    expert_s: float = 3.074e-6
+    experts_per_device: int = 2

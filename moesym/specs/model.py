@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-from .._toml import load_toml
+from ..io.toml import load_toml
 from ..errors import SpecError
 from .precision import FORMATS as _DTYPES  # a checkpoint's weights: any --weights format
 

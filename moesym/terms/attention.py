@@ -4,7 +4,7 @@ All costs are per GPU for ``tokens`` tokens of one attention data-parallel rank;
 over the ``tp`` ranks of the tensor-parallel group.
 
 >>> from moesym.terms.attention import gemm
->>> from moesym.symbols import S
+>>> from moesym.symbolic.symbols import S
 >>> g = gemm("o_proj", S.batch, S.hidden, S.hidden, w_bytes=1, act_bytes=2)
 >>> g.flops
 2*B*d**2
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .cost import AttentionShape, Cost, GemmShape, KernelClass, sym
+from .cost import AttentionShape, Cost, GemmShape, KernelClass
+from ..symbolic.expr import sym
 from .dims import Dims
 
 __all__ = ["gemm", "attention_projections", "attention_core_decode", "attention_core_prefill",

@@ -21,7 +21,7 @@ group-limited form of DeepSeek-V3's routing: n_group = G_r groups, topk_group = 
 
 >>> from moesym.terms.comm import tp_allreduce
 >>> from moesym.terms.dims import symbolic_dims
->>> from moesym.symbols import S
+>>> from moesym.symbolic.symbols import S
 >>> tp_allreduce(symbolic_dims(), S.batch, 1e11, 0).net_bytes
 2*B*b_a*d*(t_p - 1)/t_p
 """
@@ -34,29 +34,15 @@ import sympy as sp
 
 from ..routing.stats import GroupRouting, distinct_destinations, no_hit_probability
 from ..specs.deployment import A2AMode
-from .cost import Cost, KernelClass, smax, smin, sym
+from .cost import Cost, KernelClass
+from ..symbolic.expr import smax, smin, sym
 from .dims import Dims
+from ..specs.mesh import RingFabric
 
-__all__ = [
-    "A2AVolume",
-    "RingFabric",
-    "a2a_volume",
-    "combine",
-    "dispatch",
-    "distinct_nodes_per_token",
-    "distinct_ranks_per_token",
-    "ep_tiers",
-    "group_bandwidth",
-    "group_latency",
-    "ring_dispatch_table",
-    "ring_dispatch_time",
-    "ring_farthest_hops",
-    "tp_allgather",
-    "tp_allreduce",
-    "tp_allreduce_custom",
-    "tp_moe_boundary",
-    "tp_reduce_scatter",
-]
+__all__ = ["A2AVolume", "a2a_volume", "combine", "dispatch", "distinct_nodes_per_token",
+           "distinct_ranks_per_token", "ep_tiers", "group_bandwidth", "group_latency",
+           "ring_dispatch_table", "ring_dispatch_time", "ring_farthest_hops", "tp_allgather",
+           "tp_allreduce", "tp_allreduce_custom", "tp_moe_boundary", "tp_reduce_scatter"]
 
 
 def ep_tiers(ep, domain) -> tuple[sp.Expr, sp.Expr]:
@@ -340,26 +326,6 @@ def tp_moe_boundary(D: Dims, tokens, bw, lat) -> list[Cost]:
 
 # --- ring / mesh fabrics (seed 004) --------------------------------------------------------------
 
-@dataclass(frozen=True)
-class RingFabric:
-    """A bidirectional ring of ``ring`` devices along the dispatch axis (seed 004, TT mesh).
-
-    A token is multicast hop by hop in both directions: the chain's latency is set by the
-    farthest selected device, each distinct device costs one write, each expert one more entry.
-    Defaults fitted (least squares of the relative error) to all 23 comparable entries of seed
-    004's dispatch table (best, average and worst rows; the best-case E = 2 copy slip left out)
-    on QUAD's 16-device ring with x = 2 experts per device (256 experts over 128 devices),
-    microseconds: base 10.323, per hop 8.427, per device 4.995, per expert 3.074; every entry
-    within 8% (the average row from the derivation in :func:`ring_dispatch_time`). A hardware
-    file's ``[mesh.multicast]`` overrides them (:mod:`moesym.specs.mesh`).
-    """
-
-    ring: int = 16
-    base_s: float = 10.323e-6
-    hop_s: float = 8.427e-6
-    device_s: float = 4.995e-6
-    expert_s: float = 3.074e-6
-    experts_per_device: int = 2
 
 
 def ring_farthest_hops(n_dest, ring: int) -> sp.Expr:

@@ -42,9 +42,10 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..symbols import S
+from ..symbolic.symbols import S
 from .attention import INDEX_KEY_SCALE_BYTES, gemm, indexer
-from .cost import AttentionShape, Cost, KernelClass, smax, smin, sym
+from .cost import AttentionShape, Cost, KernelClass
+from ..symbolic.expr import smax, smin, sym
 from .dims import Dims
 
 __all__ = ["projections", "core", "elementwise", "entry_bytes",

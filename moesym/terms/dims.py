@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from ..symbols import S
-from .cost import smax, sym
+from ..symbolic.symbols import S
+from ..symbolic.expr import smax, sym
 
 __all__ = ["Dims", "symbolic_dims"]
 

@@ -7,7 +7,7 @@ kernel launch.
 
 >>> from moesym.terms.elementwise import norm_residual
 >>> from moesym.terms.dims import symbolic_dims
->>> from moesym.symbols import S
+>>> from moesym.symbolic.symbols import S
 >>> norm_residual(symbolic_dims(), S.batch).hbm_bytes
 4*B*b_a*d
 """
@@ -17,7 +17,8 @@ from __future__ import annotations
 import sympy as sp
 
 from .attention import kv_bytes_per_token_layer
-from .cost import Cost, KernelClass, sym
+from .cost import Cost, KernelClass
+from ..symbolic.expr import sym
 from .dims import Dims
 
 __all__ = ["norm_residual", "attention_elementwise", "fp8_input_cast", "moe_elementwise", "moe_dispatch_combine",

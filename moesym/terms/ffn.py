@@ -6,7 +6,7 @@ model, which keeps the two apart so both show in the breakdown.
 
 >>> from moesym.terms.ffn import routed_expert_compute
 >>> from moesym.terms.dims import symbolic_dims
->>> from moesym.symbols import S
+>>> from moesym.symbolic.symbols import S
 >>> D = symbolic_dims()
 >>> sum(c.flops for c in routed_expert_compute(D, S.batch, imbalance=1))
 6*B*d*d_e*k/t_p
@@ -18,7 +18,8 @@ import sympy as sp
 
 from ..specs.model import expert_weights
 from .attention import gemm
-from .cost import Cost, KernelClass, sym
+from .cost import Cost, KernelClass
+from ..symbolic.expr import sym
 from .dims import Dims
 
 __all__ = ["dense_ffn", "routed_expert_compute", "routed_expert_weight_load", "shared_expert",

@@ -45,7 +45,8 @@ from math import comb
 
 import sympy as sp
 
-from .cost import Cost, KernelClass, smin, sym
+from .cost import Cost, KernelClass
+from ..symbolic.expr import smin, sym
 
 __all__ = ["ColumnRouting", "mesh_combine", "mesh_dispatch"]
 
@@ -164,7 +165,7 @@ def mesh_dispatch(col: ColumnRouting, tokens, hidden, elem_bytes, link_bw, base,
     active experts over the column's R x tokens tokens; payload T d b x crossings R / links on
     the busiest (average) directed link. No cost on a one-device column.
 
-    >>> from moesym.symbols import S
+    >>> from moesym.symbolic.symbols import S
     >>> one = ColumnRouting(256, 8, 32, 1, True, 8)
     >>> mesh_dispatch(one, S.batch, 7168, 2, 1e10, 1, 1, 1, 1).fixed_s
     0

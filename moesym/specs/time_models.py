@@ -1,6 +1,6 @@
 """The time models a deployment can name (``--timing``, ``Deployment.timing``), as data.
 
-Each entry says how to build the model for a GPU (:func:`moesym.timing.time_model` reads it),
+Each entry says how to build the model for a GPU (:func:`moesym.kernels.time_model.time_model` reads it),
 what it is (the command line's help) and whether its name takes an argument (``tables:DIR``).
 This module imports no SymPy: the command line and :class:`moesym.specs.deployment.Deployment`
 check names against it on a cached run.
@@ -24,13 +24,13 @@ __all__ = ["TIME_MODELS", "TimeModelEntry", "help_text", "lookup", "metavar", "n
 @dataclass(frozen=True)
 class TimeModelEntry:
     """One named time model: ``build(hw, moe_kernel, argument)`` gives its
-    :class:`moesym.timing.TimeModel` for GPU ``hw`` (``moe_kernel``: the engine's fused-MoE
+    :class:`moesym.kernels.time_model.TimeModel` for GPU ``hw`` (``moe_kernel``: the engine's fused-MoE
     backend, or None; ``argument``: what follows ``name:``, or None); ``help`` says what it
     is; ``argument`` names the argument its name takes (None: none) and ``argument_problem``
     says what is wrong with one (None: nothing); ``tiles``: whether expert GEMMs may be timed in
     row tiles (:mod:`moesym.kernels.tile_step`; the roofline leaves tiles out)."""
 
-    build: Callable
+    build: str
     help: str
     argument: str | None = None
     argument_problem: Callable[[str], str | None] = lambda arg: None
@@ -38,24 +38,6 @@ class TimeModelEntry:
 
     def label(self, name: str) -> str:
         return name if self.argument is None else f"{name}:{self.argument}"
-
-
-def _kernel(hw, moe_kernel, _argument):
-    from .kernels.timing import KernelTiming
-
-    return KernelTiming.from_hardware(hw, moe_kernel)
-
-
-def _roofline(_hw, _moe_kernel, _argument):
-    from .timing import RooflineTiming
-
-    return RooflineTiming()
-
-
-def _tables(hw, _moe_kernel, folder: str):
-    from .kernels.table_timing import TableTiming
-
-    return TableTiming.for_hardware(hw, Path(folder).expanduser())
 
 
 def _missing_folder(folder: str) -> str | None:
@@ -67,10 +49,10 @@ def _missing_folder(folder: str) -> str | None:
 
 #: every time model by name, in the order the command line lists them
 TIME_MODELS = {
-    "kernel": TimeModelEntry(_kernel, "the analytical kernel model calibrated per GPU, default"),
-    "roofline": TimeModelEntry(_roofline, "peaks x the same fitted fractions; the teaching form",
+    "kernel": TimeModelEntry("moesym.kernels.time_model:kernel_model", "the analytical kernel model calibrated per GPU, default"),
+    "roofline": TimeModelEntry("moesym.kernels.time_model:roofline_model", "peaks x the same fitted fractions; the teaching form",
                                tiles=False),
-    "tables": TimeModelEntry(_tables, "measured kernel tables in DIR where they cover a kernel, "
+    "tables": TimeModelEntry("moesym.kernels.time_model:tables_model", "measured kernel tables in DIR where they cover a kernel, "
                              "the kernel model elsewhere; bench_data/README.md",
                              argument="DIR", argument_problem=_missing_folder),
 }

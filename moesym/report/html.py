@@ -1,6 +1,6 @@
 """``moesym report``: one self-contained HTML page of a prediction, to share.
 
-Everything is inline: styles, charts as SVG (:mod:`moesym.svg`), formulas as presentation
+Everything is inline: styles, charts as SVG (:mod:`moesym.report.svg`), formulas as presentation
 MathML (SymPy's printer; browsers render it with no script). The page has no script and loads
 nothing from the network. Sections: the inputs and the command that reproduces the page, the
 prediction, the per-layer breakdown with what bounds each term, the timeline of one steady-state
@@ -18,8 +18,8 @@ from html import escape
 import numpy as np
 
 from . import svg
-from .errors import MoesymError
-from .specs.deployment import Phase
+from ..errors import MoesymError
+from ..specs.deployment import Phase
 
 __all__ = ["report_html"]
 
@@ -92,7 +92,7 @@ def _sweep(model, hw, dep, wl) -> tuple[str, list]:
     """Throughput and latency over a geometric grid of the batch (tokens for prefill)."""
     from dataclasses import replace
 
-    from .model.predictor import predict
+    from ..model.predictor import predict
 
     if wl.phase is Phase.PREFILL:
         grid = np.unique(np.geomspace(max(wl.context, 256), max(16 * wl.tokens, 65536), 14).round())
@@ -114,7 +114,7 @@ def _sweep(model, hw, dep, wl) -> tuple[str, list]:
 
 def _closed_forms(model, hw, dep, wl) -> tuple[str, list]:
     """derive crossover on the kernel model and the roofline (decode, MoE); '' where none."""
-    from . import derive as dv
+    from ..solve import derive as dv
 
     if wl.phase is not Phase.DECODE or not model.is_moe:
         return ("<p class='note'>The closed forms of <code>moesym derive</code> answer decode "
@@ -158,8 +158,8 @@ def _layers(cf) -> str:
 
 def _sensitivity(model, hw, dep, wl) -> str:
     """Bar chart of the largest elasticities of TPOT (decode) or TTFT (prefill)."""
-    from . import derive as dv
-    from .symbols import INFO
+    from ..solve import derive as dv
+    from ..symbolic.symbols import INFO
 
     of = "tpot" if wl.phase is Phase.DECODE else "ttft"
     try:
@@ -177,7 +177,7 @@ def _sensitivity(model, hw, dep, wl) -> str:
 
 
 def _memory(model, hw, dep, wl) -> str:
-    from .memory import memory_report
+    from ..memory import memory_report
 
     m = memory_report(model, hw, dep, wl)
     parts = [("weights", m["weights_bytes"]), ("KV cache", m["kv_bytes"]),
@@ -231,8 +231,8 @@ def _simulate_argv(argv, concurrency: int, prompts: int) -> list:
 def _under_load(model, hw, dep, wl, argv=()) -> str:
     """A closed-loop benchmark at the workload's requests in flight (every DP rank), simulated
     through the engine's scheduler (``moesym simulate``): percentiles and the time series."""
-    from .serving import simulate
-    from .serving.clients import Client
+    from ..serving import simulate
+    from ..serving.clients import Client
 
     c = wl.batch * dep.dp
     n = min(10 * c, 4000)
@@ -271,7 +271,7 @@ def report_html(model, hw, dep, wl, argv=(), optimize_result=None, progress=None
     """The page for ``model`` on ``hw`` under ``dep`` and ``wl`` (``argv``: the command that
     made it, shown so the page can be reproduced; ``optimize_result``: adds the Pareto front;
     ``progress``: a callable told each section's name as it starts)."""
-    from .model.predictor import predict
+    from ..model.predictor import predict
 
     say = progress or (lambda name: None)
     say("prediction")
@@ -294,7 +294,7 @@ def report_html(model, hw, dep, wl, argv=(), optimize_result=None, progress=None
              "<h2>Where the time goes</h2>", _breakdown(r)]
     if wl.phase is not Phase.SERVE:
         say("timeline")
-        from .model.step import build_step
+        from ..model.step import build_step
 
         html.append("<h2>One steady-state layer</h2>")
         try:

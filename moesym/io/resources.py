@@ -17,7 +17,7 @@ def data_dir(name: str) -> Path:
     packaged = Path(str(resources.files("moesym"))) / "_data" / name
     if packaged.is_dir():
         return packaged
-    source = Path(__file__).resolve().parent.parent / name
+    source = Path(__file__).resolve().parents[2] / name
     if source.is_dir():
         return source
     raise FileNotFoundError(f"moesym data folder {name!r} is missing from the installation")

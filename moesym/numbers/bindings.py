@@ -7,7 +7,7 @@ from dataclasses import replace
 from ..specs.deployment import DTYPE_BYTES, Deployment, Phase, Workload, activation_dispatch_bytes
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
-from ..symtab import N
+from ..symbolic.symtab import N
 from .metrics import prefill_memory_values, serve_chunk, serve_point
 
 #: SMs a DeepEP normal-mode (or NCCL) kernel holds while it overlaps compute: DeepEP's
@@ -26,9 +26,9 @@ def workload_values(wl: Workload) -> dict[str, float]:
     if wl.phase is Phase.DECODE:
         return {N.batch: wl.batch, N.context: wl.context}
     hit = {N.prefix_hit: wl.prefix_hit} if wl.prefix_hit else {}
-    if wl.phase is Phase.SERVE:  # the mixed step of the steady state (moesym.model.metrics)
+    if wl.phase is Phase.SERVE:  # the mixed step of the steady state (moesym.numbers.metrics)
         # chunk 0 (the engine's default, which needs the hardware): :func:`bindings` binds it
-        # (moesym.model.metrics.serve_chunk); here only the names count then
+        # (moesym.numbers.metrics.serve_chunk); here only the names count then
         chunk = wl.chunk or wl.isl
         p = serve_point(wl.batch, wl.isl, wl.osl, chunk, hit=wl.prefix_hit)
         return {N.batch: p["decoding"], N.tokens: p["mixed_tokens"], N.context: wl.context,
@@ -38,7 +38,7 @@ def workload_values(wl: Workload) -> dict[str, float]:
 
 def memory_workload_values(wl: Workload, dep: Deployment | None = None) -> dict[str, float]:
     """:func:`workload_values` for the memory model: a prefill step also holds the KV of the
-    prompts it advances (:func:`moesym.model.metrics.prefill_memory_values`)."""
+    prompts it advances (:func:`moesym.numbers.metrics.prefill_memory_values`)."""
     v = workload_values(wl)
     if wl.phase is Phase.PREFILL:  # with context parallelism 1 / cp of each on a GPU
         v.update(prefill_memory_values(wl.tokens, wl.context, dep.cp if dep is not None else 1))
@@ -101,7 +101,7 @@ def _pass_bytes(stored: str, w_bytes: float, calib) -> float:
 
 def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) -> dict:
     """``{symbol: number}`` for every symbol a step model of this configuration can contain."""
-    from ..symbols import S, by_name
+    from ..symbolic.symbols import S, by_name
 
     from ..kernels.calib import kernel_calib
     from ..engines import load_engine
@@ -173,7 +173,7 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
                                 (S.flops_dense, S.b_pass_dense, "dense")):
             if v[passed] or compute[c] == "bf16":
                 v[peak] = f16
-    from .routing_hooks import group_var_factor
+    from ..terms.routing import group_var_factor
 
     v[S.group_var] = group_var_factor(model, dep.ep)
     if calib.tile_stepped:  # tile-stepped expert GEMMs (moesym.kernels.tile_step)

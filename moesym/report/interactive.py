@@ -2,12 +2,12 @@
 
 The page carries the compiled step and memory models of the command's configuration as generated
 JavaScript (:func:`js_source`: one ``const`` per unique node of the SymPy expression graph, as
-:mod:`moesym.compile` writes NumPy), the numbers ``predict`` binds to their other symbols, and a
+:mod:`moesym.symbolic.compile` writes NumPy), the numbers ``predict`` binds to their other symbols, and a
 small hand-written runtime (``interactive.js`` beside this module) that turns the outputs into the
-report's numbers by the rules of :mod:`moesym.model.metrics` (tokens per GPU per second, what
+report's numbers by the rules of :mod:`moesym.numbers.metrics` (tokens per GPU per second, what
 bounds each key, the step's bound) and redraws the charts as plain SVG. Sliders and number boxes
 move the workload (batch or prompt tokens, context; serve: requests in flight, ISL and OSL, the
-steady state of :mod:`moesym.model.metrics` from the mixed and the decode step), the deployment
+steady state of :mod:`moesym.numbers.metrics` from the mixed and the decode step), the deployment
 (GPUs, EP and TP among those of the command's structure class, micro-batches) and the hardware
 numbers the expressions take (HBM bandwidth, tensor peaks, link bandwidths and latencies). The
 charts: the breakdown coloured by bound, the sweep with the crossover, the timeline of one
@@ -33,8 +33,8 @@ from pathlib import Path
 
 import sympy as sp
 
-from .errors import MoesymError
-from .specs.deployment import Phase, Workload, prefill_chunk
+from ..errors import MoesymError
+from ..specs.deployment import Phase, Workload, prefill_chunk
 
 __all__ = ["interactive_html", "js_source", "predict_argv"]
 
@@ -44,7 +44,7 @@ _JS_LOGIC = {sp.And: "&&", sp.Or: "||"}
 _JS_UNARY = {sp.ceiling: "Math.ceil", sp.floor: "Math.floor", sp.Abs: "Math.abs",
              sp.exp: "Math.exp", sp.log: "Math.log", sp.sign: "Math.sign", sp.sin: "Math.sin",
              sp.cos: "Math.cos", sp.tanh: "Math.tanh"}
-# moesym's special functions the runtime ports (moesym.special_numeric's NumPy versions)
+# moesym's special functions the runtime ports (moesym.numeric.special's NumPy versions)
 _JS_SPECIAL = ("MaxBinomialMean", "erfinv", "loggamma", "LogInterp")
 _JS_POW = {sp.Integer(-1): "1.0 / {0}", sp.S.Half: "Math.sqrt({0})",
            -sp.S.Half: "1.0 / Math.sqrt({0})"}
@@ -52,7 +52,7 @@ _JS_REL = {"==": "===", "!=": "!==", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
 
 def _js_literal(x: sp.Basic) -> str:
-    from .compile import _literal
+    from ..symbolic.compile import _literal
 
     t = _literal(x)  # the NumPy printer's literal, in JavaScript's words
     return {"True": "true", "False": "false", "_nan": "NaN", "_inf": "Infinity",
@@ -89,7 +89,7 @@ def _js_node(e: sp.Basic, a: list[str]) -> str:
         if isinstance(e, cls) and len(a) == 1:
             return f"{fn}({a[0]})"
     name = type(e).__name__
-    if name in _JS_SPECIAL:  # the runtime's ports of moesym.special_numeric
+    if name in _JS_SPECIAL:  # the runtime's ports of moesym.numeric.special
         return f"{name}({', '.join(a)})"
     raise MoesymError(f"--interactive: the step model uses {type(e).__name__}, which the page's "
                       "JavaScript printer does not know; drop --interactive for this model")
@@ -100,7 +100,7 @@ def js_source(exprs: dict, name: str) -> tuple[str, list[str]]:
     printed symbol name; the symbol names it reads). One ``const`` per unique node, children
     first, so every shared subexpression is computed once for all outputs (a Piecewise's
     branches are all computed and a conditional picks, as NumPy's ``where`` does)."""
-    from .compile import graph_nodes
+    from ..symbolic.compile import graph_nodes
 
     symbols: list[str] = []
 
@@ -127,7 +127,7 @@ def predict_argv(argv, drop=()) -> list:
     """``argv`` (a report or optimize command, without ``moesym``) as ``moesym predict`` flags:
     the page's and the search's own flags dropped, and ``drop`` (flags the caller sets again)
     removed with their values."""
-    from .html_report import edit_argv
+    from .html import edit_argv
 
     return edit_argv(argv, "predict", {**_DROP, **{f: 1 for f in drop}})
 
@@ -144,7 +144,7 @@ def _hardware_arg(argv) -> str | None:
 
 def _hardware_file(argv) -> Path | None:
     """The hardware TOML the command names (a built-in one by name, or the given path)."""
-    from ._resources import data_dir
+    from ..io.resources import data_dir
 
     text = _hardware_arg(argv)
     if text is None:
@@ -195,11 +195,11 @@ def _step_exprs(step) -> tuple[dict, dict | None]:
     schedule (``tl/...``, and ``tlc/...`` with FP8 GEMMs capped where the layout caps them), and
     the schedule's layout as data; the layout is a note where there is no layer to draw (as
     :meth:`moesym.model.step.StepModel.timeline` refuses)."""
-    from .model import overlap
-    from .model.report import report_expressions
-    from .model.step import operation_times
-    from .schedules import load, resolve_name
-    from .symbols import S
+    from ..model import overlap
+    from ..model.report import report_expressions
+    from ..model.step import operation_times
+    from ..schedules import load, resolve_name
+    from ..symbolic.symbols import S
 
     exprs = {k: v for k, v in report_expressions(step).items()
              if not k.startswith(("kernel/", "work/"))}
@@ -235,9 +235,9 @@ def _variant(model, hw, d, wl, fns: _Functions) -> dict | None:
     ``mix``) and the memory, as :func:`moesym.model.predictor.predict` and ``serve_models``
     build them; None where ``d`` cannot run (a schedule of another micro-batch count; a dense
     model: one micro-batch)."""
-    from .memory import memory_model
-    from .model.metrics import serve_chunk
-    from .model.step import build_step
+    from ..memory import memory_model
+    from ..numbers.metrics import serve_chunk
+    from ..model.step import build_step
 
     try:
         d.check_overlap(wl.phase)
@@ -275,8 +275,8 @@ def _structures(model, hw, dep, wl) -> tuple[list, list, list]:
     """(micro-batch counts, schedules, A2A modes) the page offers: micro-batches 1, 2 and the
     command's; where the layer has an all-to-all (MoE, EP > 1), the command's schedule and A2A
     mode and the built-in others this deployment accepts."""
-    from .specs.checks import check_inputs
-    from .specs.deployment import A2AMode
+    from ..specs.checks import check_inputs
+    from ..specs.deployment import A2AMode
 
     mbs = sorted({1, 2, dep.micro_batches})
     if not model.is_moe or dep.ep == 1:
@@ -295,8 +295,8 @@ def _variants(model, hw, dep, wl, fns: _Functions) -> dict:
     """``{"MB/SCHEDULE/A2A": variant}`` of every structure the page offers that can run. Two
     names of one structure (``auto`` and the schedule or mode it resolves to) share one
     variant, built once."""
-    from .schedules import resolve_name
-    from .specs.deployment import A2AMode
+    from ..schedules import resolve_name
+    from ..specs.deployment import A2AMode
 
     mbs, schedules, modes = _structures(model, hw, dep, wl)
     phases = [wl.phase, Phase.DECODE] if wl.phase is Phase.SERVE else [wl.phase]
@@ -318,8 +318,8 @@ def _variants(model, hw, dep, wl, fns: _Functions) -> dict:
 def _combos(model, hw, dep, wl) -> list:
     """(GPUs, EP, TP) a page of this structure class offers: GPUs the command's times a power of
     two (1/8 to 8), every EP and TP that shards the model and keeps the class."""
-    from .model.predictor import ep_class
-    from .specs.checks import check_inputs
+    from ..model.predictor import ep_class
+    from ..specs.checks import check_inputs
 
     out = []
     for k in range(-3, 4):
@@ -344,8 +344,8 @@ def _combos(model, hw, dep, wl) -> list:
 def _hardware_inputs(model, hw, dep, static: dict) -> list:
     """The hardware numbers the step model takes, each with the symbols it sets and where it
     sits in the hardware TOML (section, key, factor from the file's unit to SI)."""
-    from .model.bindings import _formats
-    from .symtab import N
+    from ..numbers.bindings import _formats
+    from ..symbolic.symtab import N
 
     _, _, compute = _formats(model, hw, dep)
     out = [{"id": "hbm", "label": "HBM bandwidth", "unit": "TB/s", "scale": 1e12,
@@ -372,13 +372,13 @@ def _hardware_inputs(model, hw, dep, static: dict) -> list:
 
 
 def _data(model, hw, dep, wl, argv) -> dict:
-    from . import __version__
-    from .engines import host_overlapped
-    from .model.routing_hooks import group_var_factor
-    from .symtab import N
+    from .. import __version__
+    from ..engines import host_overlapped
+    from ..terms.routing import group_var_factor
+    from ..symbolic.symtab import N
 
     _check(dep, wl)
-    from .model.metrics import clamp_micro_batches
+    from ..numbers.metrics import clamp_micro_batches
 
     dep = clamp_micro_batches(dep, wl)
     fns = _Functions()
@@ -403,7 +403,7 @@ def _data(model, hw, dep, wl, argv) -> dict:
                                     "--overlap", "--pp", "--cp", "--isl", "--osl"))
     serve = {}
     if wl.phase is Phase.SERVE:  # the chunk each (GPUs, TP) runs: given, or the engine's
-        from .model.metrics import serve_chunk
+        from ..numbers.metrics import serve_chunk
 
         serve = {"chunks": [serve_chunk(wl.chunk, hw.hbm_capacity_bytes, g // tp, dep.engine)
                             for g, _, tp in combos],
@@ -456,7 +456,7 @@ def interactive_html(model, hw, dep, wl, argv=(), optimize_result=None) -> str:
     calibration = data["calibration"] or "no [kernel] fit in the hardware file: the defaults"
     provenance = (f"moesym {escape(data['version'])}; made by <code>{escape(data['command'])}"
                   f"</code>; calibration: {escape(calibration)}")
-    from .html_report import _CSS
+    from .html import _CSS
 
     return f"""<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>
 <title>moesym: {escape(title)}</title><style>{_CSS}{_EXTRA_CSS}</style></head><body>

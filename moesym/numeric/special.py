@@ -1,5 +1,5 @@
 """NumPy versions of moesym's special functions (no SymPy): expected maxima and padded sizes of
-binomial-family loads. :mod:`moesym.special` wraps them as SymPy functions; compiled models call
+binomial-family loads. :mod:`moesym.symbolic.special` wraps them as SymPy functions; compiled models call
 them directly (:data:`NUMPY_FUNCTIONS`, by the SymPy class name).
 
 Binomial distributions here take a real number of trials ``N`` (the CDF is the regularized

@@ -2,15 +2,15 @@
 
 Expressions become NumPy source with one line per unique node of the expression graph
 (:func:`numpy_source`; every shared subexpression computed once, for all outputs together), run by
-:mod:`moesym.compiled`. ``compile_expr`` compiles one expression with a fixed argument order,
+:mod:`moesym.numeric.compiled`. ``compile_expr`` compiles one expression with a fixed argument order,
 cached on the expression and the arguments, with a generated docstring listing its arguments;
 ``compile_model`` compiles every output of a model into one cacheable
-:class:`~moesym.compiled.CompiledModel`. ``evaluate`` binds numbers, compiles over the free (grid)
+:class:`~moesym.numeric.compiled.CompiledModel`. ``evaluate`` binds numbers, compiles over the free (grid)
 symbols and broadcasts.
 
 >>> import numpy as np
->>> from moesym.symbols import S
->>> from moesym.compile import evaluate
+>>> from moesym.symbolic.symbols import S
+>>> from moesym.symbolic.compile import evaluate
 >>> evaluate(S.batch * S.hidden, {S.hidden: 2.0}, {S.batch: np.array([1.0, 3.0])})
 array([2., 6.])
 """
@@ -23,7 +23,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import sympy as sp
 
-from .compiled import CompiledModel, function_from_source
+from ..numeric.compiled import CompiledModel, function_from_source
 from .symbols import INFO
 
 __all__ = ["compile_expr", "compile_model", "evaluate", "bind_and_compile", "numpy_source"]
@@ -102,7 +102,7 @@ def _node_source(e: sp.Basic, a: list[str]) -> str:
         if isinstance(e, cls) and len(a) == 1:
             return f"{fn}({a[0]})"
     name = type(e).__name__
-    if name in _DISTINCT and len(a) == 1:  # see moesym.special_numeric.DISTINCT_FUNCTIONS
+    if name in _DISTINCT and len(a) == 1:  # see moesym.numeric.special.DISTINCT_FUNCTIONS
         return f"_d_{name}({a[0]})"
     if name in _SCIPY_SPECIAL and len(a) == 1:
         return f"_sps.{_SCIPY_SPECIAL[name]}({a[0]})"
@@ -113,8 +113,8 @@ def _node_source(e: sp.Basic, a: list[str]) -> str:
     raise NotImplementedError(f"moesym cannot compile {name} nodes")
 
 
-def _special_functions() -> dict:  # moesym.special's NumPy versions, by class name
-    from .special_numeric import NUMPY_FUNCTIONS
+def _special_functions() -> dict:  # moesym.symbolic.special's NumPy versions, by class name
+    from ..numeric.special import NUMPY_FUNCTIONS
 
     return NUMPY_FUNCTIONS
 
@@ -130,7 +130,7 @@ def graph_nodes(roots, tok: dict, symbol, literal) -> tuple[list, dict]:
     node's children (a Piecewise's (value, condition) pairs flattened). ``tok`` maps each node
     to its token: the nodes become ``v0, v1, ...``; a symbol not in it gets ``symbol(e)``, an
     atom ``literal(e)``. The one walk of every code printer (NumPy here, JavaScript in
-    :mod:`moesym.interactive`)."""
+    :mod:`moesym.report.interactive`)."""
     order: list = []
     kids_of: dict = {}
     for root in roots:
@@ -248,7 +248,7 @@ def numpy_source(exprs: Sequence[sp.Basic], args: Sequence[sp.Symbol], name: str
     Every unique subexpression (across all ``exprs``) is one line; inputs go through
     ``np.asarray(float)`` so that scalars and arrays follow the same (IEEE) rules.
 
-    >>> from moesym.symbols import S
+    >>> from moesym.symbolic.symbols import S
     >>> print(numpy_source([S.batch * S.hidden + S.hidden], [S.batch, S.hidden]))
     def f(a0, a1):
         a0 = _np.asarray(a0, dtype=float)
@@ -262,7 +262,7 @@ def numpy_source(exprs: Sequence[sp.Basic], args: Sequence[sp.Symbol], name: str
 
 def compile_model(parts: Sequence[tuple[Mapping[str, sp.Expr], Mapping[sp.Symbol, float]]]
                   ) -> CompiledModel:
-    """One :class:`~moesym.compiled.CompiledModel` with a function per part. A part is the
+    """One :class:`~moesym.numeric.compiled.CompiledModel` with a function per part. A part is the
     outputs by name and the numbers of its symbols; each function takes every free symbol of its
     outputs (sorted by name) and keeps the part's numbers as its static values."""
     sources, meta = [], []
@@ -304,7 +304,7 @@ def compile_expr(expr: sp.Expr, args: Sequence[sp.Symbol]) -> Callable:
 
 @lru_cache(maxsize=256)
 def _bound_cached(expr: sp.Expr, fixed: tuple, args: tuple) -> Callable:
-    from .terms.cost import substitute
+    from .expr import substitute
 
     bound = substitute(expr, {s: sp.Float(v) for s, v in fixed})
     return compile_expr(bound, tuple(a for a in args if a in bound.free_symbols)), \

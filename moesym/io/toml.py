@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .errors import SpecError
+from ..errors import SpecError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -1,6 +1,6 @@
 """On-disk cache of compiled models: generated NumPy source keyed by what determines it.
 
-A compiled model (:class:`moesym.compiled.CompiledModel`) is plain data: Python source plus the
+A compiled model (:class:`moesym.numeric.compiled.CompiledModel`) is plain data: Python source plus the
 argument and output names of each function and the numbers fixed by the model, hardware and
 deployment. Stored as one JSON file per key, it lets a repeated question skip SymPy entirely.
 
@@ -52,7 +52,7 @@ def package_fingerprint() -> str:
     """SHA-256 over the package's Python sources and the TOML data inside the package (the
     overlap schedules), names and bytes, computed once per process."""
     if _state["fingerprint"] is None:
-        root = Path(__file__).resolve().parent
+        root = Path(__file__).resolve().parents[1]
         h = hashlib.sha256()
         for p in sorted([*root.rglob("*.py"), *root.rglob("*.toml")]):
             h.update(str(p.relative_to(root)).encode())

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import MoesymError
-from .model.report import BREAKDOWN_KEYS
+from ..errors import MoesymError
+from ..model.report import BREAKDOWN_KEYS
 
 __all__ = ["breakdown_bar", "equation_sides", "term_roofline", "pareto_plot", "serving_timeline",
            "timeline_gantt"]
@@ -113,7 +113,7 @@ def equation_sides(answers, path: str | Path, xlabel: str = "") -> Path | None:
     solid for the first answer (the kernel model) and dashed for the others (the roofline), with
     each answer's value marked. ``answers``: ``[(label, ClosedForm)]``; None when no answer has
     sides to draw."""
-    from .compile import evaluate
+    from ..symbolic.compile import evaluate
 
     drawn = [(label, cf) for label, cf in answers if cf.sides and cf.variable is not None
              and np.isfinite(cf.value)]

@@ -1,8 +1,8 @@
 """The table of moesym's symbols as plain data (no SymPy): attribute, printed name, unit,
-meaning, kind and assumptions. :mod:`moesym.symbols` makes the SymPy symbols from it; code that
+meaning, kind and assumptions. :mod:`moesym.symbolic.symbols` makes the SymPy symbols from it; code that
 only needs the names (bindings, the compiled-model cache) reads :data:`N` and never imports SymPy.
 
->>> from moesym.symtab import N
+>>> from moesym.symbolic.symtab import N
 >>> N.hidden, N.batch
 ('d', 'B')
 """

@@ -1,8 +1,8 @@
 """Compiled models as plain data: generated NumPy source and what its functions take and return.
 
-:func:`moesym.compile.numpy_source` writes the source (it needs SymPy); this module runs it (it
+:func:`moesym.symbolic.compile.numpy_source` writes the source (it needs SymPy); this module runs it (it
 does not): a :class:`CompiledModel` can come from a fresh build or from the disk cache
-(:mod:`moesym.cache`) and behaves the same either way.
+(:mod:`moesym.numeric.cache`) and behaves the same either way.
 
 >>> src = "def f0(a0, a1):\\n    a0 = _np.asarray(a0, dtype=float)\\n    return (a0 * a1,)"
 >>> cm = CompiledModel(src, ({"fn": "f0", "args": ["B", "d"], "outputs": ["x"],
@@ -30,7 +30,7 @@ def lambertw_real(x):
 
 
 def _namespace(source: str) -> dict:
-    from .special_numeric import DISTINCT_FUNCTIONS, NUMPY_FUNCTIONS  # NumPy only, no SciPy
+    from .special import DISTINCT_FUNCTIONS, NUMPY_FUNCTIONS  # NumPy only, no SciPy
 
     ns = {"_np": np, "_nan": np.nan, "_inf": np.inf, "_lambertw_real": lambertw_real}
     ns.update(NUMPY_FUNCTIONS)

@@ -1,7 +1,7 @@
-// moesym report --interactive: the page's runtime (moesym/interactive.py inlines it after the
-// generated models and their data D). The report's rules of moesym.model.metrics on the models'
-// outputs, the command of a point, ports of moesym.special_numeric's functions, and the charts as
-// plain SVG (as moesym/svg.py draws them). Hand-written; no library, nothing fetched.
+// moesym report --interactive: the page's runtime (moesym/report/interactive.py inlines it after the
+// generated models and their data D). The report's rules of moesym.numbers.metrics on the models'
+// outputs, the command of a point, ports of moesym.numeric.special's functions, and the charts as
+// plain SVG (as moesym/report/svg.py draws them). Hand-written; no library, nothing fetched.
 const RES = ["compute", "memory", "communication", "overhead"];
 const COLOUR = {compute: "#4477aa", memory: "#ee6677", communication: "#228833",
                 overhead: "#ccbb44", none: "#bbbbbb"};
@@ -200,7 +200,7 @@ function timeline(r) {  // StepModel.timeline: one period, times from the end of
                 start_s: e.start - t0, end_s: e.end - t0}));
 }
 
-function gantt(events, title) {  // as moesym.svg.gantt
+function gantt(events, title) {  // as moesym.report.svg.gantt
   const width = 720, left = 130, row = 26, span = width - left - 20;
   const keys = [...new Set(events.map(e => e.stream + "\u0000" + e.micro_batch))].sort();
   const t1 = Math.max(0, ...events.map(e => e.end_s)) || 1.0, h = 40 + row * keys.length + 24;
@@ -245,7 +245,7 @@ function svg(w, h, body, title) {
 }
 const FONT = 'font-family="sans-serif" font-size="12"';
 
-function bars(items, unit, title) {  // as moesym.svg.bars
+function bars(items, unit, title) {  // as moesym.report.svg.bars
   const row = 22, left = 230, width = 720, span = width - left - 90;
   const top = Math.max(0, ...items.map(i => i[1])) || 1;
   const body = [`<text x="${left}" y="16" ${FONT} font-weight="bold">${esc(title)}</text>`];
@@ -258,7 +258,7 @@ function bars(items, unit, title) {  // as moesym.svg.bars
   return svg(width, row * items.length + 40, body, title);
 }
 
-function lines(xs, ys, mark, xlabel, ylabel, title) {  // log-x line chart, as moesym.svg.lines
+function lines(xs, ys, mark, xlabel, ylabel, title) {  // log-x line chart, as moesym.report.svg.lines
   const width = 720, height = 300, left = 70, right = 20, top = 30, bottom = 45;
   const fin = ys.filter(Number.isFinite), x0 = xs[0], x1 = xs[xs.length - 1];
   const y1 = (Math.max(...fin, 0) * 1.05) || 1;
@@ -284,7 +284,7 @@ function lines(xs, ys, mark, xlabel, ylabel, title) {  // log-x line chart, as m
   return svg(width, height, body, title);
 }
 
-function stack(items, unit, title) {  // as moesym.svg.stack
+function stack(items, unit, title) {  // as moesym.report.svg.stack
   const width = 720, left = 10, span = width - 20;
   const total = items.reduce((a, i) => a + Math.max(i[1], 0), 0) || 1;
   const body = [`<text x="${left}" y="16" ${FONT} font-weight="bold">${esc(title)}</text>`];
@@ -449,7 +449,7 @@ function init() {
   redraw();
 }
 
-// ---- ports of moesym.special_numeric (scalars), same windows and branches as the NumPy code
+// ---- ports of moesym.numeric.special (scalars), same windows and branches as the NumPy code
 const SIGMAS = 10.0, MAX_WIDTH = 4096, EXACT_MAX_MEAN = 64.0;
 const LANCZOS = [0.99999999999980993, 676.5203681218851, -1259.1392167224028,
   771.32342877765313, -176.61502916214059, 12.507343278686905, -0.13857109526572012,

@@ -4,7 +4,7 @@ Nothing else in the package creates symbols: cost terms receive these (or plain 
 arguments. Values are bound through ``{symbol: value}`` maps that :func:`check_bindings` checks
 against an expression's free symbols.
 
->>> from moesym.symbols import S, describe
+>>> from moesym.symbolic.symbols import S, describe
 >>> S.hidden
 d
 >>> describe(S.hidden)
@@ -88,12 +88,12 @@ def check_bindings(expr: sp.Expr | Iterable[sp.Expr], values: Mapping[sp.Symbol,
                    free: Iterable[sp.Symbol] = ()) -> None:
     """Raise :class:`BindingError` if ``values`` plus ``free`` differ from the free symbols.
 
-    >>> from moesym.symbols import S, check_bindings
+    >>> from moesym.symbolic.symbols import S, check_bindings
     >>> check_bindings(S.hidden * S.batch, {S.hidden: 7168}, free=[S.batch])
     >>> check_bindings(S.hidden, {S.hidden: 1, S.batch: 2})
     Traceback (most recent call last):
     ...
-    moesym.symbols.BindingError: stray binding(s) not in the expression: B
+    moesym.symbolic.symbols.BindingError: stray binding(s) not in the expression: B
     """
     exprs = [expr] if isinstance(expr, sp.Basic) else list(expr)
     needed: set[sp.Symbol] = set()

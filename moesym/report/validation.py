@@ -31,11 +31,11 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .errors import SpecError
-from .model.predictor import predict
-from .specs.deployment import A2AMode, Deployment, Phase, Workload
-from .specs.hardware import load_hardware
-from .specs.model import load_model
+from ..errors import SpecError
+from ..model.predictor import predict
+from ..specs.deployment import A2AMode, Deployment, Phase, Workload
+from ..specs.hardware import load_hardware
+from ..specs.model import load_model
 
 __all__ = ["Case", "CASES", "LLAMA_BENCH_TABLE", "SERVING_CASES", "ServingCase", "fit_serving",
            "kernel_heldout", "load_cases", "run_case", "serving_fits", "single_device_cases",
@@ -311,8 +311,8 @@ def validate_serving(cases=SERVING_CASES, seed: int = 0) -> list[dict]:
     """Each serving case simulated (:func:`moesym.serving.simulate`, the case's engine
     profile); one row per published metric with the signed relative error. Nothing is
     fitted on these cases."""
-    from .serving import simulate
-    from .serving.clients import Client
+    from ..serving import simulate
+    from ..serving.clients import Client
 
     rows = []
     for c in cases:
@@ -334,6 +334,6 @@ def kernel_heldout() -> dict:
     left out of each fit; written by ``benchmarks/kernel_fit_aic.py --heldout``)."""
     import json
 
-    from ._resources import data_dir
+    from ..io.resources import data_dir
 
     return json.loads((data_dir("bench_data") / "kernel_heldout.json").read_text())

@@ -1,6 +1,6 @@
 """Every user-facing number from a step model's outputs: the one metrics layer.
 
-A compiled step model (:mod:`moesym.compiled`, built by :mod:`moesym.model.predictor`) gives the
+A compiled step model (:mod:`moesym.numeric.compiled`, built by :mod:`moesym.model.predictor`) gives the
 values of :func:`moesym.model.report.report_expressions` at bound numbers. This module turns them
 into what a user reads, and is the only place that does: step time, tokens per GPU per second
 (output and input), TPOT, TTFT, memory fit, what bounds the step (bound, bound term, each key's
@@ -15,7 +15,7 @@ few that need a branch or a rounding take it as an argument (``minimum``, ``maxi
 expressions where derive keeps a metric symbolic).
 
 It imports no SymPy and nothing of the step model's construction: it sits after the specs and
-before the modules that build, evaluate or search (:mod:`moesym.model.bindings` binds a serve
+before the modules that build, evaluate or search (:mod:`moesym.numbers.bindings` binds a serve
 workload's steady state through it).
 
 Rates of one step (per GPU: a rank's tokens over its TP x PP GPUs, x CP in prefill):
@@ -38,7 +38,7 @@ import numpy as np
 
 from ..engines import host_overlapped
 from ..specs.deployment import Phase, serve_kv_tokens
-from ..symtab import N
+from ..symbolic.symtab import N
 
 __all__ = ["accepted_tokens", "micro_batches_run", "warn_micro_batches", "clamp_micro_batches",
            "step_rates",
@@ -54,10 +54,10 @@ __all__ = ["accepted_tokens", "micro_batches_run", "warn_micro_batches", "clamp_
 
 def accepted_tokens(deployment) -> float:
     """Tokens one decode step emits per request: 1, or speculative decoding's expected accepted
-    length (:func:`moesym.model.speculative.accepted_length`)."""
+    length (:func:`moesym.specs.speculative.accepted_length`)."""
     if not deployment.mtp:
         return 1.0
-    from .speculative import accepted_length
+    from ..specs.speculative import accepted_length
 
     return accepted_length(deployment.mtp, deployment.acceptance)
 

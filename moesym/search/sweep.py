@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from .errors import MoesymError
-from .model.metrics import accepted_tokens, fits, length_symbol, step_rates
-from .specs.deployment import Deployment, Phase, Workload, prefill_chunk, valid_mask
-from .specs.hardware import HardwareSpec, load_hardware
-from .specs.model import ModelSpec
-from .symtab import N
+from ..errors import MoesymError
+from ..numbers.metrics import accepted_tokens, fits, length_symbol, step_rates
+from ..specs.deployment import Deployment, Phase, Workload, prefill_chunk, valid_mask
+from ..specs.hardware import HardwareSpec, load_hardware
+from ..specs.model import ModelSpec
+from ..symbolic.symtab import N
 
 if TYPE_CHECKING:  # pandas is imported where a DataFrame is made: the CLI streams Arrow
     import pandas as pd
@@ -226,7 +226,7 @@ def _plan(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
                           f"{', '.join('--' + a for a in wanted)}")
     lengths = ()
     if dist is not None:
-        from .specs.lengths import representative
+        from ..specs.lengths import representative
 
         flag, single = (("--context-dist", "context") if ph is Phase.DECODE else
                         ("--isl-dist", "isl" if ph is Phase.SERVE else "context"))
@@ -286,7 +286,7 @@ def _compile(grid: _Grid, gpus: int, ep: int, pp: int = 1, cp: int = 1):
     """The compiled predict model (step and memory) of one (GPUs, EP, PP, CP): the one ``moesym
     predict`` uses, from the disk cache when present; for serve the mixed step's and the decode
     step's (:func:`moesym.model.predictor.serve_models`)."""
-    from .model.predictor import compiled_predict_model, serve_models
+    from ..model.predictor import compiled_predict_model, serve_models
 
     dep = replace(grid.rep, gpus=gpus, ep=ep, pp=pp, cp=cp)
     if grid.wl.phase is Phase.SERVE:
@@ -306,13 +306,13 @@ class _Models:
         self._lock = threading.Lock()
 
     def get(self, gpus: int, ep: int, pp: int = 1, cp: int = 1):
-        from .model.predictor import ep_class
+        from ..model.predictor import ep_class
 
         dep = replace(self.grid.rep, gpus=int(gpus), ep=int(ep), pp=int(pp), cp=int(cp))
         key = (ep_class(dep), int(pp), int(cp))
         with self._lock:  # threads of one dask worker wait for the first compile
             if key not in self._cache:
-                from .progress import status
+                from ..io.progress import status
 
                 status(f"sweep: building the model for {gpus} GPUs, EP {ep}"
                        + (f", PP {pp}" if pp > 1 else "") + (f", CP {cp}" if cp > 1 else ""))
@@ -388,7 +388,7 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
     once for all EPs, the load-imbalance order statistic over batch x EP) and only the overlap
     schedule of that micro-batch count runs. A length distribution adds a last axis (its
     representative lengths) that is averaged over, as predict averages."""
-    from .model.metrics import evaluate_at_lengths, micro_batches_run, prefill_memory_values
+    from ..numbers.metrics import evaluate_at_lengths, micro_batches_run, prefill_memory_values
 
     ax = {grid.first: list(block), **{n: list(v) for n, v in grid.rest}}
     names = list(ax)
@@ -481,7 +481,7 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
         out["memory_bytes"] = flat["memory_bytes"]
     out["fits"] = fits(out["memory_bytes"], grid.hw.hbm_capacity_bytes)
     if grid.base.expert_cache is not None and grid.model.is_moe:  # and the host tier's
-        from .memory.capacity import host_expert_bytes, host_fits
+        from ..memory.capacity import host_expert_bytes, host_fits
 
         out["fits"] = out["fits"] & host_fits(grid.hw, grid.base, out["memory_bytes"],
                                               host_expert_bytes(grid.model, grid.hw, grid.base))
@@ -494,11 +494,11 @@ def _serve_point(cms, env, hw: HardwareSpec, gpus: float, dep: Deployment, hit: 
                  pp: int = 1, lengths: tuple = ()) -> dict:
     """Serve quantities at broadcast grid arrays (``env``: batch, ISL, OSL, chunk (0: the
     engine's default for the point's DP size), TP, ...) from the mixed-step and decode-step
-    models: :func:`moesym.model.metrics.serve_point` and ``serve_rates`` on arrays. ``gpus``: one
+    models: :func:`moesym.numbers.metrics.serve_point` and ``serve_rates`` on arrays. ``gpus``: one
     pipeline stage's, of ``pp``; ``lengths``: an ISL distribution's representative lengths (the
     mixed step's prompts; ``env``'s ISL is their mean), as predict's."""
-    from .model.metrics import (serve_chunk, serve_memory_values, serve_point, serve_rates,
-                                serve_step_times)
+    from ..numbers.metrics import (serve_chunk, serve_memory_values, serve_point, serve_rates,
+                                   serve_step_times)
 
     cm_dec = cms[1]
     env = dict(env)
@@ -530,7 +530,7 @@ def sweep_columns(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
 
 
 def _blocks(model, hardware, phase, axes, deployment, chunk_points, prefix_hit=0.0, dist=None):
-    from .progress import progress_bar
+    from ..io.progress import progress_bar
 
     grid, blocks = _plan(model, hardware, phase, axes, deployment, chunk_points, prefix_hit, dist)
     models = _Models(grid)
@@ -657,7 +657,7 @@ def _dask_block(block: tuple, spec: bytes) -> "pd.DataFrame":
 
 
 def _moesym_version() -> str:
-    from . import __version__
+    from .. import __version__
     return __version__
 
 

@@ -32,17 +32,17 @@ from typing import Mapping
 import numpy as np
 import sympy as sp
 
-from .compile import evaluate
-from .errors import MoesymError
-from .model.step import StepModel, build_step
-from .specs.deployment import Deployment, Phase, Workload
-from .specs.hardware import HardwareSpec
-from .specs.model import ModelSpec, expert_weights
-from .symbols import S
-from .solve.model_root import ModelRoot, closed_form_at, model_root, sign_changes
-from .solve.regime_form import RegimeForm, pin, regime_form, tidy
-from .solve.sensitivity import root_elasticities
-from .terms.cost import smax, substitute, symbols_of
+from ..symbolic.compile import evaluate
+from ..errors import MoesymError
+from ..model.step import StepModel, build_step
+from ..specs.deployment import Deployment, Phase, Workload
+from ..specs.hardware import HardwareSpec
+from ..specs.model import ModelSpec, expert_weights
+from ..symbolic.symbols import S
+from .model_root import ModelRoot, closed_form_at, model_root, sign_changes
+from .regime_form import RegimeForm, pin, regime_form, tidy
+from .sensitivity import root_elasticities
+from ..symbolic.expr import smax, substitute, symbols_of
 
 __all__ = ["ClosedForm", "crossover", "attention_overtakes_moe", "max_batch_for_tpot",
            "optimal_ep", "comm_hidden", "ep_min_tpot", "gpus_for_throughput", "solve",
@@ -91,7 +91,7 @@ class ClosedForm:
         return sp.latex(tidy(self.expr)) if self.expr is not None else ""
 
     def as_dict(self) -> dict:
-        from .solve.regime_form import legend
+        from .regime_form import legend
 
         return {"name": self.name, "latex": self.latex,
                 "sympy": str(tidy(self.expr)) if self.expr is not None else "",
@@ -120,7 +120,7 @@ def regime_at(step: StepModel, overrides: Mapping[sp.Symbol, float]) -> dict:
     """What limits each breakdown key of ``step`` with ``overrides`` bound (``predict``'s
     ``bounds`` rule): ``{key: compute | memory | communication | overhead}``, the routed
     experts by their roofline (compute or memory)."""
-    from .model.metrics import key_bounds
+    from ..numbers.metrics import key_bounds
 
     cm = step.compiled
     known = set(cm.parts[0]["args"]) | set(cm.parts[0]["static"])
@@ -183,7 +183,7 @@ def _answer(name: str, title: str, root: ModelRoot, eq: sp.Expr, values: Mapping
 def _all_experts_read(expr: sp.Expr) -> sp.Expr:
     """``expr`` without lazy expert loading: every local expert's weights read each step (the
     touched fraction 1 - (1 - k/E)^T set to 1)."""
-    from .terms.cost import nodes
+    from ..symbolic.expr import nodes
 
     lazy = nodes(expr, lambda p: isinstance(p, sp.Pow) and p.base.has(S.topk)
                  and p.base.has(S.experts) and (p.exp.has(S.batch) or p.exp.has(S.tokens)))
@@ -196,14 +196,14 @@ def crossover(model: ModelSpec, hw: HardwareSpec, dep: Deployment, lazy: bool = 
     compute-bound: the first batch whose routed-expert roofline (``predict``'s
     ``bounds.routed_experts.roofline``) is compute.
 
-    The roofline is :func:`moesym.model.metrics.routed_expert_roofline`: tensor time of the expert
+    The roofline is :func:`moesym.numbers.metrics.routed_expert_roofline`: tensor time of the expert
     GEMMs against the larger of their own memory time and the expert-weight read. On the
     roofline time model without lazy loading this is InferSim's B* = R / (2 S) across the EP
     group: F_g eta_gg b_w t_p (E + R) / (2 N_gpu W eta_m k) per GPU. On the kernel model the
     GEMM's tensor time moves in tile and wave steps, so the flip is usually a step: the batch at
     which one more wave of tiles is needed.
     """
-    from .model.report import routed_expert_roofline_expr
+    from ..model.report import routed_expert_roofline_expr
 
     if not model.is_moe:
         raise MoesymError(f"{model.name} is dense: it has no routed-expert crossover")
@@ -311,8 +311,8 @@ def max_batch_for_tpot(model: ModelSpec, hw: HardwareSpec, dep: Deployment, cont
 
 def _decode_rates(step_expr: sp.Expr, dep: Deployment) -> dict:
     """TPOT and tokens per GPU per second as predict reports them
-    (:func:`moesym.model.metrics.step_rates`), as expressions of the decode step time."""
-    from .model.metrics import accepted_tokens, step_rates
+    (:func:`moesym.numbers.metrics.step_rates`), as expressions of the decode step time."""
+    from ..numbers.metrics import accepted_tokens, step_rates
 
     a = accepted_tokens(dep)
     return step_rates(Phase.DECODE, S.batch, step_expr, S.tp, S.pp,
@@ -336,9 +336,9 @@ def _serve_scan(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workloa
     serve functions), at every concurrency from 1 up to one past where the decoding requests
     reach their cap (beyond it nothing changes: the rank is prefill-bound, more requests
     queue), or ``b_max``."""
-    from .model.metrics import accepted_tokens, serve_point, serve_rates, serve_step_times
-    from .model.predictor import serve_models
-    from .symtab import N
+    from ..numbers.metrics import accepted_tokens, serve_point, serve_rates, serve_step_times
+    from ..model.predictor import serve_models
+    from ..symbolic.symtab import N
 
     chunk, cm_mix, cm_dec = serve_models(model, hw, dep, wl, memory=False)
     a = accepted_tokens(dep)
@@ -361,8 +361,8 @@ def _serve_exprs(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Worklo
     exp), the mixed step's and the decode step's expressions at its decoding requests and
     mixed-step tokens. ISL, chunk and the mean KV length stay symbols (bound in values); the
     chunks of one prompt (TTFT's count, free of the concurrency) are a number."""
-    from .model.metrics import accepted_tokens, serve_point, serve_rates
-    from .terms.cost import smin
+    from ..numbers.metrics import accepted_tokens, serve_point, serve_rates
+    from ..symbolic.expr import smin
 
     mix = build_step(model, hw, dep, Workload(Phase.SERVE, batch=1, isl=wl.isl, osl=wl.osl,
                                               chunk=chunk, prefix_hit=wl.prefix_hit))
@@ -401,7 +401,7 @@ def max_concurrency(model: ModelSpec, hw: HardwareSpec, dep: Deployment, isl: in
 
     The steady state gives mean latencies: a percentile SLA is ``moesym optimize --percentile
     P``'s (the serving simulation). TPOT = f t_mix + (1 - f) t_dec with f the share of mixed
-    steps (:func:`moesym.model.metrics.serve_point`); TTFT = the prompt's chunks x t_mix (no
+    steps (:func:`moesym.numbers.metrics.serve_point`); TTFT = the prompt's chunks x t_mix (no
     queueing)."""
     if tpot_s is None and ttft_s is None:
         raise MoesymError("derive concurrency needs a target: --tpot-ms and/or --ttft-ms")
@@ -462,7 +462,7 @@ def max_concurrency(model: ModelSpec, hw: HardwareSpec, dep: Deployment, isl: in
     if cf.smooth is not None and cf.smooth.expr is None and cf.smooth.relaxed_root:
         from dataclasses import replace
 
-        from .model.metrics import accepted_tokens, serve_point
+        from ..numbers.metrics import accepted_tokens, serve_point
 
         steps = osl / accepted_tokens(dep)
         p = serve_point(cf.smooth.relaxed_root, isl, osl, chunk, accepted_tokens(dep),
@@ -482,7 +482,7 @@ def _serve_regime(model, hw, dep, wl: Workload, chunk: int, concurrency: float) 
     bound; the memory per GPU of the requests in flight and whether it fits."""
     from dataclasses import replace
 
-    from .model.predictor import predict
+    from ..model.predictor import predict
 
     r = predict(model, hw, dep, replace(wl, batch=int(concurrency), chunk=chunk), memory=True)
     out = {k: b.get("roofline", b["bound"]) if k == "routed_experts" else b["bound"]
@@ -574,7 +574,7 @@ def expert_cache_hides(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: 
     a = 1 - (1 - k/E)^T, so the tier costs n_mb (E - C) a c_x with c_x the time per cold expert
     (3 d d_e b_we / W_host streamed; on the host 3 d d_e b_we / W_dram + 6 d d_e T k / (E F_cpu)
     / a), and C* = E - t_c / (n_mb a c_x), t_c the layer's device compute at the root."""
-    from .model.predictor import predict
+    from ..model.predictor import predict
 
     if not model.is_moe:
         raise MoesymError(f"{model.name} is dense: it has no experts to cache")
@@ -612,7 +612,7 @@ def expert_cache_hides(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: 
         per_cold = expert_bytes / S.host_dram_bw + 6 * S.hidden * S.moe_inter * T * S.topk / (
             S.experts * S.host_flops) / a
     expr = S.experts - t_c / (S.micro_batches * a * per_cold)
-    from .model.bindings import bindings
+    from ..numbers.bindings import bindings
 
     vals = {k: v for k, v in bindings(model, hw, dep, wl).items() if k in symbols_of(expr)}
     vals.update({S.batch: wl.batch, t_c: r["layer_compute_s"]})
@@ -646,7 +646,7 @@ def max_batch_for_memory(model: ModelSpec, hw: HardwareSpec, dep: Deployment, co
     and the runtime reserve) fits in HBM. The memory model is linear in B in its regime, so the
     smooth form is B* = (M_hbm - fixed bytes) / (bytes per request), with the capacity kept
     symbolic."""
-    from .memory import memory_model
+    from ..memory import memory_model
 
     wl = Workload(Phase.DECODE, batch=1, context=context)
     mm = memory_model(model, hw, dep, wl)
@@ -692,7 +692,7 @@ def optimal_ep(model: ModelSpec, hw: HardwareSpec, workload: Workload,
     their tensor time does not), solved on the same step model with N_gpu = e_p. On the roofline
     without lazy loading: e_p* = (E + R) b_w F_g eta_gg t_p / (2 W eta_m k B).
     """
-    from .model.report import routed_expert_roofline_expr
+    from ..model.report import routed_expert_roofline_expr
 
     if not model.is_moe:
         raise MoesymError(f"{model.name} is dense: it has no expert parallelism to choose")
@@ -706,7 +706,7 @@ def optimal_ep(model: ModelSpec, hw: HardwareSpec, workload: Workload,
             dep.check_model(model)
         except MoesymError:
             continue
-        from .model.predictor import predict
+        from ..model.predictor import predict
 
         r = predict(model, hw, dep, workload, memory=memory_limit)
         table.append((e, r["tokens_per_gpu_s"], r.get("fits", True)))
@@ -760,7 +760,7 @@ def _instance_time(model: ModelSpec, hw: HardwareSpec, base: Deployment, context
     wave counts relaxed (ceilings dropped); routing is balanced (the busiest rank's expected
     load is a special function of e_p).
     Returns (expression in e_p and the workload symbols, numeric values)."""
-    from .solve import RELAX_CEILING, apply_rules
+    from . import RELAX_CEILING, apply_rules
 
     if not model.is_moe:
         raise MoesymError(f"{model.name} is dense: it has no expert parallelism to choose")
@@ -793,7 +793,7 @@ def _instance_table(model: ModelSpec, hw: HardwareSpec, base: Deployment, contex
     """``predict`` of an instance of e_p GPUs (EP over all of them) at each power-of-two EP that
     divides the experts, up to ``max_ep``: (e_p, step seconds, fits in memory, batch per
     attention DP rank, rounded up from ``batch_of_ep(e_p)``)."""
-    from .model.predictor import predict
+    from ..model.predictor import predict
 
     total = model.num_experts + base.redundant_experts
     rows = []
@@ -849,7 +849,7 @@ def ep_min_tpot(model: ModelSpec, hw: HardwareSpec, total_batch: int, context: i
     e_p* = sqrt(A / C); with DeepEP (no latency that grows with e_p) the step time falls all
     the way to the largest EP.
     """
-    from .solve import branch_at, solve_smooth
+    from . import branch_at, solve_smooth
 
     base = base or Deployment()
     max_ep = float(max_ep or model.num_experts)
@@ -903,7 +903,7 @@ def gpus_for_throughput(model: ModelSpec, hw: HardwareSpec, target_tokens_s: flo
     title = "Smallest instance meeting a throughput target"
     rows = _instance_table(model, hw, base, context,
                            lambda e: target_tokens_s * tpot_s * base.tp / e, max_gpus)
-    from .model.metrics import accepted_tokens, step_rates
+    from ..numbers.metrics import accepted_tokens, step_rates
 
     a = accepted_tokens(base)  # tokens a step emits per request
     meets = [r for r in rows
@@ -956,9 +956,9 @@ def solve_terms(step: StepModel) -> dict:
     difference), each breakdown key (busy time over one layer), ``routed_compute`` and
     ``routed_memory`` (the routed experts' roofline sides per micro-batch),
     ``tokens_per_gpu_s``, and ``memory_used`` / ``memory_free`` (bytes per GPU)."""
-    from .memory import memory_model
-    from .model.metrics import step_rates
-    from .model.report import routed_expert_roofline_expr
+    from ..memory import memory_model
+    from ..numbers.metrics import step_rates
+    from ..model.report import routed_expert_roofline_expr
 
     out = {"step": step.expr, "layer": step.layer_s, "layer_compute": step.layer_compute_s,
            "exposed_comm": step.layer_s - step.layer_compute_s, **step.per_layer_s}
@@ -981,7 +981,7 @@ def _parse_term(text: str, terms: Mapping) -> sp.Expr:
     printed names); a one-line error for anything else."""
     from sympy.parsing.sympy_parser import parse_expr
 
-    from .symbols import INFO
+    from ..symbolic.symbols import INFO
 
     if text in terms:
         return terms[text]
@@ -1004,7 +1004,7 @@ def _parse_term(text: str, terms: Mapping) -> sp.Expr:
 
 
 def _variable(name: str) -> tuple[sp.Symbol, bool, str]:
-    from .symbols import by_name
+    from ..symbolic.symbols import by_name
 
     attr, integer = VARIABLES.get(name, (name, None))
     try:
@@ -1036,7 +1036,7 @@ def solve(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload, var
     sym, integer, attr = _variable(var)
     values = {**mem_values, **step.values}
     if sym is S.flops_gemm:  # "the GPU's FLOP/s": every GEMM weight class's peak moves with it
-        from .terms.cost import substitute
+        from ..symbolic.expr import substitute
 
         tie = {s: S.flops_gemm * (float(values[s]) / float(values[S.flops_gemm]))
                for s in (S.flops_moe, S.flops_dense) if s in values}
@@ -1130,8 +1130,8 @@ def _minimum(term, sym, values, lo, hi, integer, text, var, step, timing) -> Clo
     derivative's sign change, else numeric)."""
     from scipy.optimize import minimize_scalar
 
-    from .solve import branch_at, solve_smooth
-    from .solve.model_root import _freeze, _step_values, steps_of
+    from . import branch_at, solve_smooth
+    from .model_root import _freeze, _step_values, steps_of
 
     vals = {k: v for k, v in values.items() if k != sym and k in symbols_of(term)}
     f = lambda x: evaluate(term, vals, {sym: np.asarray(x, dtype=float)})  # noqa: E731
@@ -1157,7 +1157,7 @@ def _minimum(term, sym, values, lo, hi, integer, text, var, step, timing) -> Clo
             cand = solve_smooth(sp.diff(branch, sym), sym, vals, x_best, general=False)
             cv = float(substitute(cand, {k: sp.Float(v) for k, v in vals.items()}).evalf())
             if abs(cv - x_best) <= 1e-6 * max(1.0, abs(x_best)) + (1.0 if integer else 0.0):
-                from .solve.model_root import _clean
+                from .model_root import _clean
 
                 expr, closed, kind = _clean(cand), cv, "smooth"
                 cnote = "a stationary point of the regime at the minimum"
@@ -1192,8 +1192,8 @@ def sensitivity(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workloa
     held), largest first. ``of``: step_time, tokens_per_gpu_s, tpot (decode), ttft (prefill),
     a term of ``derive solve``, or a derive answer (crossover, attention, comm-hidden,
     micro-batches: the elasticities of its smooth closed form)."""
-    from .model.metrics import step_rates
-    from .solve.sensitivity import elasticities
+    from ..numbers.metrics import step_rates
+    from .sensitivity import elasticities
 
     if of in ANSWERS:
         cf = ANSWERS[of](model, hw, dep, wl)

@@ -37,11 +37,11 @@ import shlex
 from functools import cache
 from pathlib import Path
 
-from ._toml import load_toml
-from .errors import MoesymError
-from .specs.deployment import A2AMode, Deployment, Phase, Workload
-from .specs.model import ModelSpec
-from .specs.precision import GGUF_TYPES, WeightRecipe, canonical
+from ..io.toml import load_toml
+from ..errors import MoesymError
+from ..specs.deployment import A2AMode, Deployment, Phase, Workload
+from ..specs.model import ModelSpec
+from ..specs.precision import GGUF_TYPES, WeightRecipe, canonical
 
 __all__ = ["ENGINES", "GPU_ENGINES", "TOOLS", "check_engine", "checkpoint", "launch_command"]
 
@@ -79,7 +79,7 @@ def _model_path(model: ModelSpec) -> str:
 
 @cache
 def _checkpoints() -> dict:
-    return load_toml(Path(__file__).parent / "engines" / "checkpoints.toml")
+    return load_toml(Path(__file__).with_name("checkpoints.toml"))
 
 
 def _is_gguf(recipe: WeightRecipe) -> bool:
@@ -167,7 +167,7 @@ def _engine_profile(engine: str, dep: Deployment, wl: Workload, notes: list) -> 
     """What the engine profile moesym timed with asks of the launch line: a decode batch per
     rank beyond the engine's largest captured CUDA graph gets the flag that captures it
     (moesym times decode steps as graph replays); a profile of another engine is said."""
-    from .engines import load_engine
+    from . import load_engine
 
     if dep.engine != engine and not str(dep.engine).endswith(".toml"):
         notes.append(f"timed with {dep.engine}'s scheduler and defaults (--engine {dep.engine}); "

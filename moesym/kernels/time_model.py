@@ -8,9 +8,9 @@ eta_gg / eta_m for grouped GEMMs, eta_a / eta_ma for attention, eta_me for eleme
 Their values are the hardware file's ``[kernel]`` fractions, the same numbers the kernel model
 reads (one set per GPU); the roofline leaves out tiles, waves and launch floors.
 
->>> from moesym.timing import RooflineTiming
+>>> from moesym.kernels.time_model import RooflineTiming
 >>> from moesym.terms.attention import gemm
->>> from moesym.symbols import S
+>>> from moesym.symbolic.symbols import S
 >>> tt = RooflineTiming().time(gemm("g", S.batch, S.hidden, S.hidden, S.w_bytes, S.act_bytes))
 >>> tt.compute_s
 2*B*d**2/(F_g*eta_g)
@@ -22,44 +22,10 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from .symbols import S
-from .terms.cost import Cost, KernelClass, component_symbols, smax
+from ..symbolic.symbols import S
+from ..terms.cost import Cost, KernelClass, TermTime, component_symbols
 
-__all__ = ["TermTime", "TimeModel", "RooflineTiming", "time_model"]
-
-
-@dataclass(frozen=True)
-class TermTime:
-    """Time of one term split by what bounds it (all SymPy expressions in seconds)."""
-
-    name: str
-    compute_s: sp.Expr
-    memory_s: sp.Expr
-    comm_s: sp.Expr
-    overhead_s: sp.Expr
-
-    @property
-    def total_s(self) -> sp.Expr:
-        return smax(self.compute_s, self.memory_s) + self.comm_s + self.overhead_s
-
-    def __add__(self, other: "TermTime") -> "TermTime":
-        """Two kernels run one after the other (each keeps its own roofline max)."""
-        return _Sum(self.name, (self, other))
-
-
-class _Sum(TermTime):
-    def __init__(self, name, parts):
-        flat = []
-        for p in parts:
-            flat.extend(p.parts if isinstance(p, _Sum) else [p])
-        object.__setattr__(self, "parts", tuple(flat))
-        object.__setattr__(self, "name", name)
-        for f in ("compute_s", "memory_s", "comm_s", "overhead_s"):
-            object.__setattr__(self, f, sp.Add(*(getattr(p, f) for p in flat)))
-
-    @property
-    def total_s(self) -> sp.Expr:
-        return sp.Add(*(p.total_s for p in self.parts))
+__all__ = ["TimeModel", "RooflineTiming", "time_model"]
 
 
 class TimeModel:
@@ -68,7 +34,7 @@ class TimeModel:
     nothing): bind it to one configuration's numbers, replay a decode step as a CUDA graph,
     and report what it did once the step is built. The models: :class:`RooflineTiming`,
     :class:`moesym.kernels.timing.KernelTiming`, :class:`moesym.kernels.table_timing.TableTiming`
-    and :class:`moesym.kernels.tile_step.TileStepTiming`; :data:`moesym.time_models.TIME_MODELS`
+    and :class:`moesym.kernels.tile_step.TileStepTiming`; :data:`moesym.specs.time_models.TIME_MODELS`
     names them."""
 
     def time(self, c: Cost) -> TermTime:
@@ -124,14 +90,38 @@ class RooflineTiming(TimeModel):
 
 def time_model(name: str, hw, moe_kernel: str | None = None) -> TimeModel:
     """The time model a deployment names (``Deployment.timing``), for GPU ``hw``, as the
-    registry :data:`moesym.time_models.TIME_MODELS` builds it: ``kernel``, the analytical kernel
+    registry :data:`moesym.specs.time_models.TIME_MODELS` builds it: ``kernel``, the analytical kernel
     model with this GPU's calibration (what every command uses by default), ``roofline``, the
     plain roofline with named efficiency symbols (the teaching form), or ``tables:DIR``,
     measured kernel tables over the kernel model (bound to one configuration by
     ``build_step``). ``moe_kernel``: the fused-MoE backend the engine runs
     (:meth:`moesym.engines.EngineKernels.moe_kernel`), whose grouped-GEMM fraction from the
     GPU's ``[moe_kernels]`` replaces ``[kernel]``'s in the kernel model."""
-    from .time_models import lookup
+    import importlib
+
+    from ..specs.time_models import lookup
 
     entry, argument = lookup(name)
-    return entry.build(hw, moe_kernel, argument)
+    module, function = entry.build.split(":")
+    return getattr(importlib.import_module(module), function)(hw, moe_kernel, argument)
+
+
+def kernel_model(hw, moe_kernel, _argument) -> TimeModel:
+    """``kernel``: the analytical kernel model with ``hw``'s calibration."""
+    from .timing import KernelTiming
+
+    return KernelTiming.from_hardware(hw, moe_kernel)
+
+
+def roofline_model(_hw, _moe_kernel, _argument) -> TimeModel:
+    """``roofline``: peaks times named efficiency symbols."""
+    return RooflineTiming()
+
+
+def tables_model(hw, _moe_kernel, folder: str) -> TimeModel:
+    """``tables:DIR``: the measured kernel tables in ``folder`` over the kernel model."""
+    from pathlib import Path
+
+    from .table_timing import TableTiming
+
+    return TableTiming.for_hardware(hw, Path(folder).expanduser())

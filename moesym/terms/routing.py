@@ -11,8 +11,8 @@ import numpy as np
 import sympy as sp
 
 from .. import routing as rt
-from ..symbols import S
-from ..terms.dims import Dims
+from ..symbolic.symbols import S
+from .dims import Dims
 
 __all__ = ["imbalance_expr", "touched_local_experts_expr", "group_tokens", "group_limited",
            "group_var_factor"]
@@ -41,7 +41,7 @@ def imbalance_expr(model, deployment, D: Dims, tokens_mb) -> sp.Expr:
         if deployment.ep == 1:
             return sp.Integer(1)
         from ..routing.zipf import rank_imbalance_table
-        from ..special import LogInterp
+        from ..symbolic.special import LogInterp
 
         s = deployment.routing.skew
         ts, ys = rank_imbalance_table(model.num_experts, model.experts_per_token, deployment.ep,

@@ -1,11 +1,11 @@
 """Special functions with no closed form: SymPy ``Function`` classes plus their NumPy versions.
 
 Each class stays unevaluated in symbolic work, evaluates on numbers through ``evalf`` and
-compiles to its NumPy version in :mod:`moesym.special_numeric` (:data:`NUMPY_FUNCTIONS`, called
+compiles to its NumPy version in :mod:`moesym.numeric.special` (:data:`NUMPY_FUNCTIONS`, called
 by class name in generated code).
 
 >>> import sympy as sp
->>> from moesym.special import MaxBinomialMean, PaddedRowsMean
+>>> from moesym.symbolic.special import MaxBinomialMean, PaddedRowsMean
 >>> half = sp.Rational(1, 2)
 >>> round(float(MaxBinomialMean(half, half, 2).evalf()), 6)  # max of 2 Bernoulli(1/2)
 0.75
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .special_numeric import (NUMPY_FUNCTIONS, binomial_cdf, load_cdf, log_interp,
-                              max_binomial_mean, padded_rows_mean)
+from ..numeric.special import (NUMPY_FUNCTIONS, binomial_cdf, load_cdf, log_interp,
+                               max_binomial_mean, padded_rows_mean)
 
 __all__ = [
     "NUMPY_FUNCTIONS",

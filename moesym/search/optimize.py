@@ -29,15 +29,15 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .errors import MoesymError
-from .model.metrics import (accepted_tokens, fits, micro_batches_run, prefill_memory_values,
-                            serve_chunk, serve_memory_values, serve_point, serve_rates,
-                            serve_step_times, step_rates, tokens_per_user_s)
-from .progress import progress_bar
-from .specs.deployment import A2AMode, Deployment, Phase, Workload, prefill_chunk, valid_mask
-from .specs.hardware import HardwareSpec
-from .specs.model import ModelSpec
-from .symtab import N
+from ..errors import MoesymError
+from ..numbers.metrics import (accepted_tokens, fits, micro_batches_run, prefill_memory_values,
+                               serve_chunk, serve_memory_values, serve_point, serve_rates,
+                               serve_step_times, step_rates, tokens_per_user_s)
+from ..io.progress import progress_bar
+from ..specs.deployment import A2AMode, Deployment, Phase, Workload, prefill_chunk, valid_mask
+from ..specs.hardware import HardwareSpec
+from ..specs.model import ModelSpec
+from ..symbolic.symtab import N
 
 __all__ = ["OptimizeResult", "optimize", "measure", "choices", "pareto_front", "disaggregate"]
 
@@ -209,7 +209,7 @@ def _workload(ph: Phase, context, isl, osl, chunk, prefix_hit) -> Workload:
 def _compiled(model: ModelSpec, hw: HardwareSpec, rep: Deployment, wl0: Workload) -> tuple:
     """The compiled models predict builds for this structure (TP, micro-batches, size, GPUs and
     EP bound per candidate): serve's mixed and decode steps, else the step with its memory."""
-    from .model.predictor import compiled_predict_model, serve_models
+    from ..model.predictor import compiled_predict_model, serve_models
 
     if wl0.phase is Phase.SERVE:
         return serve_models(model, hw, rep, replace(wl0, chunk=wl0.chunk or 1))[1:]
@@ -239,7 +239,7 @@ def measure(model: ModelSpec, hw: HardwareSpec, dep: Deployment, phase: str, siz
 def device_capacity(model: ModelSpec, hw: HardwareSpec, dep: Deployment) -> float:
     """Bytes a GPU of ``dep`` may fill: its memory, less what an ``--expert-cache`` host tier
     takes of a unified DRAM (one pool); 0 where the host tier does not fit its host memory."""
-    from .memory.capacity import host_expert_bytes, host_fits
+    from ..memory.capacity import host_expert_bytes, host_fits
 
     host = host_expert_bytes(model, hw, dep)
     if not host:
@@ -276,7 +276,7 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     ``max_size``: largest batch (decode, serve) or tokens (prefill) per attention DP rank
     searched. ``micro_batches``, ``a2a_modes``, ``tps``, ``eps``: the values each choice may
     take (None: every valid one); a pinned value that no valid deployment has is an error.
-    Serve (aggregated serving, :mod:`moesym.model.metrics`) takes ``isl``, ``osl`` and ``chunk``
+    Serve (aggregated serving, :mod:`moesym.numbers.metrics`) takes ``isl``, ``osl`` and ``chunk``
     (0: the engine's default for each TP) instead of ``context``; its throughput is output
     tokens per GPU per second, limited by TPOT (with prefill interference) and TTFT.
     ``progress``: a progress bar on stderr over the (A2A mode, EP) models.
@@ -299,13 +299,13 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     quarters of E and E); each is its own model, and a larger cache leaves less memory for the
     batch, so the search weighs the cache against the batch it displaces.
     """
-    from .model.predictor import ep_class
+    from ..model.predictor import ep_class
 
     ph = Phase(phase)
     base = base or Deployment()
     serve = ph is Phase.SERVE
     if base.overlap not in ("auto", "ideal"):  # a pinned schedule runs its own micro-batches
-        from .schedules import load
+        from ..schedules import load
 
         runs = load(base.overlap).layout(ph.engine).micro_batches
         if runs not in micro_batches:

@@ -1,0 +1,1 @@
+"""Searching deployments: grid sweeps and the optimizer."""

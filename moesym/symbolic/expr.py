@@ -1,0 +1,199 @@
+"""SymPy helpers every stage may import: smooth-free max and min that keep expressions flat (``smax``,
+``smin``), structural substitution and transforms over the shared expression graph, dependency
+queries. Nothing here knows about MoE.
+
+>>> from moesym.symbolic.expr import smax
+>>> from moesym.symbolic.symbols import S
+>>> smax(S.batch, smax(S.batch, 1))
+Max(1, B)
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import sympy as sp
+
+__all__ = ['nonnegative', 'smax', 'smin', 'rebuild', 'transform', 'substitute', 'nodes', 'dependents', 'symbols_of', 'depends', 'sym']
+
+
+def _flat(cls, args) -> list:
+    out: list = []
+    for a in args:
+        a = sym(a)
+        out.extend(a.args if a.func is cls else (a,))
+    return out
+
+
+def _extremum(cls, pick, args) -> sp.Expr:
+    """``cls`` (Max or Min) of ``args`` without SymPy's pairwise simplification (its
+    ``_find_localzeros`` dominates building a kernel-model step): nested calls are flattened,
+    numbers folded into one, repeated arguments dropped; only the numeric constant is compared,
+    and against a symbolic argument only when that argument's sign settles it."""
+    xs = _flat(cls, args)
+    nums = [a for a in xs if a.is_Number]
+    rest = list(dict.fromkeys(a for a in xs if not a.is_Number))
+    if nums:
+        c = pick(nums)
+        # the constant loses to every other argument only where each provably beats it; cheap
+        # for the zero floors the terms use (Max(0, x) with x >= 0)
+        if not (rest and c == 0 and cls is sp.Max and all(map(nonnegative, rest))):
+            rest.append(c)
+    if not rest:
+        return sp.Integer(0)
+    if len(rest) == 1:
+        return rest[0]
+    if all(a.is_Atom or all(b.is_Atom for b in a.args) for a in rest):
+        return cls(*rest, evaluate=False)  # SymPy's canonical order: cheap for shallow args
+    # deep arguments (nested schedules): SymPy's ordering counts tree nodes, exponential in the
+    # nesting depth of a shared graph; keep the (deterministic) order the terms were built in
+    obj = sp.Expr.__new__(cls, *rest)
+    obj._argset = frozenset(rest)
+    return obj
+
+
+@lru_cache(maxsize=65536)
+def nonnegative(e: sp.Basic) -> bool:
+    """True where ``e`` is provably >= 0 from its structure alone: numbers >= 0, symbols declared
+    non-negative, and sums, products, powers, maxima, minima, ceilings and floors of such (a
+    cheap sufficient test; SymPy's assumption system answers more but costs seconds on a step
+    model). False means "not shown", never "negative".
+
+    >>> from moesym.symbolic.symbols import S
+    >>> nonnegative(S.batch * sp.ceiling(S.hidden / 64) + 1), nonnegative(S.batch - 1)
+    (True, False)
+    """
+    if e.is_Number:
+        return bool(e >= 0)
+    if e.is_Symbol:
+        return bool(e.is_nonnegative)
+    if e.is_Add or e.is_Mul or isinstance(e, (sp.Min, sp.ceiling, sp.floor)):
+        return all(map(nonnegative, e.args))
+    if e.is_Pow:
+        return nonnegative(e.args[0]) and e.args[1].is_real is True
+    if isinstance(e, sp.Max):
+        return any(map(nonnegative, e.args))
+    if isinstance(e, sp.exp):
+        return e.args[0].is_real is True
+    return False
+
+
+def smax(*args) -> sp.Expr:
+    """Max without SymPy's pairwise simplification (see :func:`_extremum`).
+
+    >>> from moesym.symbolic.symbols import S
+    >>> smax(S.batch, 0), smax(2, 3), smax(S.batch, smax(S.tokens, 1), 4)
+    (B, 3, Max(4, B, T))
+    """
+    return _extremum(sp.Max, max, args)
+
+
+def smin(*args) -> sp.Expr:
+    """Min without SymPy's pairwise simplification (see :func:`_extremum`)."""
+    return _extremum(sp.Min, min, args)
+
+
+def rebuild(e: sp.Basic, args: tuple) -> sp.Basic:
+    """``e.func(*args)`` without SymPy's re-simplification of maxima, minima and symbolic
+    ceilings / floors (see :func:`substitute`)."""
+    if args == e.args:
+        return e
+    if e.func is sp.Max:
+        return smax(*args)
+    if e.func is sp.Min:
+        return smin(*args)
+    if e.func in (sp.ceiling, sp.floor):
+        return e.func(args[0]) if args[0].is_Number else e.func(args[0], evaluate=False)
+    return e.func(*args)
+
+
+def transform(expr: sp.Basic, fn) -> sp.Basic:
+    """Bottom-up rewrite: every node is rebuilt from its rewritten arguments (:func:`rebuild`)
+    and then passed through ``fn`` (return the node unchanged to keep it). Shared
+    subexpressions are visited once."""
+    memo: dict = {}
+
+    def go(e):
+        if e in memo:
+            return memo[e]
+        out = fn(e if e.is_Atom else rebuild(e, tuple(go(a) for a in e.args)))
+        memo[e] = out
+        return out
+
+    return go(sp.sympify(expr))
+
+
+def substitute(expr: sp.Basic, mapping) -> sp.Basic:
+    """``expr.xreplace(mapping)`` that rebuilds maxima and minima with :func:`smax` /
+    :func:`smin` and symbolic ceilings / floors unevaluated: SymPy's own rebuild re-simplifies
+    every Max it touches (minutes on a step model). Shared subexpressions are rebuilt once.
+
+    >>> from moesym.symbolic.symbols import S
+    >>> substitute(smax(S.batch, 2 * S.tokens), {S.tokens: 3})
+    Max(6, B)
+    """
+    memo = {sp.sympify(k): sp.sympify(v) for k, v in dict(mapping).items()}
+    if not memo:
+        return expr
+
+    def go(e):
+        if e in memo:
+            return memo[e]
+        if e.is_Atom:
+            return e
+        out = rebuild(e, tuple(go(a) for a in e.args))
+        memo[e] = out
+        return out
+
+    return go(sp.sympify(expr))
+
+
+def nodes(expr: sp.Basic, test) -> list[sp.Basic]:
+    """Every unique node of ``expr`` for which ``test`` holds, each before the nodes inside it
+    (a topological order of the shared graph: SymPy's tree walks, ``atoms``, ``has`` and
+    ``preorder_traversal``, visit a shared subexpression once per path to it, exponentially
+    often on a large model)."""
+    order, seen, stack = [], set(), [(sp.sympify(expr), False)]
+    while stack:
+        e, done = stack.pop()
+        if done:
+            order.append(e)
+            continue
+        if e in seen:
+            continue
+        seen.add(e)
+        stack.append((e, True))
+        stack.extend((a, False) for a in e.args if a not in seen)
+    return [e for e in reversed(order) if test(e)]
+
+
+def dependents(expr: sp.Basic, x: sp.Basic) -> set:
+    """The nodes of ``expr`` that contain ``x`` (``x`` included), in one pass over the shared
+    graph (see :func:`nodes`)."""
+    out = set()
+    for e in reversed(nodes(expr, lambda e: True)):  # children before parents
+        if e == x or any(a in out for a in e.args):
+            out.add(e)
+    return out
+
+
+@lru_cache(maxsize=512)
+def symbols_of(expr: sp.Basic) -> frozenset:
+    """``expr.free_symbols`` walking the shared graph once (SymPy's property recurses into every
+    path to a shared subexpression, exponentially often on a large model).
+
+    >>> from moesym.symbolic.symbols import S
+    >>> sorted(map(str, symbols_of(smax(S.batch, S.hidden) * S.batch)))
+    ['B', 'd']
+    """
+    return frozenset(nodes(expr, lambda e: e.is_Symbol))
+
+
+def depends(expr: sp.Basic, x: sp.Basic) -> bool:
+    """``expr.has(x)`` walking the shared graph once."""
+    return expr in dependents(expr, x)
+
+
+def sym(x) -> sp.Expr:
+    """Accept a SymPy expression or a plain number (never a string)."""
+    return sp.sympify(x, strict=True)
