@@ -215,6 +215,23 @@ def test_regime_solver_keeps_conditions_and_relaxes_ceilings():
     assert apply_rules(sp.ceiling(x) + sp.floor(2 * x), [RELAX_CEILING]) == 3 * x
 
 
+def test_active_branch_of_a_reciprocal_minimum_over_a_piecewise():
+    # the busiest-rank ratio's cap has this shape: 1 / Min(e, E/k, Piecewise(...)). Choosing the
+    # Min's Piecewise argument makes SymPy rewrite 1 / Piecewise as a Piecewise of reciprocals, a
+    # node the first pass never saw: branch_at must resolve it too. At x = 2, a = 5: the
+    # Piecewise is 2 x = 4 (x >= 1), Min(5, 4) = 4, so the branch is 1 / (2 x) + x
+    from moesym.solve.regimes import branch_at
+
+    x, a = sp.symbols("x a", positive=True)
+    pw = sp.Piecewise((x ** 2, x < 1), (2 * x, True))
+    smooth, _, labels = branch_at(1 / sp.Min(a, pw) + x, x, {x: 2.0, a: 5.0})
+    assert sp.simplify(smooth - (1 / (2 * x) + x)) == 0
+    assert not smooth.has(sp.Min, sp.Max, sp.Piecewise) and len(labels) >= 2
+    # at a = 3 the Min takes a: 1 / a + x, no Piecewise left either
+    smooth, _, _ = branch_at(1 / sp.Min(a, pw) + x, x, {x: 2.0, a: 3.0})
+    assert sp.simplify(smooth - (1 / a + x)) == 0
+
+
 def test_model_root_steps_and_smooth_regimes_by_hand():
     from moesym.solve.model_root import model_root
 

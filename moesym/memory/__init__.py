@@ -30,13 +30,8 @@ from .formats import (
                        weight_bytes_per_param,
                        weight_formats,
 )
-from .kv import (
-                       kv_bytes,
-                       kv_bytes_per_request,
-                       kv_bytes_per_token,
-                       kv_bytes_per_token_layer,
-                       speculative_kv_bytes_per_request,
-)
+from ..terms.kv import (kv_bytes, kv_bytes_per_request, kv_bytes_per_token,
+                        kv_bytes_per_token_layer, speculative_kv_bytes_per_request)
 from .runtime import (
                        decode_activation_bytes,
                        deepep_low_latency_bytes,

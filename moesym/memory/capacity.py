@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 
 import sympy as sp
 
+from ..attention import compose
 from ..symbolic.compile import evaluate
 from ..errors import SpecError
 from ..numbers.bindings import bindings, memory_workload_values
@@ -39,16 +40,9 @@ from ..specs.hardware import HardwareSpec
 from ..specs.precision import file_type_bytes
 from ..specs.model import ModelSpec, expert_weights
 from ..symbolic.symbols import S, by_name
-from ..terms.attention import INDEX_KEY_SCALE_BYTES
-from ..symbolic.expr import smax, smin, substitute
+from ..symbolic.expr import smax, substitute
 from ..terms.dims import symbolic_dims
 from .formats import weight_bytes_per_param, weight_formats
-from .kv import (
-    kv_bytes_per_request,
-    kv_bytes_per_token,
-    kv_bytes_per_token_layer,
-    speculative_kv_bytes_per_request,
-)
 from .runtime import (
     decode_activation_bytes,
     deepep_low_latency_bytes,
@@ -178,44 +172,19 @@ def memory_expressions(model: ModelSpec, dep: Deployment, phase: Phase,
     mla = model.is_mla
     q_lora = model.q_lora_rank > 0
     n_layers = S.n_moe_layers + S.n_dense_layers
-    n_sw = S.n_sliding_layers if model.sliding_layers else 0
     weights = weights_breakdown(D, mla=mla, q_lora=q_lora, tie_embeddings=model.tie_embeddings,
                                 mtp_shares_block=opts.mtp_shares_block, gate=model.attn_output_gate)
     if dep.expert_cache is not None and model.is_moe:  # only the cached experts stay on device
         cached = sp.Integer(min(dep.expert_cache, model.num_experts))
         weights["routed_experts"] = S.n_moe_layers * cached * expert_weights(
             D.hidden, D.moe_inter, S.w_bytes_expert, D.expert_tp)
-    per_token = (kv_bytes_per_token(D, mla, n_layers, n_sw)
-                 + S.n_mtp_layers * kv_bytes_per_token_layer(D, mla))
-    per_request = (kv_bytes_per_request(D, mla, S.context, n_layers, n_sw, S.window, S.block_size,
-                                        fragmentation=opts.kv_fragmentation)
-                   + speculative_kv_bytes_per_request(D, mla, S.n_mtp_layers, S.context, n_layers))
-    if model.linear_layers:  # hybrid: KV in the full-attention layers, a fixed state elsewhere
-        m = model
-        f = sp.Rational(m.linear_layers, m.num_layers)
-        per_token = kv_bytes_per_token(D, mla, n_layers * (1 - f), n_sw) \
-            + S.n_mtp_layers * kv_bytes_per_token_layer(D, mla)
-        per_request = (kv_bytes_per_request(D, mla, S.context, n_layers * (1 - f), n_sw, S.window,
-                                            S.block_size, fragmentation=opts.kv_fragmentation)
-                       + speculative_kv_bytes_per_request(D, mla, S.n_mtp_layers, S.context,
-                                                          n_layers * (1 - f))
-                       + n_layers * f * gdn_state_bytes(D, m))
-    if model.is_compressed:  # DeepSeek-V4: window, compressed entries, indexer keys, state
-        from ..terms import compressed as cmp
-
-        per_token = cmp.cache_bytes_per_token(D, model, n_layers)
-        # the MTP layer attends its window only (vLLM gives MTP layers compress ratio 0)
-        per_request = (cmp.cache_bytes_per_request(D, model, S.context, n_layers)
-                       + S.n_mtp_layers * smin(S.context, model.sliding_window)
-                       * cmp.entry_bytes(D, model))
-        sharded, replicated, bf16 = cmp.attention_params(model)
-        share = n_layers / model.num_layers  # this GPU's (pipeline stage's) layers
-        weights["attention_sharded"] = share * sharded / D.tp * S.w_bytes
-        weights["attention_replicated"] = share * (replicated * S.w_bytes + bf16 * 2)
-    elif model.index_topk:  # DeepSeek sparse attention caches the indexer's FP8 key + fp32 scale
-        index_key = sp.Integer(model.index_head_dim + INDEX_KEY_SCALE_BYTES)
-        per_token += n_layers * index_key
-        per_request += n_layers * index_key * S.context
+    # the cache of each attention variant over its layers (moesym.attention)
+    kv = compose.memory(model, D, n_layers, S.context, S.block_size, opts.kv_fragmentation,
+                        S.n_mtp_layers)
+    per_token, per_request = kv.per_token, kv.per_request
+    own = compose.weights(model, D, n_layers)  # attention weights the variant counts itself
+    if own is not None:
+        weights.update(own)
     ffn_i = ffn_intermediate(D, is_moe=model.is_moe, has_dense=model.dense_layers > 0)
     act_kw = {"mla": mla, "ffn_inter": ffn_i, "hc_mult": S.hc_mult,
               "residual_bytes": sp.Float(opts.residual_bytes)}
@@ -249,15 +218,6 @@ def memory_expressions(model: ModelSpec, dep: Deployment, phase: Phase,
     return {"weights": weights, "kv_per_token": per_token, "kv_per_request": per_request,
             "kv": S.batch * per_request, "activation": activation, "workspace": workspace,
             "comm": comm, "reserve": runtime_reserve_bytes()}
-
-
-def gdn_state_bytes(D, model) -> sp.Expr:
-    """One request's state in one gated DeltaNet layer on one GPU: h_v d_k d_v fp32 values and
-    the convolution's last (conv - 1) positions of the q, k, v channels (BF16), heads over TP."""
-    m = model
-    hv, hk = m.linear_v_heads / D.tp, m.linear_k_heads / D.tp
-    channels = 2 * hk * m.linear_k_dim + hv * m.linear_v_dim
-    return hv * m.linear_k_dim * m.linear_v_dim * 4 + channels * (m.linear_conv - 1) * D.act_bytes
 
 
 def memory_bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,

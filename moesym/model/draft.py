@@ -12,6 +12,7 @@ from ..specs.deployment import Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
 from ..symbolic.symbols import S
+from ..attention import compose
 from ..terms import attention as att
 from ..terms import ffn
 from ..terms.dims import Dims
@@ -38,7 +39,7 @@ def draft_s(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, timing,
     plain = replace(dep, mtp=0, accept=None)
     costs = moe_layer_costs if model.is_moe else dense_layer_costs
     # DeepSeek-V4's MTP layer attends its sliding window only (vLLM: compress ratio 0)
-    layer_model = replace(model, csa_layers=0, hca_layers=0) if model.is_compressed else model
+    layer_model = compose.draft_model(model)  # DeepSeek-V4's MTP layer: its sliding window only
 
     def one_pass(phase: Phase, tokens, logits) -> sp.Expr:
         w = Workload(phase, batch=1, tokens=1, context=2, chunk=1)

@@ -17,7 +17,7 @@ from ..symbolic.expr import smax
 from ..terms.dims import Dims
 from ..terms.cost import TermTime
 from ..terms.routing import group_tokens
-from .tokens import step_tokens
+from ..terms.tokens import step_tokens
 
 __all__ = ["host_computed", "offload_s", "with_expert_tiers"]
 

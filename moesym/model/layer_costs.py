@@ -12,7 +12,7 @@ from ..specs.deployment import A2AMode, Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
 from ..symbolic.symbols import S
-from ..terms import attention as att
+from ..attention import compose
 from ..terms import comm, elementwise as ew, ffn
 from ..terms.cost import Cost, GemmShape, KernelClass, LoadShape, component_symbols
 from ..symbolic.expr import smax
@@ -21,7 +21,7 @@ from ..specs.time_models import lookup
 from .expert_tiers import host_computed
 from .report import BREAKDOWN_KEYS
 from ..terms.routing import group_limited, group_tokens, imbalance_expr, touched_local_experts_expr
-from .tokens import step_tokens
+from ..terms.tokens import step_tokens
 
 __all__ = ["dense_layer_costs", "engine_moe_kernel", "layer_costs", "layer_work", "moe_layer_costs",
            "quantized", "tile_stepped_experts", "weight_only"]
@@ -40,8 +40,6 @@ def moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
                      hw: HardwareSpec | None = None) -> dict:
     """Per-micro-batch costs of one MoE layer, grouped by breakdown key (``hw``: decides which
     weight classes run weight-only kernels, :func:`weight_only`)."""
-    from .step import _attention_core, _attention_elementwise, _attention_projections
-
     q = quantized(model, dep)
     wo = weight_only(model, dep, hw)
     dq = dep.dequant
@@ -49,8 +47,8 @@ def moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     t = step_tokens(wl, dep) / D.micro_batches  # tokens of one micro-batch on one attention DP rank
     t_moe = ffn.moe_tokens_per_gpu(D, t)
     costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
-    costs["attention_proj"] = _tagged(_attention_projections(model, D, t), "attn", wo, dq)
-    costs["attention_core"] = _attention_core(model, dep, wl, D, t)
+    costs["attention_proj"] = _tagged(compose.projections(model, D, t), "attn", wo, dq)
+    costs["attention_core"] = compose.step_core(model, dep, wl, D, t)
     lam = imbalance_expr(model, dep, D, t)
     rows = t_moe * D.topk * lam * D.expert_tp
     layout = dep.resolved_layout(wl.phase)
@@ -119,7 +117,7 @@ def moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     else:
         tp = [ar] + comm.tp_moe_boundary(D, t, tp_bw, tp_lat)
     costs["tp_comm"] = tp + _cp_ring(model, dep, wl, D, t)
-    costs["other"] = [ew.norm_residual(D, t).scaled(2), _attention_elementwise(model, D, t, q["attn"]),
+    costs["other"] = [ew.norm_residual(D, t).scaled(2), *compose.elementwise(model, D, t, q["attn"]),
                       ew.swiglu_activation("experts_act", rows, D.moe_inter / D.expert_tp, D.act_bytes)]
     if model.num_experts > 1:  # a single expert needs no routing: it is a dense FFN
         # DeepEP low-latency dispatch writes tokens straight into the experts' buffers and its
@@ -150,15 +148,13 @@ def moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
 def dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
                        hw: HardwareSpec | None = None) -> dict:
     """Per-micro-batch costs of one dense layer, grouped by breakdown key."""
-    from .step import _attention_core, _attention_elementwise, _attention_projections
-
     q = quantized(model, dep)
     wo = weight_only(model, dep, hw)
     dq = dep.dequant
     t = step_tokens(wl, dep) / D.micro_batches
     costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
-    costs["attention_proj"] = _tagged(_attention_projections(model, D, t), "attn", wo, dq)
-    costs["attention_core"] = _attention_core(model, dep, wl, D, t)
+    costs["attention_proj"] = _tagged(compose.projections(model, D, t), "attn", wo, dq)
+    costs["attention_core"] = compose.step_core(model, dep, wl, D, t)
     # a dense FFN stands in for the MoE: its GEMMs are moe_routed, its weight read moe_weight_load
     g_up, g_down = ffn.dense_ffn(D, t)
     w_up = g_up.shape.n * g_up.shape.k * D.w_bytes
@@ -172,7 +168,7 @@ def dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     ar = (comm.tp_allreduce(D, t, S.bw_up * S.eff_up, S.lat_up) if car is None else
           comm.tp_allreduce_custom(D, t, car, S.bw_up * S.eff_up, S.lat_up))
     costs["tp_comm"] = [ar.scaled(2)] + _cp_ring(model, dep, wl, D, t)
-    costs["other"] = [ew.norm_residual(D, t).scaled(2), _attention_elementwise(model, D, t, q["attn"]),
+    costs["other"] = [ew.norm_residual(D, t).scaled(2), *compose.elementwise(model, D, t, q["attn"]),
                       ew.swiglu_activation("ffn_act", t, D.dense_inter / D.tp, D.act_bytes)]
     if q["dense"]:  # block-FP8 linears quantize their inputs: gate_up's (hidden) and down's (inter)
         costs["other"] += [ew.fp8_input_cast("ffn_cast", t, D.hidden + D.dense_inter / D.tp,
@@ -262,7 +258,7 @@ def _cp_ring(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t) -> lis
     ring = S.cp * D.tp  # GPUs the ring spans: inside one scale-up domain or across them
     bw = comm.group_bandwidth(ring, D.gpus_per_node, S.bw_up * S.eff_up, S.bw_out * S.eff_out)
     lat = comm.group_latency(ring, D.gpus_per_node, S.lat_up, S.lat_out)
-    kv = att.kv_bytes_per_token_layer(D, model.is_mla)
+    kv = compose.kv_bytes_per_token_layer(model, D)
     return [Cost("cp_ring", KernelClass.COMM, net_bytes=(S.cp - 1) * t * kv, net_bw=bw,
                  fixed_s=(S.cp - 1) * lat)]
 

@@ -7,7 +7,7 @@ import sympy as sp
 from ..specs.deployment import Deployment, Workload
 from ..symbolic.symbols import S
 from ..terms.dims import Dims
-from .tokens import step_tokens
+from ..terms.tokens import step_tokens
 
 __all__ = ["pipelined"]
 

@@ -21,15 +21,14 @@ from typing import Mapping
 import numpy as np
 import sympy as sp
 
+from ..attention import compose
 from ..symbolic.compile import evaluate
 from ..specs.deployment import Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
 from ..symbolic.symbols import S, by_name, check_bindings
-from ..terms import attention as att
-from ..terms import compressed as cmp, elementwise as ew, ffn
-from ..terms.cost import Cost
-from ..symbolic.expr import smax, smin
+from ..terms import ffn
+from ..symbolic.expr import smax
 from ..terms.dims import Dims, symbolic_dims
 from ..terms.cost import TermTime
 from ..kernels.time_model import TimeModel, time_model
@@ -42,8 +41,7 @@ from .layer_costs import (engine_moe_kernel, layer_costs, layer_work, tile_stepp
 from .layer_time import layer_time, operation_times, reserved_terms, timed
 from .pipeline_parallel import pipelined
 from .report import BREAKDOWN_KEYS
-from .tokens import context_parallel, queries, step_tokens
-from .tokens import context_parallel as _cp, queries as _queries  # the attention kernels' names
+from ..terms.tokens import context_parallel, queries, step_tokens
 
 __all__ = ["StepModel", "build_step", "BREAKDOWN_KEYS"]
 
@@ -202,113 +200,6 @@ class StepModel:
                            memory=False)
 
 
-def _attention_core(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, t) -> list[Cost]:
-    """Attention of ``t`` tokens (one micro-batch). A mixed serving step runs two kernels:
-    decode attention of its requests over their KV (L) and chunked prefill attention of its
-    prefill tokens over their prompts (L_in)."""
-    n = D.micro_batches
-
-    hit = S.prefix_hit if wl.prefix_hit else 0
-
-    def core(kind, tokens, ctx):
-        if kind == "decode":
-            return att.attention_core_decode(D, tokens, ctx, model.is_mla, _queries(dep))
-        new = smax(1 - hit, 1 / ctx) * ctx if wl.prefix_hit else ctx  # computed per prompt
-        # context parallelism: a GPU's share of a prompt is 1 / cp of it (zigzag-balanced), and
-        # its queries read the other shares' KV as a chunked prefill reads its prefix
-        return att.attention_core_prefill(D, tokens, ctx, smin(S.chunk, new) / _cp(dep),
-                                          model.is_mla, cached=1 - new / ctx if wl.prefix_hit else 0)
-
-    kernels = {Phase.DECODE: [("decode", S.batch / n, S.context)],
-               Phase.PREFILL: [("prefill", t, S.context)],
-               Phase.SERVE: [("decode", S.batch / n, S.context),
-                             ("prefill", S.tokens / n, S.isl)]}[wl.phase]
-    if model.is_compressed:  # DeepSeek-V4: window + CSA / HCA entries, indexer per CSA layer
-        return [c for kind, tokens, ctx in kernels
-                for c in cmp.core(D, model, kind, tokens, ctx, _queries(dep),
-                                  1 - smax(1 - hit, 1 / ctx) if wl.prefix_hit else 0)]
-    if model.index_topk:  # DeepSeek sparse attention: the selected KV entries, and the indexer
-        return [_sparse_core(model, dep, kind, tokens, ctx, D) for kind, tokens, ctx in kernels] + \
-            [_indexer(model, dep, kind, tokens, ctx, D) for kind, tokens, ctx in kernels]
-    out = []
-    for kind, tokens, ctx in kernels:
-        full = core(kind, tokens, ctx)
-        if not model.sliding_layers:
-            out.append(full)
-            continue
-        f = sp.Rational(model.sliding_layers, model.num_layers)
-        # each layer kind runs the whole batch's kernel (its own KV length): share x its time
-        window = core(kind, tokens, smin(ctx, model.sliding_window)).scaled(f)
-        out += [full.scaled(1 - f), window.renamed(window.name + "_window")]
-    if model.linear_layers:  # hybrid: the full-attention layers' share, and the DeltaNet layers'
-        f = sp.Rational(model.linear_layers, model.num_layers)
-        m = model
-        # a share of the layers runs the whole batch's kernel: its work and launches scale,
-        # the shape stays one layer's (the timing repeats it ``launches`` times)
-        out = [c.scaled(1 - f) for c in out] + [
-            att.gdn_core(D, kind, tokens, m.linear_k_heads, m.linear_v_heads, m.linear_k_dim,
-                         m.linear_v_dim, m.linear_conv, _queries(dep) if kind == "decode" else 1
-                         ).scaled(f) for kind, tokens, _ in kernels]
-    return out
-
-
-def _attention_elementwise(model: ModelSpec, D: Dims, t, fp8_gemm: bool) -> Cost:
-    """The attention block's elementwise kernels (DeepSeek-V4's include its compressors' state
-    and the hyper-connection seams)."""
-    if model.is_compressed:
-        return cmp.elementwise(D, t, model, fp8_gemm)
-    return ew.attention_elementwise(D, t, model.is_mla, fp8_gemm)
-
-
-def _attention_projections(model: ModelSpec, D: Dims, t) -> list[Cost]:
-    """Attention projections of an average layer: the model's own (MHA/GQA or MLA, plus the
-    sparse-attention indexer's), and for a hybrid model the DeltaNet layers' share."""
-    if model.is_compressed:
-        return cmp.projections(D, t, model)
-    full = (att.attention_projections(D, t, model.is_mla, model.attn_output_gate)
-            + _indexer_projections(model, D, t))
-    if not model.linear_layers:
-        return full
-    f = sp.Rational(model.linear_layers, model.num_layers)
-    m = model
-    lin = att.gdn_projections(D, t, m.linear_k_heads, m.linear_v_heads, m.linear_k_dim,
-                              m.linear_v_dim)
-    return [c.scaled(1 - f) for c in full] + [c.scaled(f) for c in lin]
-
-
-def _indexer_projections(model: ModelSpec, D: Dims, t) -> list[Cost]:
-    """The indexer's own GEMMs (DeepSeek-V3.2): queries from the q latent (r_q -> H_I d_I), one
-    key per token (d -> d_I) and the head weights (d -> H_I); none without sparse attention."""
-    if not model.index_topk:
-        return []
-    hi, di = model.index_heads, model.index_head_dim
-    wb, ab = D.w_bytes, D.act_bytes
-    return [att.gemm("indexer_wq", t, hi * di, D.q_lora, wb, ab),
-            att.gemm("indexer_wk", t, di, D.hidden, wb, ab),
-            att.gemm("indexer_weights", t, hi, D.hidden, wb, ab)]
-
-
-def _sparse_core(model: ModelSpec, dep: Deployment, kind: str, tokens, ctx, D: Dims) -> Cost:
-    """DeepSeek sparse attention (V3.2): each query attends to the ``k = index_topk`` KV entries
-    its indexer selects. Decode reads min(L, k) entries per request; in prefill a query at
-    position p attends to min(p, k) keys, a causal mean of k - k^2 / (2L) for L > k, timed as
-    causal prompts of length 2k - k^2 / L (the same FLOPs)."""
-    k = sp.Integer(model.index_topk)
-    if kind == "decode":
-        return att.attention_core_decode(D, tokens, smin(ctx, k), model.is_mla, _queries(dep))
-    span = sp.Piecewise((ctx, ctx <= k), (2 * k - k ** 2 / ctx, True))
-    return att.attention_core_prefill(D, tokens, span, smin(S.chunk, span), model.is_mla)
-
-
-def _indexer(model: ModelSpec, dep: Deployment, kind: str, tokens, ctx, D: Dims) -> Cost:
-    """The lightning indexer of DeepSeek sparse attention (:func:`moesym.terms.attention.indexer`)
-    over every earlier key, cached per layer. Decode: L keys per query, read once per request;
-    prefill: the causal mean L / 2 keys per query, each chunk reading the prompt's keys."""
-    if kind == "decode":
-        return att.indexer(model.index_heads, model.index_head_dim, tokens * _queries(dep), ctx,
-                           tokens * ctx)
-    return att.indexer(model.index_heads, model.index_head_dim, tokens, ctx / 2,
-                       tokens * smax(1, ctx / S.chunk))
 
 
 def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment, workload: Workload,
@@ -364,12 +255,10 @@ def _checked(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
         warnings.warn(f"--dequant separate has no effect: no weight class of --weights "
                       f"{deployment.weights} runs weight-only GEMMs on {hardware.name}",
                       stacklevel=3)
-    if model.is_compressed and deployment.cp > 1:
+    if deployment.cp > 1 and compose.no_cp(model):  # the attention variant cannot split
         from ..errors import SpecError
 
-        raise SpecError("--cp with DeepSeek-V4's compressed attention is not modelled yet (its "
-                        "window, compressed entries and compressor state would split "
-                        "differently across GPUs); drop --cp")
+        raise SpecError(compose.no_cp(model))
     if deployment.cp > 1 and workload.phase is not Phase.PREFILL:
         from ..errors import SpecError
 

@@ -178,26 +178,31 @@ def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping) -> tuple[sp.Expr, sp.
     ``var`` included), with the condition under which it holds and the branch labels.
 
     At each Max / Min / Piecewise node the first branch whose condition holds at ``env`` is
-    substituted (repeated for nodes nested inside chosen branches). The branch is picked on the
-    numbers (each node's arguments evaluated once, shared subexpressions once); only the chosen
+    substituted (repeated for nodes nested inside chosen branches, and for nodes a substitution
+    creates, such as SymPy's 1 / Piecewise -> Piecewise of reciprocals). The branch is picked on
+    the numbers (each node's arguments evaluated once, shared subexpressions once); only the chosen
     branch's condition is built symbolically.
     """
     value = _at_point({k: sp.Float(v) for k, v in env.items()})
-    found = _nonsmooth(expr, var)
-    numbers = _argument_values(found, env)
-    choice, conds, labels = {}, [], []
-    for node in found:
-        rep, c, lab = _choices(node, only=_active(node, value, numbers))
-        choice[node] = rep
-        conds.append(c)
-        labels.append(lab)
+    conds, labels = [], []
     e = expr
-    for _ in range(64):
-        new = substitute(e, choice)
-        if new == e:
+    for _ in range(8):  # a substitution can create nodes (1 / Min(a, Piecewise) -> Piecewise)
+        found = _nonsmooth(e, var)
+        if not found:
             break
-        e = new
-    if _nonsmooth(e, var):  # pragma: no cover - nodes created by substitution
+        numbers = _argument_values(found, env)
+        choice = {}
+        for node in found:
+            rep, c, lab = _choices(node, only=_active(node, value, numbers))
+            choice[node] = rep
+            conds.append(c)
+            labels.append(lab)
+        for _ in range(64):
+            new = substitute(e, choice)
+            if new == e:
+                break
+            e = new
+    if _nonsmooth(e, var):  # pragma: no cover - nodes keep appearing
         raise RuntimeError("regime substitution left non-smooth nodes")
     # And(*conds) would sort its arguments by tree size: exponential on the shared graphs of a
     # large model, so the conjunction is assembled as is

@@ -123,14 +123,10 @@ def _gemm_ks(model, fmt_of) -> dict:
     """The reduction length (K) of each GEMM whose weights are in a grouped format, by name."""
     ks = {}
     if fmt_of("attn"):
+        from ..attention.catalog import base
+
         ks["hidden_size"] = model.hidden_size
-        if model.is_mla:  # the up-projections read the LoRA ranks, o_proj the value heads
-            ks.update({"kv_lora_rank": model.kv_lora_rank,
-                       "heads x v_head_dim": model.num_heads * model.v_head_dim})
-            if model.q_lora_rank:
-                ks["q_lora_rank"] = model.q_lora_rank
-        elif not model.is_compressed:
-            ks["heads x head_dim"] = model.num_heads * model.head_dim
+        ks.update(base(model).gemm_ks(model))  # the model's own attention's other GEMMs
     if fmt_of("moe") and model.is_moe:
         ks["hidden_size"] = model.hidden_size
         ks["moe_intermediate_size"] = model.moe_intermediate_size

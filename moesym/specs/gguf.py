@@ -118,47 +118,29 @@ def _block(t: str) -> int:
     return GGUF_TYPES[t][2] if t in GGUF_TYPES else 1
 
 
-def _attention(m, i: int, n_attn: int) -> list[Tensor]:
-    d = m.hidden_size
-    if m.attention == "mla":
-        h, nope, rope, v = m.num_heads, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
-        q = ([(d, m.q_lora_rank), (m.q_lora_rank, h * (nope + rope))] if m.q_lora_rank
-             else [(d, h * (nope + rope))])
-        shapes = [("", k, n) for k, n in q] + [
-            ("", d, m.kv_lora_rank + rope), ("", nope, h * m.kv_lora_rank),  # kv_a, k_b
-            ("", m.kv_lora_rank, h * v), ("attn_output", h * v, d)]  # v_b, output
-    else:
-        hd, kv = m.head_dim or d // m.num_heads, m.num_kv_heads or m.num_heads
-        q = m.num_heads * hd * (2 if m.attn_output_gate else 1)
-        shapes = [("", d, q), ("attn_k", d, kv * hd), ("attn_v", d, kv * hd),
-                  ("attn_output", m.num_heads * hd, d)]
-    return [Tensor("attn", kind, i, n_attn, k, k * n) for kind, k, n in shapes]
-
-
-def _other_attention(m) -> int:
-    """Elements of one linear-attention (gated DeltaNet) layer's projections, or of one
-    compressed-attention layer counted as a GQA layer's."""
-    d = m.hidden_size
-    if m.linear_layers:
-        k, v = m.linear_k_heads * m.linear_k_dim, m.linear_v_heads * m.linear_v_dim
-        return d * (2 * k + 2 * v + 2 * m.linear_v_heads) + v * d  # qkvz, ba; out
-    hd, kv = m.head_dim or d // m.num_heads, m.num_kv_heads or m.num_heads
-    return d * (2 * m.num_heads * hd + 2 * kv * hd)
+def _attention(shapes, i: int, n: int) -> list[Tensor]:
+    """One layer's attention tensors from its variant's ``gguf_tensors`` (kind, rows, columns)."""
+    return [Tensor("attn", kind, i, n, k, k * cols) for kind, k, cols in shapes]
 
 
 def tensors(m) -> list[Tensor]:
     """The GEMM weights, token embeddings and output of model ``m`` as llama.cpp stores them,
     one :class:`Tensor` per tensor (stacked experts as one, as in a GGUF file)."""
     n, d = m.num_layers, m.hidden_size
-    n_attn = n - m.linear_layers
+    from ..attention.catalog import base, kinds
+
+    # layers of a variant with projections of its own (gated DeltaNet) interleave with the
+    # base's: every round(n / n_base)-th layer is the base's, counted among the base's layers
+    own = [v for v, _ in kinds(m)[1:] if v.gguf_tensors is not None]
+    n_own = sum(int(s * n) for v, s in kinds(m)[1:] if v.gguf_tensors is not None)
+    n_attn = n - n_own
     out: list[Tensor] = []
     i_attn = 0
     for i in range(n):
-        linear = m.linear_layers and (i + 1) % max(1, round(n / max(n_attn, 1))) != 0
-        if m.attention == "compressed" or (linear and n_attn < n):
-            out.append(Tensor("attn", "", i, n, d, _other_attention(m)))
+        if own and n_attn < n and (i + 1) % max(1, round(n / max(n_attn, 1))) != 0:
+            out += _attention(own[0].gguf_tensors(m), i, n)
         else:
-            out += _attention(m, i_attn, n_attn)
+            out += _attention(base(m).gguf_tensors(m), i_attn, n_attn)
             i_attn += 1
         ffn = [("dense", m.dense_intermediate_size)] if (not m.is_moe or i < m.dense_layers) \
             else [("moe", m.moe_intermediate_size * m.num_experts),

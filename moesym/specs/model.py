@@ -153,9 +153,18 @@ class ModelSpec:
     rope_scaling: str = ""
     published_total_params: float = 0.0
     published_active_params: float = 0.0
+    # fields of attention variants added outside this class (moesym.attention.catalog.register,
+    # a variant's ``extra``), as sorted (name, value) pairs: read them with ``field``
+    extra: tuple = ()
 
     def __post_init__(self) -> None:
         _validate(self)
+
+    def field(self, name: str, default: Any = 0) -> Any:
+        """A field by name: one of this class's, or an attention variant's own (``extra``)."""
+        if name in _FIELD_NAMES:
+            return getattr(self, name)
+        return dict(self.extra).get(name, default)
 
     # ---- derived shapes
     @property
@@ -179,30 +188,18 @@ class ModelSpec:
         return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
 
     def kv_elements_per_token_layer(self) -> int:
-        """KV-cache elements one token adds to one full-attention layer (before TP sharding)."""
-        if self.is_mla:
-            return self.kv_lora_rank + self.qk_rope_head_dim
-        if self.is_compressed:  # one shared K = V vector (a window or compressed entry)
-            return self.head_dim
-        return 2 * self.num_kv_heads * self.head_dim
+        """KV-cache elements one token adds to one full-attention layer (before TP sharding):
+        the model's attention variant's (:mod:`moesym.attention`)."""
+        from ..attention.catalog import base
+
+        return base(self).kv_elements(self)
 
     # ---- parameter counts (elements), used for checks against published totals
     def attention_params(self) -> float:
-        """One (average) layer's attention weights."""
-        d, h = self.hidden_size, self.num_heads
-        if self.is_compressed:
-            from ..terms.compressed import attention_params
+        """One (average) layer's attention weights: the model's attention variant's."""
+        from ..attention.catalog import base
 
-            return sum(attention_params(self)) / self.num_layers
-        if self.is_mla:
-            q = (d * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * h * self.qk_head_dim
-                 if self.q_lora_rank else d * h * self.qk_head_dim)
-            kv = (d * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
-                  + self.kv_lora_rank * h * (self.qk_nope_head_dim + self.v_head_dim))
-            return q + kv + h * self.v_head_dim * d
-        hd = self.head_dim
-        gate = d * h * hd if self.attn_output_gate else 0
-        return d * h * hd + 2 * d * self.num_kv_heads * hd + h * hd * d + gate
+        return base(self).params(self)
 
     def expert_params(self) -> int:
         """One routed expert (gate, up, down): :func:`expert_weights`."""
@@ -245,56 +242,28 @@ class ModelSpec:
 
 
 def _validate(m: ModelSpec) -> None:
+    from ..attention.base import positive
+    from ..attention.catalog import base
+
     where = f"model {m.name}"
-
-    def pos(field: str) -> None:
-        v = getattr(m, field)
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise SpecError(f"{where}: '{field}' must be a positive integer, got {v!r}")
-
-    for f in ("hidden_size", "vocab_size", "num_layers", "num_heads"):
-        pos(f)
+    positive(m, where, "hidden_size", "vocab_size", "num_layers", "num_heads")
     for f in fields(m):
         v = getattr(m, f.name)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
             raise SpecError(f"{where}: '{f.name}' must not be negative, got {v!r}")
-    if m.attention not in ("gqa", "mla", "compressed"):
+    if m.attention not in ("gqa", "mla", "compressed") + _registered_attention():
         raise SpecError(f"{where}: 'attention' must be 'gqa', 'mla' or 'compressed', got "
                         f"{m.attention!r}")
-    if m.attention == "compressed":
-        for f in ("head_dim", "q_lora_rank", "qk_rope_head_dim", "o_groups", "o_lora_rank",
-                  "sliding_window"):
-            pos(f)
-        if m.num_heads % m.o_groups:
-            raise SpecError(f"{where}: num_heads ({m.num_heads}) is not a multiple of o_groups "
-                            f"({m.o_groups})")
-        if m.csa_layers + m.hca_layers > m.num_layers:
-            raise SpecError(f"{where}: csa_layers + hca_layers exceeds num_layers")
-        if m.csa_layers:
-            for f in ("index_topk", "index_heads", "index_head_dim", "csa_ratio"):
-                pos(f)
-        if m.hca_layers:
-            pos("hca_ratio")
-    elif m.hc_mult or m.csa_layers or m.hca_layers or m.o_groups:
+    if m.attention != "compressed" and (m.hc_mult or m.csa_layers or m.hca_layers or m.o_groups):
         raise SpecError(f"{where}: csa_layers, hca_layers, o_groups and hc_mult belong to "
                         "attention = 'compressed' (DeepSeek-V4)")
-    if m.attention == "gqa":
-        pos("num_kv_heads")
-        pos("head_dim")
-        if m.num_heads % m.num_kv_heads:
-            raise SpecError(f"{where}: num_heads ({m.num_heads}) is not a multiple of "
-                            f"num_kv_heads ({m.num_kv_heads})")
-    elif m.attention == "mla":
-        for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-            pos(f)
+    base(m).validate(m, where)  # the model's own attention's fields (moesym.attention)
     if not 0 <= m.dense_layers <= m.num_layers:
         raise SpecError(f"{where}: dense_layers ({m.dense_layers}) must be within 0..num_layers "
                         f"({m.num_layers})")
     if m.num_experts:
-        pos("experts_per_token")
-        pos("moe_intermediate_size")
-        pos("expert_groups")
-        pos("groups_per_token")
+        positive(m, where, "experts_per_token", "moe_intermediate_size", "expert_groups",
+                 "groups_per_token")
         try:
             check_experts(m.num_experts, m.experts_per_token, m.expert_groups,
                           m.groups_per_token)
@@ -304,7 +273,7 @@ def _validate(m: ModelSpec) -> None:
         if m.dense_layers != m.num_layers:
             raise SpecError(f"{where}: a dense model (num_experts = 0) needs dense_layers = num_layers")
     if m.dense_layers:
-        pos("dense_intermediate_size")
+        positive(m, where, "dense_intermediate_size")
     if m.weight_dtype not in _DTYPES:
         raise SpecError(f"{where}: weight_dtype must be one of {', '.join(_DTYPES)}, got {m.weight_dtype!r}")
     if m.sliding_layers > m.num_layers:
@@ -323,17 +292,34 @@ def builtin_models() -> list[str]:
     return sorted(p.stem for p in _catalog().glob("*.toml"))
 
 
-_FIELD_NAMES = {f.name for f in fields(ModelSpec)}
+_FIELD_NAMES = {f.name for f in fields(ModelSpec)} - {"extra"}
+
+
+def _variant_fields() -> set:
+    """Fields the catalog's attention variants declare beyond ModelSpec's (``extra``)."""
+    from ..attention.catalog import all_variants
+
+    return {f for v in all_variants() for f in (v.extra or {})}
+
+
+def _with_extra(kw: dict) -> dict:
+    """``kw`` with the attention variants' own fields moved into ``extra``."""
+    own = {k: kw.pop(k) for k in sorted(set(kw) - _FIELD_NAMES)}
+    if own:
+        kw["extra"] = tuple(sorted(own.items()))
+    return kw
 
 
 def _from_own_toml(raw: Mapping[str, Any], where: str) -> ModelSpec:
     unknown = set(raw) - _FIELD_NAMES
+    if unknown:  # an attention variant's own fields (the variants load only then)
+        unknown -= _variant_fields()
     if unknown:
         raise SpecError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
     for f in ("name", "source", "hidden_size", "vocab_size", "num_layers", "num_heads"):
         if f not in raw:
             raise SpecError(f"{where}: missing key '{f}'")
-    return ModelSpec(**raw)
+    return ModelSpec(**_with_extra(dict(raw)))
 
 
 #: built-in names that changed, so that scripts written against the old name keep working
@@ -443,10 +429,6 @@ def _config_name(raw: Mapping[str, Any], path: Path) -> str:
     return named or str(raw.get("model_type") or "") or path.parent.name or path.stem
 
 
-#: families whose transformers config class sets head_dim apart from hidden / heads (Qwen3: 128)
-_HEAD_DIM_DEFAULT = {"qwen3": 128, "qwen3_moe": 128}
-#: families whose head_dim is hidden_size / num_attention_heads by their config class's definition
-_HEAD_DIM_IS_WIDTH = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe")
 #: families with multi-head latent attention (kv_lora_rank required)
 _MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
 #: MoE families whose experts have a width of their own (moe_intermediate_size required)
@@ -454,8 +436,22 @@ _OWN_EXPERT_WIDTH = ("qwen2_moe", "qwen3_moe", "qwen3_next", "deepseek_v2", "dee
                      "deepseek_v32", "kimi_k2")
 #: families whose experts take intermediate_size (transformers' Mixtral, GptOss, Llama4 configs)
 _EXPERTS_USE_INTERMEDIATE = ("mixtral", "gpt_oss", "llama4")
-#: families that apply sliding_window only with use_sliding_window = true (default false)
-_WINDOW_FLAG_FAMILIES = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+
+
+def _registered_attention() -> tuple:
+    """Names of base attention variants registered at run time
+    (:func:`moesym.attention.catalog.register`): further values of ``attention``."""
+    from ..attention.catalog import registered
+
+    return tuple(v.name for v in registered() if v.base)
+
+
+def _attention_variants(base: bool) -> list:
+    """The attention variants of :mod:`moesym.attention.catalog` whose parsers read a config:
+    the base ones (the layers' own attention) or the ones that take a share of the layers."""
+    from ..attention.catalog import all_variants
+
+    return [v for v in all_variants() if v.base == base]
 
 
 def _assumed(where: str, field: str, value, source: str) -> None:
@@ -505,53 +501,12 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
     d = c.int("hidden_size")
     n_layers = c.int("num_hidden_layers")
     heads = c.int("num_attention_heads")
-    is_mla = c.has("kv_lora_rank")
-    if not is_mla and family in _MLA_FAMILIES:
-        raise SpecError(f"{where}: a {family} config has multi-head latent attention: field "
-                        "'kv_lora_rank' is missing")
     kw: dict[str, Any] = dict(name=name, source=source, hidden_size=d, vocab_size=c.int("vocab_size"),
                               num_layers=n_layers, num_heads=heads)
-    v4 = _compress_ratios(raw, top, n_layers, where)
-    if v4 is not None:  # DeepSeek-V4: shared-KV MQA over a window + CSA / HCA entries
-        hd = c.int("head_dim")
-        ratios, csa, hca = v4
-        rope = c.int("qk_rope_head_dim", default=0) or int(
-            hd * float(c.get("partial_rotary_factor", default=64 / 512)))
-        kw.update(attention="compressed", num_kv_heads=c.int("num_key_value_heads", default=1),
-                  head_dim=hd, q_lora_rank=c.int("q_lora_rank"), qk_rope_head_dim=rope,
-                  o_groups=c.int("o_groups"), o_lora_rank=c.int("o_lora_rank"),
-                  sliding_window=c.int("sliding_window"), hc_mult=c.int("hc_mult", default=0),
-                  csa_ratio=csa, hca_ratio=hca,
-                  csa_layers=sum(r == csa for r in ratios),
-                  hca_layers=sum(r == hca for r in ratios))
-        other = sorted({r for r in ratios if r not in (0, csa, hca)})
-        if other:
-            raise SpecError(f"{where}: compress ratio(s) {other} are neither the CSA ({csa}) nor "
-                            f"the HCA ({hca}) rate; moesym models those two layer kinds")
-    elif is_mla:
-        kw.update(attention="mla", q_lora_rank=c.int("q_lora_rank", default=0),
-                  kv_lora_rank=c.int("kv_lora_rank"), qk_nope_head_dim=c.int("qk_nope_head_dim"),
-                  qk_rope_head_dim=c.int("qk_rope_head_dim"), v_head_dim=c.int("v_head_dim"),
-                  num_kv_heads=c.int("num_key_value_heads", default=heads),
-                  head_dim=c.int("qk_nope_head_dim") + c.int("qk_rope_head_dim"))
-    else:
-        kv = c.int("num_key_value_heads", default=0)
-        if not kv:
-            kv = heads
-            _assumed(where, "num_key_value_heads", heads, "num_attention_heads: multi-head "
-                     "attention, transformers' default")
-        hd = c.int("head_dim", default=0)
-        if not hd and family in _HEAD_DIM_DEFAULT:
-            hd = _HEAD_DIM_DEFAULT[family]
-            _assumed(where, "head_dim", hd, f"the default of transformers' {family} config class")
-        elif not hd:
-            if d % heads:
-                raise SpecError(f"{where}: hidden_size ({d}) is not a multiple of "
-                                f"num_attention_heads ({heads}) and no 'head_dim' is given")
-            hd = d // heads
-            if family not in _HEAD_DIM_IS_WIDTH:
-                _assumed(where, "head_dim", hd, "hidden_size / num_attention_heads")
-        kw.update(attention="gqa", num_kv_heads=kv, head_dim=hd)
+    # the layers' own attention: the first base variant of moesym.attention.catalog whose
+    # parser finds its fields (DeepSeek-V4's compressed, MLA, else GQA), plus the indexer
+    for v in _attention_variants(base=True):
+        kw.update(v.parse_hf(c, raw, top, family, kw, where))
 
     n_exp = c.int("n_routed_experts", "num_routed_experts", "num_experts", "num_local_experts", default=0)
     if not n_exp and family in _MOE_FAMILIES:
@@ -596,54 +551,17 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
             raise SpecError(f"{where}: missing field 'intermediate_size'")
         kw["dense_layers"] = n_layers
     kw["mtp_layers"] = c.int("num_nextn_predict_layers", "mtp_num_hidden_layers", default=0)
-    if c.int("index_topk", default=0):  # DeepSeek-V3.2 sparse attention
-        kw.update(index_topk=c.int("index_topk"), index_heads=c.int("index_n_heads"),
-                  index_head_dim=c.int("index_head_dim"))
-    layer_types = raw.get("layer_types")
-    interval = c.int("full_attention_interval", default=0)
-    if family.startswith("qwen3_next") and not interval and not isinstance(layer_types, list):
-        interval = 4
-        _assumed(where, "full_attention_interval", 4, "the default of transformers' "
-                 "Qwen3NextConfig: one full-attention layer in four, the rest gated DeltaNet")
-    if isinstance(layer_types, list) and "linear_attention" in layer_types:
-        n_linear = sum(t == "linear_attention" for t in layer_types)
-    elif interval:
-        n_linear = n_layers - n_layers // interval
-    else:
-        n_linear = 0
     # gated attention output: Qwen3.5 says so in its config; Qwen3-Next always gates (HF
     # transformers 5.23 modeling_qwen3_next.py: q_proj of 2 n_h d_h, output x sigmoid(gate))
     if raw.get("attn_output_gate", top.get("attn_output_gate")) or family.startswith("qwen3_next"):
         kw["attn_output_gate"] = True
-    if n_linear:  # gated DeltaNet layers (Qwen3-Next, Qwen3.5)
-        kw.update(linear_layers=n_linear, linear_k_heads=c.int("linear_num_key_heads"),
-                  linear_v_heads=c.int("linear_num_value_heads"),
-                  linear_k_dim=c.int("linear_key_head_dim"),
-                  linear_v_dim=c.int("linear_value_head_dim"),
-                  linear_conv=c.int("linear_conv_kernel_dim", default=4))
     kw.update(_positions(c, raw, top, where))
     kw["tie_embeddings"] = bool(top.get("tie_word_embeddings", raw.get("tie_word_embeddings", False)))
     kw["weight_dtype"] = _hf_weight_dtype(raw.get("quantization_config"), where)
-    sw = c.int("sliding_window", default=0)
-    layer_types = raw.get("layer_types")
-    if sw and family == "gpt_oss" and not isinstance(layer_types, list):
-        layer_types = ["sliding_attention" if (i + 1) % 2 else "full_attention"
-                       for i in range(n_layers)]
-        _assumed(where, "layer_types", "sliding and full attention alternating", "the default "
-                 "of transformers' GptOssConfig")
-    if sw and "use_sliding_window" not in raw and family in _WINDOW_FLAG_FAMILIES \
-            and not isinstance(layer_types, list):
-        _assumed(where, "use_sliding_window", "false (the sliding_window is not applied)",
-                 f"the default of transformers' {family} config class")
-    if v4 is not None:
-        pass  # every DeepSeek-V4 layer keeps its window (set above)
-    elif sw and isinstance(layer_types, list) and any(t == "sliding_attention" for t in layer_types):
-        kw.update(sliding_window=sw, sliding_layers=sum(t == "sliding_attention" for t in layer_types))
-    elif sw and (raw.get("use_sliding_window")  # Qwen2/3 gate the window with this flag;
-                 or ("use_sliding_window" not in raw  # Mistral and Mixtral apply any window
-                     and raw.get("model_type") in ("mistral", "mixtral"))):
-        kw.update(sliding_window=sw, sliding_layers=n_layers)
-    return ModelSpec(**kw)
+    # the variants that take a share of the layers (gated DeltaNet, sliding window)
+    for v in _attention_variants(base=False):
+        kw.update(v.parse_hf(c, raw, top, family, kw, where))
+    return ModelSpec(**_with_extra(kw))
 
 
 def _positions(c: _Cfg, raw: Mapping[str, Any], top: Mapping[str, Any], where: str) -> dict:
@@ -668,43 +586,6 @@ def _positions(c: _Cfg, raw: Mapping[str, Any], top: Mapping[str, Any], where: s
     base = orig if (kind == "yarn" and isinstance(orig, int) and orig > 0) else n
     return {"max_positions": n, "rope_positions": max(n, int(base * factor)),
             "rope_scaling": words}
-
-
-#: DeepSeek-V4's attention layer kinds (HF transformers 5.23 configuration_deepseek_v4.py)
-_V4_KINDS = {"sliding_attention": 0, "compressed_sparse_attention": "csa",
-             "heavily_compressed_attention": "hca"}
-
-
-def _compress_ratios(raw: Mapping[str, Any], top: Mapping[str, Any], n_layers: int,
-                     where: str) -> tuple | None:
-    """DeepSeek-V4's per-layer compress ratios (0: sliding window only) with the CSA and HCA
-    rates, ``(ratios, csa, hca)``, or None for another model. Read from ``compress_ratios`` (V4.1 and legacy configs; MTP layers beyond
-    ``num_hidden_layers`` dropped), else ``layer_types`` with ``compress_rates``, else the
-    transformers default of a V4 config: two HCA layers, then CSA and HCA alternating."""
-    model_type = str(top.get("model_type", raw.get("model_type", "")))
-    types = raw.get("layer_types")
-    v4_types = isinstance(types, list) and any(t in _V4_KINDS for t in types if t != "sliding_attention")
-    if not (model_type.startswith("deepseek_v4") or "compress_ratios" in raw
-            or "compress_rates" in raw or v4_types):
-        return None
-    rates = raw.get("compress_rates") or {}
-    csa = int(raw.get("compress_rate_csa") or rates.get("compressed_sparse_attention", 4))
-    hca = int(raw.get("compress_rate_hca") or rates.get("heavily_compressed_attention", 128))
-    ratios = raw.get("compress_ratios")
-    if isinstance(ratios, list):
-        out = ratios[:n_layers]
-    elif isinstance(types, list):
-        bad = [t for t in types if t not in _V4_KINDS]
-        if bad:
-            raise SpecError(f"{where}: layer_types entry {bad[0]!r} is not a DeepSeek-V4 attention "
-                            f"kind ({', '.join(_V4_KINDS)})")
-        out = [{0: 0, "csa": csa, "hca": hca}[_V4_KINDS[t]] for t in types[:n_layers]]
-    else:
-        out = [hca] * min(n_layers, 2) + [csa if i % 2 else hca for i in range(max(n_layers - 2, 0))]
-    if len(out) != n_layers or any(not isinstance(r, int) or r < 0 for r in out):
-        raise SpecError(f"{where}: compress_ratios / layer_types must give one non-negative ratio "
-                        f"per layer ({n_layers})")
-    return out, csa, hca
 
 
 def _dense_layer_indices(c: _Cfg, n_layers: int, where: str) -> list[int]:

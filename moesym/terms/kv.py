@@ -11,7 +11,7 @@ paged blocks of P_blk tokens waste half a block on average per request in each l
 data-parallel rank, already divided by the TP sharding above (seed 002 sections 1 and 8).
 
 >>> from moesym.terms.dims import symbolic_dims
->>> from moesym.memory.kv import kv_bytes_per_request
+>>> from moesym.terms.kv import kv_bytes_per_request
 >>> kv_bytes_per_request(symbolic_dims(), mla=True, n_layers=61, fragmentation=False)
 61*L*b_kv*(d_rope + r_kv)
 """
@@ -21,9 +21,9 @@ from __future__ import annotations
 import sympy as sp
 
 from ..symbolic.symbols import S
-from ..terms.attention import kv_bytes_per_token_layer
+from .attention import kv_bytes_per_token_layer
 from ..symbolic.expr import smin, sym
-from ..terms.dims import Dims
+from .dims import Dims
 
 __all__ = [
     "kv_bytes",
