@@ -19,7 +19,7 @@ from typing import Mapping
 
 import sympy as sp
 
-from ..symbolic.expr import dependents, nodes, rebuild, substitute, symbols_of
+from ..symbolic.expr import dependents, nodes, substitute, substituter, symbols_of
 from .rewrite import RELAX_CEILING, apply_rules
 
 __all__ = ["Root", "branch_at", "branches", "solve_regimes", "solve_smooth"]
@@ -115,23 +115,6 @@ def solve_regimes(equation: sp.Expr, var: sp.Symbol, limit: int = 4096) -> list[
     return roots
 
 
-def _at_point(env: Mapping):
-    """A function giving an expression's value at ``env`` (numbers for its symbols), memoised
-    across calls: the nodes of one expression share their subexpressions."""
-    memo = {sp.sympify(k): v for k, v in env.items()}
-
-    def value(e: sp.Basic) -> sp.Basic:
-        if e in memo:
-            return memo[e]
-        if e.is_Atom:
-            return e
-        out = rebuild(e, tuple(value(a) for a in e.args))
-        memo[e] = out
-        return out
-
-    return value
-
-
 def _holds(c: sp.Basic) -> bool:
     """Whether a condition evaluated at a point holds (a relation left symbolic is simplified)."""
     return c in (sp.true, True) or (c not in (sp.false, False) and bool(c.simplify()))
@@ -183,7 +166,7 @@ def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping) -> tuple[sp.Expr, sp.
     the numbers (each node's arguments evaluated once, shared subexpressions once); only the chosen
     branch's condition is built symbolically.
     """
-    value = _at_point({k: sp.Float(v) for k, v in env.items()})
+    value = substituter({k: sp.Float(v) for k, v in env.items()})  # memoised across nodes
     conds, labels = [], []
     e = expr
     for _ in range(8):  # a substitution can create nodes (1 / Min(a, Piecewise) -> Piecewise)

@@ -1,6 +1,6 @@
-"""SymPy helpers every stage may import: smooth-free max and min that keep expressions flat (``smax``,
-``smin``), structural substitution and transforms over the shared expression graph, dependency
-queries. Nothing here knows about MoE.
+"""SymPy helpers every stage may import: maximum and minimum that stay flat and cheap to build
+(``smax``, ``smin``), substitution and transforms over the shared expression graph (each
+subexpression rebuilt once), dependency queries. Nothing here knows about MoE.
 
 >>> from moesym.symbolic.expr import smax
 >>> from moesym.symbolic.symbols import S
@@ -14,7 +14,8 @@ from functools import lru_cache
 
 import sympy as sp
 
-__all__ = ['nonnegative', 'smax', 'smin', 'rebuild', 'transform', 'substitute', 'nodes', 'dependents', 'symbols_of', 'depends', 'sym']
+__all__ = ["nonnegative", "smax", "smin", "rebuild", "transform", "substitute", "substituter",
+           "nodes", "dependents", "symbols_of", "depends", "sym"]
 
 
 def _flat(cls, args) -> list:
@@ -132,9 +133,15 @@ def substitute(expr: sp.Basic, mapping) -> sp.Basic:
     >>> substitute(smax(S.batch, 2 * S.tokens), {S.tokens: 3})
     Max(6, B)
     """
-    memo = {sp.sympify(k): sp.sympify(v) for k, v in dict(mapping).items()}
-    if not memo:
+    if not dict(mapping):
         return expr
+    return substituter(mapping)(sp.sympify(expr))
+
+
+def substituter(mapping):
+    """:func:`substitute` as a function of the expression, remembering every subexpression it
+    rebuilt across calls (several expressions over one shared graph, one mapping)."""
+    memo = {sp.sympify(k): sp.sympify(v) for k, v in dict(mapping).items()}
 
     def go(e):
         if e in memo:
@@ -145,7 +152,7 @@ def substitute(expr: sp.Basic, mapping) -> sp.Basic:
         memo[e] = out
         return out
 
-    return go(sp.sympify(expr))
+    return go
 
 
 def nodes(expr: sp.Basic, test) -> list[sp.Basic]:
