@@ -50,7 +50,7 @@ SMOOTH_MAX = smooth_max_rule()
 
 def apply_rules(expr: sp.Basic, rules: Iterable[Rule]) -> sp.Basic:
     """Apply each rule bottom-up over the whole expression (pure: returns a new expression;
-    maxima are rebuilt without SymPy's re-simplification, see :func:`moesym.terms.cost.transform`)."""
+    maxima are rebuilt without SymPy's re-simplification, see :func:`moesym.symbolic.expr.transform`)."""
     from ..symbolic.expr import transform
 
     out = sp.sympify(expr)

@@ -6,7 +6,7 @@ Each axis has its own per-direction link bandwidth and per-hop latency, and may 
 along that axis; both wrapping: a torus). ``shapes`` lists the R x C meshes the system offers
 (a Galaxy: 4 x 8; two or four of them: 8 x 8, 16 x 8, seed 004). ``[mesh.multicast]`` holds
 the ring sparse-multicast kernel's fixed costs (per chain, per hop, per destination device,
-per expert entry; :class:`moesym.terms.comm.RingFabric`).
+per expert entry; :class:`moesym.specs.mesh.RingFabric`).
 
 A GPU cluster is the other topology moesym knows: fully connected scale-up domains
 (``[interconnect]``); a hardware file without ``[mesh]`` is one, and nothing here applies.
@@ -170,7 +170,7 @@ def mesh_values(hw, dep) -> dict:
 
         f = RingFabric()
         warnings.warn(f"hardware {hw.name}: no [mesh.multicast]; using the ring multicast fit to "
-                      "Tenstorrent's published dispatch table (moesym.terms.comm.RingFabric)",
+                      "Tenstorrent's published dispatch table (moesym.specs.mesh.RingFabric)",
                       stacklevel=3)
         mc = MulticastFabric(f.base_s, f.hop_s, f.device_s, f.expert_s)
     return {"mesh_bw_disp": disp.link_Bps, "mesh_bw_tp": tp.link_Bps,

@@ -19,7 +19,7 @@ token's experts with probability 1 - C(E - x, k) / C(E, k).
 
 Dispatch (ring sparse multicast): a token travels both ways round the ring, written once at each
 device that holds its experts, split at the far side. Fixed cost from the fabric
-(:class:`moesym.terms.comm.RingFabric`: per chain, per hop to the farthest destination, per
+(:class:`moesym.specs.mesh.RingFabric`: per chain, per hop to the farthest destination, per
 destination device, per expert entry) at the batch's farthest hop and most active experts (the
 seed's table is indexed by the most active experts in a column; each on its own device, the
 table's D = E), plus the payload: each directed link carries T d b x (expected link crossings of
