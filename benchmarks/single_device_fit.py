@@ -11,7 +11,8 @@ solved from three model evaluations and checked by a final full evaluation.
 
 Parameters (``[kernel.engines."llama.cpp"]`` of each file) and what each is fitted on (the rest
 of ``[kernel]`` and ``[latency_us]`` as the files hold them: kernel launch latencies transferred
-from the H800 fit, 500 us host time per step, assumed; ``dequant_pass_rows`` from llama.cpp's
+from the H800 fit, 500 us host time per step, assumed: this table cannot pin it, see
+benchmarks/single_device_host_time.py; ``dequant_pass_rows`` from llama.cpp's
 source as stated below):
 
 - M2 Ultra tg128: ``mv_hbm_frac`` (bandwidth of Metal's mul_mv kernels) and
@@ -52,12 +53,15 @@ def _cases():
     return out
 
 
-def _time_s(case, **kernel) -> float:
-    """moesym's step time of ``case`` with ``kernel`` over its hardware file's llama.cpp values."""
+def _time_s(case, host_s=None, **kernel) -> float:
+    """moesym's step time of ``case`` with ``kernel`` over its hardware file's llama.cpp values
+    (and ``host_s`` for the file's per-step host time, ``[latency_us] step``, when given)."""
     hw = load_hardware(case.hardware)
     engines = dict(hw.kernel.get("engines", {}))
     engines[ENGINE] = {**engines.get(ENGINE, {}), **kernel}
     hw = replace(hw, kernel={**hw.kernel, "engines": engines})
+    if host_s is not None:
+        hw = replace(hw, latency=replace(hw.latency, step_s=host_s))
     r = predict(load_model(case.model), hw, case.deployment, case.workload, memory=False)
     return r["step_time_s"]
 
@@ -71,6 +75,16 @@ def _linear(case, key: str, base: dict, at=(1.0, 0.5)):
 
 def _measured_s(case) -> float:
     return 1.0 / case.measured * (512 if case.workload.phase.value == "prefill" else 1)
+
+
+def report(lines, markdown=None) -> int:
+    """Print the report's ``lines`` and write them to ``markdown`` when given; exit status 0."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if markdown:
+        with open(markdown, "w") as fh:
+            fh.write(text)
+    return 0
 
 
 def fit_m2_tg(cases):
@@ -151,12 +165,7 @@ def main(argv=None) -> int:
                      f"{pred:.2f} | {err:+.1%} | {note} |")
     lines += ["", f"Held-out rows: {len(errors)}, median |error| {np.median(errors):.1%}, "
               f"worst {max(errors):.1%}."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as fh:
-            fh.write(text)
-    return 0
+    return report(lines, args.markdown)
 
 
 if __name__ == "__main__":
