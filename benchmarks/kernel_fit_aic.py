@@ -28,7 +28,8 @@ elements; messages up to the 16 MiB workspace, one-shot and two-shot as SGLang's
 points assign them). ``--write`` stores each fitted ``[kernel]`` table (with the source,
 engine, date and held-out errors) and ``[allreduce]`` table in hardware/<gpu>.toml (the rest of
 the file kept); ``--markdown`` writes the fit's held-out table; ``--allreduce-only`` fits only
-``[allreduce]``.
+``[allreduce]``; ``--attention-only`` fits only the attention fields of ``[kernel]`` on the
+committed rest (GEMM and fused-MoE fields kept as they are).
 
 ``--heldout`` evaluates the committed ``[kernel]`` on the held-out shapes (the table
 ``moesym validate --kernels`` prints, bench_data/kernel_heldout.json), fits each fused-MoE
@@ -58,7 +59,10 @@ SOURCE = "AIConfigurator kernel tables (ai-dynamo/aiconfigurator @ 095f58a, Apac
 MIN_GEMM_DIM = 256  # smallest N and K of the fitted GEMM shapes
 GEMM_SHAPE = ("n", "k")
 MOE_SHAPE = ("hidden", "inter", "topk", "experts", "tp", "ep")
-ATTN_SHAPE = ("family", "phase", "shape", "kv_bytes")
+# a held-out attention shape is held out with both its KV-cache dtypes: with the dtype in the
+# key, the sorted keys alternate FP8 / BF16 within each shape, and "every other key" held out
+# every BF16 GQA decode row and fitted only the FP8 ones (a dtype split, not a shape split)
+ATTN_SHAPE = ("family", "phase", "shape")
 # GQA decode rows with more query heads per KV head run another kernel, 10-100x below the
 # bandwidth bound (median 1% of it on H200 at 48-128 heads per KV head): outside the model
 MAX_DECODE_GROUP = 16
@@ -86,6 +90,51 @@ def _physical(rows: pd.DataFrame, kind: str, hw) -> tuple[pd.DataFrame, int]:
 
 def _fit_dtype(hw) -> str:
     return "fp8_block" if "fp8" in hw.peaks_flops else "bfloat16"
+
+
+def _attention_frame(root: Path, gpu: str, hw) -> tuple[pd.DataFrame, int, str]:
+    """``(rows, excluded, version)``: the attention rows the fit and the held-out table use."""
+    a, v = aic.attention_rows(root, gpu)
+    if not len(a):
+        return a, 0, v
+    a = a[(a.phase == "prefill") | (a.heads <= MAX_DECODE_GROUP * a.kv_heads) | a.shared_kv]
+    a = a.assign(peak_flops=hw.peak_flops("bf16"))
+    a, excluded = _physical(a, "attention", hw)
+    return a, excluded, v
+
+
+def _fit_attention(a: pd.DataFrame, hw, base):
+    return fit_attention(a, sms=hw.sms, peak_flops=hw.peak_flops("bf16"), hbm_bw_Bps=hw.hbm_bw_Bps,
+                         base=base, holdout=split_shapes(a, ATTN_SHAPE), unit_overhead=True)
+
+
+def refit_attention(root: Path, gpu: str, date: str, write: bool):
+    """Fit only the attention fields of ``[kernel]``, the rest of the committed calibration kept
+    (``--attention-only``); with ``write`` the table is rewritten with its comment lines and fit
+    record, the attention line and held-out error replaced."""
+    import tomllib
+
+    hw = load_hardware(gpu)
+    a, exc, _v = _attention_frame(root, gpu, hw)
+    if not len(a):
+        return None
+    res = _fit_attention(a, hw, kernel_calib(hw))
+    if write:
+        path = data_dir("hardware") / f"{gpu}.toml"
+        lines = path.read_text().splitlines()
+        head = next(i for i, ln in enumerate(lines) if ln.strip() == "[kernel]")
+        start = head
+        while start > 0 and lines[start - 1].startswith("#"):
+            start -= 1
+        comments = [ln[2:] for ln in lines[start + 1:head]]  # the first is the "written" line
+        line = (f"attention: {res.summary()}; {exc} rows faster than physics excluded "
+                f"(attention fields refit {date} with --attention-only, the rest kept)")
+        comments = [line if c.startswith("attention:") else c for c in comments]
+        record = {k: v for k, v in tomllib.loads(path.read_text())["kernel"].items()
+                  if k in ("engine", "fit_date", "heldout_error")}
+        record["heldout_error"] = {**record.get("heldout_error", {}), "attention": res.test_median}
+        write_kernel_table(path, res.calib, comments, date, record)
+    return res, exc
 
 
 def fit_gpu(root: Path, gpu: str) -> dict:
@@ -131,15 +180,10 @@ def fit_gpu(root: Path, gpu: str) -> dict:
         out["classes"]["moe"] = (res, len(m))
         calib = res.calib
 
-    a, v = aic.attention_rows(root, gpu)
+    a, out["excluded"]["attention"], v = _attention_frame(root, gpu, hw)
     out["versions"]["attention"] = ("trtllm", v)
     if len(a):
-        a = a[(a.phase == "prefill") | (a.heads <= MAX_DECODE_GROUP * a.kv_heads) | a.shared_kv]
-        a = a.assign(peak_flops=hw.peak_flops("bf16"))
-        a, out["excluded"]["attention"] = _physical(a, "attention", hw)
-        res = fit_attention(a, sms=hw.sms, peak_flops=hw.peak_flops("bf16"),
-                            hbm_bw_Bps=hw.hbm_bw_Bps, base=calib,
-                            holdout=split_shapes(a, ATTN_SHAPE), unit_overhead=True)
+        res = _fit_attention(a, hw, calib)
         out["classes"]["attention"] = (res, len(a))
         calib = res.calib
     out["calib"] = calib
@@ -233,11 +277,8 @@ def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
                     kernel_median=kept.test_median, kernel_p90=kept.test_p90)
             break
 
-    a, v = aic.attention_rows(root, gpu)
+    a, exc, v = _attention_frame(root, gpu, hw)
     if len(a):
-        a = a[(a.phase == "prefill") | (a.heads <= MAX_DECODE_GROUP * a.kv_heads) | a.shared_kv]
-        a = a.assign(peak_flops=hw.peak_flops("bf16"))
-        a, exc = _physical(a, "attention", hw)
         test = split_shapes(a, ATTN_SHAPE)
         held = a[test].reset_index(drop=True)
         pred = predict_attention(held, calib, hw.sms, hw.peak_flops("bf16"), hw.hbm_bw_Bps)
@@ -570,6 +611,9 @@ def main(argv=None) -> int:
                     help=f"evaluate the committed calibrations on the held-out shapes, fit each "
                          f"fused-MoE backend, fit DeepEP; write bench_data/{HELDOUT_JSON} and, "
                          "with --write, each GPU's [moe_kernels] and [deepep] tables")
+    ap.add_argument("--attention-only", action="store_true",
+                    help="fit only the attention fields of [kernel] on the committed rest and, "
+                         "with --write, store them")
     ap.add_argument("--allreduce-only", action="store_true",
                     help="fit and write only the custom all-reduce ([allreduce])")
     a = ap.parse_args(argv)
@@ -579,6 +623,12 @@ def main(argv=None) -> int:
     if a.heldout:
         return write_heldout(a.folder, gpus, date, a.write)
     for gpu in gpus:
+        if a.attention_only:
+            got = refit_attention(a.folder, gpu, date, a.write)
+            if got:
+                print(f"== {gpu} attention ({got[1]} excluded as faster than physics): "
+                      f"{got[0].summary()}\n{got[0].per_group.to_string()}")
+            continue
         if a.allreduce_only:
             ar = fit_allreduce(a.folder, gpu)
             print(f"== {gpu} custom all-reduce: {ar}")

@@ -445,3 +445,66 @@ def test_aic_reader_reads_the_layout(tmp_path):
     assert att.m.tolist() == [1024.0] and att.kv_bytes.tolist() == [1.0]
     with pytest.raises(Exception, match="no folder for GPU 'b300'"):
         aic.read_table(tmp_path, "b300", "gemm", "gemm_perf")
+
+
+# ---------------------------------------------------------------- decode attention kernels
+_DEC = dict(sms=132, peak_flops=989e12, hbm_bw_Bps=4.8e12)
+
+
+def test_mla_decode_takes_its_own_floor_and_latent_bandwidth():
+    """Batch 1, 2 KV tokens: nothing but the launch floor, MLA's where it is set; a long latent
+    read at the MLA fraction: 1024 x 65536 x 576 B / (0.5 x 4.8 TB/s) = 16.1 ms."""
+    c = replace(DEFAULTS, attention_launch_s=6e-6, attention_mla_launch_s=12e-6,
+                attention_mla_hbm_frac=0.5, attention_hbm_frac=0.9)
+    mla = dict(shared_kv=True, calib=c, kv_bytes=1, **_DEC)
+    assert attention_decode_time(1, 2, 128, 1, 576, 512, **mla).launch_s == 12e-6
+    assert attention_decode_time(1, 2, 8, 8, 128, 128, calib=c, **_DEC).launch_s == 6e-6
+    t = attention_decode_time(1024, 65536, 16, 1, 576, 512, **mla)
+    assert float(t.memory_s) >= 1024 * 65536 * 576 / (0.5 * 4.8e12)
+    assert float(t.memory_s) == pytest.approx((1024 * 65536 * 576 + 1024 * 16 * 1088 * 2)
+                                              / (0.5 * 4.8e12))
+
+
+def test_gqa_bf16_unit_time_only_for_grouped_heads_with_a_16_bit_cache():
+    """2048 requests x 8 KV heads at 2 KV tokens: 16384 units, 125 waves of 132 SMs; each wave
+    costs the unit time (the MMA work of 2 tokens is 2 x 16 x 2 x 256 FLOPs, negligible):
+    GQA with a BF16 cache 5 us per wave, FP8 or MHA the decode unit time 1 us."""
+    c = replace(DEFAULTS, attention_decode_unit_overhead_s=1e-6, attention_gqa_bf16_unit_s=5e-6,
+                attention_tensor_frac=1.0)
+    waves = math.ceil(2048 * 8 / 132)
+    mma = 2 * 16 * 2 * 256 / (989e12 / 132)
+    for heads, kvb, unit in ((32, 2, 5e-6), (32, 1, 1e-6), (8, 2, 1e-6)):
+        t = attention_decode_time(2048, 2, heads, 8, 128, 128, calib=c, kv_bytes=kvb, **_DEC)
+        assert float(t.compute_s) == pytest.approx(waves * (mma + unit)), (heads, kvb)
+
+
+def test_mha_decode_cuda_core_rate_binds_only_one_head_per_kv_head():
+    """MHA (heads = KV heads) at a 5 TFLOP/s CUDA-core rate: one wave of 64 x 8 units x 1 split,
+    each 2 x 512 x 256 FLOPs at 5e12 / 132 per SM; GQA keeps the tensor cores."""
+    c = replace(DEFAULTS, attention_mha_decode_flops_per_s=5e12, attention_unit_overhead_s=0.0)
+    mha = attention_decode_time(64, 512, 8, 8, 128, 128, calib=c, **_DEC)
+    waves = math.ceil(64 * 8 / 132)
+    assert float(mha.compute_s) == pytest.approx(waves * 2 * 512 * 256 / (5e12 / 132))
+    gqa = attention_decode_time(64, 512, 16, 8, 128, 128, calib=c, **_DEC)
+    plain = attention_decode_time(64, 512, 16, 8, 128, 128, calib=DEFAULTS, **_DEC)
+    assert float(gqa.compute_s) == pytest.approx(float(plain.compute_s))
+
+
+def test_split_merge_only_when_a_sequence_spans_several_kv_units():
+    c = replace(DEFAULTS, attention_launch_s=6e-6, attention_split_merge_s=4e-6)
+    at = attention_decode_time(4, 512, 16, 8, 128, 128, calib=c, **_DEC)  # one 512-token unit
+    past = attention_decode_time(4, 513, 16, 8, 128, 128, calib=c, **_DEC)
+    assert at.launch_s == 6e-6 and past.launch_s == pytest.approx(10e-6)
+
+
+def test_decode_kernel_fields_agree_symbolic_and_numeric():
+    """The new branches (head grouping, KV dtype, split count) as SymPy give the NumPy numbers."""
+    c = replace(DEFAULTS, attention_gqa_bf16_unit_s=5e-6, attention_mha_decode_flops_per_s=5e12,
+                attention_split_merge_s=4e-6, attention_mla_launch_s=12e-6)
+    B, L = sp.symbols("B L", positive=True)
+    for heads, kvh, kvb in ((32, 8, 2), (8, 8, 1), (32, 8, 1)):
+        sym = attention_decode_time(B, L, heads, kvh, 128, 128, calib=c, kv_bytes=kvb, **_DEC)
+        f = sp.lambdify((B, L), sym.total_s)
+        for b, l in ((1, 100), (64, 4096), (2048, 2)):
+            num = attention_decode_time(b, l, heads, kvh, 128, 128, calib=c, kv_bytes=kvb, **_DEC)
+            assert float(f(b, l)) == pytest.approx(float(num.total_s), rel=1e-12)

@@ -229,8 +229,14 @@ def attention_decode_time(batch, kv_len, heads, kv_heads, qk_dim, v_dim, *, sms,
         (t_q: 64 rows for MLA's shared latent, 16 rows per KV head for GQA)
         waves   = ceiling(units / N_SM)
         compute = waves (2 t_q min(kv_len, s) (d_qk + d_v) / (eta_a P / N_SM) + tau_unit)
+        (MHA, one query head per KV head, with P_v = attention_mha_decode_TFLOPs set: at least
+         waves (2 min(kv_len, s) (d_qk + d_v) / (P_v / N_SM) + tau_unit), CUDA cores)
         memory  = max(bytes / (eta_hbm,a W), waves min(kv_len, s) kv_bytes_per_token / W_SM)
-        time    = max(compute, memory) + tau_attn
+        time    = max(compute, memory) + tau_attn (+ tau_merge where kv_len > s)
+
+    (MLA's latent read and launch take ``attention_mla_hbm_frac`` and ``attention_mla_launch_us``
+    where set; tau_unit is ``attention_decode_unit_overhead_us`` where set, and
+    ``attention_gqa_bf16_unit_us`` for GQA with a 16-bit KV cache where set.)
 
     >>> t = attention_decode_time(64, 4096, 32, 8, 128, 128, sms=132, peak_flops=989e12,
     ...                           hbm_bw_Bps=3.35e12)
@@ -248,13 +254,25 @@ def attention_decode_time(batch, kv_len, heads, kv_heads, qk_dim, v_dim, *, sms,
     units = batch * kv_heads * q_tiles * _ceil(kv_len / split)
     waves = _ceil(units / sms)
     chunk = _min(kv_len, split)
+    unit_s = calib.decode_unit_overhead_s
+    if calib.attention_gqa_bf16_unit_s and not shared_kv:  # GQA with a 16-bit KV cache
+        unit_s = _below(heads / kv_heads, 1, unit_s,
+                        _below(kv_bytes, 1, unit_s, calib.attention_gqa_bf16_unit_s))
     compute = waves * (2 * tq * chunk * (qk_dim + v_dim)
-                       / (peak_flops / sms * calib.attention_tensor_frac)
-                       + calib.attention_unit_overhead_s)
+                       / (peak_flops / sms * calib.attention_tensor_frac) + unit_s)
+    if calib.attention_mha_decode_flops_per_s and not shared_kv:
+        # one query head per KV head (MHA): no query rows to stack into an MMA, the kernel's dot
+        # products and the KV cache's conversion run on the CUDA cores
+        vector = waves * (2 * chunk * (qk_dim + v_dim)
+                          / (calib.attention_mha_decode_flops_per_s / sms) + unit_s)
+        compute = _below(heads / kv_heads, 1, _max(compute, vector), compute)
     unit_bytes = chunk * per_token / kv_heads
-    memory = _max((kv_total + qo_bytes) / (hbm_bw_Bps * calib.attention_hbm_frac),
+    memory = _max((kv_total + qo_bytes) / (hbm_bw_Bps * calib.decode_attention_hbm_frac(shared_kv)),
                   waves * unit_bytes / calib.sm_bandwidth_Bps)
-    return KernelTime(compute, memory, calib.attention_launch_s)
+    launch = calib.decode_attention_launch_s(shared_kv)
+    if calib.attention_split_merge_s:  # sequences split into several KV units: their merge
+        launch = launch + _below(kv_len, split, 0, calib.attention_split_merge_s)
+    return KernelTime(compute, memory, launch)
 
 
 def _chunk_tiles(batch, seq_len, n_q, tq):

@@ -33,6 +33,25 @@ attention_launch_us                 23.5     fixed latency per attention kernel
 attention_prefill_launch_us         0        fixed latency per prefill attention kernel where
                                              the engine runs another kernel there (0: the same
                                              as attention_launch_us)
+attention_decode_unit_overhead_us   0        fixed time per wave of decode work units where
+                                             the decode kernel's differs from prefill's (0: the
+                                             same as attention_unit_overhead_us)
+attention_gqa_bf16_unit_us          0        fixed time per wave of GQA decode units (several
+                                             query heads per KV head) with a 16-bit KV cache,
+                                             where the engine runs another, slower kernel there
+                                             (0: the decode unit time)
+attention_split_merge_us            0        fixed time added to a decode kernel whose
+                                             sequences are split into several KV units (the
+                                             partial results' merge)
+attention_mla_launch_us             0        fixed latency of the MLA decode kernel (latent
+                                             split-KV pass and its merge; 0: attention_launch_us)
+attention_mla_hbm_frac              0        achieved fraction of HBM bandwidth of the MLA
+                                             decode kernel's shared-latent read (0:
+                                             attention_hbm_frac)
+attention_mha_decode_TFLOPs         0        decode with one query head per KV head (MHA): no
+                                             query rows to stack into an MMA, the dot products
+                                             (and the KV cache's conversion) run on the CUDA
+                                             cores at this rate, whole GPU (0: tensor cores)
 elementwise_hbm_frac                0.80     achieved fraction of HBM bandwidth, elementwise
 elementwise_launch_us               3.0      fixed latency per elementwise kernel
 tile_step_base_us                   0        tile-stepped expert GEMMs (0: not used): time when
@@ -105,6 +124,12 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
     "attention_unit_overhead_us": ("attention_unit_overhead_s", 1e-6, "nonneg", 0.0),
     "attention_launch_us": ("attention_launch_s", 1e-6, "nonneg", 23.5),
     "attention_prefill_launch_us": ("attention_prefill_launch_s", 1e-6, "nonneg", 0.0),
+    "attention_decode_unit_overhead_us": ("attention_decode_unit_overhead_s", 1e-6, "nonneg", 0.0),
+    "attention_gqa_bf16_unit_us": ("attention_gqa_bf16_unit_s", 1e-6, "nonneg", 0.0),
+    "attention_split_merge_us": ("attention_split_merge_s", 1e-6, "nonneg", 0.0),
+    "attention_mla_launch_us": ("attention_mla_launch_s", 1e-6, "nonneg", 0.0),
+    "attention_mla_hbm_frac": ("attention_mla_hbm_frac", 1, "nonneg", 0.0),
+    "attention_mha_decode_TFLOPs": ("attention_mha_decode_flops_per_s", 1e12, "nonneg", 0.0),
     "elementwise_hbm_frac": ("elementwise_hbm_frac", 1, "frac", 0.80),
     "elementwise_launch_us": ("elementwise_launch_s", 1e-6, "nonneg", 3.0),
     # tile-stepped expert compute (accelerators whose matmul engines work in fixed row tiles,
@@ -125,7 +150,11 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
 }
 _OPTIONAL = ("tile_step_base_us", "tile_step_us", "tile_step_rows", "tile_step_ref_hidden",
              "tile_step_ref_inter")  # written only when used
-_OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us", "mv_grouped",
+_OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us",
+                     "attention_decode_unit_overhead_us", "attention_gqa_bf16_unit_us",
+                     "attention_split_merge_us", "attention_mla_launch_us",
+                     "attention_mla_hbm_frac", "attention_mha_decode_TFLOPs",
+                     "mv_grouped",
                      "mv_hbm_frac", "unpack_Gweights_per_s", "dequant_pass_rows")  # written only when not 0
 _SWITCHES = ("mv_grouped",)  # 0 or 1
 # record of the fit, read by ``moesym list hardware``, never by the model: ``source`` (free
@@ -160,6 +189,12 @@ class KernelCalib:
     attention_unit_overhead_s: float = 0.0
     attention_launch_s: float = 23.5e-6
     attention_prefill_launch_s: float = 0.0
+    attention_decode_unit_overhead_s: float = 0.0
+    attention_gqa_bf16_unit_s: float = 0.0
+    attention_split_merge_s: float = 0.0
+    attention_mla_launch_s: float = 0.0
+    attention_mla_hbm_frac: float = 0.0
+    attention_mha_decode_flops_per_s: float = 0.0
     elementwise_hbm_frac: float = 0.80
     elementwise_launch_s: float = 3.0e-6
     tile_step_base_s: float = 0.0
@@ -194,6 +229,22 @@ class KernelCalib:
         """Launch latency of a prefill attention kernel (``attention_prefill_launch_us``, else
         ``attention_launch_us``)."""
         return self.attention_prefill_launch_s or self.attention_launch_s
+
+    @property
+    def decode_unit_overhead_s(self) -> float:
+        """Fixed time per wave of decode attention units (``attention_decode_unit_overhead_us``,
+        else ``attention_unit_overhead_us``)."""
+        return self.attention_decode_unit_overhead_s or self.attention_unit_overhead_s
+
+    def decode_attention_launch_s(self, shared_kv: bool) -> float:
+        """Launch latency of a decode attention kernel: the MLA kernel's
+        (``attention_mla_launch_us``) for a shared latent, else ``attention_launch_us``."""
+        return (self.attention_mla_launch_s if shared_kv else 0.0) or self.attention_launch_s
+
+    def decode_attention_hbm_frac(self, shared_kv: bool) -> float:
+        """HBM fraction of a decode attention kernel's KV read: the MLA kernel's
+        (``attention_mla_hbm_frac``) for a shared latent, else ``attention_hbm_frac``."""
+        return (self.attention_mla_hbm_frac if shared_kv else 0.0) or self.attention_hbm_frac
 
     def tensor_frac(self, layout: str) -> float:
         """Per-SM tensor-core fraction for a GEMM layout ('dense', 'contiguous', 'masked')."""

@@ -57,12 +57,29 @@ _GEMM_PARAMS = ("gemm_tensor_frac", "grouped_contiguous_tensor_frac", "grouped_m
 # scale of each parameter inside the optimiser (keeps variables O(1))
 _SCALE = {"sm_bandwidth_Bps": 1e9, "launch_s": 1e-6, "tile_overhead_s": 1e-6,
           "attention_launch_s": 1e-6, "elementwise_launch_s": 1e-6,
-          "attention_unit_overhead_s": 1e-6, "attention_prefill_launch_s": 1e-6}
+          "attention_unit_overhead_s": 1e-6, "attention_prefill_launch_s": 1e-6,
+          "attention_decode_unit_overhead_s": 1e-6, "attention_mla_launch_s": 1e-6,
+          "attention_mha_decode_flops_per_s": 1e12,
+          "attention_gqa_bf16_unit_s": 1e-6, "attention_split_merge_s": 1e-6}
 _GEMM_LOSS_SCALE = 0.05  # Cauchy loss scale of the GEMM fit, in log(predicted / measured)
 _BOUNDS = {"sm_bandwidth_Bps": (1.0, 2000.0), "launch_s": (0.0, 100.0),
            "tile_overhead_s": (0.0, 100.0), "attention_launch_s": (0.0, 200.0),
            "elementwise_launch_s": (0.0, 50.0), "attention_unit_overhead_s": (0.0, 50.0),
-           "attention_prefill_launch_s": (0.1, 200.0)}
+           "attention_prefill_launch_s": (0.1, 200.0),
+           "attention_decode_unit_overhead_s": (0.01, 50.0), "attention_mla_launch_s": (0.1, 200.0),
+           "attention_mha_decode_flops_per_s": (1.0, 100.0),
+           "attention_gqa_bf16_unit_s": (0.01, 50.0),
+           "attention_split_merge_s": (0.0, 50.0)}
+
+
+# attention fields whose 0 means "the shared field's value": where the fit starts them
+# (the shared field, or a start value where there is none)
+_ATTN_FALLBACK = {"attention_decode_unit_overhead_s": ("attention_unit_overhead_s", 1e-6),
+                  "attention_mla_launch_s": ("attention_launch_s", 10e-6),
+                  "attention_mla_hbm_frac": ("attention_hbm_frac", 0.8),
+                  "attention_mha_decode_flops_per_s": ("", 20e12),
+                  "attention_gqa_bf16_unit_s": ("attention_unit_overhead_s", 1e-6),
+                  "attention_split_merge_s": ("", 2e-6)}
 
 
 def infersim_masked_active(m):
@@ -254,7 +271,17 @@ def fit_attention(rows: pd.DataFrame, *, sms, peak_flops, hbm_bw_Bps,
     if (rows.phase == "prefill").any():
         names.append("attention_prefill_tensor_frac")
         if unit_overhead and (rows.phase == "decode").any():
-            names.append("attention_prefill_launch_s")
+            names += ["attention_prefill_launch_s", "attention_decode_unit_overhead_s",
+                      "attention_split_merge_s"]
+    mha_decode = (rows.phase == "decode") & (rows.heads == rows.kv_heads) & ~rows.shared_kv
+    if unit_overhead and mha_decode.any():
+        names.append("attention_mha_decode_flops_per_s")
+    gqa_wide = ((rows.phase == "decode") & (rows.heads > rows.kv_heads) & ~rows.shared_kv
+                & (rows.kv_bytes >= 2))
+    if unit_overhead and (gqa_wide & ~test).any():  # fitted only where the fit has such rows
+        names.append("attention_gqa_bf16_unit_s")
+    if unit_overhead and ((rows.phase == "decode") & rows.shared_kv).any():
+        names += ["attention_mla_launch_s", "attention_mla_hbm_frac"]
     meas = train.latency_s.to_numpy()
 
     def resid(x):
@@ -262,9 +289,16 @@ def fit_attention(rows: pd.DataFrame, *, sms, peak_flops, hbm_bw_Bps,
                                          hbm_bw_Bps) / meas)
 
     lo, hi = _bounds(names)
-    x0 = np.clip(_pack(base, names), np.array(lo) + 1e-9, np.array(hi) - 1e-9)
+    # a kernel's own value not yet set (0) starts from the shared value it falls back to
+    start = {n: getattr(base, n) or getattr(base, _ATTN_FALLBACK[n][0], _ATTN_FALLBACK[n][1])
+             for n in names if n in _ATTN_FALLBACK}
+    x0 = np.clip(_pack(replace(base, **start), names), np.array(lo) + 1e-9, np.array(hi) - 1e-9)
     r = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.2)
     calib = _unpack(base, names, r.x)
+    if "attention_mha_decode_flops_per_s" in names and r.x[names.index(
+            "attention_mha_decode_flops_per_s")] >= 0.99 * hi[names.index(
+            "attention_mha_decode_flops_per_s")]:  # at its bound: the path never binds, not used
+        calib = replace(calib, attention_mha_decode_flops_per_s=0.0)
     pred = predict_attention(rows, calib, sms, peak_flops, hbm_bw_Bps)
     rows = rows.assign(table=rows.family + "/" + rows.phase)
     tr = error_stats(pred[~test], rows.latency_s.to_numpy()[~test])
@@ -418,7 +452,11 @@ def replace_toml_table(path: Path | str, name: str, block: str) -> str:
             end -= 1
         while start > 0 and lines[start - 1].startswith("#"):
             start -= 1
-        lines = lines[:start] + lines[end:]
+        # in place: the table keeps its position in the file
+        rest = [""] + lines[end:] if end < len(lines) else []  # a blank line before the next
+        text = "\n".join(lines[:start] + block.rstrip("\n").splitlines() + rest) + "\n"
+        path.write_text(text)
+        return text
     while lines and not lines[-1].strip():
         lines.pop()
     text = "\n".join(lines) + "\n\n" + block
