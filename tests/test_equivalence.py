@@ -70,6 +70,12 @@ elements (they had been read as bytes: its bandwidths doubled) and SGLang's own 
 fraction fitted on SGLang's tables ([moe_kernels]; with EP on the tables' EP > 1 rows, where
 Triton is slowest): #3 (H200, EP8 with an all-gather) +23.7%, its routed experts 3.3x slower
 than on DeepGEMM's fraction.
+Entries #2, #3, #7, #8, #12, #13, #16, #17, #18 and #19 (H100, H200, B200, A100) were
+re-captured when the decode attention kernel got its own terms (issue 32: an MLA launch floor
+and read fraction, a per-wave unit time apart from prefill's, a split-KV merge time, a unit time
+for GQA with a BF16 cache, a CUDA-core rate for MHA decode), refitted on AIConfigurator's tables
+with each shape held out with both its KV dtypes (attention held-out median on H200 24.0% ->
+12.8%, benchmarks/kernel_fit_aic.py): step times moved -6.2% to +2.7%.
 """
 
 from __future__ import annotations
