@@ -136,11 +136,11 @@ def steps_of(expr: sp.Basic, var: sp.Symbol) -> list[sp.Basic]:
 
 def _step_values(steps: Sequence[sp.Basic], var, values, x: float) -> dict:
     """Each step node's value at ``var = x`` (as the compiled model computes it)."""
-    out = {}
-    for n in steps:
-        y = float(_evaluator(n.args[0], var, values)(x))
-        out[n] = float(np.ceil(y) if isinstance(n, sp.ceiling) else np.floor(y))
-    return out
+    from ..symbolic.compile import evaluate_many
+
+    ys = evaluate_many([n.args[0] for n in steps], values, var, x)
+    return {n: float(np.ceil(y) if isinstance(n, sp.ceiling) else np.floor(y))
+            for n, y in zip(steps, ys)}
 
 
 def _freeze(expr, step_vals: Mapping) -> sp.Expr:

@@ -70,13 +70,6 @@ def relax(expr: sp.Basic) -> sp.Basic:
     return substitute(out, guards) if guards else out
 
 
-def _evaluator(expr, var, values):
-    from ..symbolic.compile import evaluate
-
-    vals = {k: v for k, v in values.items() if k != var and k in symbols_of(expr)}
-    return lambda x: evaluate(expr, vals, {var: np.asarray(x, dtype=float)})
-
-
 def _relaxed_root(eq, var, values, near: float, span) -> float:
     """The relaxed equation's root nearest ``near`` in ``span`` (the scan of
     :func:`~moesym.solve.model_root.sign_changes`, bisected to 1e-12 relative)."""
@@ -203,19 +196,22 @@ def pin(eq: sp.Expr, var: sp.Symbol, values: Mapping, a: float, b: float,
     for key, e in (where or {}).items():
         for n in nodes(e, lambda e: isinstance(e, (sp.ceiling, sp.floor))):
             owners.setdefault(n, key)
+    from ..symbolic.compile import evaluate_many
+
+    exprs = [*counts, *(n.args[0] for n in counts)]
+    at_a, at_b = evaluate_many(exprs, vals, var, a), evaluate_many(exprs, vals, var, b)
     out = []
-    for n in counts:
-        f = _evaluator(n, var, vals)
-        va, vb = float(f(a)), float(f(b))
+    for i, n in enumerate(counts):
+        va, vb = at_a[i], at_b[i]
         if va == vb:
             continue
-        g = _evaluator(n.args[0], var, vals)
+        ga, gb = at_a[len(counts) + i], at_b[len(counts) + i]
         arg = tidy(relax(n.args[0]))
         text = str(arg)
         if len(text) > 90:
             text = text[:87] + "..."
         out.append(f"{owners.get(n, 'a tile or wave count')}: {type(n).__name__}({text}) "
-                   f"{va:.0f} -> {vb:.0f} (argument {float(g(a)):.4g} -> {float(g(b)):.4g})")
+                   f"{va:.0f} -> {vb:.0f} (argument {ga:.4g} -> {gb:.4g})")
     return out
 
 
@@ -226,5 +222,5 @@ def legend(exprs) -> list[str]:
     syms = set()
     for e in exprs:
         if e is not None:
-            syms |= {s for s in sp.sympify(e).free_symbols if s in INFO}
+            syms |= {s for s in symbols_of(sp.sympify(e)) if s in INFO}
     return [describe(s) for s in sorted(syms, key=str)]
