@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import lru_cache
 from typing import Mapping
 
 import numpy as np
@@ -42,6 +43,7 @@ __all__ = ["RegimeForm", "relax", "tidy", "regime_form", "pin", "legend"]
 _GUARD = 1e-9  # the relative guard moesym.kernels.analytical applies inside its counts
 
 
+@lru_cache(maxsize=256)
 def tidy(expr: sp.Basic, digits: int = 6) -> sp.Basic:
     """``expr`` with every float constant printed short: an exact rational where one with a
     denominator up to 1000 is within 1e-8 (0.124999999875 -> 1/8, 64.000000064 -> 64), else
@@ -123,7 +125,7 @@ def regime_form(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, nea
         r = _relaxed_root(eq, var, vals, near, span)
     except ValueError as exc:
         return RegimeForm(var, None, None, note=str(exc), equation=eq)
-    smooth, _cond, labels = branch_at(eq, var, {**vals, var: r})
+    smooth, _, labels = branch_at(eq, var, {**vals, var: r}, conditions=False)
     # the target side stays whole when it is free of x; the rest is collapsed to c0, c1, ...
     rhs_dep = var in dependents(rhs, var)
     skel, back = _collapse(smooth if rhs_dep else smooth + rhs, var)

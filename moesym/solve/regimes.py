@@ -68,6 +68,14 @@ def _choices(node: sp.Basic, only: int | None = None):
     return out if only is None else out[0]
 
 
+def _branch(node: sp.Basic, i: int) -> tuple[sp.Basic, str]:
+    """(replacement, label) of branch ``i`` of a Max, Min or Piecewise node (:func:`_choices`'
+    without its condition)."""
+    if isinstance(node, sp.Piecewise):
+        return node.args[i][0], f"piece{i}"
+    return node.args[i], f"{'max' if isinstance(node, sp.Max) else 'min'}{i}"
+
+
 def _relation(rel, a: sp.Expr, b: sp.Expr) -> sp.Basic:
     """``rel(a, b)``, evaluated by SymPy (True or False where the assumptions settle it) when a
     side is a number, else left as the relation: between two expressions SymPy asks the
@@ -173,7 +181,8 @@ def _argument_values(nodes_: list, env: Mapping) -> dict:
     return {a: float(v) for a, v in zip(args, out)}
 
 
-def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping) -> tuple[sp.Expr, sp.Basic, tuple]:
+def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping, conditions: bool = True
+              ) -> tuple[sp.Expr, sp.Basic | None, tuple]:
     """The smooth branch of ``expr`` active at the point ``env`` (numbers for every symbol,
     ``var`` included), with the condition under which it holds and the branch labels.
 
@@ -181,7 +190,8 @@ def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping) -> tuple[sp.Expr, sp.
     substituted (repeated for nodes nested inside chosen branches, and for nodes a substitution
     creates, such as SymPy's 1 / Piecewise -> Piecewise of reciprocals). The branch is picked on
     the numbers (each node's arguments evaluated once, shared subexpressions once); only the chosen
-    branch's condition is built symbolically.
+    branch's condition is built symbolically; ``conditions=False`` builds none (the condition
+    returned is None: SymPy's relations on large branches are most of the time here).
     """
     value = _at_point({k: sp.Float(v) for k, v in env.items()})
     conds, labels = [], []
@@ -193,9 +203,13 @@ def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping) -> tuple[sp.Expr, sp.
         numbers = _argument_values(found, env)
         choice = {}
         for node in found:
-            rep, c, lab = _choices(node, only=_active(node, value, numbers))
+            i = _active(node, value, numbers)
+            if conditions:
+                rep, c, lab = _choices(node, only=i)
+                conds.append(c)
+            else:
+                rep, lab = _branch(node, i)
             choice[node] = rep
-            conds.append(c)
             labels.append(lab)
         for _ in range(64):
             new = substitute(e, choice)
@@ -206,6 +220,8 @@ def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping) -> tuple[sp.Expr, sp.
         raise RuntimeError("regime substitution left non-smooth nodes")
     # And(*conds) would sort its arguments by tree size: exponential on the shared graphs of a
     # large model, so the conjunction is assembled as is
+    if not conditions:
+        return e, None, tuple(labels)
     cond = sp.true if not conds else conds[0] if len(conds) == 1 else sp.And._from_args(
         tuple(dict.fromkeys(conds)))
     return e, cond, tuple(labels)
