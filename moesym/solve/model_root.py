@@ -195,7 +195,7 @@ def closed_form_at(eq: sp.Expr, var: sp.Symbol, values: Mapping, bracket: tuple[
         sv = _step_values(steps, var, vals, point)
         frozen = _freeze(eq, sv)
         try:
-            smooth, cond, labels = branch_at(frozen, var, {**vals, var: point})
+            smooth, cond, labels = branch_at(frozen, var, {**vals, var: point}, lazy=True)
             root = solve_smooth(smooth, var, vals, point, general=False)
             value = _number(root, vals)
         except (NotImplementedError, ValueError, TypeError, RuntimeError) as exc:
@@ -208,6 +208,11 @@ def closed_form_at(eq: sp.Expr, var: sp.Symbol, values: Mapping, bracket: tuple[
         else:  # the bracket is 1e-12 wide: the regime's root must fall inside it
             holds = abs(value - exact) <= 1e-6 * max(abs(exact), 1e-300)
         if holds:
+            try:  # the regime's condition, built only for the root that holds
+                cond = cond()
+            except (NotImplementedError, ValueError, TypeError, RuntimeError) as exc:
+                tried.append(f"no closed form of the regime at {point:.6g} ({exc})")
+                continue
             clean = _clean(root)
             return ModelRoot(var, exact, bracket, clean, _number(clean, vals), "smooth", labels,
                              cond, "the closed form of the regime is the full model's root")

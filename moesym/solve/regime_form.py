@@ -125,7 +125,7 @@ def regime_form(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, nea
         r = _relaxed_root(eq, var, vals, near, span)
     except ValueError as exc:
         return RegimeForm(var, None, None, note=str(exc), equation=eq)
-    smooth, _, labels = branch_at(eq, var, {**vals, var: r}, conditions=False)
+    smooth, _, labels = branch_at(eq, var, {**vals, var: r}, lazy=True)
     # the target side stays whole when it is free of x; the rest is collapsed to c0, c1, ...
     rhs_dep = var in dependents(rhs, var)
     skel, back = _collapse(smooth if rhs_dep else smooth + rhs, var)

@@ -181,8 +181,8 @@ def _argument_values(nodes_: list, env: Mapping) -> dict:
     return {a: float(v) for a, v in zip(args, out)}
 
 
-def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping, conditions: bool = True
-              ) -> tuple[sp.Expr, sp.Basic | None, tuple]:
+def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping, lazy: bool = False
+              ) -> tuple[sp.Expr, sp.Basic, tuple]:
     """The smooth branch of ``expr`` active at the point ``env`` (numbers for every symbol,
     ``var`` included), with the condition under which it holds and the branch labels.
 
@@ -190,11 +190,12 @@ def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping, conditions: bool = Tr
     substituted (repeated for nodes nested inside chosen branches, and for nodes a substitution
     creates, such as SymPy's 1 / Piecewise -> Piecewise of reciprocals). The branch is picked on
     the numbers (each node's arguments evaluated once, shared subexpressions once); only the chosen
-    branch's condition is built symbolically; ``conditions=False`` builds none (the condition
-    returned is None: SymPy's relations on large branches are most of the time here).
+    branch's condition is built symbolically. ``lazy=True`` returns, in the condition's place, a
+    function that builds it: SymPy's relations on large branches are most of the time here, and
+    a caller may not need the condition.
     """
     value = _at_point({k: sp.Float(v) for k, v in env.items()})
-    conds, labels = [], []
+    picks, labels = [], []
     e = expr
     for _ in range(8):  # a substitution can create nodes (1 / Min(a, Piecewise) -> Piecewise)
         found = _nonsmooth(e, var)
@@ -204,11 +205,8 @@ def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping, conditions: bool = Tr
         choice = {}
         for node in found:
             i = _active(node, value, numbers)
-            if conditions:
-                rep, c, lab = _choices(node, only=i)
-                conds.append(c)
-            else:
-                rep, lab = _branch(node, i)
+            rep, lab = _branch(node, i)
+            picks.append((node, i))
             choice[node] = rep
             labels.append(lab)
         for _ in range(64):
@@ -218,13 +216,15 @@ def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping, conditions: bool = Tr
             e = new
     if _nonsmooth(e, var):  # pragma: no cover - nodes keep appearing
         raise RuntimeError("regime substitution left non-smooth nodes")
-    # And(*conds) would sort its arguments by tree size: exponential on the shared graphs of a
-    # large model, so the conjunction is assembled as is
-    if not conditions:
-        return e, None, tuple(labels)
-    cond = sp.true if not conds else conds[0] if len(conds) == 1 else sp.And._from_args(
-        tuple(dict.fromkeys(conds)))
-    return e, cond, tuple(labels)
+
+    def condition() -> sp.Basic:
+        conds = [_choices(node, only=i)[1] for node, i in picks]
+        # And(*conds) would sort its arguments by tree size: exponential on the shared graphs
+        # of a large model, so the conjunction is assembled as is
+        return sp.true if not conds else conds[0] if len(conds) == 1 else sp.And._from_args(
+            tuple(dict.fromkeys(conds)))
+
+    return e, condition if lazy else condition(), tuple(labels)
 
 
 def _linear_exponential_roots(e: sp.Expr, var: sp.Symbol) -> list[sp.Expr]:
