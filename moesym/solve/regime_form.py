@@ -54,7 +54,7 @@ def tidy(expr: sp.Basic, digits: int = 6) -> sp.Basic:
     x**2/8 + 64*x + 3.14159
     """
     rep = {}
-    for f in sp.sympify(expr).atoms(sp.Float):
+    for f in nodes(sp.sympify(expr), lambda e: isinstance(e, sp.Float)):  # the shared graph
         v = float(f)
         q = Fraction(v).limit_denominator(1000)
         if v == 0 or abs(float(q) - v) <= 1e-8 * abs(v):
@@ -67,7 +67,7 @@ def tidy(expr: sp.Basic, digits: int = 6) -> sp.Basic:
 def relax(expr: sp.Basic) -> sp.Basic:
     """The continuous relaxation: ceilings and floors dropped, their 1 -+ 1e-9 guards too."""
     out = apply_rules(expr, [RELAX_CEILING])
-    guards = {f: sp.Integer(1) for f in out.atoms(sp.Float)
+    guards = {f: sp.Integer(1) for f in nodes(out, lambda e: isinstance(e, sp.Float))
               if abs(float(f) - 1) <= 1.5 * _GUARD and float(f) != 1}
     return substitute(out, guards) if guards else out
 

@@ -240,7 +240,8 @@ def _linear_exponential_roots(e: sp.Expr, var: sp.Symbol) -> list[sp.Expr]:
     >>> any(abs(complex(v.evalf()) - root) < 1e-9 for v in r)
     True
     """
-    pows = {p for p in e.atoms(sp.Pow) if p.exp.has(var) and not p.base.has(var)}
+    pows = {p for p in nodes(e, lambda x: isinstance(x, sp.Pow))
+            if p.exp.has(var) and not p.base.has(var)}
     if len(pows) != 1:
         return []
     (P,) = pows
@@ -271,7 +272,7 @@ def _root_denominator(e: sp.Expr, var: sp.Symbol) -> int:
     """Least common denominator q of the rational exponents of ``var`` in ``e`` (1 if none):
     with var = u^q the expression has only integer powers of u."""
     q = 1
-    for p in e.atoms(sp.Pow):
+    for p in nodes(e, lambda x: isinstance(x, sp.Pow)):
         if p.base == var and p.exp.is_Rational and not p.exp.is_Integer:
             q = int(sp.ilcm(q, p.exp.q))
     return q
