@@ -75,12 +75,12 @@ def relax(expr: sp.Basic) -> sp.Basic:
 def _relaxed_root(eq, var, values, near: float, span) -> float:
     """The relaxed equation's root nearest ``near`` in ``span`` (the scan of
     :func:`~moesym.solve.model_root.sign_changes`, bisected to 1e-12 relative)."""
-    from .model_root import sign_changes
+    from .model_root import nearest_sign_change
 
-    found = sign_changes(eq, var, values, span[0], span[1])
-    if not found:
+    found = nearest_sign_change(eq, var, values, span[0], span[1], near)
+    if found is None:
         raise ValueError(f"the relaxed model has no root in {var} in [{span[0]:g}, {span[1]:g}]")
-    a, b = min(found, key=lambda ab: abs(np.log(ab[1] / near)))
+    a, b = found
     return 0.5 * (a + b)
 
 
