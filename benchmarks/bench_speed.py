@@ -13,7 +13,8 @@ same run (issue 15). Each figure is the best of ``--repeat`` runs of a fresh pro
   reference and these rows alone).
 
 Run ``python benchmarks/bench_speed.py`` (``--write-readme`` replaces the table between the
-``speed-table`` markers of docs/explanation/speed.md). Times depend on the machine and its load: read the
+``speed-table`` markers of docs/explanation/speed.md; with ``--only derive``, the table between
+its ``derive-speed-table`` markers). Times depend on the machine and its load: read the
 ratios to the reference first.
 """
 
@@ -52,6 +53,9 @@ DERIVES = {
                    "--a2a allgather --json",
     "gpus-for-throughput": f"derive gpus-for-throughput {V3} {DEP} --tokens-per-s 200000 "
                            "--tpot-ms 50 --a2a deepep-ll --json",
+    "memory-batch": f"derive memory-batch {V3} --gpus 128 --ep 128 --weights fp8 --json",
+    "concurrency": f"derive concurrency {V3} --gpus 128 --ep 128 --weights fp8 --isl 1024 "
+                   "--osl 256 --tpot-ms 50 --json",
     "sensitivity": f"derive sensitivity {V3} {DEP} --batch 128 --of tpot --json",
 }
 
@@ -104,8 +108,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--write-readme", action="store_true")
     ap.add_argument("--only", choices=("derive", "serving"), default=None,
-                    help="derive: the reference and the derive rows only (each derive run once "
-                         "with the compiled-model cache warm)")
+                    help="derive: the reference and the derive rows only (each derive best of "
+                         "--repeat runs with the compiled-model cache warm)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="moesym-bench-"))
     cache_dir = tmp / "cache"
@@ -124,10 +128,9 @@ def main() -> None:
     if args.only == "derive":
         for name, cmd in DERIVES.items():
             _run(_moesym(cmd), env)  # warm the cache
-            add(f"derive {name}", best(_moesym(cmd), env, 1))
+            add(f"derive {name}", best(_moesym(cmd), env, args.repeat))
         shutil.rmtree(tmp, ignore_errors=True)
-        if args.write_readme:
-            sys.exit("--write-readme writes the whole table: run without --only")
+        _table(rows, "derive-speed-table" if args.write_readme else None)
         return
     if args.only == "serving":
         _serving_rows(add, env, args.repeat)
@@ -149,6 +152,13 @@ def main() -> None:
     _serving_rows(add, env, args.repeat)
     shutil.rmtree(tmp, ignore_errors=True)
 
+    _table(rows, "speed-table" if args.write_readme else None)
+
+
+def _table(rows, marker: str | None) -> None:
+    """Print the rows as a Markdown table (ratios to the first row, the reference); with a
+    ``marker``, replace the table between its markers in docs/explanation/speed.md."""
+    ref = rows[0][1]
     table = ["| command (whole process, best of runs) | seconds | / reference | note |",
              "|---|---|---|---|"]
     for name, sec, note in rows:
@@ -156,16 +166,16 @@ def main() -> None:
     text = "\n".join(table)
     print()
     print(text)
-    if args.write_readme:
+    if marker:
         readme = ROOT / "docs" / "explanation" / "speed.md"
         body = readme.read_text()
-        start, end = "<!-- speed-table -->", "<!-- /speed-table -->"
+        start, end = f"<!-- {marker} -->", f"<!-- /{marker} -->"
         if start not in body or end not in body:
-            sys.exit(f"{readme} has no speed-table markers")
+            sys.exit(f"{readme} has no {marker} markers")
         head, rest = body.split(start, 1)
         _, tail = rest.split(end, 1)
         readme.write_text(f"{head}{start}\n{text}\n{end}{tail}")
-        print(f"{readme} speed table updated")
+        print(f"{readme} {marker} updated")
 
 
 if __name__ == "__main__":

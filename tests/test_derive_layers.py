@@ -290,3 +290,31 @@ def test_contract_names_of_every_answer(cli_json):
     r = cli_json(["derive", "tpot", "qwen3-30b-a3b", "--hardware", "h20", "--tpot-ms", "50"])
     assert r["closed_form"] == r["smooth"]["sympy"] and "tau_tpot" in r["closed_form"]
     assert r["pinned_by"] == (r["pin"] or None)
+
+
+def test_memory_batch_sensitivity_is_a_finite_difference_of_its_relaxed_root():
+    """derive sensitivity --of memory-batch: each top elasticity equals the central difference
+    d ln B* / d ln x of the relaxed memory equation's root, re-solved by Brent's method with x
+    moved by +-1e-4 relative (a brute-force check of the implicit derivative)."""
+    m, h = ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20")
+    dep = ms.Deployment(gpus=8, ep=8, weights="fp8")
+    wl = ms.Workload(ms.Phase.DECODE, batch=64, context=4096)
+    r = dv.sensitivity(m, h, dep, wl, "memory-batch")
+    cf = dv.max_batch_for_memory(m, h, dep, 4096)
+    assert r["value"] == cf.smooth.relaxed_root and r["exact_answer"] == cf.value
+    eq = cf.smooth.equation
+    vals = {k: v for k, v in cf.values.items() if k in symbols_of(eq)}
+    root = _independent_relaxed_root(cf)
+
+    def root_with(sym, factor):
+        v = {**vals, sym: vals[sym] * factor}
+        g = lambda x: float(evaluate(eq, v, {cf.variable: x}))  # noqa: E731
+        return brentq(g, root * 0.99, root * 1.01, xtol=1e-14, rtol=1e-15)
+
+    h_ = 1e-4
+    rows = [(s, e) for s, e in r["rows"] if s in vals][:4]
+    assert len(rows) == 4 and abs(rows[0][1]) > 0.5
+    for s, e in rows:
+        fd = (np.log(root_with(s, 1 + h_)) - np.log(root_with(s, 1 - h_))) / (
+            np.log(1 + h_) - np.log(1 - h_))
+        assert e == pytest.approx(fd, rel=1e-4), s

@@ -143,7 +143,7 @@ def register(sub) -> None:
     e.add_argument("--of", default="step_time", metavar="QUANTITY",
                    help="step_time (default), tokens_per_gpu_s, tpot (decode), ttft (prefill), "
                         "a derive solve term, or a derive answer: crossover, attention, "
-                        "comm-hidden, micro-batches")
+                        "comm-hidden, micro-batches, memory-batch")
     e.add_argument("--top", type=positive_int, default=None,
                    help="print only the N largest (default: every parameter)")
     e.set_defaults(func=_sensitivity)

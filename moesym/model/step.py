@@ -28,7 +28,7 @@ from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
 from ..symbolic.symbols import S, by_name, check_bindings
 from ..terms import ffn
-from ..symbolic.expr import smax
+from ..symbolic.expr import smax, symbols_of
 from ..terms.dims import Dims, symbolic_dims
 from ..terms.cost import TermTime
 from ..kernels.time_model import TimeModel, time_model
@@ -75,7 +75,7 @@ class StepModel:
 
     @property
     def free_symbols(self) -> set[sp.Symbol]:
-        return set(self.expr.free_symbols)
+        return set(symbols_of(self.expr))
 
     def evaluate(self, expr: sp.Expr | None = None, **grid) -> np.ndarray:
         """Evaluate ``expr`` (default: step time) with any symbols overridden by arrays.
@@ -90,10 +90,11 @@ class StepModel:
         from ..numbers.metrics import at_lengths, length_symbol
 
         e = self.expr if expr is None else sp.sympify(expr)
-        g = self._symbols(grid, e.free_symbols | self.free_symbols, "evaluate")
-        g.update(self._micro_batches(g, e.free_symbols))
+        free = symbols_of(e)
+        g = self._symbols(grid, free | self.free_symbols, "evaluate")
+        g.update(self._micro_batches(g, free))
         length = by_name(length_symbol(self.workload.phase))
-        lengths = () if length in g or length not in e.free_symbols else self.workload.lengths
+        lengths = () if length in g or length not in free else self.workload.lengths
         return at_lengths(lambda env: evaluate(e, self.values, env), g, length, lengths)
 
     def values_with(self, **overrides) -> dict:
@@ -366,7 +367,7 @@ def _bound(vals: Mapping, expr: sp.Expr, work: Mapping, wl: Workload) -> dict:
     workload variable (a missing number is an error here, not a NaN later; the bindings cover
     every model, so the unused ones are dropped)."""
     exprs = [expr, *(e for w in work.values() for e in w.values())]
-    used = set().union(*(e.free_symbols for e in exprs))
+    used = set().union(*(symbols_of(e) for e in exprs))
     vals = {s: v for s, v in vals.items() if s in used}
     check_bindings(exprs, vals, free=used & {by_name(k) for k in workload_values(wl)})
     return vals

@@ -1175,12 +1175,16 @@ def _minimum(term, sym, values, lo, hi, integer, text, var, step, timing) -> Clo
 
 #: quantities ``derive sensitivity --of`` names besides the terms of ``derive solve``
 QUANTITIES = ("step_time", "tokens_per_gpu_s", "tpot", "ttft")
-#: derive answers whose elasticities ``--of`` can ask for (decode, batch per GPU)
+#: derive answers whose elasticities ``--of`` can ask for: those that need no target beyond
+#: the model, hardware, deployment and decode workload the command gives
 ANSWERS = {"crossover": lambda m, h, d, wl: crossover(m, h, d, context=wl.context),
            "attention": lambda m, h, d, wl: attention_overtakes_moe(m, h, d, wl.context),
            "comm-hidden": lambda m, h, d, wl: comm_hidden(m, h, d, wl.context),
            "micro-batches": lambda m, h, d, wl: micro_batches_pay(
-               m, h, d.with_(micro_batches=2), wl.context)}
+               m, h, d.with_(micro_batches=2), wl.context),
+           "memory-batch": lambda m, h, d, wl: max_batch_for_memory(m, h, d, wl.context)}
+# optimal-ep and expert-cache carry no smooth form of a root (their closed forms are a kink
+# and a ratio), so no elasticities to ask for
 
 
 def sensitivity(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
@@ -1190,8 +1194,8 @@ def sensitivity(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workloa
     symbolic model (reverse-mode differentiation of its expression graph,
     :mod:`moesym.solve.sensitivity`: each maximum on its active branch, tile and wave counts
     held), largest first. ``of``: step_time, tokens_per_gpu_s, tpot (decode), ttft (prefill),
-    a term of ``derive solve``, or a derive answer (crossover, attention, comm-hidden,
-    micro-batches: the elasticities of its smooth closed form)."""
+    a term of ``derive solve``, or a derive answer (:data:`ANSWERS`: the elasticities of its
+    smooth closed form)."""
     from ..numbers.metrics import step_rates
     from .sensitivity import elasticities
 

@@ -37,7 +37,7 @@ from ..errors import MoesymError
 from ..symbolic.expr import dependents, nodes, substitute, symbols_of
 from .regimes import branch_at, solve_smooth
 
-__all__ = ["ModelRoot", "model_root", "sign_changes", "steps_of"]
+__all__ = ["ModelRoot", "model_root", "nearest_sign_change", "sign_changes", "steps_of"]
 
 _GRID = 4096  # points of the geometric scan of a continuous unknown
 _MAX_INTEGERS = 1 << 20  # widest integer scan
@@ -79,12 +79,9 @@ def _evaluator(eq: sp.Expr, var: sp.Symbol, values: Mapping):
     return lambda x: evaluate(eq, vals, {var: np.asarray(x, dtype=float)})
 
 
-def sign_changes(eq: sp.Expr, var: sp.Symbol, values: Mapping, lo: float, hi: float,
-                 integer: bool = False, scale: sp.Expr | None = None) -> list[tuple[float, float]]:
-    """Brackets ``(a, b)`` with ``f(a)`` and ``f(b)`` on opposite sides of zero, scanning
-    [lo, hi] (every integer, or a geometric grid refined by bisection to 1e-12 relative); NaN
-    points are skipped. The upper side is ``f > 0``, or ``f > 1e-9 |scale|`` with a ``scale``
-    expression (for a side that is zero over a range: exposed communication, say)."""
+def _brackets(eq, var, values, lo, hi, integer, scale) -> tuple:
+    """(f, [(a, b, f(a) > 0)]): the function scanned and the grid cells where its side changes
+    (:func:`sign_changes`' scan, before bisection)."""
     f0 = _evaluator(eq, var, values)
     if scale is None:
         f = f0
@@ -104,28 +101,62 @@ def sign_changes(eq: sp.Expr, var: sp.Symbol, values: Mapping, lo: float, hi: fl
     xs, ys = xs[ok], ys[ok]
     side = ys > 0
     idx = np.flatnonzero(side[1:] != side[:-1])
-    out = []
-    for i in idx:
-        a, b = float(xs[i]), float(xs[i + 1])
-        fa = side[i]
-        if integer:  # bisect to adjacent integers
-            while b - a > 1:
-                m = float(np.floor(0.5 * (a + b)))
-                if (float(f(m)) > 0) == fa:
-                    a = m
-                else:
-                    b = m
-        else:  # bisect to a bracket 1e-12 wide (Brent needs continuity; this not)
-            for _ in range(200):
-                m = 0.5 * (a + b)
-                if (float(f(m)) > 0) == fa:
-                    a = m
-                else:
-                    b = m
-                if b - a <= 1e-12 * max(abs(a), abs(b), 1e-300):
-                    break
-        out.append((a, b))
-    return out
+    return f, [(float(xs[i]), float(xs[i + 1]), side[i]) for i in idx]
+
+
+def _refine(f, a: float, b: float, fa, integer: bool) -> tuple[float, float]:
+    """A grid cell with a side change bisected to adjacent integers, or to 1e-12 relative."""
+    if integer:  # bisect to adjacent integers
+        while b - a > 1:
+            m = float(np.floor(0.5 * (a + b)))
+            if (float(f(m)) > 0) == fa:
+                a = m
+            else:
+                b = m
+    else:  # bisect to a bracket 1e-12 wide (Brent needs continuity; this not)
+        for _ in range(200):
+            m = 0.5 * (a + b)
+            if (float(f(m)) > 0) == fa:
+                a = m
+            else:
+                b = m
+            if b - a <= 1e-12 * max(abs(a), abs(b), 1e-300):
+                break
+    return a, b
+
+
+def sign_changes(eq: sp.Expr, var: sp.Symbol, values: Mapping, lo: float, hi: float,
+                 integer: bool = False, scale: sp.Expr | None = None) -> list[tuple[float, float]]:
+    """Brackets ``(a, b)`` with ``f(a)`` and ``f(b)`` on opposite sides of zero, scanning
+    [lo, hi] (every integer, or a geometric grid refined by bisection to 1e-12 relative); NaN
+    points are skipped. The upper side is ``f > 0``, or ``f > 1e-9 |scale|`` with a ``scale``
+    expression (for a side that is zero over a range: exposed communication, say)."""
+    f, cells = _brackets(eq, var, values, lo, hi, integer, scale)
+    return [_refine(f, a, b, fa, integer) for a, b, fa in cells]
+
+
+def nearest_sign_change(eq: sp.Expr, var: sp.Symbol, values: Mapping, lo: float, hi: float,
+                        near: float) -> tuple[float, float] | None:
+    """The bracket of :func:`sign_changes` (continuous ``var``) whose upper end is nearest
+    ``near`` in ratio, or None: only the cells that can hold it are bisected (a relaxed model
+    whose side flickers near zero has hundreds of sign changes, each 200 bisection steps)."""
+    f, cells = _brackets(eq, var, values, lo, hi, False, None)
+    if not cells:
+        return None
+    dist = lambda ab: abs(np.log(ab[1] / near))  # noqa: E731
+    if near <= 0 or cells[0][0] <= 0:  # no ratio bound: every cell bisected
+        return min((_refine(f, a, b, fa, False) for a, b, fa in cells), key=dist)
+
+    def bound(c) -> float:  # the least distance of any upper end inside the cell
+        return 0.0 if c[0] < near <= c[1] else min(dist((0, c[0])), dist((0, c[1])))
+
+    refined, best = {}, float("inf")
+    for i in sorted(range(len(cells)), key=lambda i: bound(cells[i])):
+        if bound(cells[i]) > best:
+            break
+        refined[i] = _refine(f, *cells[i], False)
+        best = min(best, dist(refined[i]))
+    return min((refined[i] for i in sorted(refined)), key=dist)
 
 
 def steps_of(expr: sp.Basic, var: sp.Symbol) -> list[sp.Basic]:
@@ -136,11 +167,11 @@ def steps_of(expr: sp.Basic, var: sp.Symbol) -> list[sp.Basic]:
 
 def _step_values(steps: Sequence[sp.Basic], var, values, x: float) -> dict:
     """Each step node's value at ``var = x`` (as the compiled model computes it)."""
-    out = {}
-    for n in steps:
-        y = float(_evaluator(n.args[0], var, values)(x))
-        out[n] = float(np.ceil(y) if isinstance(n, sp.ceiling) else np.floor(y))
-    return out
+    from ..symbolic.compile import evaluate_many
+
+    ys = evaluate_many([n.args[0] for n in steps], values, var, x)
+    return {n: float(np.ceil(y) if isinstance(n, sp.ceiling) else np.floor(y))
+            for n, y in zip(steps, ys)}
 
 
 def _freeze(expr, step_vals: Mapping) -> sp.Expr:
@@ -195,7 +226,7 @@ def closed_form_at(eq: sp.Expr, var: sp.Symbol, values: Mapping, bracket: tuple[
         sv = _step_values(steps, var, vals, point)
         frozen = _freeze(eq, sv)
         try:
-            smooth, cond, labels = branch_at(frozen, var, {**vals, var: point})
+            smooth, cond, labels = branch_at(frozen, var, {**vals, var: point}, lazy=True)
             root = solve_smooth(smooth, var, vals, point, general=False)
             value = _number(root, vals)
         except (NotImplementedError, ValueError, TypeError, RuntimeError) as exc:
@@ -208,6 +239,11 @@ def closed_form_at(eq: sp.Expr, var: sp.Symbol, values: Mapping, bracket: tuple[
         else:  # the bracket is 1e-12 wide: the regime's root must fall inside it
             holds = abs(value - exact) <= 1e-6 * max(abs(exact), 1e-300)
         if holds:
+            try:  # the regime's condition, built only for the root that holds
+                cond = cond()
+            except (NotImplementedError, ValueError, TypeError, RuntimeError) as exc:
+                tried.append(f"no closed form of the regime at {point:.6g} ({exc})")
+                continue
             clean = _clean(root)
             return ModelRoot(var, exact, bracket, clean, _number(clean, vals), "smooth", labels,
                              cond, "the closed form of the regime is the full model's root")

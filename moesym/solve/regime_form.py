@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import lru_cache
 from typing import Mapping
 
 import numpy as np
@@ -42,6 +43,7 @@ __all__ = ["RegimeForm", "relax", "tidy", "regime_form", "pin", "legend"]
 _GUARD = 1e-9  # the relative guard moesym.kernels.analytical applies inside its counts
 
 
+@lru_cache(maxsize=256)
 def tidy(expr: sp.Basic, digits: int = 6) -> sp.Basic:
     """``expr`` with every float constant printed short: an exact rational where one with a
     denominator up to 1000 is within 1e-8 (0.124999999875 -> 1/8, 64.000000064 -> 64), else
@@ -52,7 +54,7 @@ def tidy(expr: sp.Basic, digits: int = 6) -> sp.Basic:
     x**2/8 + 64*x + 3.14159
     """
     rep = {}
-    for f in sp.sympify(expr).atoms(sp.Float):
+    for f in nodes(sp.sympify(expr), lambda e: isinstance(e, sp.Float)):  # the shared graph
         v = float(f)
         q = Fraction(v).limit_denominator(1000)
         if v == 0 or abs(float(q) - v) <= 1e-8 * abs(v):
@@ -65,27 +67,20 @@ def tidy(expr: sp.Basic, digits: int = 6) -> sp.Basic:
 def relax(expr: sp.Basic) -> sp.Basic:
     """The continuous relaxation: ceilings and floors dropped, their 1 -+ 1e-9 guards too."""
     out = apply_rules(expr, [RELAX_CEILING])
-    guards = {f: sp.Integer(1) for f in out.atoms(sp.Float)
+    guards = {f: sp.Integer(1) for f in nodes(out, lambda e: isinstance(e, sp.Float))
               if abs(float(f) - 1) <= 1.5 * _GUARD and float(f) != 1}
     return substitute(out, guards) if guards else out
-
-
-def _evaluator(expr, var, values):
-    from ..symbolic.compile import evaluate
-
-    vals = {k: v for k, v in values.items() if k != var and k in symbols_of(expr)}
-    return lambda x: evaluate(expr, vals, {var: np.asarray(x, dtype=float)})
 
 
 def _relaxed_root(eq, var, values, near: float, span) -> float:
     """The relaxed equation's root nearest ``near`` in ``span`` (the scan of
     :func:`~moesym.solve.model_root.sign_changes`, bisected to 1e-12 relative)."""
-    from .model_root import sign_changes
+    from .model_root import nearest_sign_change
 
-    found = sign_changes(eq, var, values, span[0], span[1])
-    if not found:
+    found = nearest_sign_change(eq, var, values, span[0], span[1], near)
+    if found is None:
         raise ValueError(f"the relaxed model has no root in {var} in [{span[0]:g}, {span[1]:g}]")
-    a, b = min(found, key=lambda ab: abs(np.log(ab[1] / near)))
+    a, b = found
     return 0.5 * (a + b)
 
 
@@ -130,7 +125,7 @@ def regime_form(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, nea
         r = _relaxed_root(eq, var, vals, near, span)
     except ValueError as exc:
         return RegimeForm(var, None, None, note=str(exc), equation=eq)
-    smooth, _cond, labels = branch_at(eq, var, {**vals, var: r})
+    smooth, _, labels = branch_at(eq, var, {**vals, var: r}, lazy=True)
     # the target side stays whole when it is free of x; the rest is collapsed to c0, c1, ...
     rhs_dep = var in dependents(rhs, var)
     skel, back = _collapse(smooth if rhs_dep else smooth + rhs, var)
@@ -203,19 +198,22 @@ def pin(eq: sp.Expr, var: sp.Symbol, values: Mapping, a: float, b: float,
     for key, e in (where or {}).items():
         for n in nodes(e, lambda e: isinstance(e, (sp.ceiling, sp.floor))):
             owners.setdefault(n, key)
+    from ..symbolic.compile import evaluate_many
+
+    exprs = [*counts, *(n.args[0] for n in counts)]
+    at_a, at_b = evaluate_many(exprs, vals, var, a), evaluate_many(exprs, vals, var, b)
     out = []
-    for n in counts:
-        f = _evaluator(n, var, vals)
-        va, vb = float(f(a)), float(f(b))
+    for i, n in enumerate(counts):
+        va, vb = at_a[i], at_b[i]
         if va == vb:
             continue
-        g = _evaluator(n.args[0], var, vals)
+        ga, gb = at_a[len(counts) + i], at_b[len(counts) + i]
         arg = tidy(relax(n.args[0]))
         text = str(arg)
         if len(text) > 90:
             text = text[:87] + "..."
         out.append(f"{owners.get(n, 'a tile or wave count')}: {type(n).__name__}({text}) "
-                   f"{va:.0f} -> {vb:.0f} (argument {float(g(a)):.4g} -> {float(g(b)):.4g})")
+                   f"{va:.0f} -> {vb:.0f} (argument {ga:.4g} -> {gb:.4g})")
     return out
 
 
@@ -226,5 +224,5 @@ def legend(exprs) -> list[str]:
     syms = set()
     for e in exprs:
         if e is not None:
-            syms |= {s for s in sp.sympify(e).free_symbols if s in INFO}
+            syms |= {s for s in symbols_of(sp.sympify(e)) if s in INFO}
     return [describe(s) for s in sorted(syms, key=str)]

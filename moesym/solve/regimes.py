@@ -68,6 +68,14 @@ def _choices(node: sp.Basic, only: int | None = None):
     return out if only is None else out[0]
 
 
+def _branch(node: sp.Basic, i: int) -> tuple[sp.Basic, str]:
+    """(replacement, label) of branch ``i`` of a Max, Min or Piecewise node (:func:`_choices`'
+    without its condition)."""
+    if isinstance(node, sp.Piecewise):
+        return node.args[i][0], f"piece{i}"
+    return node.args[i], f"{'max' if isinstance(node, sp.Max) else 'min'}{i}"
+
+
 def _relation(rel, a: sp.Expr, b: sp.Expr) -> sp.Basic:
     """``rel(a, b)``, evaluated by SymPy (True or False where the assumptions settle it) when a
     side is a number, else left as the relation: between two expressions SymPy asks the
@@ -156,7 +164,8 @@ def _argument_values(nodes_: list, env: Mapping) -> dict:
     return {a: float(v) for a, v in zip(args, out)}
 
 
-def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping) -> tuple[sp.Expr, sp.Basic, tuple]:
+def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping, lazy: bool = False
+              ) -> tuple[sp.Expr, sp.Basic, tuple]:
     """The smooth branch of ``expr`` active at the point ``env`` (numbers for every symbol,
     ``var`` included), with the condition under which it holds and the branch labels.
 
@@ -164,10 +173,12 @@ def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping) -> tuple[sp.Expr, sp.
     substituted (repeated for nodes nested inside chosen branches, and for nodes a substitution
     creates, such as SymPy's 1 / Piecewise -> Piecewise of reciprocals). The branch is picked on
     the numbers (each node's arguments evaluated once, shared subexpressions once); only the chosen
-    branch's condition is built symbolically.
+    branch's condition is built symbolically. ``lazy=True`` returns, in the condition's place, a
+    function that builds it: SymPy's relations on large branches are most of the time here, and
+    a caller may not need the condition.
     """
     value = substituter({k: sp.Float(v) for k, v in env.items()})  # memoised across nodes
-    conds, labels = [], []
+    picks, labels = [], []
     e = expr
     for _ in range(8):  # a substitution can create nodes (1 / Min(a, Piecewise) -> Piecewise)
         found = _nonsmooth(e, var)
@@ -176,9 +187,10 @@ def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping) -> tuple[sp.Expr, sp.
         numbers = _argument_values(found, env)
         choice = {}
         for node in found:
-            rep, c, lab = _choices(node, only=_active(node, value, numbers))
+            i = _active(node, value, numbers)
+            rep, lab = _branch(node, i)
+            picks.append((node, i))
             choice[node] = rep
-            conds.append(c)
             labels.append(lab)
         for _ in range(64):
             new = substitute(e, choice)
@@ -187,11 +199,15 @@ def branch_at(expr: sp.Expr, var: sp.Symbol, env: Mapping) -> tuple[sp.Expr, sp.
             e = new
     if _nonsmooth(e, var):  # pragma: no cover - nodes keep appearing
         raise RuntimeError("regime substitution left non-smooth nodes")
-    # And(*conds) would sort its arguments by tree size: exponential on the shared graphs of a
-    # large model, so the conjunction is assembled as is
-    cond = sp.true if not conds else conds[0] if len(conds) == 1 else sp.And._from_args(
-        tuple(dict.fromkeys(conds)))
-    return e, cond, tuple(labels)
+
+    def condition() -> sp.Basic:
+        conds = [_choices(node, only=i)[1] for node, i in picks]
+        # And(*conds) would sort its arguments by tree size: exponential on the shared graphs
+        # of a large model, so the conjunction is assembled as is
+        return sp.true if not conds else conds[0] if len(conds) == 1 else sp.And._from_args(
+            tuple(dict.fromkeys(conds)))
+
+    return e, condition if lazy else condition(), tuple(labels)
 
 
 def _linear_exponential_roots(e: sp.Expr, var: sp.Symbol) -> list[sp.Expr]:
@@ -207,7 +223,8 @@ def _linear_exponential_roots(e: sp.Expr, var: sp.Symbol) -> list[sp.Expr]:
     >>> any(abs(complex(v.evalf()) - root) < 1e-9 for v in r)
     True
     """
-    pows = {p for p in e.atoms(sp.Pow) if p.exp.has(var) and not p.base.has(var)}
+    pows = {p for p in nodes(e, lambda x: isinstance(x, sp.Pow))
+            if p.exp.has(var) and not p.base.has(var)}
     if len(pows) != 1:
         return []
     (P,) = pows
@@ -238,7 +255,7 @@ def _root_denominator(e: sp.Expr, var: sp.Symbol) -> int:
     """Least common denominator q of the rational exponents of ``var`` in ``e`` (1 if none):
     with var = u^q the expression has only integer powers of u."""
     q = 1
-    for p in e.atoms(sp.Pow):
+    for p in nodes(e, lambda x: isinstance(x, sp.Pow)):
         if p.base == var and p.exp.is_Rational and not p.exp.is_Integer:
             q = int(sp.ilcm(q, p.exp.q))
     return q

@@ -24,6 +24,7 @@ import numpy as np
 import sympy as sp
 
 from ..numeric.compiled import CompiledModel, function_from_source
+from .expr import symbols_of
 from .symbols import INFO
 
 __all__ = ["compile_expr", "compile_model", "evaluate", "bind_and_compile", "numpy_source"]
@@ -295,7 +296,7 @@ def _compile_cached(expr: sp.Expr, args: tuple[sp.Symbol, ...]) -> Callable:
 def compile_expr(expr: sp.Expr, args: Sequence[sp.Symbol]) -> Callable:
     """NumPy function of ``args`` (in that order) computing ``expr``; cached."""
     args = tuple(args)
-    extra = sp.sympify(expr).free_symbols - set(args)
+    extra = symbols_of(sp.sympify(expr)) - set(args)
     if extra:
         raise ValueError("expression has free symbols not among the arguments: "
                          + ", ".join(sorted(map(str, extra))))
@@ -307,13 +308,14 @@ def _bound_cached(expr: sp.Expr, fixed: tuple, args: tuple) -> Callable:
     from .expr import substitute
 
     bound = substitute(expr, {s: sp.Float(v) for s, v in fixed})
-    return compile_expr(bound, tuple(a for a in args if a in bound.free_symbols)), \
-        tuple(a for a in args if a in bound.free_symbols)
+    free = symbols_of(bound)
+    return compile_expr(bound, tuple(a for a in args if a in free)), \
+        tuple(a for a in args if a in free)
 
 
 @lru_cache(maxsize=512)
 def _late_compiled(expr: sp.Expr, grid_symbols: tuple) -> tuple:
-    free = expr.free_symbols
+    free = symbols_of(expr)
     grid = tuple(s for s in grid_symbols if s in free)
     rest = tuple(sorted(free - set(grid), key=str))
     return compile_expr(expr, grid + rest), grid, rest
@@ -351,13 +353,36 @@ def bind_and_compile(expr: sp.Expr, values: Mapping[sp.Symbol, float], grid_symb
     grid_symbols = tuple(grid_symbols)
     if not fold:
         return _late_bound(expr, values, grid_symbols)
-    free = expr.free_symbols
+    free = symbols_of(expr)
     missing = free - set(values) - set(grid_symbols)
     if missing:
         raise ValueError("missing value(s) for: " + ", ".join(sorted(map(str, missing))))
     fixed = tuple(sorted(((s, float(v)) for s, v in values.items()
                           if s in free and s not in grid_symbols), key=lambda kv: str(kv[0])))
     return _bound_cached(expr, fixed, grid_symbols)
+
+
+@lru_cache(maxsize=128)
+def _many_compiled(exprs: tuple, var: sp.Symbol) -> tuple:
+    free = frozenset().union(*(symbols_of(e) for e in exprs))
+    rest = tuple(sorted(free - {var}, key=str))
+    return function_from_source(numpy_source(exprs, (var,) + rest)), rest
+
+
+def evaluate_many(exprs: Sequence[sp.Expr], values: Mapping[sp.Symbol, float], var: sp.Symbol,
+                  x: float) -> list[float]:
+    """Each of ``exprs`` at the scalar ``var = x`` with ``values`` bound to every other symbol,
+    from one compiled function over their shared graph (each subexpression computed once, with
+    the arithmetic :func:`evaluate` does expression by expression)."""
+    exprs = tuple(sp.sympify(e) for e in exprs)
+    if not exprs:
+        return []
+    fn, rest = _many_compiled(exprs, var)
+    missing = [s for s in rest if s not in values]
+    if missing:
+        raise ValueError("missing value(s) for: " + ", ".join(sorted(map(str, missing))))
+    out = fn(np.asarray(x, dtype=float), *(float(values[s]) for s in rest))
+    return [float(v) for v in out]
 
 
 def evaluate(expr: sp.Expr, values: Mapping[sp.Symbol, float], grid: Mapping[sp.Symbol, object]

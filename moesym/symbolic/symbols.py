@@ -96,9 +96,11 @@ def check_bindings(expr: sp.Expr | Iterable[sp.Expr], values: Mapping[sp.Symbol,
     moesym.symbolic.symbols.BindingError: stray binding(s) not in the expression: B
     """
     exprs = [expr] if isinstance(expr, sp.Basic) else list(expr)
+    from .expr import symbols_of
+
     needed: set[sp.Symbol] = set()
     for e in exprs:
-        needed |= sp.sympify(e).free_symbols
+        needed |= symbols_of(sp.sympify(e))
     given = set(values) | set(free)
     missing = needed - given
     stray = given - needed
