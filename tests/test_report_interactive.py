@@ -138,14 +138,17 @@ def _library_point(argv, p):
                          dict(work=300, context=9000, gpus=8, ep=8, tp=1, mb=2,
                               overlap="tbo-sglang", a2a="allgather"),
                          dict(work=40, context=1000, gpus=4, ep=4, tp=1, mb=2, overlap="ideal")]),
-    (DECODE[:-4] + ["--gpus", "4", "--ep", "4", "--tp", "2", "--a2a", "allgather"], "--batch",
-     [dict(work=100, context=4096, gpus=8, ep=8, tp=4, mb=2),
-      dict(work=33, context=20000, gpus=16, ep=16, tp=16, mb=1)]),
-    (SERVE, "--batch", [dict(work=64, isl=1024, osl=1024, gpus=4, ep=4, tp=1, mb=1),
-                        dict(work=200, isl=8000, osl=300, gpus=8, ep=8, tp=1, mb=2),
-                        dict(work=5, isl=100, osl=3000, gpus=2, ep=2, tp=1, mb=1),
-                        dict(work=50, isl=2000, osl=500, gpus=4, ep=4, tp=1, mb=1,
-                             overlap="none", a2a="deepep-ll")]),
+    # the TP and serve pages take 25 s to build and run here: the slow tier
+    pytest.param(DECODE[:-4] + ["--gpus", "4", "--ep", "4", "--tp", "2", "--a2a", "allgather"],
+                 "--batch", [dict(work=100, context=4096, gpus=8, ep=8, tp=4, mb=2),
+                             dict(work=33, context=20000, gpus=16, ep=16, tp=16, mb=1)],
+                 marks=pytest.mark.slow),
+    pytest.param(SERVE, "--batch", [dict(work=64, isl=1024, osl=1024, gpus=4, ep=4, tp=1, mb=1),
+                                    dict(work=200, isl=8000, osl=300, gpus=8, ep=8, tp=1, mb=2),
+                                    dict(work=5, isl=100, osl=3000, gpus=2, ep=2, tp=1, mb=1),
+                                    dict(work=50, isl=2000, osl=500, gpus=4, ep=4, tp=1, mb=1,
+                                         overlap="none", a2a="deepep-ll")],
+                 marks=pytest.mark.slow),
     (PREFILL, "--tokens", [dict(work=16384, context=4096, gpus=32, ep=32, tp=1, mb=1),
                            dict(work=3000, context=9000, gpus=64, ep=64, tp=1, mb=2),
                            dict(work=8192, context=8192, gpus=32, ep=32, tp=1, mb=2,
@@ -165,7 +168,8 @@ def test_the_generated_javascript_gives_predicts_numbers(tmp_path, capsys, argv,
 
 
 @pytest.mark.skipif(NODE is None, reason="Node.js is not installed (apt-get install nodejs)")
-@pytest.mark.parametrize("argv", [DECODE, PREFILL], ids=["decode", "prefill"])
+@pytest.mark.parametrize("argv", [DECODE, pytest.param(PREFILL, marks=pytest.mark.slow)],
+                         ids=["decode", "prefill"])
 def test_the_timeline_and_sensitivities_are_the_step_models(tmp_path, argv):
     """At random points (work, length, GPUs/EP/TP, micro-batches, schedule and A2A mode drawn
     from what the page offers): each operation's start and end equal
