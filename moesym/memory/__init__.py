@@ -1,9 +1,10 @@
 """Per-GPU memory model and capacity planning (issue 6; seed 002 sections 1-8, seed 001).
 
 Submodules, in data-flow order: :mod:`.formats` (storage formats, scale overheads, FP4
-capability matrix), :mod:`.weights` (weights by component), :mod:`.kv` (KV cache, paged blocks;
-DeepSeek-V4's compressed CSA/HCA cache is :mod:`moesym.terms.compressed`'s), :mod:`.runtime` (activations, MoE workspaces, communication buffers,
-reserve, MTP), :mod:`.capacity` (budget, max batch / context, report).
+capability matrix), :mod:`.weights` (weights by component), :mod:`.runtime` (activations, MoE
+workspaces, communication buffers, reserve, MTP), :mod:`.capacity` (budget, max batch / context,
+report). The KV cache per token and request is a cost term, :mod:`moesym.terms.kv`; each
+attention variant says which of it its layers hold (:mod:`moesym.attention`).
 
 >>> import moesym.memory as mem
 >>> mem.weight_bytes_per_param("fp8") > 1
@@ -30,8 +31,6 @@ from .formats import (
                        weight_bytes_per_param,
                        weight_formats,
 )
-from ..terms.kv import (kv_bytes, kv_bytes_per_request, kv_bytes_per_token,
-                        kv_bytes_per_token_layer, speculative_kv_bytes_per_request)
 from .runtime import (
                        decode_activation_bytes,
                        deepep_low_latency_bytes,
@@ -77,10 +76,6 @@ __all__ = [
                        "ffn_intermediate",
                        "fits",
                        "grouped_gemm_workspace_bytes",
-                       "kv_bytes",
-                       "kv_bytes_per_request",
-                       "kv_bytes_per_token",
-                       "kv_bytes_per_token_layer",
                        "max_batch",
                        "max_context",
                        "memory_bindings",
@@ -98,7 +93,6 @@ __all__ = [
                        "runtime_reserve_bytes",
                        "shared_expert_params",
                        "solve_max",
-                       "speculative_kv_bytes_per_request",
                        "storage_format",
                        "weight_bytes_per_param",
                        "weight_formats",
