@@ -110,6 +110,9 @@ DEPLOYMENTS = {
     "dense-serve-eagle": ["predict", "qwen3-8b", "--hardware", "h20", "--phase", "serve",
                           "--isl", "2048", "--osl", "512", "--batch", "32", "--gpus", "2",
                           "--tp", "2", "--mtp", "1"],
+    # no CUDA graphs: each engine's switch
+    "decode-eager": ["predict", "qwen3-30b-a3b", "--hardware", "h100", "--phase", "decode",
+                     "--batch", "8", "--context", "1024", "--eager"],
     "optimize-decode": ["optimize", "qwen3-30b-a3b", "--hardware", "h20", "--gpus", "4",
                         "--phase", "decode", "--context", "2048", "--tpot-ms", "50"],
 }

@@ -134,6 +134,11 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
                         "whose scheduler simulate and optimize --percentile run, and whose "
                         "kernels the hardware file times ([kernel.engines.NAME]): sglang, vllm, "
                         "trtllm, llama.cpp, mlx, tt-metal or a profile file (default sglang)")
+    g.add_argument("--eager", action="store_true",
+                   help="no CUDA graphs: the host launches every kernel of a decode step "
+                        "(SGLang --disable-cuda-graph, vLLM --enforce-eager, llama.cpp "
+                        "GGML_CUDA_DISABLE_GRAPHS=1); default: decode steps replay as CUDA "
+                        "graphs where the engine captures them")
     g.add_argument("--gpus-per-node", type=positive_int, default=None,
                    help="GPUs per node (default: the hardware file's gpus_per_node)")
     if search:
@@ -333,7 +338,8 @@ def deployment_from(args) -> Deployment:
                       dequant=getattr(args, "dequant", "fused"),
                       accept=getattr(args, "accept", None),
                       memory_options=_memory_option_pairs(getattr(args, "memory_option", [])),
-                      engine=getattr(args, "engine", "sglang"))
+                      engine=getattr(args, "engine", "sglang"),
+                      cuda_graphs=not getattr(args, "eager", False))
 
 
 def _mesh_from(args, tp: int) -> tuple:

@@ -28,6 +28,7 @@ FLAGS = {
     "expert_placement": "--expert-placement", "dequant": "--dequant", "mtp": "--mtp",
     "pp": "--pp", "cp": "--cp", "accept": "--accept", "mesh": "--mesh",
     "dispatch_axis": "--dispatch-axis", "engine": "--engine",
+    "cuda_graphs": "--eager",
     # Workload
     "phase": "--phase", "batch": "--batch", "tokens": "--tokens", "context": "--context",
     "chunk": "--chunk", "isl": "--isl", "osl": "--osl", "prefix_hit": "--prefix-hit",

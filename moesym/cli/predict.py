@@ -82,7 +82,8 @@ def run(args) -> int:
     print(f"{model.name} on {dep.gpus} x {hw.name}  {wl.phase.value}  tp={dep.tp} ep={dep.ep} "
           f"micro-batches={dep.micro_batches} weights={dep.weights}"
           + (f" mesh={dep.mesh[0]}x{dep.mesh[1]} (dispatch along {dep.dispatch_axis}, "
-             f"{r['mesh']['a2a']})" if dep.mesh is not None else ""))
+             f"{r['mesh']['a2a']})" if dep.mesh is not None else "")
+          + ("  eager (no CUDA graphs)" if not dep.cuda_graphs else ""))
     if "serve" in r:
         sv = r["serve"]
         print(f"  isl={wl.isl} osl={wl.osl} requests/rank={wl.batch} (decoding "

@@ -158,6 +158,12 @@ def check_engine(engine: str, hw, dep: Deployment, model: ModelSpec | None = Non
                           "(MLX's distributed launch is not emitted)")
 
 
+# what turns each engine's CUDA graphs off (--eager): SGLang's and vLLM's flags from the wheels
+# (tests/data/engine_flags.json), llama.cpp's environment variable (vendored llama.cpp
+# ggml/src/ggml-cuda/common.cuh:1289, read at the first graph), TensorRT-LLM's options file
+_EAGER_FLAGS = {"sglang": ["--disable-cuda-graph"], "vllm": ["--enforce-eager"]}
+_EAGER_ENV = {"llama.cpp": "GGML_CUDA_DISABLE_GRAPHS=1"}
+_EAGER_NOTE = {"trtllm": "no CUDA graphs: cuda_graph_config: null in --extra_llm_api_options"}
 # the flag that raises each engine's largest captured decode batch (read from the wheels as
 # tests/data/engine_flags.json lists them; TensorRT-LLM takes it in its options file)
 _GRAPH_MAX_FLAG = {"sglang": "--cuda-graph-max-bs-decode", "vllm": "--max-cudagraph-capture-size"}
@@ -172,6 +178,10 @@ def _engine_profile(engine: str, dep: Deployment, wl: Workload, notes: list) -> 
     if dep.engine != engine and not str(dep.engine).endswith(".toml"):
         notes.append(f"timed with {dep.engine}'s scheduler and defaults (--engine {dep.engine}); "
                      f"add --engine {engine} to time {engine}'s")
+    if not dep.cuda_graphs:  # eager: no graphs to size
+        if engine in _EAGER_NOTE:
+            notes.append(_EAGER_NOTE[engine])
+        return list(_EAGER_FLAGS.get(engine, []))
     if wl.phase is Phase.PREFILL or engine not in ("sglang", "vllm", "trtllm"):
         return []
     sizes = load_engine(engine).graph_batch_sizes(dep.tp)
@@ -352,6 +362,8 @@ def _llamacpp(model, dep, wl, notes) -> tuple[list[str], list[str]]:
     if dep.mtp:
         notes.append("speculative decoding: llama.cpp takes a draft model (-md FILE); MTP heads "
                      "are not emitted")
+    if not dep.cuda_graphs:
+        server, bench = [_EAGER_ENV["llama.cpp"], *server], [_EAGER_ENV["llama.cpp"], *bench]
     return server, bench
 
 

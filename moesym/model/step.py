@@ -298,9 +298,9 @@ def _graph_kernel_s(hardware: HardwareSpec, deployment: Deployment, workload: Wo
     """The per-kernel floor of a decode step as the engines run it, replayed as a CUDA graph
     (each profile captures the decode batch sizes it serves): an elementwise kernel costs the
     graph's floor (``[latency_us] graph_kernel``, measured: benchmarks/gpu_small_batch.md)
-    instead of a host launch. None for other steps, engines without graphs and hardware
-    without the measurement."""
-    if workload.phase is not Phase.DECODE:
+    instead of a host launch. None for other steps, eager deployments (``cuda_graphs``
+    false), engines without graphs and hardware without the measurement."""
+    if workload.phase is not Phase.DECODE or not deployment.cuda_graphs:
         return None
     from ..engines import load_engine
 

@@ -108,6 +108,11 @@ LLAMA_BENCH_TABLE = (
     ("rtx-4090", "Q4_0", "q4_0", 7979.85, None, _RTX_4090),
 )
 TG_CONTEXT = 64  # mean KV length of tg128 from an empty cache
+# both measured builds launched every kernel from the host: llama.cpp's CUDA graphs came later
+# (the llama.cpp that llama-cpp-python 0.2.29 vendors, commit 4483396 of 2024-01-15, five days
+# after PR #4766's table, has no cudaGraph in ggml-cuda.cu; today's replays decode graphs,
+# moesym.engines' llama.cpp profile); Metal has no CUDA graphs at all
+LLAMA_BENCH_CUDA_GRAPHS = False
 
 
 def single_device_cases(engine: str = "llama.cpp") -> tuple[Case, ...]:
@@ -115,7 +120,7 @@ def single_device_cases(engine: str = "llama.cpp") -> tuple[Case, ...]:
     batch 1) per device and format, on one device with ``engine``'s kernels."""
     out = []
     for hw, gguf, fmt, pp, tg, source in LLAMA_BENCH_TABLE:
-        dep = Deployment(gpus=1, weights=fmt, engine=engine)
+        dep = Deployment(gpus=1, weights=fmt, engine=engine, cuda_graphs=LLAMA_BENCH_CUDA_GRAPHS)
         out.append(Case(f"llama-7b-pp512-{hw}-{gguf}", "llama-7b", hw, dep,
                         Workload(Phase.PREFILL, tokens=512, context=512), pp, source=source,
                         setup=f"{hw}, LLaMA 7B {gguf}, llama-bench pp512"))

@@ -80,7 +80,7 @@ def scheduler_config(profile, model, hw, dep, *, mean_len: float, max_len: int,
         reserve = 1.0 if profile.ignore_eos_full_reserve else float(profile.new_token_ratio_init)
     else:
         reserve = 0.0
-    sizes = tuple(profile.graph_batch_sizes(dep.tp))
+    sizes = tuple(profile.graph_batch_sizes(dep.tp)) if dep.cuda_graphs else ()
     return SchedulerConfig(policy=profile.policy, mixed_chunk=bool(profile.mixed_chunk),
                            chunk_tokens=int(chunk), step_tokens=int(max(budget, 1)),
                            max_running=int(held), kv_capacity_tokens=cap, kv_reserve=reserve,

@@ -236,6 +236,10 @@ class Deployment:
     dispatch_axis: str = "rows"
     # the serving engine (moesym.engines): its scheduler and defaults (prompt tokens per step)
     engine: str = "sglang"
+    # decode steps replayed as CUDA graphs where the engine profile captures them; False: every
+    # kernel launched by the host (SGLang --disable-cuda-graph, vLLM --enforce-eager, llama.cpp
+    # GGML_CUDA_DISABLE_GRAPHS=1, or a build before the engine had graphs)
+    cuda_graphs: bool = True
     # sizes the user did not give, derived from another flag ("ep" from --gpus, "tp" from
     # --mesh): an error names them as derived (:func:`given_as`); not part of the identity
     derived: frozenset = field(default=frozenset(), repr=False, compare=False)
@@ -245,6 +249,8 @@ class Deployment:
         if not str(self.engine).endswith(".toml") and self.engine not in ENGINES:
             raise SpecError(f"`engine` {self.engine!r}: use one of {', '.join(ENGINES)} or an "
                             "engine profile .toml")
+        if not isinstance(self.cuda_graphs, bool):
+            raise SpecError(f"`cuda_graphs` must be true or false, got {self.cuda_graphs!r}")
         _pos_int("gpus_per_node", self.gpus_per_node)
         _pos_int("tp", self.tp)
         _pos_int("micro_batches", self.micro_batches)
