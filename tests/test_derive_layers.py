@@ -192,7 +192,8 @@ def _independent_relaxed_root(cf):
 
 TPOT_CASES = [pytest.param("qwen3-30b-a3b", "h20", 1, 50, marks=pytest.mark.slow),
               pytest.param("qwen3-30b-a3b", "h100", 8, 20, marks=pytest.mark.slow),
-              pytest.param("deepseek-v3", "h800", 64, 50, marks=pytest.mark.slow)]
+              pytest.param("deepseek-v3", "h800", 64, 50, marks=pytest.mark.slow),
+              pytest.param("gpt-oss-120b", "h200", 4, 20, marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("model,hw,gpus,tpot_ms", TPOT_CASES)
@@ -224,7 +225,7 @@ def test_tpot_layers(model, hw, gpus, tpot_ms):
 
 
 CROSS_CASES = [("qwen3-30b-a3b", "h20", 1), ("deepseek-v3", "h800", 32),
-               ("qwen3-30b-a3b", "h100", 8)]
+               ("qwen3-30b-a3b", "h100", 8), ("gpt-oss-120b", "h200", 4)]
 
 
 @pytest.mark.slow
@@ -244,7 +245,8 @@ def test_crossover_layers(model, hw, gpus):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model,hw,gpus", [("qwen3-30b-a3b", "h20", 8),
-                                           ("deepseek-v3", "h100", 64)])
+                                           ("deepseek-v3", "h100", 64),
+                                           ("gpt-oss-120b", "h200", 8)])
 def test_micro_batches_layers(model, hw, gpus):
     m, h = ms.load_model(model), ms.load_hardware(hw)
     dep = ms.Deployment(gpus=gpus, ep=gpus, weights="fp8", micro_batches=2)
@@ -267,7 +269,8 @@ def test_sensitivity_command_ranks_every_parameter(cli_json):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model,hw,gpus", [("qwen3-30b-a3b", "h20", 1),
-                                           ("deepseek-v3", "h200", 16)])
+                                           ("deepseek-v3", "h200", 16),
+                                           ("gpt-oss-120b", "h100", 2)])
 def test_memory_batch_is_predicts_last_fitting_batch(model, hw, gpus):
     m, h = ms.load_model(model), ms.load_hardware(hw)
     dep = ms.Deployment(gpus=gpus, ep=gpus, weights="fp8")
