@@ -19,7 +19,7 @@ from ..terms.cost import TermTime
 from ..terms.routing import group_tokens
 from ..terms.tokens import step_tokens
 
-__all__ = ["host_computed", "offload_s", "with_expert_tiers"]
+__all__ = ["host_computed", "offload_s", "tier_s", "with_expert_tiers"]
 
 
 def _cache_tables(model: ModelSpec, dep: Deployment, D: Dims, tokens_mb) -> dict:
@@ -49,6 +49,16 @@ def host_computed(model: ModelSpec, dep: Deployment, D: Dims, tokens_mb):
     return _cache_tables(model, dep, D, tokens_mb)
 
 
+def tier_s(placement: str, cold, rows, expert_bytes, row_flops):
+    """Time of a pass's ``cold`` experts (``rows`` token-expert assignments among them): each
+    copied over the host link (``stream``), or read once from host DRAM with its rows' GEMMs,
+    ``row_flops`` each, on the host CPU (``host-compute``). The one home of this arithmetic:
+    the step's tier (:func:`offload_s`) and derive's expert-cache closed form use it."""
+    if placement == "stream":
+        return cold * expert_bytes / S.host_bw
+    return cold * expert_bytes / S.host_dram_bw + rows * row_flops / S.host_flops
+
+
 def offload_s(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims):
     """Time the expert tiers add to one MoE layer (all micro-batches), or None without a cache.
 
@@ -62,13 +72,9 @@ def offload_s(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims):
     t = step_tokens(wl, dep) / D.micro_batches
     tab = _cache_tables(model, dep, D, t)
     expert_bytes = expert_weights(D.hidden, D.moe_inter, S.w_bytes_expert, D.expert_tp)
-    if dep.expert_placement == "stream":
-        one = tab["cold"] * expert_bytes / S.host_bw
-    else:
-        rows = ffn.moe_tokens_per_gpu(D, t) * D.topk * tab["miss_share"]
-        one = (tab["cold"] * expert_bytes / S.host_dram_bw
-               + rows * 6 * D.hidden * D.moe_inter / D.expert_tp / S.host_flops)
-    return D.micro_batches * one
+    rows = ffn.moe_tokens_per_gpu(D, t) * D.topk * tab["miss_share"]
+    return D.micro_batches * tier_s(dep.expert_placement, tab["cold"], rows, expert_bytes,
+                                    6 * D.hidden * D.moe_inter / D.expert_tp)
 
 
 def with_expert_tiers(layer, terms: Mapping[str, TermTime], per_layer: dict, model: ModelSpec,

@@ -574,6 +574,7 @@ def expert_cache_hides(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: 
     a = 1 - (1 - k/E)^T, so the tier costs n_mb (E - C) a c_x with c_x the time per cold expert
     (3 d d_e b_we / W_host streamed; on the host 3 d d_e b_we / W_dram + 6 d d_e T k / (E F_cpu)
     / a), and C* = E - t_c / (n_mb a c_x), t_c the layer's device compute at the root."""
+    from ..model.expert_tiers import tier_s
     from ..model.predictor import predict
 
     if not model.is_moe:
@@ -605,12 +606,10 @@ def expert_cache_hides(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: 
     C, t_c = sp.Symbol("C", nonnegative=True), sp.Symbol("t_c", positive=True)
     T = S.batch * (1 + S.mtp) / S.micro_batches
     a = 1 - (1 - S.topk / S.experts) ** T
-    expert_bytes = expert_weights(S.hidden, S.moe_inter, S.w_bytes_expert)
-    if dep.expert_placement == "stream":
-        per_cold = expert_bytes / S.host_bw
-    else:
-        per_cold = expert_bytes / S.host_dram_bw + 6 * S.hidden * S.moe_inter * T * S.topk / (
-            S.experts * S.host_flops) / a
+    # per cold expert: its assignments under uniform routing are T k / (E a) (module tier_s)
+    per_cold = tier_s(dep.expert_placement, 1, T * S.topk / (S.experts * a),
+                      expert_weights(S.hidden, S.moe_inter, S.w_bytes_expert),
+                      6 * S.hidden * S.moe_inter)
     expr = S.experts - t_c / (S.micro_batches * a * per_cold)
     from ..numbers.bindings import bindings
 
