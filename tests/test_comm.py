@@ -511,3 +511,45 @@ def test_one_node_deepep_is_the_fitted_kernel(cli_json):
     h800 = cli_json(argv + ["h800"])["per_layer_s"]["dispatch"]
     up = load_hardware("h800")
     assert h800 > sent["dispatch"] / (up.scale_up_Bps * up.efficiency.scale_up)
+
+
+def test_trtllm_allreduce_fit_recovers_known_switch_points(tmp_path):
+    """benchmarks/kernel_fit_aic.py's TensorRT-LLM all-reduce fit on a table made here in
+    AIConfigurator's layout from known constants (tau 3 us, one-shot 300 GB/s, two-shot 200 GB/s;
+    2 GPUs: one-shot to 4 MiB, own kernel to 16 MiB; 8 GPUs: one-shot to 256 KiB, own kernel to
+    4 MiB; NCCL twice the custom time below the limits and the measured time above): it finds
+    both switch points per group size and the constants, and the held-out rows are exact."""
+    import importlib.util
+    from pathlib import Path
+
+    import pandas as pd
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_fit_aic.py"
+    spec = importlib.util.spec_from_file_location("kernel_fit_aic", path)
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    tau, w1, w2 = 3e-6, 300e9, 200e9
+    one, top = {2: 4 * 2 ** 20, 8: 256 * 1024}, {2: 16 * 2 ** 20, 8: 4 * 2 ** 20}
+    rows, nccl = [], []
+    for p in (2, 8):
+        for i in range(18):
+            elements = 128 * 2 ** i
+            m = 2 * elements  # BF16
+            custom = tau + (p - 1) * m / w1 if m <= one[p] else 2 * tau + 2 * (p - 1) / p * m / w2
+            n = 2 * custom if m <= top[p] else 1.5 * custom
+            t = custom if m <= top[p] else n
+            rows.append({"allreduce_dtype": "bfloat16", "num_gpus": p, "message_size": elements,
+                         "latency": t * 1e3})
+            nccl.append({"op_name": "all_reduce", "nccl_dtype": "half", "num_gpus": p,
+                         "message_size": elements, "latency": n * 1e3})
+    for family, name, frame in (("trtllm", "custom_allreduce_perf", rows),
+                                ("nccl", "nccl_perf", nccl)):
+        folder = tmp_path / "h200_sxm" / "comm" / family / "1.0"
+        folder.mkdir(parents=True)
+        pd.DataFrame(frame).to_parquet(folder / f"{name}.parquet")
+    got = fit.fit_allreduce(tmp_path, "h200", "trtllm")
+    assert got["max_bytes"] == top
+    assert got["oneshot_max_bytes"] == one
+    assert (got["fixed_us"], got["oneshot_GBps"], got["twoshot_GBps"]) == pytest.approx(
+        (3.0, 300.0, 200.0), rel=1e-4)
+    assert got["test_worst"] < 1e-4
