@@ -22,14 +22,17 @@ attention on TensorRT-LLM's tables):
 Rows faster than physics allows (FLOPs at the dtype's datasheet peak, or bytes at the
 datasheet HBM bandwidth: :func:`moesym.kernels.fit.physical_floor_s`) are excluded and counted.
 Held-out error: every other shape (sorted shape keys) is left out of the fit and reported.
-The engine's custom all-reduce (``[allreduce]``: fixed time, one-shot and two-shot bandwidth) is
-fitted on SGLang's CUDA-graph timings (``custom_allreduce_perf``; its message_size counts BF16
-elements; messages up to the 16 MiB workspace, one-shot and two-shot as SGLang's own switch
-points assign them). ``--write`` stores each fitted ``[kernel]`` table (with the source,
-engine, date and held-out errors) and ``[allreduce]`` table in hardware/<gpu>.toml (the rest of
-the file kept); ``--markdown`` writes the fit's held-out table; ``--allreduce-only`` fits only
-``[allreduce]``; ``--attention-only`` fits only the attention fields of ``[kernel]`` on the
-committed rest (GEMM and fused-MoE fields kept as they are).
+The engines' custom all-reduce (fixed time, one-shot and two-shot bandwidth; the table's
+message_size counts BF16 elements) is fitted per engine on its own CUDA-graph timings
+(``custom_allreduce_perf``): ``[allreduce]`` on SGLang's (messages up to the 16 MiB workspace,
+one-shot and two-shot as SGLang's own switch points assign them), ``[allreduce.trtllm]`` on
+TensorRT-LLM's (its switch points fitted on the table: see TRTLLM_NCCL_MARGIN); an engine
+profile's ``[ENGINE.kernels] allreduce`` names the one it runs. ``--write`` stores each fitted
+``[kernel]`` table (with the source, engine, date and held-out errors) and the all-reduce
+tables in hardware/<gpu>.toml (the rest of the file kept); ``--markdown`` writes the fit's
+held-out table; ``--allreduce-only`` fits only the all-reduce tables; ``--attention-only``
+fits only the attention fields of ``[kernel]`` on the committed rest (GEMM and fused-MoE
+fields kept as they are).
 
 ``--heldout`` evaluates the committed ``[kernel]`` on the held-out shapes (the table
 ``moesym validate --kernels`` prints, bench_data/kernel_heldout.json), fits each fused-MoE
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import itertools
 from dataclasses import replace
 from pathlib import Path
 
@@ -187,7 +191,7 @@ def fit_gpu(root: Path, gpu: str) -> dict:
         out["classes"]["attention"] = (res, len(a))
         calib = res.calib
     out["calib"] = calib
-    out["allreduce"] = fit_allreduce(root, gpu)
+    out["allreduce"] = fit_allreduces(root, gpu)
     return out
 
 
@@ -316,14 +320,25 @@ GPU_ARCH = {"h100": "sm90", "h200": "sm90", "b200": "sm100", "b300": "sm100", "g
 AR_ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "half": 2}
 
 
-def _oneshot_table(kib: dict) -> tuple:
-    return tuple((w, v * 1024) for w, v in sorted(kib.items()))
+# TensorRT-LLM's custom all-reduce (AllReduceStrategy AUTO in its all-reduce op: one-shot,
+# two-shot or NCCL by message size and world size). Its source is not at hand (PyPI's
+# tensorrt-llm is a stub that downloads the wheel from NVIDIA's index, unreachable here; neither
+# aiconfigurator nor aiconfigurator-core 0.12.0 ships the collector or the thresholds), so both
+# switch points are fitted on its own table: the kernel's limit M_max(p) is the largest message
+# at which TensorRT-LLM's time is at least 5% under NCCL's own measured all-reduce of the same
+# size (the NCCL table of the same GPU: above it the two coincide, NCCL ran); the one-shot limit
+# M_1(p) is searched over the fitted message sizes with the times (least squares, every
+# combination over the group sizes; a tie goes to the larger limit). The table has no backend
+# column: its times are CUDA-graph replays (2.6 us for a 256-byte message on 2 H200s, as SGLang's
+# graph rows; SGLang's eager rows take 30 us).
+TRTLLM_NCCL_MARGIN = 0.95
 
 
-def _allreduce_model(kib: dict):
-    """``f(message_bytes, gpus, fixed_s, oneshot_Bps, twoshot_Bps)``: the step model's own term
-    (:func:`moesym.terms.comm.tp_allreduce_custom`) lambdified on 1-byte 'tokens', with the
-    one-shot switch points ``kib`` (KiB by world size)."""
+def _allreduce_model():
+    """``f(message_bytes, gpus, fixed_s, oneshot_Bps, twoshot_Bps, oneshot_max, max_bytes)``:
+    the step model's own term (:func:`moesym.terms.comm.tp_allreduce_custom`) lambdified on
+    1-byte 'tokens', the two switch points per row (arrays) so that one function serves every
+    switch-point candidate."""
     from types import SimpleNamespace
 
     import sympy as sp
@@ -331,82 +346,182 @@ def _allreduce_model(kib: dict):
     from moesym.terms.comm import tp_allreduce_custom
     from moesym.terms.dims import symbolic_dims
 
-    m, tau, w1, w2 = sp.symbols("m tau w1 w2", positive=True)
+    m, tau, w1, w2, m1, m2 = sp.symbols("m tau w1 w2 m1 m2", positive=True)
     car = SimpleNamespace(fixed_s=tau, oneshot_Bps=w1, twoshot_Bps=w2,
-                          oneshot_max_bytes=_oneshot_table(kib),
-                          max_bytes=SGLANG_AR_MAX_MIB * 2 ** 20)
+                          oneshot_max_bytes=((2, m1),), max_bytes=((2, m2),))
     D = symbolic_dims()
     by_p = {}
-    for p in range(2, 17):  # one function per group size (the switch point is p's)
+    for p in range(2, 17):  # one function per group size
         c = tp_allreduce_custom(D, m, car, 1.0, 0.0, group=p)
         t = (c.net_bytes / c.net_bw + c.fixed_s).subs({D.hidden: 1, D.act_bytes: 1})
-        by_p[p] = sp.lambdify((m, tau, w1, w2), t, "numpy")
+        by_p[p] = sp.lambdify((m, tau, w1, w2, m1, m2), t, "numpy")
 
-    def f(m, p, tau, w1, w2):
+    def f(m, p, tau, w1, w2, one_max, top):
         out = np.empty(len(m))
         for g in np.unique(p):
             sel = p == g
-            out[sel] = by_p[int(g)](m[sel], tau, w1, w2)
+            out[sel] = by_p[int(g)](m[sel], tau, w1, w2, one_max[sel], top[sel])
         return out
     return f
 
 
-def fit_allreduce(root: Path, gpu: str) -> dict | None:
-    """Fit the custom all-reduce's fixed time and one-/two-shot bandwidths on SGLang's
-    CUDA-graph timings (messages up to the custom kernel's limit, rows assigned to one- or
-    two-shot by the measured version's switch points); every other message size held out."""
+def _per_row(table: dict, p: np.ndarray) -> np.ndarray:
+    """A switch point by group size (bytes), per row: the first listed size >= p, the last
+    beyond (as the step model reads the table)."""
+    sizes = sorted(table)
+    return np.array([table[next((w for w in sizes if w >= g), sizes[-1])] for g in p], float)
+
+
+def _allreduce_rows(root: Path, gpu: str, engine: str) -> tuple[pd.DataFrame, str]:
+    """The engine's custom all-reduce rows under CUDA graphs with ``message_bytes`` (the
+    table's message_size counts BF16 elements), sorted by group size and message."""
+    df, v = aic.read_table(root, gpu, "comm", "custom_allreduce_perf", engine)
+    if not len(df):
+        return df, v
+    if "backend" in df:  # SGLang's table has eager rows too; TensorRT-LLM's only graph ones
+        df = df[df.backend == "sglang_graph"]
+    df = df.assign(message_bytes=df.message_size * df.allreduce_dtype.map(AR_ELEMENT_BYTES),
+                   latency_s=df.latency * 1e-3)
+    return df.sort_values(["num_gpus", "message_bytes"]).reset_index(drop=True), v
+
+
+def _custom_ceiling(root: Path, gpu: str, df: pd.DataFrame) -> dict[int, float]:
+    """TensorRT-LLM's custom-kernel limit by group size (bytes): the largest message at which
+    its time is TRTLLM_NCCL_MARGIN or less of NCCL's measured all-reduce of the same size."""
+    n, _v = aic.read_table(root, gpu, "comm", "nccl_perf", "nccl")
+    n = n[(n.op_name == "all_reduce") & (n.nccl_dtype == "half")]
+    both = df.merge(n[["num_gpus", "message_size", "latency"]], on=["num_gpus", "message_size"],
+                    suffixes=("", "_nccl"))
+    own = both[both.latency <= TRTLLM_NCCL_MARGIN * both.latency_nccl]
+    return {int(p): float(g.message_bytes.max()) for p, g in own.groupby("num_gpus")}
+
+
+def _fit_constants(f, m, p, meas, sel, one_max, top):
+    """(fixed s, one-shot B/s, two-shot B/s) by least squares in log time on rows ``sel``."""
     from scipy.optimize import least_squares
 
-    df, v = aic.read_table(root, gpu, "comm", "custom_allreduce_perf", "sglang")
+    def resid(x):
+        return np.log(f(m[sel], p[sel], x[0] * 1e-6, x[1] * 1e9, x[2] * 1e9, one_max[sel],
+                        top[sel]) / meas[sel])
+
+    return least_squares(resid, [3.0, 100.0, 100.0], bounds=([0, 1, 1], [100, 5000, 5000]))
+
+
+def fit_allreduce(root: Path, gpu: str, engine: str = "sglang") -> dict | None:
+    """Fit an engine's custom all-reduce (fixed time, one-/two-shot bandwidths) on its
+    CUDA-graph timings, every other message size held out. SGLang: messages up to its 16 MiB
+    workspace, assigned to one- or two-shot by the measured version's own switch points.
+    TensorRT-LLM: its switch points fitted on the table (see TRTLLM_NCCL_MARGIN's comment)."""
+    df, v = _allreduce_rows(root, gpu, engine)
     if not len(df):
         return None
-    df = df[df.backend == "sglang_graph"]
-    df = df.assign(message_bytes=df.message_size * df.allreduce_dtype.map(AR_ELEMENT_BYTES))
-    df = df[df.message_bytes <= SGLANG_AR_MAX_MIB * 2 ** 20]
-    df = df.sort_values(["num_gpus", "message_bytes"]).reset_index(drop=True)
+    if engine == "sglang":
+        arch = GPU_ARCH[gpu]
+        fit_versions = SGLANG_AR_ONESHOT_KIB[AR_FIT_VERSION]
+        kib = fit_versions[arch if arch in fit_versions else SGLANG_AR_FIT_ARCH[arch]]
+        top = {p: SGLANG_AR_MAX_MIB * 2 ** 20 for p in kib}
+        candidates = {p: [kib[p] * 1024] for p in sorted(df.num_gpus.unique())}
+    else:
+        top = _custom_ceiling(root, gpu, df)
+        candidates = None
+    df = df[df.message_bytes <= _per_row(top, df.num_gpus.to_numpy())].reset_index(drop=True)
     test = (df.groupby("num_gpus").cumcount() % 2 == 1).to_numpy()
-    arch = GPU_ARCH[gpu]
-    fit_versions = SGLANG_AR_ONESHOT_KIB[AR_FIT_VERSION]
-    f = _allreduce_model(fit_versions[arch if arch in fit_versions else SGLANG_AR_FIT_ARCH[arch]])
     m, p = df.message_bytes.to_numpy(float), df.num_gpus.to_numpy(float)
-    meas = df.latency.to_numpy(float) * 1e-3
-
-    def resid(x, sel):
-        return np.log(f(m[sel], p[sel], x[0] * 1e-6, x[1] * 1e9, x[2] * 1e9) / meas[sel])
-
-    r = least_squares(resid, [3.0, 100.0, 100.0], args=(~test,),
-                      bounds=([0, 1, 1], [100, 5000, 5000]))
-    pred = f(m, p, r.x[0] * 1e-6, r.x[1] * 1e9, r.x[2] * 1e9)
+    meas = df.latency_s.to_numpy(float)
+    groups = sorted(int(g) for g in df.num_gpus.unique())
+    if candidates is None:  # TensorRT-LLM: the one-shot limit at a fitted size or the kernel's
+        candidates = {g: sorted(set(m[~test & (p == g)]) | {top[g]}) for g in groups}
+    f = _allreduce_model()
+    top_rows = _per_row(top, p)
+    best = None
+    for combo in itertools.product(*(candidates[g] for g in groups)):
+        one_rows = _per_row(dict(zip(groups, combo)), p)
+        r = _fit_constants(f, m, p, meas, ~test, one_rows, top_rows)
+        key = (round(r.cost, 12), -sum(combo))  # equal fits: the larger one-shot limits
+        if best is None or key < best[0]:
+            best = (key, r, dict(zip(groups, combo)), one_rows)
+    _key, r, one_max, one_rows = best
+    pred = f(m, p, r.x[0] * 1e-6, r.x[1] * 1e9, r.x[2] * 1e9, one_rows, top_rows)
     err = np.abs(pred / meas - 1)
-    return {"fixed_us": r.x[0], "oneshot_GBps": r.x[1], "twoshot_GBps": r.x[2], "version": v,
-            "rows": len(df), "held_out": int(test.sum()),
+    return {"engine": engine, "fixed_us": r.x[0], "oneshot_GBps": r.x[1], "twoshot_GBps": r.x[2],
+            "oneshot_max_bytes": one_max, "max_bytes": {g: top[g] for g in groups},
+            "version": v, "rows": len(df), "held_out": int(test.sum()),
             "test_median": float(np.median(err[test])),
             "test_p90": float(np.quantile(err[test], 0.9)),
             "test_worst": float(err[test].max()), "train_median": float(np.median(err[~test]))}
 
 
+AR_ENGINES = ("sglang", "trtllm")  # SGLang's is [allreduce], the others [allreduce.ENGINE]
+
+
+def fit_allreduces(root: Path, gpu: str) -> dict:
+    """Each engine's custom all-reduce fit (:func:`fit_allreduce`), None where it has no table."""
+    return {e: fit_allreduce(root, gpu, e) for e in AR_ENGINES}
+
+
+def _kib_table(table: dict, unit: int) -> str:
+    return "{ " + ", ".join(f"{w} = {v / unit:g}" for w, v in sorted(table.items())) + " }"
+
+
 def allreduce_block(ar: dict, gpu: str, date: str) -> str:
-    """The ``[allreduce]`` table text for a hardware file."""
-    kib = SGLANG_AR_ONESHOT_KIB[AR_RUN_VERSION][GPU_ARCH[gpu]]
-    table = ", ".join(f"{w} = {v}" for w, v in sorted(kib.items()))
-    return "\n".join([
-        f"# engine custom all-reduce, written {date} by benchmarks/kernel_fit_aic.py: fitted on "
-        f"{SOURCE}, {aic.GPU_FOLDERS[gpu]}, SGLang {ar['version']} custom all-reduce under CUDA "
-        f"graphs, 2-8 GPUs, messages <= {SGLANG_AR_MAX_MIB} MiB (message_size read as bf16 "
-        f"elements; {ar['rows']} rows; every other size held out: held-out median "
-        f"{ar['test_median']:.1%}, worst {ar['test_worst']:.1%})",
-        f"# switch points (one-shot KiB by TP group size, two-shot to the {SGLANG_AR_MAX_MIB} MiB "
-        f"workspace): SGLang {AR_RUN_VERSION} srt/distributed/device_communicators/configs/"
-        f"custom_all_reduce_v2.py, {GPU_ARCH[gpu]} CUDA-graph thresholds clipped to "
-        "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB",
-        "[allreduce]",
+    """The ``[allreduce]`` (SGLang's) or ``[allreduce.trtllm]`` table text for a hardware file."""
+    name = ENGINE_NAMES[ar["engine"]]
+    head = (f"# engine custom all-reduce, written {date} by benchmarks/kernel_fit_aic.py: fitted "
+            f"on {SOURCE}, {aic.GPU_FOLDERS[gpu]}, {name} {ar['version']} custom all-reduce "
+            f"under CUDA graphs, {min(ar['max_bytes'])}-{max(ar['max_bytes'])} GPUs, messages "
+            + (f"<= {SGLANG_AR_MAX_MIB} MiB" if ar["engine"] == "sglang" else
+               "up to the custom kernel's limit (max_MiB)")
+            + " (message_size read as bf16 elements; "
+            f"{ar['rows']} rows; every other size held out: held-out median "
+            f"{ar['test_median']:.1%}, worst {ar['test_worst']:.1%})")
+    if ar["engine"] == "sglang":
+        kib = SGLANG_AR_ONESHOT_KIB[AR_RUN_VERSION][GPU_ARCH[gpu]]
+        lines = [head,
+                 f"# switch points (one-shot KiB by TP group size, two-shot to the "
+                 f"{SGLANG_AR_MAX_MIB} MiB workspace): SGLang {AR_RUN_VERSION} srt/distributed/"
+                 "device_communicators/configs/custom_all_reduce_v2.py, "
+                 f"{GPU_ARCH[gpu]} CUDA-graph thresholds clipped to "
+                 "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB",
+                 "[allreduce]"]
+        one, top = _kib_table({w: v * 1024 for w, v in kib.items()}, 1024), SGLANG_AR_MAX_MIB
+    else:
+        lines = [head,
+                 "# switch points FITTED on the same table (TensorRT-LLM's source not at hand): "
+                 "two-shot up to max_MiB, the largest message TensorRT-LLM runs at least "
+                 f"{1 - TRTLLM_NCCL_MARGIN:.0%} under the GPU's NCCL all-reduce table; one-shot "
+                 "up to oneshot_max_KiB, fitted with the times; NCCL beyond",
+                 f"[allreduce.{ar['engine']}]"]
+        one, top = (_kib_table(ar["oneshot_max_bytes"], 1024),
+                    _kib_table(ar["max_bytes"], 2 ** 20))
+    return "\n".join(lines + [
         f"fixed_us = {ar['fixed_us']:.3g}",
         f"oneshot_GBps = {ar['oneshot_GBps']:.4g}",
         f"twoshot_GBps = {ar['twoshot_GBps']:.4g}",
-        f"oneshot_max_KiB = {{ {table} }}",
-        f"max_MiB = {SGLANG_AR_MAX_MIB}",
-        f'source = "fit to {SOURCE} ({aic.GPU_FOLDERS[gpu]}, SGLang {ar["version"]} '
+        f"oneshot_max_KiB = {one}",
+        f"max_MiB = {top}",
+        f'source = "fit to {SOURCE} ({aic.GPU_FOLDERS[gpu]}, {name} {ar["version"]} '
         'custom all-reduce, CUDA graph)"']) + "\n"
+
+
+def write_allreduce(gpu: str, fits: dict, date: str) -> None:
+    """Store each engine's fit in hardware/<gpu>.toml: SGLang's as ``[allreduce]``, the others
+    as ``[allreduce.ENGINE]`` right after it (or in place where the file has one)."""
+    import tomllib
+
+    path = data_dir("hardware") / f"{gpu}.toml"
+    for engine, ar in fits.items():
+        if ar is None:
+            continue
+        if engine == "sglang":
+            replace_toml_table(path, "allreduce", allreduce_block(ar, gpu, date))
+            continue
+        table = f"allreduce.{engine}"
+        if engine in tomllib.loads(path.read_text()).get("allreduce", {}):
+            replace_toml_table(path, table, allreduce_block(ar, gpu, date))
+        else:  # after [allreduce] (its table runs to the next header, which this becomes)
+            block = allreduce_block(fits["sglang"], gpu, date) + "\n" + allreduce_block(ar, gpu,
+                                                                                       date)
+            replace_toml_table(path, "allreduce", block)
 
 
 # ------------------------------------------------------------------------------ DeepEP, one node
@@ -521,9 +636,9 @@ def write_heldout(root: Path, gpus: list[str], date: str, write: bool) -> int:
     rows: list[dict] = []
     for gpu in gpus:
         got = evaluate_gpu(root, gpu)
-        ar = fit_allreduce(root, gpu)
-        if ar:
-            got.append({"gpu": gpu, "class": "allreduce", "engine": f"SGLang {ar['version']}",
+        for ar in (a for a in fit_allreduces(root, gpu).values() if a):
+            got.append({"gpu": gpu, "class": "allreduce",
+                        "engine": f"{ENGINE_NAMES[ar['engine']]} {ar['version']}",
                         "dtype": "bfloat16", "rows_fitted": ar["rows"] - ar["held_out"],
                         "rows_held_out": ar["held_out"], "excluded": 0,
                         "median": ar["test_median"], "p90": ar["test_p90"]})
@@ -550,7 +665,8 @@ def write_heldout(root: Path, gpus: list[str], date: str, write: bool) -> int:
            "how": "benchmarks/kernel_fit_aic.py AIC_DATA_DIR --heldout: |model / measured - 1| on "
                   "the shapes held out of the fit (every other shape); gemm and attention: the "
                   "committed [kernel]; moe: each backend's fitted fraction (kernel_median: the "
-                  "committed [kernel] on the same rows); allreduce: the committed [allreduce]; "
+                  "committed [kernel] on the same rows); allreduce: the committed [allreduce] "
+                  "(SGLang) and [allreduce.trtllm] (TensorRT-LLM); "
                   "excluded: rows faster than their FLOPs at peak or bytes at peak HBM bandwidth",
            "rows": rows}
     path = data_dir("bench_data") / HELDOUT_JSON
@@ -593,11 +709,11 @@ def markdown(fits: list[dict], date: str) -> str:
             if cls == "attention":  # each table's held-out median, for where the error sits
                 parts = ", ".join(f"{r.table} {r.median:.0%}" for r in held.itertuples())
                 lines.append(f"| | | | ({parts}) | | | | |")
-        ar = f.get("allreduce")
-        if ar:
-            lines.append(f"| {f['gpu']} | SGLang {ar['version']} (CUDA graph) | bfloat16 | custom "
-                         f"all-reduce | {ar['rows'] - ar['held_out']} / {ar['held_out']} | 0 "
-                         f"| {ar['test_median']:.1%} | (worst {ar['test_worst']:.1%}) |")
+        for ar in (a for a in f.get("allreduce", {}).values() if a):
+            lines.append(f"| {f['gpu']} | {ENGINE_NAMES[ar['engine']]} {ar['version']} (CUDA "
+                         f"graph) | bfloat16 | custom all-reduce | {ar['rows'] - ar['held_out']} "
+                         f"/ {ar['held_out']} | 0 | {ar['test_median']:.1%} | "
+                         f"{ar['test_p90']:.1%} |")
     return "\n".join(lines) + "\n"
 
 
@@ -615,7 +731,8 @@ def main(argv=None) -> int:
                     help="fit only the attention fields of [kernel] on the committed rest and, "
                          "with --write, store them")
     ap.add_argument("--allreduce-only", action="store_true",
-                    help="fit and write only the custom all-reduce ([allreduce])")
+                    help="fit and write only the engines' custom all-reduce ([allreduce]: "
+                         "SGLang's; [allreduce.trtllm]: TensorRT-LLM's)")
     a = ap.parse_args(argv)
     gpus = a.gpu or [g for g, d in aic.GPU_FOLDERS.items() if (a.folder / d).is_dir()]
     date = _dt.date.today().isoformat()
@@ -630,20 +747,20 @@ def main(argv=None) -> int:
                       f"{got[0].summary()}\n{got[0].per_group.to_string()}")
             continue
         if a.allreduce_only:
-            ar = fit_allreduce(a.folder, gpu)
-            print(f"== {gpu} custom all-reduce: {ar}")
-            if a.write and ar:
-                replace_toml_table(data_dir("hardware") / f"{gpu}.toml", "allreduce",
-                                   allreduce_block(ar, gpu, date))
+            ars = fit_allreduces(a.folder, gpu)
+            for ar in ars.values():
+                print(f"== {gpu} custom all-reduce: {ar}")
+            if a.write:
+                write_allreduce(gpu, ars, date)
             continue
         f = fit_gpu(a.folder, gpu)
         fits.append(f)
         for cls, (res, n) in f["classes"].items():
             print(f"== {gpu} {cls} ({n} rows, {f['excluded'].get(cls, 0)} excluded as faster "
                   f"than physics): {res.summary()}")
-        if f["allreduce"]:
-            ar = f["allreduce"]
-            print(f"== {gpu} custom all-reduce ({ar['rows']} rows): fixed {ar['fixed_us']:.2f} "
+        for ar in (x for x in f["allreduce"].values() if x):
+            print(f"== {gpu} {ENGINE_NAMES[ar['engine']]} custom all-reduce ({ar['rows']} rows): "
+                  f"fixed {ar['fixed_us']:.2f} "
                   f"us, one-shot {ar['oneshot_GBps']:.0f} GB/s, two-shot "
                   f"{ar['twoshot_GBps']:.0f} GB/s; "
                   f"train median {ar['train_median']:.1%}; held-out median {ar['test_median']:.1%} "
@@ -667,9 +784,7 @@ def main(argv=None) -> int:
             record = {"engine": eng, "fit_date": date,
                       "heldout_error": {c: r.test_median for c, (r, _) in f["classes"].items()}}
             write_kernel_table(data_dir("hardware") / f"{gpu}.toml", calib, lines, date, record)
-            if f["allreduce"]:
-                replace_toml_table(data_dir("hardware") / f"{gpu}.toml", "allreduce",
-                                   allreduce_block(f["allreduce"], gpu, date))
+            write_allreduce(gpu, f["allreduce"], date)
             print(f"wrote [kernel] to hardware/{gpu}.toml")
     if a.markdown:
         a.markdown.write_text(markdown(fits, date))

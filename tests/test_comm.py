@@ -378,7 +378,7 @@ def test_custom_allreduce_switches_as_the_engine_does():
     D = symbolic_dims()
     car = SimpleNamespace(fixed_s=3e-6, oneshot_Bps=2e11, twoshot_Bps=1e11,
                           oneshot_max_bytes=((2, 16 * 2 ** 20), (4, 384 * 1024), (8, 128 * 1024)),
-                          max_bytes=16 * 2 ** 20)
+                          max_bytes=((8, 16 * 2 ** 20),))
     subs = {D.hidden: 1, D.act_bytes: 1}
 
     def net(m, p):
@@ -394,6 +394,88 @@ def test_custom_allreduce_switches_as_the_engine_does():
     assert _allreduce_time_s(subs, big) == pytest.approx(_allreduce_time_s(subs, ring))
     one = comm.tp_allreduce_custom(D, 5, car, 4e11, 3e-6, group=1)
     assert _allreduce_time_s(subs, one) == 0       # one GPU reduces nothing
+
+
+# TensorRT-LLM 1.3.0rc20's own all-reduce on H200 (AllReduceStrategy AUTO, CUDA graphs, BF16),
+# measured by NVIDIA and published in AIConfigurator (same commit, systems/data/h200_sxm/comm/
+# trtllm/1.3.0rc20/custom_allreduce_perf.parquet): {GPUs: [(message_size, latency us)]}, the
+# message_size in BF16 elements (bytes are twice it), up to the custom kernel's limit (16 MiB on
+# 2 GPUs, 4 MiB on 8: NCCL's time beyond). At 8 GPUs its one-shot kernel runs to 1 MiB where
+# SGLang's switches to two-shot at 128 KiB: 25.74 us against SGLang's 13.05 at 1 MiB.
+_H200_TRTLLM_AR_US = {
+    2: [(512, 2.69), (8192, 2.83), (65536, 3.14), (524288, 5.99), (2097152, 16.57),
+        (8388608, 70.51)],
+    8: [(512, 3.17), (8192, 3.49), (65536, 6.39), (262144, 17.78), (524288, 25.74),
+        (2097152, 47.47)],
+}
+
+
+@pytest.mark.parametrize("gpus", sorted(_H200_TRTLLM_AR_US))
+def test_trtllm_allreduce_meets_its_published_h200_timings(gpus):
+    """hardware/h200.toml's [allreduce.trtllm] (fitted on half the message sizes of TensorRT-LLM's
+    own table, its switch points fitted there too) times the published rows within 25% each."""
+    D = symbolic_dims()
+    car = load_hardware("h200").allreduce_kernels["trtllm"]
+    for m, us in _H200_TRTLLM_AR_US[gpus]:
+        c = comm.tp_allreduce_custom(D, m, car, 1e12, 3e-6, group=gpus)
+        t = _allreduce_time_s({D.hidden: 1, D.act_bytes: 2}, c)
+        assert t == pytest.approx(us * 1e-6, rel=0.25), (gpus, m)
+
+
+def test_custom_allreduce_limit_is_per_group_size():
+    """The custom kernel's limit is a table by group size as the switch point is (TensorRT-LLM
+    keeps its own kernel to larger messages on fewer GPUs): with 16 MiB on 2 GPUs and 4 MiB on 4
+    or more, 8 MiB on 2 GPUs is two-shot, 2 (p - 1) / p M = M bytes at the two-shot rate after
+    2 tau; on 8 GPUs it is NCCL's ring, 2 (p - 1) / p M at the ring's rate after 2 (p - 1) tau'."""
+    from types import SimpleNamespace
+
+    D = symbolic_dims()
+    car = SimpleNamespace(fixed_s=3e-6, oneshot_Bps=3e11, twoshot_Bps=2e11,
+                          oneshot_max_bytes=((8, 2 ** 20),),
+                          max_bytes=((2, 16 * 2 ** 20), (8, 4 * 2 ** 20)))
+    subs = {D.hidden: 1, D.act_bytes: 1}
+    m = 8 * 2 ** 20
+    two = comm.tp_allreduce_custom(D, m, car, 4e11, 5e-6, group=2)
+    assert _allreduce_time_s(subs, two) == pytest.approx(2 * 3e-6 + m / 2e11)
+    ring = comm.tp_allreduce_custom(D, m, car, 4e11, 5e-6, group=8)
+    assert _allreduce_time_s(subs, ring) == pytest.approx(2 * 7 * 5e-6 + 2 * 7 / 8 * m / 4e11)
+    four = comm.tp_allreduce_custom(D, 4 * 2 ** 20, car, 4e11, 5e-6, group=4)  # at the limit
+    assert _allreduce_time_s(subs, four) == pytest.approx(2 * 3e-6 + 2 * 3 / 4 * 4 * 2 ** 20 / 2e11)
+
+
+def test_engine_profile_picks_its_own_allreduce(cli_json):
+    """Qwen3-235B decode, 128 tokens, TP8 EP1 on H200: each layer all-reduces two messages of
+    M = 128 x 4096 x 2 B = 1 MiB. TensorRT-LLM's profile names [allreduce.trtllm], whose one-shot
+    reaches 1 MiB on 8 GPUs: tau + 7 M / W_1; SGLang's runs [allreduce] (one-shot to 128 KiB):
+    two-shot, 2 tau + 2 x 7/8 M / W_2 (constants from the file, formulas by hand). The published
+    times at 1 MiB on 8 H200s (AIConfigurator, as above) are 25.74 us (TensorRT-LLM) and 13.05 us
+    (SGLang 0.5.14): each engine's term is within 15% of its own, and TensorRT-LLM's is the slower
+    by more than half, as the tables say (1.97x)."""
+    argv = ["predict", "qwen3-235b-a22b", "--phase", "decode", "--batch", "128", "--context",
+            "1024", "--gpus", "8", "--tp", "8", "--ep", "1", "--hardware", "h200", "--engine"]
+    hw = load_hardware("h200")
+    trt, sgl, m = hw.allreduce_kernels["trtllm"], hw.allreduce, 2 ** 20
+    want_trt = trt.fixed_s + 7 * m / trt.oneshot_Bps
+    want_sgl = 2 * sgl.fixed_s + 2 * 7 / 8 * m / sgl.twoshot_Bps
+    got_trt = cli_json(argv + ["trtllm"])["per_layer_s"]["tp_comm"] / 2
+    got_sgl = cli_json(argv + ["sglang"])["per_layer_s"]["tp_comm"] / 2
+    assert got_trt == pytest.approx(want_trt, rel=1e-9)
+    assert got_sgl == pytest.approx(want_sgl, rel=1e-9)
+    assert got_trt == pytest.approx(25.74e-6, rel=0.15)
+    assert got_sgl == pytest.approx(13.05e-6, rel=0.15)
+    assert got_trt / got_sgl > 1.5
+
+
+def test_engine_allreduce_falls_back_to_the_gpus_default():
+    """A profile naming an all-reduce the GPU has no fit of (SGLang's is [allreduce] itself,
+    vLLM names none) runs [allreduce]; a GPU without any keeps NCCL's ring (None)."""
+    from moesym.engines import load_engine
+
+    h200 = load_hardware("h200")
+    assert load_engine("trtllm").hardware(h200).allreduce == h200.allreduce_kernels["trtllm"]
+    for engine in ("sglang", "vllm"):
+        assert load_engine(engine).hardware(h200).allreduce == h200.allreduce
+    assert load_engine("trtllm").hardware(load_hardware("h800")).allreduce is None
 
 
 def test_tp_decode_uses_the_custom_allreduce_where_the_gpu_has_one(cli_json):
@@ -429,3 +511,45 @@ def test_one_node_deepep_is_the_fitted_kernel(cli_json):
     h800 = cli_json(argv + ["h800"])["per_layer_s"]["dispatch"]
     up = load_hardware("h800")
     assert h800 > sent["dispatch"] / (up.scale_up_Bps * up.efficiency.scale_up)
+
+
+def test_trtllm_allreduce_fit_recovers_known_switch_points(tmp_path):
+    """benchmarks/kernel_fit_aic.py's TensorRT-LLM all-reduce fit on a table made here in
+    AIConfigurator's layout from known constants (tau 3 us, one-shot 300 GB/s, two-shot 200 GB/s;
+    2 GPUs: one-shot to 4 MiB, own kernel to 16 MiB; 8 GPUs: one-shot to 256 KiB, own kernel to
+    4 MiB; NCCL twice the custom time below the limits and the measured time above): it finds
+    both switch points per group size and the constants, and the held-out rows are exact."""
+    import importlib.util
+    from pathlib import Path
+
+    import pandas as pd
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_fit_aic.py"
+    spec = importlib.util.spec_from_file_location("kernel_fit_aic", path)
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    tau, w1, w2 = 3e-6, 300e9, 200e9
+    one, top = {2: 4 * 2 ** 20, 8: 256 * 1024}, {2: 16 * 2 ** 20, 8: 4 * 2 ** 20}
+    rows, nccl = [], []
+    for p in (2, 8):
+        for i in range(18):
+            elements = 128 * 2 ** i
+            m = 2 * elements  # BF16
+            custom = tau + (p - 1) * m / w1 if m <= one[p] else 2 * tau + 2 * (p - 1) / p * m / w2
+            n = 2 * custom if m <= top[p] else 1.5 * custom
+            t = custom if m <= top[p] else n
+            rows.append({"allreduce_dtype": "bfloat16", "num_gpus": p, "message_size": elements,
+                         "latency": t * 1e3})
+            nccl.append({"op_name": "all_reduce", "nccl_dtype": "half", "num_gpus": p,
+                         "message_size": elements, "latency": n * 1e3})
+    for family, name, frame in (("trtllm", "custom_allreduce_perf", rows),
+                                ("nccl", "nccl_perf", nccl)):
+        folder = tmp_path / "h200_sxm" / "comm" / family / "1.0"
+        folder.mkdir(parents=True)
+        pd.DataFrame(frame).to_parquet(folder / f"{name}.parquet")
+    got = fit.fit_allreduce(tmp_path, "h200", "trtllm")
+    assert got["max_bytes"] == top
+    assert got["oneshot_max_bytes"] == one
+    assert (got["fixed_us"], got["oneshot_GBps"], got["twoshot_GBps"]) == pytest.approx(
+        (3.0, 300.0, 200.0), rel=1e-4)
+    assert got["test_worst"] < 1e-4

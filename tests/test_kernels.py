@@ -388,19 +388,22 @@ def test_fitted_gemms_and_moe_backends_never_beat_physics(gpu, which, m, n, k, g
 
 
 @settings(max_examples=200, deadline=None)
-@given(gpu=st.sampled_from([hw.name for hw in FITTED if hw.allreduce is not None]),
+@given(fit=st.sampled_from([(hw.name, k) for hw in FITTED if hw.allreduce is not None
+                             for k in ("", *hw.allreduce_kernels)]),
        tokens=st.integers(1, 65536), hidden=st.sampled_from([2048, 4096, 5120, 7168, 8192]),
        p=st.integers(2, 8))
-def test_fitted_custom_allreduce_never_beats_the_link(gpu, tokens, hidden, p):
+def test_fitted_custom_allreduce_never_beats_the_link(fit, tokens, hidden, p):
     """No all-reduce of M bytes over p GPUs beats 2 (p - 1) / p M bytes through one GPU's
     scale-up link at its datasheet rate (each GPU must receive the others' share of the sum
-    and send its own share of the result)."""
+    and send its own share of the result): every engine's fit ([allreduce], [allreduce.NAME])."""
     from moesym.terms import comm
     from moesym.terms.dims import symbolic_dims
 
+    gpu, name = fit
     hw = load_hardware(gpu)
+    car = hw.allreduce_kernels[name] if name else hw.allreduce
     D = symbolic_dims()
-    c = comm.tp_allreduce_custom(D, tokens, hw.allreduce, hw.scale_up_Bps, 3e-6, group=p)
+    c = comm.tp_allreduce_custom(D, tokens, car, hw.scale_up_Bps, 3e-6, group=p)
     t = float(sp.sympify(c.net_bytes / c.net_bw + c.fixed_s).subs({D.hidden: hidden,
                                                                    D.act_bytes: 2}))
     M = tokens * hidden * 2

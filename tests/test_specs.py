@@ -208,6 +208,25 @@ def test_missing_serving_efficiency_warns_and_names_the_default(tmp_path):
         load_hardware(p)
 
 
+_ALLREDUCE = ("[allreduce]\nfixed_us = 3\noneshot_GBps = 300\ntwoshot_GBps = 300\n"
+              "oneshot_max_KiB = 128\nmax_MiB = 16\n")
+
+
+def test_engine_allreduce_tables(tmp_path):
+    """[allreduce] is the default custom all-reduce; [allreduce.NAME] an engine's own, with its
+    switch points and kernel limit by TP group size (KiB and MiB to bytes)."""
+    p = tmp_path / "gpu.toml"
+    p.write_text(GOOD_TOML + _ALLREDUCE + "[allreduce.trtllm]\nfixed_us = 4\noneshot_GBps = 200\n"
+                 "twoshot_GBps = 100\noneshot_max_KiB = { 2 = 4096, 8 = 64 }\n"
+                 "max_MiB = { 2 = 16, 8 = 0.5 }\n")
+    h = load_hardware(p)
+    assert h.allreduce.max_bytes == ((2, 16 * 2 ** 20),)
+    trt = h.allreduce_kernels["trtllm"]
+    assert (trt.fixed_s, trt.oneshot_Bps, trt.twoshot_Bps) == pytest.approx((4e-6, 2e11, 1e11))
+    assert trt.oneshot_max_bytes == ((2, 4096 * 1024), (8, 64 * 1024))
+    assert trt.max_bytes == ((2, 16 * 2 ** 20), (8, 2 ** 19))
+
+
 @pytest.mark.parametrize("text, match", [
     ("sms = 132\n", "missing key"),
     (GOOD_TOML.replace("hbm_bandwidth_TBps = 3.35", "hbm_bandwidth_TBps = -1"), "hbm_bandwidth_TBps"),
@@ -224,6 +243,15 @@ def test_missing_serving_efficiency_warns_and_names_the_default(tmp_path):
      r"\[moe_kernels\] triton: unknown key 'frac'"),
     (GOOD_TOML + "[allreduce]\nfixed_us = 3\noneshot_GBps = 300\ntwoshot_GBps = 300\n"
      "max_MiB = 16\noneshot_max_KiB = { eight = 128 }\n", "oneshot_max_KiB: key 'eight'"),
+    # an engine's own all-reduce: the same keys, none inherited, nothing nested deeper
+    (GOOD_TOML + _ALLREDUCE + "[allreduce.trtllm]\nfixed_us = 3\noneshot_GBps = 300\n"
+     "oneshot_max_KiB = 128\nmax_MiB = { 2 = 16, 8 = 4 }\n",
+     r"\[allreduce.trtllm\]: missing key 'twoshot_GBps'"),
+    (GOOD_TOML + _ALLREDUCE + "[allreduce.trtllm]\nfixed_us = 3\noneshot_GBps = 300\n"
+     "twoshot_GBps = 300\noneshot_max_KiB = 128\nmax_MiB = { 2 = 0, 8 = 4 }\n",
+     r"\[allreduce.trtllm\] max_MiB.2"),
+    (GOOD_TOML + _ALLREDUCE + "[allreduce.trtllm.x]\nfixed_us = 3\n",
+     r"\[allreduce.trtllm\]: unknown key 'x'"),
 ])
 def test_bad_hardware_files(tmp_path, text, match):
     p = tmp_path / "gpu.toml"

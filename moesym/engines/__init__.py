@@ -124,7 +124,9 @@ class EngineKernels:
     under expert parallelism as ``NAME_ep``; a GPU with none of them runs its ``[kernel]``
     grouped-GEMM fractions), with expert parallelism
     (``moe_ep``) and with a DeepEP all-to-all (``moe_deepep``) where the engine picks others;
-    the attention and all-reduce kernels by name (no table times another engine's attention)."""
+    the attention kernel by name (no table times another engine's attention); the custom
+    all-reduce by name: a GPU's ``[allreduce.NAME]`` where it has that engine's fit, else its
+    ``[allreduce]`` (:meth:`EngineProfile.hardware`)."""
 
     moe: tuple[str, ...]
     moe_ep: tuple[str, ...] | None = None
@@ -184,11 +186,16 @@ class EngineProfile:
 
     def hardware(self, hw):
         """``hw`` with its ``[kernel.engines.<this engine>]`` values (this engine's kernels
-        fitted on that device) and this profile's ``kernel`` switches over its ``[kernel]``."""
+        fitted on that device), this profile's ``kernel`` switches over its ``[kernel]``, and
+        the custom all-reduce this engine runs (``[allreduce.NAME]`` for the name in
+        ``[ENGINE.kernels] allreduce``, where the GPU has that fit)."""
         from dataclasses import replace
 
         from ..kernels.calib import ENGINES_KEY
 
+        name = self.kernels.allreduce if self.kernels is not None else ""
+        if name in hw.allreduce_kernels:
+            hw = replace(hw, allreduce=hw.allreduce_kernels[name])
         own = dict(hw.kernel.get(ENGINES_KEY, {}) or {}).get(self.name, {})
         if not own and not self.kernel:
             return hw

@@ -61,19 +61,20 @@ class Efficiency:
 
 @dataclass(frozen=True)
 class CustomAllReduce:
-    """The serving engine's own all-reduce inside one NVLink node (``[allreduce]``): one-shot
-    (every GPU reads all peers' buffers: fixed + (p - 1) M / one-shot bandwidth) up to
-    ``oneshot_max_bytes`` (per TP group size: ``((p, bytes), ...)`` ascending in p, the
-    first p' >= p applies, the last beyond), two-shot (reduce-scatter + all-gather: 2 fixed +
-    2 (p - 1) / p M / two-shot bandwidth) up to ``max_bytes``, NCCL beyond. The switch points
-    are the engine's (the file names the engine file and version); the times are fitted on
-    measured tables (the file names them)."""
+    """The serving engine's own all-reduce inside one NVLink node (``[allreduce]``, or an
+    engine's own ``[allreduce.NAME]``): one-shot (every GPU reads all peers' buffers: fixed +
+    (p - 1) M / one-shot bandwidth) up to ``oneshot_max_bytes``, two-shot (reduce-scatter +
+    all-gather: 2 fixed + 2 (p - 1) / p M / two-shot bandwidth) up to ``max_bytes``, NCCL
+    beyond. Both switch points are per TP group size: ``((p, bytes), ...)`` ascending in p, the
+    first p' >= p applies, the last beyond. The switch points are the engine's (read in its
+    source, or fitted on its table where the source is not at hand: the file says which); the
+    times are fitted on measured tables (the file names them)."""
 
     fixed_s: float
     oneshot_Bps: float
     twoshot_Bps: float
     oneshot_max_bytes: tuple[tuple[int, float], ...]
-    max_bytes: float
+    max_bytes: tuple[tuple[int, float], ...]
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,9 @@ class HardwareSpec:
     host_unified: bool = False
     # the engine's custom all-reduce for small TP messages ([allreduce]); None: NCCL's ring only
     allreduce: CustomAllReduce | None = None
+    # engines' own custom all-reduce fits ([allreduce.NAME]): an engine profile's
+    # [ENGINE.kernels] allreduce names the one it runs (moesym.engines.EngineProfile.hardware)
+    allreduce_kernels: Mapping[str, CustomAllReduce] = field(default_factory=dict)
     vendor: str = ""  # "apple": Apple silicon (Metal: no CUDA serving engine runs there)
     # host memory the expert tier (--expert-cache) may fill: [host] capacity_GB; on unified
     # memory the whole DRAM (hbm_capacity_GB), which the device's share is part of; 0: not given
@@ -277,6 +281,7 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
         sram_bytes=_positive(raw["sram_MB"], f"{where} sram_MB") * 1e6 if "sram_MB" in raw else 0.0,
         host_unified=unified,
         allreduce=_allreduce(raw.get("allreduce"), where),
+        allreduce_kernels=_allreduce_kernels(raw.get("allreduce"), where),
         vendor=str(raw.get("vendor", "")).lower(),
         host_capacity_bytes=(_positive(raw["hbm_capacity_GB"], f"{where} hbm_capacity_GB") * 1e9
                              if unified else
@@ -356,37 +361,56 @@ def _unified(host, ic: Mapping, where: str) -> bool:
 
 _ALLREDUCE_KEYS = {"fixed_us": 1e-6, "oneshot_GBps": 1e9, "twoshot_GBps": 1e9,
                    "oneshot_max_KiB": 1024, "max_MiB": 1024 * 1024}
+_ALLREDUCE_BY_GROUP = ("oneshot_max_KiB", "max_MiB")  # a number, or a table by TP group size
 
 
-def _allreduce(raw, where: str) -> CustomAllReduce | None:
-    """``[allreduce]`` (every key required; ``source`` and comments free) or None.
-    ``oneshot_max_KiB`` is one number (every group size) or a table by TP group size
-    (``{ 2 = 16384, 4 = 384, 8 = 128 }``)."""
+def _allreduce_names(raw) -> list[str]:
+    """The ``[allreduce.NAME]`` sub-tables: keys whose value is a table and not a switch point."""
+    return [k for k, v in raw.items() if isinstance(v, Mapping) and k not in _ALLREDUCE_BY_GROUP]
+
+
+def _by_group(value, key: str, ctx: str) -> tuple[tuple[int, float], ...]:
+    """A switch point: one number (every group size) or ``{ p = value, ... }`` by TP group
+    size, as ``((p, bytes), ...)`` ascending in p."""
+    scale = _ALLREDUCE_KEYS[key]
+    if not isinstance(value, Mapping):
+        return ((2, _positive(value, f"{ctx} {key}") * scale),)
+    table = []
+    for k, v in value.items():
+        if not str(k).isdigit() or int(k) < 2:
+            raise SpecError(f"{ctx} {key}: key '{k}' is not a TP group size "
+                            "(a whole number >= 2); write e.g. { 2 = 16384, 8 = 128 }")
+        table.append((int(k), _positive(v, f"{ctx} {key}.{k}") * scale))
+    if not table:
+        raise SpecError(f"{ctx} {key}: empty table; give a number or {{ group size = value, ... }}")
+    return tuple(sorted(table))
+
+
+def _allreduce(raw, where: str, table: str = "allreduce") -> CustomAllReduce | None:
+    """``[allreduce]`` (every key required; ``source``, comments and ``[allreduce.NAME]``
+    sub-tables free) or None. ``oneshot_max_KiB`` and ``max_MiB`` are one number (every group
+    size) or a table by TP group size (``{ 2 = 16384, 4 = 384, 8 = 128 }``)."""
     if raw is None:
         return None
-    extra = set(raw) - set(_ALLREDUCE_KEYS) - {"source"}
+    ctx = f"{where} [{table}]"
+    named = set(_allreduce_names(raw)) if table == "allreduce" else set()  # no nesting deeper
+    extra = set(raw) - set(_ALLREDUCE_KEYS) - {"source"} - named
     if extra:
-        raise SpecError(f"{where} [allreduce]: unknown key '{sorted(extra)[0]}'; allowed: "
+        raise SpecError(f"{ctx}: unknown key '{sorted(extra)[0]}'; allowed: "
                         f"{', '.join(sorted(_ALLREDUCE_KEYS))}, source")
-    ctx = f"{where} [allreduce]"
-    one = _req(raw, "oneshot_max_KiB", ctx)
-    if isinstance(one, Mapping):
-        table = []
-        for k, v in one.items():
-            if not str(k).isdigit() or int(k) < 2:
-                raise SpecError(f"{ctx} oneshot_max_KiB: key '{k}' is not a TP group size "
-                                "(a whole number >= 2); write e.g. { 2 = 16384, 8 = 128 }")
-            table.append((int(k), _positive(v, f"{ctx} oneshot_max_KiB.{k}") * 1024))
-        if not table:
-            raise SpecError(f"{ctx} oneshot_max_KiB: empty table; give a number or "
-                            "{ group size = KiB, ... }")
-        one_max = tuple(sorted(table))
-    else:
-        one_max = ((2, _positive(one, f"{ctx} oneshot_max_KiB") * 1024),)
-    v = {k: _positive(_req(raw, k, ctx), f"{ctx} {k}") * f
-         for k, f in _ALLREDUCE_KEYS.items() if k != "oneshot_max_KiB"}
-    return CustomAllReduce(v["fixed_us"], v["oneshot_GBps"], v["twoshot_GBps"], one_max,
-                           v["max_MiB"])
+    v = {k: (_by_group(_req(raw, k, ctx), k, ctx) if k in _ALLREDUCE_BY_GROUP else
+             _positive(_req(raw, k, ctx), f"{ctx} {k}") * f) for k, f in _ALLREDUCE_KEYS.items()}
+    return CustomAllReduce(v["fixed_us"], v["oneshot_GBps"], v["twoshot_GBps"],
+                           v["oneshot_max_KiB"], v["max_MiB"])
+
+
+def _allreduce_kernels(raw, where: str) -> Mapping[str, CustomAllReduce]:
+    """``[allreduce.NAME]``: an engine's own custom all-reduce (the keys of ``[allreduce]``,
+    none inherited), by the name an engine profile's ``[ENGINE.kernels] allreduce`` gives."""
+    if raw is None:
+        return MappingProxyType({})
+    return MappingProxyType({name: _allreduce(raw[name], where, f"allreduce.{name}")
+                             for name in _allreduce_names(raw)})
 
 
 def _mesh(raw, where: str):

@@ -246,6 +246,12 @@ def tp_allreduce(D: Dims, tokens, bw, lat, algo: str = "ring", group=None) -> Co
                 launches=smin(p - 1, 1))
 
 
+def _by_group(table, p) -> sp.Expr:
+    """A switch point by group size p from ``((p', bytes), ...)`` ascending in p': the first
+    p' >= p, the last beyond."""
+    return sp.Piecewise(*[(v, sp.Le(p, w)) for w, v in table[:-1]], (table[-1][1], True))
+
+
 def tp_allreduce_custom(D: Dims, tokens, car, bw, lat, group=None) -> Cost:
     """All-reduce of a (tokens x d) BF16 activation of M bytes over p = tp GPUs of one NVLink
     node by the engine's custom kernel (``car``, a
@@ -253,8 +259,12 @@ def tp_allreduce_custom(D: Dims, tokens, car, bw, lat, group=None) -> Cost:
 
         one-shot (M <= M_1(p), the engine's switch point for p GPUs):
                    tau_car + (p - 1) M / W_1        (each GPU reads every peer's buffer)
-        two-shot (M <= M_max):  2 tau_car + 2 (p - 1) / p M / W_2   (reduce-scatter + all-gather)
+        two-shot (M <= M_max(p), the custom kernel's limit for p GPUs):
+                   2 tau_car + 2 (p - 1) / p M / W_2   (reduce-scatter + all-gather)
         beyond:    :func:`tp_allreduce` (ring)
+
+    ``M_1`` and ``M_max`` are tables by group size (``((p', bytes), ...)``: the first p' >= p
+    applies, the last beyond).
 
     Under CUDA-graph replay the measured tau_car holds the kernel's launch: no launch latency
     is added in the custom branches.
@@ -262,7 +272,7 @@ def tp_allreduce_custom(D: Dims, tokens, car, bw, lat, group=None) -> Cost:
     >>> from types import SimpleNamespace as N
     >>> from moesym.terms.dims import symbolic_dims
     >>> car = N(fixed_s=3e-6, oneshot_Bps=2e11, twoshot_Bps=1.5e11,
-    ...         oneshot_max_bytes=((4, 393216), (8, 131072)), max_bytes=16777216)
+    ...         oneshot_max_bytes=((4, 393216), (8, 131072)), max_bytes=((8, 16777216),))
     >>> D = symbolic_dims()
     >>> c = tp_allreduce_custom(D, 8, car, 4e11, 3e-6, group=8)
     >>> m = 8 * 7168 * 2  # bytes of 8 tokens of DeepSeek-V3's hidden state in BF16
@@ -273,9 +283,7 @@ def tp_allreduce_custom(D: Dims, tokens, car, bw, lat, group=None) -> Cost:
     p = D.tp if group is None else sym(group)
     m = sym(tokens) * D.hidden * D.act_bytes
     ring = tp_allreduce(D, tokens, bw, lat, "ring", group)
-    table = car.oneshot_max_bytes
-    one_max = sp.Piecewise(*[(v, sp.Le(p, w)) for w, v in table[:-1]], (table[-1][1], True))
-    one, two = sp.Le(m, one_max), sp.Le(m, car.max_bytes)
+    one, two = sp.Le(m, _by_group(car.oneshot_max_bytes, p)), sp.Le(m, _by_group(car.max_bytes, p))
     active = smin(p - 1, 1)  # one GPU: nothing to reduce
     return Cost("tp_comm", KernelClass.COMM,
                 net_bytes=sp.Piecewise(((p - 1) * m, one), (2 * (p - 1) / p * m, two),
