@@ -199,6 +199,19 @@ MOE_BACKENDS = {"moe_torch_flow": "cutlass", "moe_torch_flow_cutlass": "cutlass"
                 "sglang_flashinfer_trtllm_moe": "flashinfer-trtllm",
                 "sglang_flashinfer_cutlass_moe": "flashinfer-cutlass"}
 MIN_BACKEND_ROWS = 200  # a backend's fraction is fitted only on at least this many rows
+# each backend's mechanisms (moesym.kernels.analytical.grouped_extra_s), fitted on its own rows:
+# the grouped-GEMM tensor fraction and HBM fraction, a fixed time per grouped GEMM (the
+# backend's routing / permute / finalize kernels), a time per local expert; under EP also the
+# HBM passes over assignments to other ranks' experts that the grid covers; the smallest M
+# block (16 rows: SGLang's Triton small-M configs, fused_moe_triton_config.py get_default_config
+# "M <= E" branch; 64: a Hopper warpgroup pair) chosen by the lower training cost
+MOE_BACKEND_PARAMS = ("grouped_contiguous_tensor_frac", "grouped_hbm_frac", "grouped_fixed_s",
+                      "grouped_expert_s", "grouped_serial_frac")
+MOE_EP_PARAMS = ("grouped_masked_passes",)
+MOE_TILE_M_MIN = (16, 64)
+# the [kernel] keys a [moe_kernels] entry holds beside grouped_tensor_frac
+MOE_BACKEND_KEYS = ("grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
+                    "grouped_masked_passes", "grouped_tile_m_min_rows", "grouped_serial_frac")
 EP_SUFFIX = "_ep"  # a kernel's fit on the tables' EP > 1 rows (moesym.engines.EngineKernels)
 # a backend's own fraction is written (and used) only where it lowers the held-out median or 90th
 # percentile by at least this much against [kernel]'s, away from its bounds: elsewhere the
@@ -270,10 +283,14 @@ def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
                 kept = fit_moe(r, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps, base=calib,
                                holdout=ho, params=())
                 own = fit_moe(r, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps, base=calib,
-                              holdout=ho, params=("grouped_contiguous_tensor_frac",))
+                              holdout=ho, params=MOE_BACKEND_PARAMS + (
+                                  MOE_EP_PARAMS if be.endswith(EP_SUFFIX) else ()),
+                              tile_m_min=MOE_TILE_M_MIN)
+                vals = own.calib.to_toml_values()
                 row("moe", f"{ENGINE_NAMES[fw]} {v}", (~ho).sum(), ho.sum(), exc,
                     {"median": own.test_median, "p90": own.test_p90}, backend=be,
                     grouped_tensor_frac=float(own.calib.grouped_contiguous_tensor_frac),
+                    **{k: vals.get(k, 0) for k in MOE_BACKEND_KEYS},
                     kernel_median=kept.test_median, kernel_p90=kept.test_p90)
             break
 
@@ -497,9 +514,11 @@ def deepep_block(dp: dict, gpu: str, date: str) -> str:
 def moe_kernels_block(rows: list[dict], gpu: str, date: str) -> str:
     """The ``[moe_kernels]`` table text: each fused-MoE backend's fitted grouped-GEMM fraction."""
     lines = [f"# fused-MoE kernels by backend, written {date} by benchmarks/kernel_fit_aic.py "
-             "--heldout: the grouped-GEMM tensor fraction fitted on each backend's balanced rows "
-             f"of {SOURCE}, {aic.GPU_FOLDERS[gpu]} (every other shape held out), the rest of "
-             "[kernel] kept; only backends whose own fraction lowers the held-out median or p90 "
+             "--heldout: each backend's grouped-GEMM tensor and HBM fractions, fixed time per "
+             "grouped GEMM, time per local expert, smallest M block and (EP) HBM passes over "
+             "other ranks' assignments (moesym.kernels.analytical.grouped_extra_s), fitted on its "
+             f"balanced rows of {SOURCE}, {aic.GPU_FOLDERS[gpu]} (every other shape held out), "
+             "the rest of [kernel] kept; only backends whose own fit lowers the held-out median or p90 "
              f"by >= {MIN_BACKEND_GAIN:.0%} against [kernel]'s (others run on [kernel]); an engine "
              "profile's [ENGINE.kernels] moe names which one runs",
              "[moe_kernels]"]
@@ -507,8 +526,10 @@ def moe_kernels_block(rows: list[dict], gpu: str, date: str) -> str:
     lines += [f'dtype = "{aic.GEMM_DTYPES[d][0]}"' for d in dtypes]  # one: the GPU's fit dtype
     for r in rows:
         if r["gpu"] == gpu and r["class"] == "moe" and r["used"]:
+            terms = "".join(f"{k} = {r[k]:.4g}, " for k in MOE_BACKEND_KEYS if r.get(k))
             lines.append(f'{r["backend"]} = {{ grouped_tensor_frac = '
-                         f'{r["grouped_tensor_frac"]:.4g}, heldout_median = {r["median"]:.3f}, '
+                         f'{r["grouped_tensor_frac"]:.4g}, {terms}'
+                         f'heldout_median = {r["median"]:.3f}, '
                          f'source = "{r["engine"]} {r["dtype"]}, {r["rows_fitted"]} rows" }}')
     return "\n".join(lines) + "\n"
 

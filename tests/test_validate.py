@@ -12,6 +12,13 @@ import sys
 
 import pytest
 
+# held-out table key -> (KernelCalib field in HardwareSpec.moe_kernels, SI factor)
+MOE_KERNEL_FIELDS = (("grouped_hbm_frac", "grouped_hbm_frac", 1.0),
+                     ("grouped_fixed_us", "grouped_fixed_s", 1e-6),
+                     ("grouped_expert_us", "grouped_expert_s", 1e-6),
+                     ("grouped_masked_passes", "grouped_masked_passes", 1.0),
+                     ("grouped_tile_m_min_rows", "grouped_tile_m_min_rows", 1.0))
+
 PUBLISHED = {
     "deepseek-v3-prefill-h800-ep32": 7839,
     "deepseek-v3-decode-h800-ep128": 2324,
@@ -198,7 +205,12 @@ def test_validate_kernels_prints_the_held_out_table(capsys):
             fits = load_hardware(r["gpu"]).moe_kernels
             assert (r["backend"] in fits) == r["used"], (r["gpu"], r["backend"])
             if r["used"]:
-                assert fits[r["backend"]] == pytest.approx(r["grouped_tensor_frac"], rel=1e-3)
+                fit = fits[r["backend"]]
+                assert fit["grouped_contiguous_tensor_frac"] == pytest.approx(
+                    r["grouped_tensor_frac"], rel=1e-3)
+                # each mechanism the held-out row reports is the one the hardware file holds
+                for key, field, si in MOE_KERNEL_FIELDS:
+                    assert fit.get(field, 0) == pytest.approx(r.get(key, 0) * si, rel=1e-3), key
     assert main(["validate", "--kernels"]) == 0
     out = capsys.readouterr().out
     assert "median" in out and "p90" in out
