@@ -121,7 +121,8 @@ from dataclasses import dataclass, replace
 
 from ..errors import SpecError
 
-__all__ = ["DEFAULTS", "KernelCalib", "calib_to_toml", "kernel_calib", "parse_kernel_calib"]
+__all__ = ["DEFAULTS", "KernelCalib", "MOE_KERNEL_KEYS", "calib_to_toml", "kernel_calib",
+           "moe_kernel_fields", "parse_kernel_calib"]
 
 # TOML key -> (field name, SI factor, kind, default in TOML units)
 _KEYS: dict[str, tuple[str, float, str, float]] = {
@@ -187,6 +188,10 @@ _OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us"
                      "grouped_masked_passes", "grouped_tile_m_min_rows",
                      "grouped_serial_frac")  # written only when not 0
 _SWITCHES = ("mv_grouped",)  # 0 or 1
+# the keys a fused-MoE backend's [moe_kernels] entry may set beside grouped_tensor_frac (its
+# mechanisms: moesym.kernels.analytical.gemm_time's grouped layouts)
+MOE_KERNEL_KEYS = ("grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
+                   "grouped_masked_passes", "grouped_tile_m_min_rows", "grouped_serial_frac")
 # record of the fit, read by ``moesym list hardware``, never by the model: ``source`` (free
 # text), ``engine`` (the engine and version whose kernels were timed), ``fit_date``,
 # ``heldout_error`` ({kernel class: median |pred / meas - 1| on held-out shapes})
@@ -367,6 +372,17 @@ def parse_kernel_calib(table: Mapping[str, object], where: str) -> KernelCalib:
     if c.tile_n_min_cols > c.tile_n_max_cols:
         raise SpecError(f"{where} [kernel] tile_n_min_cols: exceeds tile_n_max_cols")
     return c
+
+
+def moe_kernel_fields(entry: Mapping[str, object], where: str) -> dict[str, object]:
+    """The :class:`KernelCalib` fields (SI) a ``[moe_kernels]`` entry's :data:`MOE_KERNEL_KEYS`
+    set, checked as ``[kernel]`` keys; keys left out are not set.
+
+    >>> moe_kernel_fields({"grouped_fixed_us": 4.5, "grouped_serial_frac": 0.5}, "x")
+    {'grouped_fixed_s': 4.5e-06, 'grouped_serial_frac': 0.5}
+    """
+    c = parse_kernel_calib({k: entry[k] for k in MOE_KERNEL_KEYS if k in entry}, where)
+    return {_KEYS[k][0]: getattr(c, _KEYS[k][0]) for k in MOE_KERNEL_KEYS if k in entry}
 
 
 def transferred(c: KernelCalib, fitted_hw, target_hw, source: str) -> KernelCalib:

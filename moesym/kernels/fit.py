@@ -77,7 +77,8 @@ _BOUNDS = {"sm_bandwidth_Bps": (1.0, 2000.0), "launch_s": (0.0, 100.0),
            "attention_mha_decode_flops_per_s": (1.0, 100.0),
            "attention_gqa_bf16_unit_s": (0.01, 50.0),
            "attention_split_merge_s": (0.0, 50.0),
-           "grouped_hbm_frac": (0.3, 1.0), "grouped_fixed_s": (0.0, 500.0),
+           # the best streaming kernels reach about 90-93% of the datasheet HBM bandwidth
+           "grouped_hbm_frac": (0.3, 0.95), "grouped_fixed_s": (0.0, 500.0),
            "grouped_expert_s": (0.0, 50.0), "grouped_masked_passes": (0.0, 100.0),
            "grouped_serial_frac": (0.0, 1.0)}
 
@@ -420,11 +421,11 @@ def physical_floor_s(rows: pd.DataFrame, kind: str, hbm_bw_Bps: float) -> np.nda
 def fit_moe(rows: pd.DataFrame, *, sms, hbm_bw_Bps, base: KernelCalib,
             holdout: np.ndarray,
             params=("grouped_contiguous_tensor_frac", "elementwise_launch_s"),
-            tile_m_min=(0,), loss_scale: float = 0.2) -> FitResult:
+            tile_m_min=(0,)) -> FitResult:
     """Fit the grouped-GEMM fields ``params`` to balanced fused-MoE rows (the GEMM fit's per-SM
     load rate, tile and launch constants kept); ``tile_m_min``: the grouped GEMMs' smallest M
     blocks tried (``grouped_tile_m_min_rows``; 0: the kernel class's), the one of the lowest
-    training cost kept; ``loss_scale``: the soft-L1 loss scale in log(predicted / measured). The tables time one fused kernel at every token count, so the masked
+    training cost kept. The tables time one fused kernel at every token count, so the masked
     (decode) layout gets the same fraction. ``params=()`` fits nothing: the errors of ``base``
     on the rows."""
     rows = rows.reset_index(drop=True)
@@ -448,7 +449,7 @@ def fit_moe(rows: pd.DataFrame, *, sms, hbm_bw_Bps, base: KernelCalib,
                                           hbm_bw_Bps=hbm_bw_Bps) / meas)
 
             x0 = np.clip(_pack(c0s, names), np.array(lo) + 1e-9, np.array(hi) - 1e-9)
-            r = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=loss_scale)
+            r = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.2)
             if best is None or r.cost < best[0]:
                 best = (r.cost, _unpack(c0, names, r.x))
         calib = best[1]

@@ -321,18 +321,12 @@ def _moe_kernels_dtype(raw, where: str) -> str:
     return d
 
 
-# [kernel] keys a [moe_kernels] entry may set for its backend (moesym.kernels.analytical
-# grouped_extra_s and gemm_time's grouped layouts)
-MOE_KERNEL_KEYS = ("grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
-                   "grouped_masked_passes", "grouped_tile_m_min_rows")
-
-
 def _moe_kernels(raw, where: str) -> Mapping[str, Mapping[str, float]]:
     """``[moe_kernels]``: ``NAME = { grouped_tensor_frac = F, grouped_hbm_frac = ..., ... }``
     per fused-MoE backend (``heldout_median`` and ``source`` are records; ``dtype`` applies to
     all), as the :class:`~moesym.kernels.calib.KernelCalib` fields (SI) that replace
     ``[kernel]``'s when an engine runs that backend."""
-    from ..kernels.calib import DEFAULTS, parse_kernel_calib
+    from ..kernels.calib import MOE_KERNEL_KEYS, moe_kernel_fields
 
     out = {}
     for name, t in dict(raw).items():
@@ -347,13 +341,9 @@ def _moe_kernels(raw, where: str) -> Mapping[str, Mapping[str, float]]:
             raise SpecError(f"{ctx}: unknown key '{sorted(extra)[0]}'; allowed: "
                             f"{', '.join(allowed)}")
         f = _fraction(_req(t, "grouped_tensor_frac", ctx), f"{ctx} grouped_tensor_frac")
-        c = parse_kernel_calib({k: t[k] for k in MOE_KERNEL_KEYS if k in t}, ctx)
-        fields = {n: getattr(c, n) for n in ("grouped_hbm_frac", "grouped_fixed_s",
-                                              "grouped_expert_s", "grouped_masked_passes",
-                                              "grouped_tile_m_min_rows")
-                  if getattr(c, n) != getattr(DEFAULTS, n)}
         out[str(name)] = MappingProxyType({"grouped_contiguous_tensor_frac": f,
-                                           "grouped_masked_tensor_frac": f, **fields})
+                                           "grouped_masked_tensor_frac": f,
+                                           **moe_kernel_fields(t, ctx)})
     return MappingProxyType(out)
 
 
