@@ -576,3 +576,26 @@ def test_step_model_masks_other_ranks_rows_and_runs_the_backend_fields():
     for name, fields in hw.moe_kernels.items():
         calib = KernelTiming.from_hardware(hw, name).calib
         assert all(getattr(calib, f) == v for f, v in fields.items())
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gpu=st.sampled_from([hw.name for hw in FITTED]), which=st.integers(0, 8),
+       tokens=st.integers(1, 16384), hidden=st.sampled_from([2048, 4096, 7168]),
+       inter=st.sampled_from([128, 512, 1536, 2048]), topk=st.sampled_from([1, 2, 8]),
+       experts=st.sampled_from([8, 64, 256]), ep=st.sampled_from([1, 2, 8]))
+def test_fitted_moe_backends_never_beat_the_fused_moe_floor(gpu, which, tokens, hidden, inter,
+                                                            topk, experts, ep):
+    """Every fitted GPU's fused-MoE backends ([moe_kernels], their mechanisms included) time a
+    balanced layer no faster than physical_floor_s: its FLOPs at the datasheet peak or the
+    touched experts' weights at the datasheet HBM bandwidth."""
+    from moesym.kernels.fit import physical_floor_s, predict_moe
+
+    hw = next(h for h in FITTED if h.name == gpu)
+    calibs = _engine_calibs(hw)
+    c = calibs[which % len(calibs)]
+    dtype = "fp8" if "fp8" in hw.peaks_flops else "bf16"
+    rows = _moe_row(tokens=float(tokens), hidden=float(hidden), inter=float(inter),
+                    topk=float(topk), experts=float(experts), ep=float(ep),
+                    op_bytes=1.0 if dtype == "fp8" else 2.0, peak_flops=hw.peak_flops(dtype))
+    t = predict_moe(rows, c, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps)
+    assert t[0] >= physical_floor_s(rows, "moe", hw.hbm_bw_Bps)[0] * (1 - 1e-12)
