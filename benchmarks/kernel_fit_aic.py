@@ -36,9 +36,28 @@ fields kept as they are).
 
 ``--heldout`` evaluates the committed ``[kernel]`` on the held-out shapes (the table
 ``moesym validate --kernels`` prints, bench_data/kernel_heldout.json), fits each fused-MoE
-kernel's grouped-GEMM fraction on its own rows (``[moe_kernels]``, where that lowers the
-held-out error) and DeepEP inside one node (``[deepep]``); with ``--write`` it stores those two
-tables.
+kernel on its own rows (``[moe_kernels]``, where that lowers the held-out error) and DeepEP
+inside one node (``[deepep]``); with ``--write`` it stores those two tables. A fused-MoE
+backend is its mechanisms, fitted on its rows (every other shape held out; apart with EP > 1,
+``NAME_ep``) over the GPU's ``[kernel]`` (:func:`moesym.kernels.analytical.gemm_time`,
+grouped layouts):
+
+- grouped-GEMM tensor fraction and HBM fraction (``grouped_hbm_frac``, at most 0.95);
+- smallest M block each expert's rows pad to (``grouped_tile_m_min_rows``, 8, 16 or 64, the
+  lowest training cost kept; SGLang's Triton takes 16-row blocks at M <= E in
+  get_default_config);
+- a fixed time per grouped GEMM (the backend's routing / permute / finalize kernels) and a
+  time per local expert, with or without rows (``grouped_fixed_us``, ``grouped_expert_us``);
+- the share of the shorter of tile and memory time not hidden under the longer
+  (``grouped_serial_frac``: time = max + s min);
+- with EP > 1, HBM passes over the output rows of assignments to other ranks' experts, which a
+  grid launched over every token x top-k assignment still covers (``grouped_masked_passes``;
+  SGLang's Triton writes zeros there: fused_moe_triton_kernels.py ``write_zeros_to_output``).
+
+The tables' EP rows are read as the collector's: ``num_tokens`` tokens each with top-k experts
+over all ``num_experts``, the rank's share 1/EP of the assignments
+(:func:`moesym.kernels.fit.moe_assignments`; AIConfigurator's collector source is not in its
+PyPI wheels, so this reading is the one the physics check and the rows agree with).
 """
 
 from __future__ import annotations
@@ -54,7 +73,7 @@ import pandas as pd
 
 from moesym.io.resources import data_dir
 from moesym.kernels import aic
-from moesym.kernels.calib import DEFAULTS, kernel_calib
+from moesym.kernels.calib import DEFAULTS, MOE_KERNEL_KEYS, kernel_calib
 from moesym.kernels.fit import (fit_attention, fit_gemm, fit_moe, physical_floor_s,
                                 replace_toml_table, split_shapes, write_kernel_table)
 from moesym.specs.hardware import load_hardware
@@ -203,17 +222,33 @@ MOE_BACKENDS = {"moe_torch_flow": "cutlass", "moe_torch_flow_cutlass": "cutlass"
                 "sglang_flashinfer_trtllm_moe": "flashinfer-trtllm",
                 "sglang_flashinfer_cutlass_moe": "flashinfer-cutlass"}
 MIN_BACKEND_ROWS = 200  # a backend's fraction is fitted only on at least this many rows
+# each backend's mechanisms (moesym.kernels.analytical.grouped_extra_s), fitted on its own rows:
+# the grouped-GEMM tensor fraction and HBM fraction, a fixed time per grouped GEMM (the
+# backend's routing / permute / finalize kernels), a time per local expert; under EP also the
+# HBM passes over assignments to other ranks' experts that the grid covers; the smallest M
+# block chosen by the lowest training cost among 8 rows (the narrowest token tile of a
+# swapped-operand MMA, fitted: FlashInfer-TRTLLM on GB200 12% held-out against 13% at 16),
+# 16 rows (SGLang's Triton small-M configs, sglang 0.5.23 srt/layers/moe/moe_runner/
+# triton_utils/fused_moe_triton_config.py:254, the "M <= E" branch of the
+# default config without FP8) and 64 (a Hopper
+# warpgroup pair)
+MOE_BACKEND_PARAMS = ("grouped_contiguous_tensor_frac", "grouped_hbm_frac", "grouped_fixed_s",
+                      "grouped_expert_s", "grouped_serial_frac")
+MOE_EP_PARAMS = ("grouped_masked_passes",)
+MOE_TILE_M_MIN = (8, 16, 64)
+MOE_TERM_MIN = 1e-3  # a fitted term below this (us, passes or fraction) is written as not used
 EP_SUFFIX = "_ep"  # a kernel's fit on the tables' EP > 1 rows (moesym.engines.EngineKernels)
-# a backend's own fraction is written (and used) only where it lowers the held-out median or 90th
-# percentile by at least this much against [kernel]'s, away from its bounds: elsewhere the
-# tables do not show that backend to differ, and [kernel] times it
+# a backend's own fit is written (and used) only where it lowers the held-out median or 90th
+# percentile by at least this much against [kernel]'s: elsewhere the tables do not show that
+# backend to differ, and [kernel] times it (a tensor fraction at its bound of 1 is kept: the
+# backend's tiles then never bind, its memory, floors and overlap set its time)
 MIN_BACKEND_GAIN = 0.01
 
 
 def backend_used(r: dict) -> bool:
     """Whether a fused-MoE backend row's own fraction goes into [moe_kernels]."""
     gain = max(r["kernel_median"] - r["median"], r["kernel_p90"] - r["p90"])
-    return gain >= MIN_BACKEND_GAIN and 0.021 < r["grouped_tensor_frac"] < 0.999
+    return gain >= MIN_BACKEND_GAIN
 HELDOUT_JSON = "kernel_heldout.json"  # in bench_data/: what `moesym validate --kernels` prints
 
 
@@ -274,10 +309,16 @@ def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
                 kept = fit_moe(r, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps, base=calib,
                                holdout=ho, params=())
                 own = fit_moe(r, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps, base=calib,
-                              holdout=ho, params=("grouped_contiguous_tensor_frac",))
+                              holdout=ho, params=MOE_BACKEND_PARAMS + (
+                                  MOE_EP_PARAMS if be.endswith(EP_SUFFIX) else ()),
+                              tile_m_min=MOE_TILE_M_MIN)
+                # terms the fit drives to ~0 (below 1e-3 in their TOML units) are not used
+                vals = {k: (v if abs(v) >= MOE_TERM_MIN else 0)
+                        for k, v in own.calib.to_toml_values().items()}
                 row("moe", f"{ENGINE_NAMES[fw]} {v}", (~ho).sum(), ho.sum(), exc,
                     {"median": own.test_median, "p90": own.test_p90}, backend=be,
                     grouped_tensor_frac=float(own.calib.grouped_contiguous_tensor_frac),
+                    **{k: vals.get(k, 0) for k in MOE_KERNEL_KEYS},
                     kernel_median=kept.test_median, kernel_p90=kept.test_p90)
             break
 
@@ -612,9 +653,13 @@ def deepep_block(dp: dict, gpu: str, date: str) -> str:
 def moe_kernels_block(rows: list[dict], gpu: str, date: str) -> str:
     """The ``[moe_kernels]`` table text: each fused-MoE backend's fitted grouped-GEMM fraction."""
     lines = [f"# fused-MoE kernels by backend, written {date} by benchmarks/kernel_fit_aic.py "
-             "--heldout: the grouped-GEMM tensor fraction fitted on each backend's balanced rows "
-             f"of {SOURCE}, {aic.GPU_FOLDERS[gpu]} (every other shape held out), the rest of "
-             "[kernel] kept; only backends whose own fraction lowers the held-out median or p90 "
+             "--heldout: each backend's grouped-GEMM tensor and HBM fractions, fixed time per "
+             "grouped GEMM, time per local expert, smallest M block, share of tile and memory "
+             "time not overlapped and (EP) HBM passes over other ranks' assignments "
+             "(moesym.kernels.analytical.gemm_time, grouped layouts), fitted on its "
+             f"balanced rows of {SOURCE}, {aic.GPU_FOLDERS[gpu]} (every other shape held out), "
+             "the rest of [kernel] kept; only backends whose own fit lowers the held-out median "
+             "or p90 "
              f"by >= {MIN_BACKEND_GAIN:.0%} against [kernel]'s (others run on [kernel]); an engine "
              "profile's [ENGINE.kernels] moe names which one runs",
              "[moe_kernels]"]
@@ -622,8 +667,10 @@ def moe_kernels_block(rows: list[dict], gpu: str, date: str) -> str:
     lines += [f'dtype = "{aic.GEMM_DTYPES[d][0]}"' for d in dtypes]  # one: the GPU's fit dtype
     for r in rows:
         if r["gpu"] == gpu and r["class"] == "moe" and r["used"]:
+            terms = "".join(f"{k} = {r[k]:.4g}, " for k in MOE_KERNEL_KEYS if r.get(k))
             lines.append(f'{r["backend"]} = {{ grouped_tensor_frac = '
-                         f'{r["grouped_tensor_frac"]:.4g}, heldout_median = {r["median"]:.3f}, '
+                         f'{r["grouped_tensor_frac"]:.4g}, {terms}'
+                         f'heldout_median = {r["median"]:.3f}, '
                          f'source = "{r["engine"]} {r["dtype"]}, {r["rows_fitted"]} rows" }}')
     return "\n".join(lines) + "\n"
 

@@ -358,10 +358,9 @@ def test_fitted_kernels_never_beat_physics(hw):
 
 def _engine_calibs(hw):
     """The GPU's [kernel] and, for each fused-MoE backend it has fitted ([moe_kernels]), the
-    calibration an engine running that backend times with (its grouped-GEMM fraction)."""
+    calibration an engine running that backend times with (its grouped-GEMM fields)."""
     c = kernel_calib(hw)
-    return [c] + [replace(c, grouped_contiguous_tensor_frac=f, grouped_masked_tensor_frac=f)
-                  for f in hw.moe_kernels.values()]
+    return [c] + [replace(c, **f) for f in hw.moe_kernels.values()]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -511,3 +510,95 @@ def test_decode_kernel_fields_agree_symbolic_and_numeric():
         for b, l in ((1, 100), (64, 4096), (2048, 2)):
             num = attention_decode_time(b, l, heads, kvh, 128, 128, calib=c, kv_bytes=kvb, **_DEC)
             assert float(f(b, l)) == pytest.approx(float(num.total_s), rel=1e-12)
+
+
+# ------------------------------------------------------------ fused-MoE backend mechanisms
+def _moe_row(**kw):
+    row = {"tokens": 16.0, "hidden": 7168.0, "inter": 2048.0, "topk": 8.0, "experts": 256.0,
+           "ep": 4.0, "tp": 1.0, "op_bytes": 1.0, "peak_flops": 1e15}
+    row.update(kw)
+    row["local_experts"] = row["experts"] / row["ep"]
+    return pd.DataFrame([row])
+
+
+def test_moe_rows_count_other_ranks_assignments_by_hand():
+    """16 tokens x top-8 over 256 experts at EP 4: 128 assignments, a quarter (32) on this
+    rank's 64 experts, one row each on 32 of them; the other 96 go to other ranks' experts."""
+    from moesym.kernels.fit import moe_gemm_rows
+
+    g = moe_gemm_rows(_moe_row())
+    assert g.m.tolist() == [1.0, 1.0] and g.groups.tolist() == [32.0, 32.0]
+    assert g.masked_rows.tolist() == [96.0, 96.0]
+    assert moe_gemm_rows(_moe_row(ep=1.0)).masked_rows.tolist() == [0.0, 0.0]
+
+
+def test_backend_terms_add_their_hand_derived_time():
+    """A backend's fixed time, per-expert time and masked-row passes add, per GEMM, exactly:
+    2 x 3 us + 2 x 32 experts x 0.1 us + 96 rows x (2 x 2048 + 7168) columns x 2 B x 2 passes
+    / (0.8 x 4.8 TB/s) = 6 + 6.4 + 1.1264 us (the tiles' time unchanged)."""
+    from moesym.kernels.fit import predict_moe
+
+    base = replace(DEFAULTS, elementwise_hbm_frac=0.8)
+    c = replace(base, grouped_fixed_s=3e-6, grouped_expert_s=0.1e-6, grouped_masked_passes=2.0)
+    rows = _moe_row()
+    d = predict_moe(rows, c, sms=132, hbm_bw_Bps=4.8e12) - predict_moe(rows, base, sms=132,
+                                                                        hbm_bw_Bps=4.8e12)
+    assert d[0] * 1e6 == pytest.approx(6 + 6.4 + 96 * 11264 * 2 * 2 / (0.8 * 4.8e12) * 1e6)
+
+
+def test_backend_m_block_pads_each_expert_by_hand():
+    """32 experts of 3 rows, N 4096, K 7168 on 132 SMs: one M tile per expert (32), 4 N tiles
+    of 256 per M tile (132 // 32 = 4 -> 1024 wide, capped at 256: 16 tiles each), 512 tiles in
+    4 waves; each tile's rows padded to the backend's 16-row block instead of 64."""
+    c = replace(DEFAULTS, tile_overhead_s=0.0, grouped_contiguous_tensor_frac=0.5,
+                grouped_tile_m_min_rows=16)
+    per_sm = 1e15 / 132 * 0.5
+    for calib, tm in ((c, 16), (replace(c, grouped_tile_m_min_rows=0), 64)):
+        t = gemm_time(3.0, 4096.0, 7168.0, sms=132, peak_flops=1e15, hbm_bw_Bps=4.8e12,
+                      calib=calib, groups=32, layout="contiguous")
+        assert float(t.compute_s) == pytest.approx(4 * 2 * tm * 256 * 7168 / per_sm)
+    dense = gemm_time(3.0, 4096.0, 7168.0, sms=132, peak_flops=1e15, hbm_bw_Bps=4.8e12,
+                      calib=c, groups=1, layout="dense")  # the backend's block is grouped-only
+    assert float(dense.launch_s) == c.launch_s
+
+
+def test_step_model_masks_other_ranks_rows_and_runs_the_backend_fields():
+    """The routed-expert GEMMs carry the mean rank's rows x (EP - 1) as the grid's masked
+    rows, and an engine's backend replaces [kernel]'s fields with its [moe_kernels] entry."""
+    from moesym.kernels.timing import KernelTiming
+    from moesym.specs.hardware import load_hardware
+    from moesym.terms.dims import symbolic_dims
+    from moesym.terms.ffn import routed_expert_compute
+
+    D = symbolic_dims()
+    T = sp.Symbol("T", positive=True)
+    for c in routed_expert_compute(D, T, imbalance=1.5):
+        want = T / D.tp * D.topk * D.expert_tp * (D.ep - 1)
+        assert sp.simplify(c.shape.masked_rows - want) == 0
+    hw = load_hardware("h200")
+    for name, fields in hw.moe_kernels.items():
+        calib = KernelTiming.from_hardware(hw, name).calib
+        assert all(getattr(calib, f) == v for f, v in fields.items())
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gpu=st.sampled_from([hw.name for hw in FITTED]), which=st.integers(0, 8),
+       tokens=st.integers(1, 16384), hidden=st.sampled_from([2048, 4096, 7168]),
+       inter=st.sampled_from([128, 512, 1536, 2048]), topk=st.sampled_from([1, 2, 8]),
+       experts=st.sampled_from([8, 64, 256]), ep=st.sampled_from([1, 2, 8]))
+def test_fitted_moe_backends_never_beat_the_fused_moe_floor(gpu, which, tokens, hidden, inter,
+                                                            topk, experts, ep):
+    """Every fitted GPU's fused-MoE backends ([moe_kernels], their mechanisms included) time a
+    balanced layer no faster than physical_floor_s: its FLOPs at the datasheet peak or the
+    touched experts' weights at the datasheet HBM bandwidth."""
+    from moesym.kernels.fit import physical_floor_s, predict_moe
+
+    hw = next(h for h in FITTED if h.name == gpu)
+    calibs = _engine_calibs(hw)
+    c = calibs[which % len(calibs)]
+    dtype = "fp8" if "fp8" in hw.peaks_flops else "bf16"
+    rows = _moe_row(tokens=float(tokens), hidden=float(hidden), inter=float(inter),
+                    topk=float(topk), experts=float(experts), ep=float(ep),
+                    op_bytes=1.0 if dtype == "fp8" else 2.0, peak_flops=hw.peak_flops(dtype))
+    t = predict_moe(rows, c, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps)
+    assert t[0] >= physical_floor_s(rows, "moe", hw.hbm_bw_Bps)[0] * (1 - 1e-12)

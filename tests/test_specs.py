@@ -241,6 +241,12 @@ def test_engine_allreduce_tables(tmp_path):
      r"\[moe_kernels\] triton grouped_tensor_frac"),
     (GOOD_TOML + "[moe_kernels]\ntriton = { frac = 0.3 }\n",
      r"\[moe_kernels\] triton: unknown key 'frac'"),
+    (GOOD_TOML + '[moe_kernels]\ndtype = "fp8"\n'
+     "triton = { grouped_tensor_frac = 0.3, grouped_hbm_frac = 1.2 }\n",
+     r"\[moe_kernels\] triton \[kernel\] grouped_hbm_frac"),
+    (GOOD_TOML + '[moe_kernels]\ndtype = "fp8"\n'
+     "triton = { grouped_tensor_frac = 0.3, grouped_fixed_us = -1 }\n",
+     r"\[moe_kernels\] triton \[kernel\] grouped_fixed_us: must be non-negative"),
     (GOOD_TOML + "[allreduce]\nfixed_us = 3\noneshot_GBps = 300\ntwoshot_GBps = 300\n"
      "max_MiB = 16\noneshot_max_KiB = { eight = 128 }\n", "oneshot_max_KiB: key 'eight'"),
     # an engine's own all-reduce: the same keys, none inherited, nothing nested deeper
@@ -390,3 +396,20 @@ def test_qwen3_config_defaults_are_transformers_own():
     assert from_hf_config({**cfg, "model_type": "other"}).head_dim == 64
     with pytest.raises(SpecError, match="num_experts"):
         from_hf_config({k: v for k, v in cfg.items() if k != "num_experts"})
+
+
+def test_moe_kernel_entry_gives_the_calibration_fields(tmp_path):
+    """A [moe_kernels] entry's keys become the KernelCalib fields (SI) that replace [kernel]'s
+    when an engine runs that backend: microseconds to seconds, the tensor fraction for both
+    grouped layouts, keys left out not set."""
+    p = tmp_path / "gpu.toml"
+    p.write_text(GOOD_TOML + '[moe_kernels]\ndtype = "fp8"\n'
+                 "triton_ep = { grouped_tensor_frac = 0.4, grouped_fixed_us = 4.5, "
+                 "grouped_masked_passes = 2.5, grouped_tile_m_min_rows = 16, "
+                 'heldout_median = 0.07, source = "test" }\n')
+    with pytest.warns(UserWarning):  # GOOD_TOML has no [kernel] / [efficiency] serving
+        h = load_hardware(p)
+    assert dict(h.moe_kernels["triton_ep"]) == {
+        "grouped_contiguous_tensor_frac": 0.4, "grouped_masked_tensor_frac": 0.4,
+        "grouped_fixed_s": pytest.approx(4.5e-6), "grouped_masked_passes": 2.5,
+        "grouped_tile_m_min_rows": 16}

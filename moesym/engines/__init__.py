@@ -121,8 +121,8 @@ class KvMemoryRule:
 class EngineKernels:
     """Which kernels an engine runs (``[ENGINE.kernels]``): fused-MoE backends in the engine's
     order of preference (the first one a GPU's ``[moe_kernels]`` has fitted runs, fitted apart
-    under expert parallelism as ``NAME_ep``; a GPU with none of them runs its ``[kernel]``
-    grouped-GEMM fractions), with expert parallelism
+    under expert parallelism as ``NAME_ep``, its grouped-GEMM fields replacing ``[kernel]``'s;
+    a GPU with none of them runs its ``[kernel]``), with expert parallelism
     (``moe_ep``) and with a DeepEP all-to-all (``moe_deepep``) where the engine picks others;
     the attention kernel by name (no table times another engine's attention); the custom
     all-reduce by name: a GPU's ``[allreduce.NAME]`` where it has that engine's fit, else its

@@ -61,6 +61,7 @@ __all__ = [
     "gemm_bytes",
     "gemm_tiles",
     "gemm_time",
+    "grouped_extra_s",
     "matvec_time",
 ]
 
@@ -181,13 +182,50 @@ def matvec_time(m, n, k, *, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFAULT
     return KernelTime(groups * 2 * m * n * k / peak_flops, memory, calib.launch_s)
 
 
+def grouped_extra_s(n, groups, masked_rows, *, hbm_bw_Bps, calib: KernelCalib = DEFAULTS,
+                    out_bytes=2):
+    """Time a fused-MoE backend's grouped GEMM spends beyond its tiles (0 with [kernel]'s
+    defaults): ``tau_fixed + groups tau_expert + masked_rows N b_out passes / (eta_ew W)``.
+
+    ``tau_fixed`` (``grouped_fixed_us``): the backend's routing / permute / finalize kernels,
+    charged to each of its two GEMMs; ``tau_expert`` (``grouped_expert_us``): per local expert,
+    with or without rows; ``masked_rows``: token x top-k assignments routed to experts on other
+    EP ranks that the kernel's grid still covers. SGLang's Triton fused_moe writes zeros to their
+    output rows (sglang 0.5.23 kernels/ops/moe/fused_moe_triton_kernels.py:461-470, the
+    ``inactive_expert`` branch calling ``write_zeros_to_output``), and the activation and top-k
+    sum between and after the GEMMs run over every assignment row; ``passes``
+    (``grouped_masked_passes``) is the fitted count of those HBM passes.
+
+    >>> from dataclasses import replace
+    >>> c = replace(DEFAULTS, grouped_fixed_s=10e-6, grouped_expert_s=0.1e-6,
+    ...             grouped_masked_passes=2.0, elementwise_hbm_frac=0.5)
+    >>> # 10 us + 32 x 0.1 us + 1000 rows x 4096 cols x 2 B x 2 passes / (0.5 x 4e12 B/s)
+    >>> round(float(grouped_extra_s(4096, 32, 1000, hbm_bw_Bps=4e12, calib=c)) * 1e6, 3)
+    21.392
+    """
+    extra = 0  # an int 0 adds nothing to a SymPy or float launch time
+    if calib.grouped_fixed_s:
+        extra = extra + calib.grouped_fixed_s
+    if calib.grouped_expert_s:
+        extra = extra + groups * calib.grouped_expert_s
+    if calib.grouped_masked_passes:
+        extra = extra + (masked_rows * n * out_bytes * calib.grouped_masked_passes
+                         / (hbm_bw_Bps * calib.elementwise_hbm_frac))
+    return extra
+
+
 def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFAULTS,
               op_bytes=1, out_bytes=2, groups=1, layout: str = "dense",
-              hbm_bytes=None, tile_m_min: int = _TILE_M_MIN, unpack_s=0) -> KernelTime:
+              hbm_bytes=None, tile_m_min: int = _TILE_M_MIN, unpack_s=0,
+              masked_rows=0) -> KernelTime:
     """Time of ``groups`` GEMMs of M x N x K in one kernel (module docstring formulas).
 
     ``op_bytes`` is bytes per operand element (FP8 = 1, BF16 = 2), ``out_bytes`` per output
     element; ``hbm_bytes`` overrides the total traffic (a caller that accounts weights elsewhere).
+    Grouped layouts take the fused-MoE backend's terms where its calibration sets them: its HBM
+    fraction (``grouped_hbm_frac``), smallest M block (``grouped_tile_m_min_rows``) and the time
+    beyond its tiles (:func:`grouped_extra_s`; ``masked_rows``: assignments to other EP ranks'
+    experts that the grid covers).
 
     >>> t = gemm_time(4096, 4096, 4096, sms=132, peak_flops=1979e12, hbm_bw_Bps=3.35e12)
     >>> # per-SM streaming: 8 waves x ((64+256) 4096 + 64 256 2) B / 104 GB/s = 103.3 us, + 6.7 us
@@ -198,16 +236,26 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     >>> ts.compute_s.has(sp.ceiling), float(ts.total_s.subs(S.batch, 4096))  # doctest: +ELLIPSIS
     (True, ...)
     """
+    grouped = layout != "dense"
+    if grouped and calib.grouped_tile_m_min_rows:
+        tile_m_min = calib.grouped_tile_m_min_rows
     _tiles, waves, tile_n = gemm_tiles(m, n, groups, sms, calib, tile_m_min)
     tm = tile_m_rows(m, calib, tile_m_min)
     per_sm_flops = peak_flops / sms * calib.tensor_frac(layout)
     compute = waves * (2 * tm * tile_n * k / per_sm_flops + calib.tile_overhead_s)
     tile_bytes = (tm + tile_n) * k * op_bytes + tm * tile_n * out_bytes
     total_bytes = gemm_bytes(m, n, k, groups, op_bytes, out_bytes) if hbm_bytes is None else hbm_bytes
-    memory = _max(total_bytes / (hbm_bw_Bps * calib.gemm_hbm_frac),
+    memory = _max(total_bytes / (hbm_bw_Bps * calib.hbm_frac(layout)),
                   waves * tile_bytes / calib.sm_bandwidth_Bps)
-    if not calib.mv_max_rows or (layout != "dense" and not calib.mv_grouped):
-        return KernelTime(compute, memory, calib.launch_s)  # kernels that pad to the M block
+    if grouped and not calib.mv_grouped:  # kernels that pad to the M block
+        extra = grouped_extra_s(n, groups, masked_rows, hbm_bw_Bps=hbm_bw_Bps, calib=calib,
+                                out_bytes=out_bytes)
+        if calib.grouped_serial_frac:  # loads and MMAs overlap only in part: max + s min
+            serial = calib.grouped_serial_frac * _min(compute, memory)
+            compute, memory = compute + serial, memory + serial
+        return KernelTime(compute, memory, calib.launch_s + extra)
+    if not calib.mv_max_rows:
+        return KernelTime(compute, memory, calib.launch_s)
     mv = matvec_time(m, n, k, peak_flops=peak_flops, hbm_bw_Bps=hbm_bw_Bps, calib=calib,
                      op_bytes=op_bytes, out_bytes=out_bytes, groups=groups, hbm_bytes=total_bytes,
                      unpack_s=unpack_s)

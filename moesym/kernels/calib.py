@@ -77,6 +77,26 @@ dequant_pass_rows                   0        a GEMM of more rows on a block form
                                              dequantizes its weights to 16 bits in a kernel of
                                              its own, then runs a 16-bit GEMM (0: never;
                                              llama.cpp CUDA MMQ_MAX_BATCH_SIZE 32, PR #3776)
+grouped_hbm_frac                    0        achieved fraction of HBM bandwidth of grouped
+                                             (expert) GEMMs and their weight reads (0:
+                                             gemm_hbm_frac)
+grouped_fixed_us                    0        fixed time per grouped GEMM kernel beyond its
+                                             launch: the fused-MoE backend's routing, permute
+                                             and finalize kernels, charged to its two GEMMs
+grouped_expert_us                   0        time per local expert (group) per grouped GEMM
+                                             kernel: the per-expert problem setup the kernel
+                                             walks whether or not the expert has rows
+grouped_masked_passes               0        HBM passes (at elementwise_hbm_frac) over the
+                                             output rows of token x top-k assignments to
+                                             experts on other EP ranks: a kernel whose grid
+                                             covers every assignment writes zeros there and
+                                             its activation and top-k sum read them (SGLang's
+                                             Triton fused_moe under EP without an all-to-all)
+grouped_tile_m_min_rows             0        smallest M block of the grouped GEMMs (0: the
+                                             kernel class's, 64 rows)
+grouped_serial_frac                 0        share of the shorter of a grouped GEMM's tile
+                                             time and memory time not hidden under the longer
+                                             (time = max + s min; 0: fully overlapped)
 ==================================  =======  ===============================================
 
 A ``[kernel.engines.NAME]`` sub-table holds the same keys for one engine's kernels on that device
@@ -101,7 +121,8 @@ from dataclasses import dataclass, replace
 
 from ..errors import SpecError
 
-__all__ = ["DEFAULTS", "KernelCalib", "calib_to_toml", "kernel_calib", "parse_kernel_calib"]
+__all__ = ["DEFAULTS", "KernelCalib", "MOE_KERNEL_KEYS", "calib_to_toml", "kernel_calib",
+           "moe_kernel_fields", "parse_kernel_calib"]
 
 # TOML key -> (field name, SI factor, kind, default in TOML units)
 _KEYS: dict[str, tuple[str, float, str, float]] = {
@@ -147,6 +168,13 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
     "mv_hbm_frac": ("mv_hbm_frac", 1, "nonneg", 0.0),
     "unpack_Gweights_per_s": ("unpack_weights_per_s", 1e9, "nonneg", 0.0),
     "dequant_pass_rows": ("dequant_pass_rows", 1, "flag", 0),
+    # fused-MoE kernel mechanisms (per backend in [moe_kernels]; 0: not used)
+    "grouped_hbm_frac": ("grouped_hbm_frac", 1, "nonneg", 0.0),
+    "grouped_fixed_us": ("grouped_fixed_s", 1e-6, "nonneg", 0.0),
+    "grouped_expert_us": ("grouped_expert_s", 1e-6, "nonneg", 0.0),
+    "grouped_masked_passes": ("grouped_masked_passes", 1, "nonneg", 0.0),
+    "grouped_tile_m_min_rows": ("grouped_tile_m_min_rows", 1, "flag", 0),
+    "grouped_serial_frac": ("grouped_serial_frac", 1, "nonneg", 0.0),
 }
 _OPTIONAL = ("tile_step_base_us", "tile_step_us", "tile_step_rows", "tile_step_ref_hidden",
              "tile_step_ref_inter")  # written only when used
@@ -155,8 +183,15 @@ _OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us"
                      "attention_split_merge_us", "attention_mla_launch_us",
                      "attention_mla_hbm_frac", "attention_mha_decode_TFLOPs",
                      "mv_grouped",
-                     "mv_hbm_frac", "unpack_Gweights_per_s", "dequant_pass_rows")  # written only when not 0
+                     "mv_hbm_frac", "unpack_Gweights_per_s", "dequant_pass_rows",
+                     "grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
+                     "grouped_masked_passes", "grouped_tile_m_min_rows",
+                     "grouped_serial_frac")  # written only when not 0
 _SWITCHES = ("mv_grouped",)  # 0 or 1
+# the keys a fused-MoE backend's [moe_kernels] entry may set beside grouped_tensor_frac (its
+# mechanisms: moesym.kernels.analytical.gemm_time's grouped layouts)
+MOE_KERNEL_KEYS = ("grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
+                   "grouped_masked_passes", "grouped_tile_m_min_rows", "grouped_serial_frac")
 # record of the fit, read by ``moesym list hardware``, never by the model: ``source`` (free
 # text), ``engine`` (the engine and version whose kernels were timed), ``fit_date``,
 # ``heldout_error`` ({kernel class: median |pred / meas - 1| on held-out shapes})
@@ -207,12 +242,23 @@ class KernelCalib:
     mv_hbm_frac: float = 0.0
     unpack_weights_per_s: float = 0.0
     dequant_pass_rows: int = 0
+    grouped_hbm_frac: float = 0.0
+    grouped_fixed_s: float = 0.0
+    grouped_expert_s: float = 0.0
+    grouped_masked_passes: float = 0.0
+    grouped_tile_m_min_rows: int = 0
+    grouped_serial_frac: float = 0.0
     source: str = "moesym defaults (H800 DeepGEMM fit)"
 
     @property
     def matvec_hbm_frac(self) -> float:
         """Bandwidth fraction of matrix-vector kernels (``mv_hbm_frac``, else ``gemm_hbm_frac``)."""
         return self.mv_hbm_frac or self.gemm_hbm_frac
+
+    def hbm_frac(self, layout: str) -> float:
+        """Achieved HBM fraction of a GEMM of ``layout``: ``grouped_hbm_frac`` for grouped
+        (expert) layouts where set, else ``gemm_hbm_frac``."""
+        return (self.grouped_hbm_frac if layout != "dense" else 0.0) or self.gemm_hbm_frac
 
     @property
     def unpack_s_per_weight(self) -> float:
@@ -318,13 +364,25 @@ def parse_kernel_calib(table: Mapping[str, object], where: str) -> KernelCalib:
             if x < 0:
                 raise SpecError(f"{where} [kernel] {key}: must be non-negative, got {raw!r}")
             vals[fname] = x * factor
-    if vals.get("mv_hbm_frac", 0) > 1:
-        raise SpecError(f"{where} [kernel] mv_hbm_frac: must be in (0, 1] (0: gemm_hbm_frac), "
-                        f"got {vals['mv_hbm_frac']!r}")
+    for key in ("mv_hbm_frac", "grouped_hbm_frac", "grouped_serial_frac"):
+        if vals.get(key, 0) > 1:
+            raise SpecError(f"{where} [kernel] {key}: must be in (0, 1] (0: gemm_hbm_frac), "
+                            f"got {vals[key]!r}")
     c = KernelCalib(**vals)
     if c.tile_n_min_cols > c.tile_n_max_cols:
         raise SpecError(f"{where} [kernel] tile_n_min_cols: exceeds tile_n_max_cols")
     return c
+
+
+def moe_kernel_fields(entry: Mapping[str, object], where: str) -> dict[str, object]:
+    """The :class:`KernelCalib` fields (SI) a ``[moe_kernels]`` entry's :data:`MOE_KERNEL_KEYS`
+    set, checked as ``[kernel]`` keys; keys left out are not set.
+
+    >>> moe_kernel_fields({"grouped_fixed_us": 4.5, "grouped_serial_frac": 0.5}, "x")
+    {'grouped_fixed_s': 4.5e-06, 'grouped_serial_frac': 0.5}
+    """
+    c = parse_kernel_calib({k: entry[k] for k in MOE_KERNEL_KEYS if k in entry}, where)
+    return {_KEYS[k][0]: getattr(c, _KEYS[k][0]) for k in MOE_KERNEL_KEYS if k in entry}
 
 
 def transferred(c: KernelCalib, fitted_hw, target_hw, source: str) -> KernelCalib:

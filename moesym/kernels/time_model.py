@@ -95,8 +95,8 @@ def time_model(name: str, hw, moe_kernel: str | None = None) -> TimeModel:
     plain roofline with named efficiency symbols (the teaching form), or ``tables:DIR``,
     measured kernel tables over the kernel model (bound to one configuration by
     ``build_step``). ``moe_kernel``: the fused-MoE backend the engine runs
-    (:meth:`moesym.engines.EngineKernels.moe_kernel`), whose grouped-GEMM fraction from the
-    GPU's ``[moe_kernels]`` replaces ``[kernel]``'s in the kernel model."""
+    (:meth:`moesym.engines.EngineKernels.moe_kernel`), whose grouped-GEMM fields from the
+    GPU's ``[moe_kernels]`` replace ``[kernel]``'s in the kernel model."""
     import importlib
 
     from ..specs.time_models import lookup

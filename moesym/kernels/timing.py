@@ -59,13 +59,12 @@ class KernelTiming(TimeModel):
     @classmethod
     def from_hardware(cls, hw, moe_kernel: str | None = None) -> KernelTiming:
         """Calibration from ``hw``'s ``[kernel]`` table (defaults with a warning if absent);
-        ``moe_kernel``: the engine's fused-MoE backend, whose grouped-GEMM fraction from the
-        GPU's ``[moe_kernels]`` replaces ``[kernel]``'s (None: ``[kernel]``'s)."""
+        ``moe_kernel``: the engine's fused-MoE backend, whose grouped-GEMM fields from the
+        GPU's ``[moe_kernels]`` replace ``[kernel]``'s (None: ``[kernel]``'s)."""
         t = cls(kernel_calib(hw))
         if moe_kernel is None:
             return t
-        f = hw.moe_kernels[moe_kernel]
-        return cls(replace(t.calib, grouped_contiguous_tensor_frac=f, grouped_masked_tensor_frac=f))
+        return cls(replace(t.calib, **hw.moe_kernels[moe_kernel]))
 
     def graph_replayed(self, floor_s: float) -> KernelTiming:
         """Elementwise kernels at the CUDA graph's per-kernel floor instead of a host launch
@@ -94,12 +93,13 @@ class KernelTiming(TimeModel):
                               hbm_bw_Bps=S.hbm_bw, calib=k, op_bytes=w_bytes,
                               out_bytes=S.act_bytes, groups=sh.groups, layout=layout,
                               hbm_bytes=c.hbm_bytes / n, tile_m_min=sh.tile_m_min,
-                              unpack_s=_unpack_s(c) / n)
+                              unpack_s=_unpack_s(c) / n, masked_rows=sh.masked_rows)
                 dq = _dequant_pass(c, sh, k) * n
                 return TermTime(c.name, n * t.compute_s, n * t.memory_s, _ZERO,
                                 lat * t.launch_s + c.fixed_s + dq)
             if isinstance(c.shape, LoadShape):  # weights read for few rows: matrix-vector kernels
-                bulk = c.hbm_bytes / (S.hbm_bw * k.gemm_hbm_frac)
+                bulk = c.hbm_bytes / (S.hbm_bw * k.hbm_frac(
+                    "contiguous" if c.kind is KernelClass.GROUPED_GEMM else "dense"))
                 mv = c.hbm_bytes / (S.hbm_bw * k.matvec_hbm_frac) + _unpack_s(c)
                 matvec = k.mv_max_rows and (c.kind is KernelClass.GEMM or k.mv_grouped)
                 memory = sp.sympify(_below(c.shape.rows, k.mv_max_rows, mv, bulk)) if matvec else bulk

@@ -129,9 +129,10 @@ class HardwareSpec:
     # host memory the expert tier (--expert-cache) may fill: [host] capacity_GB; on unified
     # memory the whole DRAM (hbm_capacity_GB), which the device's share is part of; 0: not given
     host_capacity_bytes: float = 0.0
-    # fused-MoE kernels fitted one by one ([moe_kernels]): backend name -> grouped-GEMM tensor
-    # fraction; an engine profile's moe_kernels picks the one it runs (else [kernel]'s)
-    moe_kernels: Mapping[str, float] = field(default_factory=dict)
+    # fused-MoE kernels fitted one by one ([moe_kernels]): backend name -> the KernelCalib
+    # fields (grouped-GEMM fractions and mechanisms) that replace [kernel]'s when an engine
+    # profile's moe_kernels picks that backend (else [kernel]'s)
+    moe_kernels: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     moe_kernels_dtype: str = ""  # the compute format the [moe_kernels] fits hold for
     # DeepEP inside one node ([deepep]): (fixed s, bytes/s) by "ll_dispatch", "ll_combine",
     # "normal_dispatch", "normal_combine"; empty: the [interconnect] rate and [latency_us]
@@ -325,9 +326,13 @@ def _moe_kernels_dtype(raw, where: str) -> str:
     return d
 
 
-def _moe_kernels(raw, where: str) -> Mapping[str, float]:
-    """``[moe_kernels]``: ``NAME = { grouped_tensor_frac = F, ... }`` per fused-MoE backend
-    (``heldout_median`` and ``source`` are records; ``dtype`` applies to all)."""
+def _moe_kernels(raw, where: str) -> Mapping[str, Mapping[str, float]]:
+    """``[moe_kernels]``: ``NAME = { grouped_tensor_frac = F, grouped_hbm_frac = ..., ... }``
+    per fused-MoE backend (``heldout_median`` and ``source`` are records; ``dtype`` applies to
+    all), as the :class:`~moesym.kernels.calib.KernelCalib` fields (SI) that replace
+    ``[kernel]``'s when an engine runs that backend."""
+    from ..kernels.calib import MOE_KERNEL_KEYS, moe_kernel_fields
+
     out = {}
     for name, t in dict(raw).items():
         if name == "dtype":
@@ -335,12 +340,15 @@ def _moe_kernels(raw, where: str) -> Mapping[str, float]:
         ctx = f"{where} [moe_kernels] {name}"
         if not isinstance(t, Mapping):
             raise SpecError(f"{ctx}: expected {{ grouped_tensor_frac = F, source = ... }}")
-        extra = set(t) - {"grouped_tensor_frac", "heldout_median", "source"}
+        allowed = ("grouped_tensor_frac", *MOE_KERNEL_KEYS, "heldout_median", "source")
+        extra = set(t) - set(allowed)
         if extra:
             raise SpecError(f"{ctx}: unknown key '{sorted(extra)[0]}'; allowed: "
-                            "grouped_tensor_frac, heldout_median, source")
-        out[str(name)] = _fraction(_req(t, "grouped_tensor_frac", ctx),
-                                   f"{ctx} grouped_tensor_frac")
+                            f"{', '.join(allowed)}")
+        f = _fraction(_req(t, "grouped_tensor_frac", ctx), f"{ctx} grouped_tensor_frac")
+        out[str(name)] = MappingProxyType({"grouped_contiguous_tensor_frac": f,
+                                           "grouped_masked_tensor_frac": f,
+                                           **moe_kernel_fields(t, ctx)})
     return MappingProxyType(out)
 
 

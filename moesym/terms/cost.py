@@ -46,6 +46,10 @@ class GemmShape:
     # the GEMM multiplies its weight class's weights though another term reads them (routed
     # experts and dense FFNs: the weight-load term): a dequantization pass still converts them
     weights_elsewhere: bool = False
+    # grouped GEMMs: token x top-k rows routed to other EP ranks' experts that a kernel launched
+    # over every assignment still covers (timed only where the backend's calibration sets
+    # grouped_masked_passes: moesym.kernels.analytical.grouped_extra_s)
+    masked_rows: sp.Expr = sp.Integer(0)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ model, which keeps the two apart so both show in the breakdown.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import sympy as sp
 
 from ..specs.model import expert_weights
@@ -72,7 +74,11 @@ def routed_expert_compute(D: Dims, tokens, imbalance=1, padded_rows=None,
               groups=g, layout=layout)
     down = gemm("experts_down", m, D.hidden, inter, 0, D.act_bytes, KernelClass.GROUPED_GEMM,
                 groups=g, layout=layout)
-    return [up, down]
+    # the mean rank's assignments times (EP - 1): those routed to other ranks' experts, which a
+    # kernel launched over every token x top-k assignment still covers (timed only by a
+    # backend that sets grouped_masked_passes: moesym.kernels.analytical.grouped_extra_s)
+    masked = rows_real / sym(imbalance) * (D.ep - 1)
+    return [replace(c, shape=replace(c.shape, masked_rows=masked)) for c in (up, down)]
 
 
 def routed_expert_weight_load(D: Dims, touched_experts) -> Cost:
