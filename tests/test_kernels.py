@@ -561,7 +561,8 @@ def test_mla_without_kv_split_runs_one_unit_per_sequence():
 
 def test_new_decode_fields_agree_symbolic_and_numeric():
     c = replace(DEFAULTS, attention_gqa_generic_launch_s=8e-6, attention_mha_decode_launch_s=9e-6,
-                attention_decode_fill_s=3e-6, attention_mla_kv_split_tokens=1 << 20)
+                attention_decode_fill_s=3e-6, attention_mla_kv_split_tokens=1 << 20,
+                attention_gqa_unit_dim_slope=0.4)
     B, L = sp.symbols("B L", positive=True)
     for heads, kvh, dim, kvb, shared in ((32, 8, 128, 2, False), (8, 8, 128, 1, False),
                                          (32, 8, 64, 1, False), (32, 8, 128, 1, False),
@@ -587,3 +588,16 @@ def test_gemm_rows_with_their_input_cast_add_its_elementwise_time():
     cast = predict_rows(rows.assign(input_cast_bytes=4096 * 7168 * (3 + 4 / 128)), c, **kw)[0]
     assert cast - plain == pytest.approx(4096 * 7168 * (3 + 4 / 128) / (0.8 * 3.35e12) + 3e-6)
     assert cast - plain == pytest.approx(36.2e-6, rel=1e-3)
+
+
+def test_gqa_unit_time_grows_with_the_head_dim():
+    """2048 requests x 8 KV heads at 2 KV tokens: 125 waves of 132 SMs, each the unit time.
+    With slope 0.4 a 2 us unit becomes 2 (1 + 0.4 (512/256 - 1)) = 2.8 us at head dim 256 and
+    2 (1 - 0.4 / 2) = 1.6 us at head dim 64; MHA (8 heads on 8 KV heads) keeps 2 us."""
+    c = replace(DEFAULTS, attention_decode_unit_overhead_s=2e-6, attention_tensor_frac=1.0,
+                attention_gqa_unit_dim_slope=0.4)
+    waves = math.ceil(2048 * 8 / 132)
+    for heads, dim, unit in ((32, 256, 2.8e-6), (32, 128, 2e-6), (32, 64, 1.6e-6), (8, 256, 2e-6)):
+        t = attention_decode_time(2048, 2, heads, 8, dim, dim, calib=c, kv_bytes=1, **_DEC)
+        mma = 2 * 16 * 2 * 2 * dim / (989e12 / 132)  # 16 query rows, 2 tokens, d_qk + d_v
+        assert float(t.compute_s) == pytest.approx(waves * (mma + unit)), (heads, dim)

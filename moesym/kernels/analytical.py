@@ -237,7 +237,8 @@ def attention_decode_time(batch, kv_len, heads, kv_heads, qk_dim, v_dim, *, sms,
     (MLA's latent read and launch take ``attention_mla_hbm_frac`` and ``attention_mla_launch_us``
     where set; tau_unit is ``attention_decode_unit_overhead_us`` where set, and
     ``attention_gqa_bf16_unit_us`` for GQA with a 16-bit KV cache where set; tau_fill is
-    ``attention_decode_fill_us``; tau_attn the decode kernel's own launch where set, see
+    ``attention_decode_fill_us``; for GQA tau_unit is scaled by 1 + k ((d_qk + d_v) / 256 - 1),
+    k = ``attention_gqa_unit_dim_slope``; tau_attn the decode kernel's own launch where set, see
     :func:`_decode_kernel_launch`; MLA splits by ``attention_mla_kv_split_tokens`` where set.)
 
     >>> t = attention_decode_time(64, 4096, 32, 8, 128, 128, sms=132, peak_flops=989e12,
@@ -261,6 +262,14 @@ def attention_decode_time(batch, kv_len, heads, kv_heads, qk_dim, v_dim, *, sms,
     if calib.attention_gqa_bf16_unit_s and not shared_kv:  # GQA with a 16-bit KV cache
         unit_s = _below(heads / kv_heads, 1, unit_s,
                         _below(kv_bytes, 1, unit_s, calib.attention_gqa_bf16_unit_s))
+    if calib.attention_gqa_unit_dim_slope and not shared_kv:
+        # a GQA unit's fixed work (its padded KV tile, its query heads) grows with the head dim:
+        # at 2 KV tokens and 1024-2048 requests TensorRT-LLM's H200 FP8-cache GQA kernel takes
+        # 0.9 / 1.3 / 1.75 / 2.2 us per wave at head dim 64 / 128 / 192 / 256, its BF16 one 4.1 /
+        # 4.6 / 6.2 / 6.5 us; MHA stays at 1.2-1.5 us (fitted: 0.38 on H200, attention held-out
+        # median 10.3% -> 9.4%; H100 10.0% -> 9.4%)
+        unit_s = unit_s * _below(heads / kv_heads, 1, 1, 1 + calib.attention_gqa_unit_dim_slope
+                                 * ((qk_dim + v_dim) / 256 - 1))
     compute = waves * (2 * tq * chunk * (qk_dim + v_dim)
                        / (peak_flops / sms * calib.attention_tensor_frac) + unit_s)
     if calib.attention_mha_decode_flops_per_s and not shared_kv:

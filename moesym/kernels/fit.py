@@ -78,7 +78,8 @@ _BOUNDS = {"sm_bandwidth_Bps": (1.0, 2000.0), "launch_s": (0.0, 100.0),
            "attention_mha_decode_flops_per_s": (1.0, 100.0),
            "attention_gqa_bf16_unit_s": (0.01, 50.0),
            "attention_split_merge_s": (0.0, 50.0), "attention_decode_fill_s": (0.0, 100.0),
-           "attention_mha_decode_launch_s": (0.1, 200.0), "attention_gqa_generic_launch_s": (0.1, 200.0)}
+           "attention_mha_decode_launch_s": (0.1, 200.0), "attention_gqa_generic_launch_s": (0.1, 200.0),
+           "attention_gqa_unit_dim_slope": (0.0, 3.0)}
 
 
 # attention fields whose 0 means "the shared field's value": where the fit starts them
@@ -91,7 +92,8 @@ _ATTN_FALLBACK = {"attention_decode_unit_overhead_s": ("attention_unit_overhead_
                   "attention_split_merge_s": ("", 2e-6),
                   "attention_decode_fill_s": ("", 8e-6),
                   "attention_mha_decode_launch_s": ("attention_launch_s", 10e-6),
-                  "attention_gqa_generic_launch_s": ("attention_launch_s", 10e-6)}
+                  "attention_gqa_generic_launch_s": ("attention_launch_s", 10e-6),
+                  "attention_gqa_unit_dim_slope": ("", 0.5)}
 
 
 def infersim_masked_active(m):
@@ -280,7 +282,8 @@ def fit_attention(rows: pd.DataFrame, *, sms, peak_flops, hbm_bw_Bps,
     the decode kernels' own terms: the KV stream's fill (``attention_decode_fill_us``), the MHA
     and other-GQA kernels' launches where the rows have them (``attention_mha_decode_launch_us``,
     ``attention_gqa_generic_launch_us``, the latter only beside FP8-cache GQA rows, which time
-    ``attention_launch_us``), and MLA decode with or without KV split
+    ``attention_launch_us``), the GQA unit time's growth with the head dim
+    (``attention_gqa_unit_dim_slope``) and MLA decode with or without KV split
     (``attention_mla_kv_split_tokens``)."""
     rows = rows.reset_index(drop=True)
     test = split_rows(rows) if holdout is None else holdout
@@ -309,6 +312,9 @@ def fit_attention(rows: pd.DataFrame, *, sms, peak_flops, hbm_bw_Bps,
         names += ["attention_mla_launch_s", "attention_mla_hbm_frac"]
     if unit_overhead and (rows.phase == "decode").any():
         names.append("attention_decode_fill_s")
+        gqa = (rows.phase == "decode") & (rows.heads > rows.kv_heads) & ~rows.shared_kv
+        if rows[gqa & ~test].qk_dim.nunique() > 1:  # only where the rows have several head dims
+            names.append("attention_gqa_unit_dim_slope")
     meas = train.latency_s.to_numpy()
     lo, hi = _bounds(names)
     # a kernel's own value not yet set (0) starts from the shared value it falls back to
