@@ -80,7 +80,9 @@ MAX_DECODE_GROUP = 16
 # fractions and the tables are evaluated, not fitted (per-engine kernels: issue 32 item 3).
 # They keep DeepGEMM's per-SM load rate too: fitted freely on TensorRT-LLM's GEMMs it falls to
 # 65 GB/s, where every large FP8 GEMM tile waits on its loads and the model never turns
-# tensor-bound (the GEMM held-out median is 12.3-12.8% with it kept, 10.0-10.7% without)
+# tensor-bound (the GEMM held-out median is 12.3-12.8% with it kept, 10.0-10.7% without).
+# TensorRT-LLM's own GEMM is fitted freely apart, its input cast timed apart
+# ([kernel.engines.trtllm]: 8.8% on both; --engine trtllm runs it)
 DEEPGEMM_FIT = {"h100": "h800", "h200": "h800"}
 DEEPGEMM_KEYS = ("grouped_contiguous_tensor_frac", "grouped_masked_tensor_frac",
                  "elementwise_launch_s")
