@@ -622,8 +622,8 @@ def engine_gemm_block(res, gpu: str, engine: str, version: str, date: str) -> st
     table (over ``[kernel]`` where a deployment names the engine)."""
     vals = res.calib.to_toml_values()
     lines = [f"# {version}'s own GEMM kernels, written {date} by benchmarks/kernel_fit_aic.py "
-             f"--write: fitted freely on {SOURCE}, {aic.GPU_FOLDERS[gpu]} ({res.summary()}, "
-             "every other shape held out); [kernel] keeps DeepGEMM's per-SM load rate for the "
+             f"--write: fitted freely on {SOURCE}, {aic.GPU_FOLDERS[gpu]}, its FP8 input cast "
+             f"timed apart ({res.summary()}, every other shape held out); [kernel] keeps DeepGEMM's per-SM load rate for the "
              f"engines that run DeepGEMM; --engine {engine} takes these",
              f"[kernel.engines.{engine}]"]
     lines += [f"{k} = {vals[k]:.4g}" for k in ENGINE_GEMM_KEYS]
