@@ -34,7 +34,12 @@ held-out table; ``--allreduce-only`` fits only the all-reduce tables; ``--attent
 fits only the attention fields of ``[kernel]`` on the committed rest (GEMM and fused-MoE
 fields kept as they are).
 
-``--heldout`` evaluates the committed ``[kernel]`` on the held-out shapes (the table
+On the GPUs of DEEPGEMM_FIT, TensorRT-LLM's own dense GEMM is also fitted freely on its table,
+its FP8 input cast timed apart (``[kernel.engines.trtllm]``, what ``--engine trtllm`` runs;
+``--engine-gemm-only`` fits and writes only that table).
+
+``--heldout`` evaluates the committed ``[kernel]`` (GEMM: ``[kernel.engines.trtllm]`` where
+there is one) on the held-out shapes (the table
 ``moesym validate --kernels`` prints, bench_data/kernel_heldout.json), fits each fused-MoE
 kernel on its own rows (``[moe_kernels]``, where that lowers the held-out error) and DeepEP
 inside one node (``[deepep]``); with ``--write`` it stores those two tables. A fused-MoE
@@ -71,12 +76,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from moesym.engines import load_engine
 from moesym.io.resources import data_dir
 from moesym.kernels import aic
-from moesym.kernels.calib import DEFAULTS, MOE_KERNEL_KEYS, kernel_calib
+from moesym.kernels.calib import DEFAULTS, ENGINES_KEY, MOE_KERNEL_KEYS, kernel_calib
 from moesym.kernels.fit import (fit_attention, fit_gemm, fit_moe, physical_floor_s,
                                 replace_toml_table, split_shapes, write_kernel_table)
 from moesym.specs.hardware import load_hardware
+from moesym.terms.elementwise import fp8_input_cast
 
 SOURCE = "AIConfigurator kernel tables (ai-dynamo/aiconfigurator @ 095f58a, Apache-2.0)"
 MIN_GEMM_DIM = 256  # smallest N and K of the fitted GEMM shapes
@@ -96,7 +103,9 @@ MAX_DECODE_GROUP = 16
 # fractions and the tables are evaluated, not fitted (per-engine kernels: issue 32 item 3).
 # They keep DeepGEMM's per-SM load rate too: fitted freely on TensorRT-LLM's GEMMs it falls to
 # 65 GB/s, where every large FP8 GEMM tile waits on its loads and the model never turns
-# tensor-bound (the GEMM held-out median is 12.3-12.8% with it kept, 10.0-10.7% without)
+# tensor-bound (the GEMM held-out median is 12.3-12.8% with it kept, 10.0-10.7% without).
+# TensorRT-LLM's own GEMM is fitted freely apart, its input cast timed apart
+# ([kernel.engines.trtllm]: 8.8% on both; --engine trtllm runs it)
 DEEPGEMM_FIT = {"h100": "h800", "h200": "h800"}
 DEEPGEMM_KEYS = ("grouped_contiguous_tensor_frac", "grouped_masked_tensor_frac",
                  "elementwise_launch_s")
@@ -104,6 +113,16 @@ DEEPGEMM_KEYS = ("grouped_contiguous_tensor_frac", "grouped_masked_tensor_frac",
 # 12.9% against SGLang's 20.8%), else SGLang's
 MOE_FRAMEWORKS = ("trtllm", "sglang")
 ENGINE_NAMES = {"sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+# TensorRT-LLM's block-FP8 linear (the tables' kernel_source torch_flow) quantizes its BF16 input
+# to FP8 with 1x128 scales in its own kernel before the GEMM, and the table times both; moesym
+# times that cast apart (moesym.terms.elementwise.fp8_input_cast), so each row's model time is
+# the GEMM plus that cast (elementwise_time of the cast's bytes). A linear fit of the H100 rows
+# with M >= 4096 finds 1.8 ps per M x K element beside the FLOPs (median error 4%); with the cast
+# TensorRT-LLM's own GEMM fit ([kernel.engines.trtllm]) reaches a held-out median of 8.8% on H100
+# and H200 (11.1% on H100 without it). [kernel]'s GEMM (the default, DeepGEMM's load rate kept)
+# is fitted as before, the cast inside the GEMM
+CAST_DTYPES = ("fp8_block",)
+CAST_BYTES_PER_ELEMENT = float(fp8_input_cast("cast", 1, 1, 2).hbm_bytes)  # 2 + 1 + 4/128
 
 
 def _physical(rows: pd.DataFrame, kind: str, hw) -> tuple[pd.DataFrame, int]:
@@ -129,6 +148,27 @@ def _attention_frame(root: Path, gpu: str, hw) -> tuple[pd.DataFrame, int, str]:
 def _fit_attention(a: pd.DataFrame, hw, base):
     return fit_attention(a, sms=hw.sms, peak_flops=hw.peak_flops("bf16"), hbm_bw_Bps=hw.hbm_bw_Bps,
                          base=base, holdout=split_shapes(a, ATTN_SHAPE), unit_overhead=True)
+
+
+def fit_engine_gemm(g: pd.DataFrame, hw, dtype: str):
+    """TensorRT-LLM's own dense GEMM, fitted freely on its table with its input cast apart
+    (``[kernel.engines.trtllm]`` of the GPUs whose ``[kernel]`` keeps DeepGEMM's load rate)."""
+    return fit_gemm(_with_cast(g, dtype), sms=hw.sms, peak_flops=None, hbm_bw_Bps=hw.hbm_bw_Bps,
+                    base=DEFAULTS, holdout=split_shapes(g, GEMM_SHAPE), infersim_masked=False)
+
+
+def refit_engine_gemm(root: Path, gpu: str, date: str, write: bool):
+    """Fit only ``[kernel.engines.trtllm]`` (``--engine-gemm-only``), on GPUs in DEEPGEMM_FIT."""
+    if gpu not in DEEPGEMM_FIT:
+        return None
+    hw = load_hardware(gpu)
+    dtype = _fit_dtype(hw)
+    g, _exc, v = _gemm_frame(root, gpu, hw, dtype)
+    res = fit_engine_gemm(g, hw, dtype)
+    if write:
+        replace_toml_table(data_dir("hardware") / f"{gpu}.toml", "kernel.engines.trtllm",
+                           engine_gemm_block(res, gpu, "trtllm", f"TensorRT-LLM {v}", date))
+    return res
 
 
 def refit_attention(root: Path, gpu: str, date: str, write: bool):
@@ -165,20 +205,20 @@ def fit_gpu(root: Path, gpu: str) -> dict:
     hw = load_hardware(gpu)
     dtype = _fit_dtype(hw)
     out = {"gpu": gpu, "dtype": dtype, "classes": {}, "excluded": {}, "versions": {}}
-    g, v = aic.read_table(root, gpu, "gemm", "gemm_perf")
+    g, out["excluded"]["gemm"], v = _gemm_frame(root, gpu, hw, dtype)
     out["versions"]["gemm"] = ("trtllm", v)
-    g = aic.gemm_rows(g)
-    g = g[(g.table_dtype == dtype) & (g.n >= MIN_GEMM_DIM) & (g.k >= MIN_GEMM_DIM)]
-    g = g.assign(peak_flops=hw.peak_flops(aic.GEMM_DTYPES[dtype][0]))
-    g, out["excluded"]["gemm"] = _physical(g, "gemm", hw)
     deepgemm = DEEPGEMM_FIT.get(gpu)
-    base = DEFAULTS
+    ho = split_shapes(g, GEMM_SHAPE)
     if deepgemm:  # the per-SM load rate of the same SM, as DeepGEMM measured it
         sm_bw = kernel_calib(load_hardware(deepgemm)).sm_bandwidth_Bps
-        base = replace(DEFAULTS, sm_bandwidth_Bps=sm_bw)
-    res = fit_gemm(g, sms=hw.sms, peak_flops=None, hbm_bw_Bps=hw.hbm_bw_Bps, base=base,
-                   holdout=split_shapes(g, GEMM_SHAPE), infersim_masked=False,
-                   keep=("sm_bandwidth_Bps",) if deepgemm else ())
+        res = fit_gemm(g, sms=hw.sms, peak_flops=None, hbm_bw_Bps=hw.hbm_bw_Bps,
+                       base=replace(DEFAULTS, sm_bandwidth_Bps=sm_bw), holdout=ho,
+                       infersim_masked=False, keep=("sm_bandwidth_Bps",))
+        # TensorRT-LLM's own GEMM, its input cast apart, fitted freely: [kernel.engines.trtllm]
+        out["engine_gemm"] = ("trtllm", fit_engine_gemm(g, hw, dtype))
+    else:
+        res = fit_gemm(g, sms=hw.sms, peak_flops=None, hbm_bw_Bps=hw.hbm_bw_Bps, base=DEFAULTS,
+                       holdout=ho, infersim_masked=False)
     out["classes"]["gemm"] = (res, len(g))
     calib = res.calib
 
@@ -266,6 +306,12 @@ def _gemm_frame(root: Path, gpu: str, hw, dtype: str):
     return g, excluded, v
 
 
+def _with_cast(g: pd.DataFrame, dtype: str) -> pd.DataFrame:
+    """GEMM rows timed with TensorRT-LLM's input cast in series (an engine's own fit)."""
+    return g.assign(input_cast_bytes=g.m * g.k * CAST_BYTES_PER_ELEMENT) if dtype in CAST_DTYPES \
+        else g
+
+
 def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
     """Held-out error of the committed calibration (hardware/<gpu>.toml's ``[kernel]``) on the
     half of each table's shapes the fit leaves out, and each fused-MoE backend's grouped-GEMM
@@ -284,10 +330,17 @@ def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
 
     g, exc, v = _gemm_frame(root, gpu, hw, dtype)
     test = split_shapes(g, GEMM_SHAPE)
-    pred = predict_rows(g[test], calib, sms=hw.sms, peak_flops=None, hbm_bw_Bps=hw.hbm_bw_Bps,
-                        infersim_masked=False)
+    # the table is TensorRT-LLM's: its own GEMM fit (input cast apart) where the hardware file
+    # has one, else [kernel]'s (fitted with the cast inside the GEMM)
+    trt = load_engine("trtllm").hardware(hw)
+    own = trt is not hw and any(k in ENGINE_GEMM_KEYS for k in
+                                hw.kernel.get(ENGINES_KEY, {}).get("trtllm", {}))
+    rows = _with_cast(g[test], dtype) if own else g[test]
+    pred = predict_rows(rows, kernel_calib(trt), sms=hw.sms, peak_flops=None,
+                        hbm_bw_Bps=hw.hbm_bw_Bps, infersim_masked=False)
     row("gemm", f"TensorRT-LLM {v}", (~test).sum(), test.sum(), exc,
-        _stats(pred, g[test].latency_s.to_numpy()))
+        _stats(pred, g[test].latency_s.to_numpy()),
+        calibration="[kernel.engines.trtllm]" if own else "[kernel]")
 
     for fw in MOE_FRAMEWORKS:
         for v in aic.table_versions(root, gpu, "moe", "moe_perf", fw):
@@ -722,6 +775,24 @@ def write_heldout(root: Path, gpus: list[str], date: str, write: bool) -> int:
     return 0
 
 
+# the GEMM fields an engine's own GEMM fit writes into [kernel.engines.NAME]
+ENGINE_GEMM_KEYS = ("tile_m_rows", "tile_n_max_cols", "gemm_tensor_frac", "tile_overhead_us",
+                    "sm_bandwidth_GBps", "gemm_hbm_frac", "launch_us")
+
+
+def engine_gemm_block(res, gpu: str, engine: str, version: str, date: str) -> str:
+    """The ``[kernel.engines.ENGINE]`` table text: that engine's dense GEMM fitted on its own
+    table (over ``[kernel]`` where a deployment names the engine)."""
+    vals = res.calib.to_toml_values()
+    lines = [f"# {version}'s own GEMM kernels, written {date} by benchmarks/kernel_fit_aic.py "
+             f"--write: fitted freely on {SOURCE}, {aic.GPU_FOLDERS[gpu]}, its FP8 input cast "
+             f"timed apart ({res.summary()}, every other shape held out); [kernel] keeps DeepGEMM's per-SM load rate for the "
+             f"engines that run DeepGEMM; --engine {engine} takes these",
+             f"[kernel.engines.{engine}]"]
+    lines += [f"{k} = {vals[k]:.4g}" for k in ENGINE_GEMM_KEYS]
+    return "\n".join(lines) + "\n"
+
+
 def _versions(fit: dict, cls: str | None = None) -> str:
     """'TensorRT-LLM 1.3.0rc20 (gemm, attention); SGLang 0.5.14 (moe)', or one class's engine."""
     by: dict[str, list[str]] = {}
@@ -777,6 +848,9 @@ def main(argv=None) -> int:
     ap.add_argument("--attention-only", action="store_true",
                     help="fit only the attention fields of [kernel] on the committed rest and, "
                          "with --write, store them")
+    ap.add_argument("--engine-gemm-only", action="store_true",
+                    help="fit only TensorRT-LLM's own GEMM ([kernel.engines.trtllm], on GPUs "
+                         "whose [kernel] keeps DeepGEMM's load rate) and, with --write, store it")
     ap.add_argument("--allreduce-only", action="store_true",
                     help="fit and write only the engines' custom all-reduce ([allreduce]: "
                          "SGLang's; [allreduce.trtllm]: TensorRT-LLM's)")
@@ -792,6 +866,11 @@ def main(argv=None) -> int:
             if got:
                 print(f"== {gpu} attention ({got[1]} excluded as faster than physics): "
                       f"{got[0].summary()}\n{got[0].per_group.to_string()}")
+            continue
+        if a.engine_gemm_only:
+            res = refit_engine_gemm(a.folder, gpu, date, a.write)
+            if res:
+                print(f"== {gpu} TensorRT-LLM's own GEMM: {res.summary()}")
             continue
         if a.allreduce_only:
             ars = fit_allreduces(a.folder, gpu)
@@ -812,6 +891,8 @@ def main(argv=None) -> int:
                   f"{ar['twoshot_GBps']:.0f} GB/s; "
                   f"train median {ar['train_median']:.1%}; held-out median {ar['test_median']:.1%} "
                   f"worst {ar['test_worst']:.1%}")
+        if f.get("engine_gemm"):
+            print(f"== {gpu} gemm, {f['engine_gemm'][0]}'s own fit: {f['engine_gemm'][1].summary()}")
         vals = f["calib"].to_toml_values()
         print("fitted:", ", ".join(f"{k}={v:.4g}" for k, v in vals.items()))
         if a.write:
@@ -831,6 +912,10 @@ def main(argv=None) -> int:
             record = {"engine": eng, "fit_date": date,
                       "heldout_error": {c: r.test_median for c, (r, _) in f["classes"].items()}}
             write_kernel_table(data_dir("hardware") / f"{gpu}.toml", calib, lines, date, record)
+            if f.get("engine_gemm"):
+                name, own = f["engine_gemm"]
+                replace_toml_table(data_dir("hardware") / f"{gpu}.toml", f"kernel.engines.{name}",
+                                   engine_gemm_block(own, gpu, name, _versions(f, "gemm"), date))
             write_allreduce(gpu, f["allreduce"], date)
             print(f"wrote [kernel] to hardware/{gpu}.toml")
     if a.markdown:

@@ -602,3 +602,94 @@ def test_fitted_moe_backends_never_beat_the_fused_moe_floor(gpu, which, tokens, 
                     op_bytes=1.0 if dtype == "fp8" else 2.0, peak_flops=hw.peak_flops(dtype))
     t = predict_moe(rows, c, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps)
     assert t[0] >= physical_floor_s(rows, "moe", hw.hbm_bw_Bps)[0] * (1 - 1e-12)
+def test_decode_kernel_launch_by_kernel_kind():
+    """Batch 1 at 2 KV tokens: the launch floor of the kernel the shape runs. GQA with an FP8
+    cache and head dim 128: attention_launch_us (4 us); with a BF16 cache, or FP8 at head dim
+    64: the other GQA kernel's (8 us); one query head per KV head: the MHA kernel's (9 us);
+    MLA keeps its own (12 us)."""
+    c = replace(DEFAULTS, attention_launch_s=4e-6, attention_gqa_generic_launch_s=8e-6,
+                attention_mha_decode_launch_s=9e-6, attention_mla_launch_s=12e-6)
+    for heads, kvh, dim, kvb, launch in ((32, 8, 128, 1, 4e-6), (32, 8, 128, 2, 8e-6),
+                                         (32, 8, 64, 1, 8e-6), (8, 8, 128, 1, 9e-6),
+                                         (8, 8, 128, 2, 9e-6)):
+        t = attention_decode_time(1, 2, heads, kvh, dim, dim, calib=c, kv_bytes=kvb, **_DEC)
+        assert float(t.launch_s) == pytest.approx(launch), (heads, kvh, dim, kvb)
+    mla = attention_decode_time(1, 2, 128, 1, 576, 512, calib=c, kv_bytes=1, shared_kv=True, **_DEC)
+    assert float(mla.launch_s) == pytest.approx(12e-6)
+
+
+def test_decode_fill_adds_to_the_kv_stream_only():
+    """64 requests x 32768 KV tokens x 8 KV heads x 256 x 2 B = 8.59 GB (+ 64 x 32 x 256 x 2 B
+    of queries and outputs) at 0.9 x 4.8 TB/s = 1988.7 us, plus a 3 us fill; the compute side
+    is unchanged."""
+    c0 = replace(DEFAULTS, attention_hbm_frac=0.9)
+    c = replace(c0, attention_decode_fill_s=3e-6)
+    t = attention_decode_time(64, 32768, 32, 8, 128, 128, calib=c, **_DEC)
+    t0 = attention_decode_time(64, 32768, 32, 8, 128, 128, calib=c0, **_DEC)
+    stream = (64 * 32768 * 8 * 256 * 2 + 64 * 32 * 256 * 2) / (0.9 * 4.8e12)
+    assert stream == pytest.approx(1988.7e-6, rel=1e-4)
+    assert float(t.memory_s) == pytest.approx(stream + 3e-6)
+    assert float(t.compute_s) == pytest.approx(float(t0.compute_s))
+
+
+def test_mla_without_kv_split_runs_one_unit_per_sequence():
+    """One request of 65536 latent tokens, 16 heads (one 64-row query tile): with the 512-token
+    split 128 units of 512 tokens (two waves of A100's 108 SMs); unsplit one unit of 65536 tokens,
+    2 x 64 x 65536 x (576 + 512) FLOPs at 0.5 x 312 TFLOP/s / 108 SMs = 6.32 ms."""
+    a100 = dict(sms=108, peak_flops=312e12, hbm_bw_Bps=2.039e12)
+    c = replace(DEFAULTS, attention_tensor_frac=0.5, attention_unit_overhead_s=0.0)
+    split = attention_decode_time(1, 65536, 16, 1, 576, 512, calib=c, kv_bytes=2,
+                                  shared_kv=True, **a100)
+    whole = attention_decode_time(1, 65536, 16, 1, 576, 512, kv_bytes=2, shared_kv=True,
+                                  calib=replace(c, attention_mla_kv_split_tokens=1 << 20), **a100)
+    assert float(split.compute_s) == pytest.approx(2 * 2 * 64 * 512 * 1088 / (0.5 * 312e12 / 108))
+    assert float(whole.compute_s) == pytest.approx(2 * 64 * 65536 * 1088 / (0.5 * 312e12 / 108))
+    assert float(whole.compute_s) == pytest.approx(6.32e-3, rel=1e-3)
+    gqa = attention_decode_time(1, 65536, 16, 1, 128, 128, calib=replace(
+        c, attention_mla_kv_split_tokens=1 << 20), kv_bytes=2, **a100)  # GQA keeps the split
+    assert float(gqa.compute_s) == pytest.approx(float(attention_decode_time(
+        1, 65536, 16, 1, 128, 128, calib=c, kv_bytes=2, **a100).compute_s))
+
+
+def test_new_decode_fields_agree_symbolic_and_numeric():
+    c = replace(DEFAULTS, attention_gqa_generic_launch_s=8e-6, attention_mha_decode_launch_s=9e-6,
+                attention_decode_fill_s=3e-6, attention_mla_kv_split_tokens=1 << 20,
+                attention_gqa_unit_dim_slope=0.4)
+    B, L = sp.symbols("B L", positive=True)
+    for heads, kvh, dim, kvb, shared in ((32, 8, 128, 2, False), (8, 8, 128, 1, False),
+                                         (32, 8, 64, 1, False), (32, 8, 128, 1, False),
+                                         (16, 1, 576, 1, True)):
+        vd = 512 if shared else dim
+        sym = attention_decode_time(B, L, heads, kvh, dim, vd, calib=c, kv_bytes=kvb,
+                                    shared_kv=shared, **_DEC)
+        f = sp.lambdify((B, L), sym.total_s)
+        for b, l in ((1, 100), (64, 4096), (2048, 2)):
+            num = attention_decode_time(b, l, heads, kvh, dim, vd, calib=c, kv_bytes=kvb,
+                                        shared_kv=shared, **_DEC)
+            assert float(f(b, l)) == pytest.approx(float(num.total_s), rel=1e-12)
+
+
+def test_gemm_rows_with_their_input_cast_add_its_elementwise_time():
+    """A table row timed with its FP8 input cast (TensorRT-LLM's block-FP8 linear): the GEMM plus
+    4096 x 7168 x (2 + 1 + 4/128) B at 0.8 x 3.35 TB/s (33.2 us) plus one 3 us launch."""
+    rows = pd.DataFrame({"m": [4096.0], "n": [2048.0], "k": [7168.0], "groups": [1.0],
+                         "layout": ["dense"]})
+    kw = dict(sms=132, peak_flops=1979e12, hbm_bw_Bps=3.35e12, infersim_masked=False)
+    c = replace(DEFAULTS, elementwise_hbm_frac=0.8, elementwise_launch_s=3e-6)
+    plain = predict_rows(rows, c, **kw)[0]
+    cast = predict_rows(rows.assign(input_cast_bytes=4096 * 7168 * (3 + 4 / 128)), c, **kw)[0]
+    assert cast - plain == pytest.approx(4096 * 7168 * (3 + 4 / 128) / (0.8 * 3.35e12) + 3e-6)
+    assert cast - plain == pytest.approx(36.2e-6, rel=1e-3)
+
+
+def test_gqa_unit_time_grows_with_the_head_dim():
+    """2048 requests x 8 KV heads at 2 KV tokens: 125 waves of 132 SMs, each the unit time.
+    With slope 0.4 a 2 us unit becomes 2 (1 + 0.4 (512/256 - 1)) = 2.8 us at head dim 256 and
+    2 (1 - 0.4 / 2) = 1.6 us at head dim 64; MHA (8 heads on 8 KV heads) keeps 2 us."""
+    c = replace(DEFAULTS, attention_decode_unit_overhead_s=2e-6, attention_tensor_frac=1.0,
+                attention_gqa_unit_dim_slope=0.4)
+    waves = math.ceil(2048 * 8 / 132)
+    for heads, dim, unit in ((32, 256, 2.8e-6), (32, 128, 2e-6), (32, 64, 1.6e-6), (8, 256, 2e-6)):
+        t = attention_decode_time(2048, 2, heads, 8, dim, dim, calib=c, kv_bytes=1, **_DEC)
+        mma = 2 * 16 * 2 * 2 * dim / (989e12 / 132)  # 16 query rows, 2 tokens, d_qk + d_v
+        assert float(t.compute_s) == pytest.approx(waves * (mma + unit)), (heads, dim)

@@ -105,6 +105,8 @@ def _kernels(args) -> int:
           f"{'held out':>8} {'excl.':>6} {'median':>7} {'p90':>7}")
     for r in rows:
         kernel = r.get("backend", "")
+        if r.get("calibration", "").startswith("[kernel.engines."):
+            kernel = r["calibration"]
         if r["class"] == "moe" and not r["used"]:
             kernel += " ([kernel])"
             med, p90 = r["kernel_median"], r["kernel_p90"]
@@ -116,5 +118,7 @@ def _kernels(args) -> int:
           "M block, fixed and per-expert time, load/MMA overlap, EP masked-row passes); "
           "'([kernel])': "
           "the tables do not show it apart, the GPU's [kernel] times it. excl.: rows faster "
-          "than physics (FLOPs at peak or bytes at peak HBM bandwidth), left out of the fit")
+          "than physics (FLOPs at peak or bytes at peak HBM bandwidth), left out of the fit; "
+          "gemm '[kernel.engines.trtllm]': TensorRT-LLM's own GEMM fit (its FP8 input cast timed "
+          "apart), what --engine trtllm runs; the default [kernel] keeps DeepGEMM's load rate")
     return 0

@@ -279,12 +279,15 @@ def attention_decode_time(batch, kv_len, heads, kv_heads, qk_dim, v_dim, *, sms,
         compute = waves (2 t_q min(kv_len, s) (d_qk + d_v) / (eta_a P / N_SM) + tau_unit)
         (MHA, one query head per KV head, with P_v = attention_mha_decode_TFLOPs set: at least
          waves (2 min(kv_len, s) (d_qk + d_v) / (P_v / N_SM) + tau_unit), CUDA cores)
-        memory  = max(bytes / (eta_hbm,a W), waves min(kv_len, s) kv_bytes_per_token / W_SM)
+        memory  = max(bytes / (eta_hbm,a W) + tau_fill, waves min(kv_len, s) kv_bytes_per_token / W_SM)
         time    = max(compute, memory) + tau_attn (+ tau_merge where kv_len > s)
 
     (MLA's latent read and launch take ``attention_mla_hbm_frac`` and ``attention_mla_launch_us``
     where set; tau_unit is ``attention_decode_unit_overhead_us`` where set, and
-    ``attention_gqa_bf16_unit_us`` for GQA with a 16-bit KV cache where set.)
+    ``attention_gqa_bf16_unit_us`` for GQA with a 16-bit KV cache where set; tau_fill is
+    ``attention_decode_fill_us``; for GQA tau_unit is scaled by 1 + k ((d_qk + d_v) / 256 - 1),
+    k = ``attention_gqa_unit_dim_slope``; tau_attn the decode kernel's own launch where set, see
+    :func:`_decode_kernel_launch`; MLA splits by ``attention_mla_kv_split_tokens`` where set.)
 
     >>> t = attention_decode_time(64, 4096, 32, 8, 128, 128, sms=132, peak_flops=989e12,
     ...                           hbm_bw_Bps=3.35e12)
@@ -294,7 +297,8 @@ def attention_decode_time(batch, kv_len, heads, kv_heads, qk_dim, v_dim, *, sms,
     # MLA kernels (FlashMLA) tile the query heads of the shared latent by 64 rows; GQA decode
     # kernels pad the few query heads of one KV head to the MMA granularity (16 rows)
     tq = calib.attention_q_tile_rows if shared_kv else calib.attention_decode_q_tile_rows
-    split = calib.attention_kv_split_tokens
+    # the MLA kernel's own split where set (a split of 2^20 tokens: one unit per sequence)
+    split = (calib.attention_mla_kv_split_tokens if shared_kv else 0) or calib.attention_kv_split_tokens
     per_token = kv_heads * (qk_dim if shared_kv else qk_dim + v_dim) * kv_bytes
     kv_total = batch * kv_len * per_token
     qo_bytes = batch * heads * (qk_dim + v_dim) * act_bytes
@@ -306,6 +310,14 @@ def attention_decode_time(batch, kv_len, heads, kv_heads, qk_dim, v_dim, *, sms,
     if calib.attention_gqa_bf16_unit_s and not shared_kv:  # GQA with a 16-bit KV cache
         unit_s = _below(heads / kv_heads, 1, unit_s,
                         _below(kv_bytes, 1, unit_s, calib.attention_gqa_bf16_unit_s))
+    if calib.attention_gqa_unit_dim_slope and not shared_kv:
+        # a GQA unit's fixed work (its padded KV tile, its query heads) grows with the head dim:
+        # at 2 KV tokens and 1024-2048 requests TensorRT-LLM's H200 FP8-cache GQA kernel takes
+        # 0.9 / 1.3 / 1.75 / 2.2 us per wave at head dim 64 / 128 / 192 / 256, its BF16 one 4.1 /
+        # 4.6 / 6.2 / 6.5 us; MHA stays at 1.2-1.5 us (fitted: 0.38 on H200, attention held-out
+        # median 10.3% -> 9.4%; H100 10.0% -> 9.4%)
+        unit_s = unit_s * _below(heads / kv_heads, 1, 1, 1 + calib.attention_gqa_unit_dim_slope
+                                 * ((qk_dim + v_dim) / 256 - 1))
     compute = waves * (2 * tq * chunk * (qk_dim + v_dim)
                        / (peak_flops / sms * calib.attention_tensor_frac) + unit_s)
     if calib.attention_mha_decode_flops_per_s and not shared_kv:
@@ -315,12 +327,40 @@ def attention_decode_time(batch, kv_len, heads, kv_heads, qk_dim, v_dim, *, sms,
                           / (calib.attention_mha_decode_flops_per_s / sms) + unit_s)
         compute = _below(heads / kv_heads, 1, _max(compute, vector), compute)
     unit_bytes = chunk * per_token / kv_heads
-    memory = _max((kv_total + qo_bytes) / (hbm_bw_Bps * calib.decode_attention_hbm_frac(shared_kv)),
+    # the KV stream starts after a fixed fill (DRAM latency, the first loads in flight)
+    memory = _max((kv_total + qo_bytes) / (hbm_bw_Bps * calib.decode_attention_hbm_frac(shared_kv))
+                  + calib.attention_decode_fill_s,
                   waves * unit_bytes / calib.sm_bandwidth_Bps)
     launch = calib.decode_attention_launch_s(shared_kv)
+    if not shared_kv:
+        launch = _decode_kernel_launch(heads / kv_heads, kv_bytes, qk_dim, launch, calib)
     if calib.attention_split_merge_s:  # sequences split into several KV units: their merge
         launch = launch + _below(kv_len, split, 0, calib.attention_split_merge_s)
     return KernelTime(compute, memory, launch)
+
+
+def _decode_kernel_launch(group, kv_bytes, qk_dim, launch, calib: KernelCalib):
+    """Fixed latency of the GQA/MHA decode kernel the engine runs for this shape: the FP8-cache
+    GQA kernel's ``launch`` (several query heads per KV head, 1-byte KV, head dim > 64), the
+    other GQA kernel's (16-bit KV, or head dim <= 64) and the MHA kernel's (one query head per
+    KV head) where set. The split is fitted on AIConfigurator's TensorRT-LLM 1.3.0rc20 decode
+    tables (every other shape held out): their latency at 1-4 requests of <= 16 tokens is 5.7-6.4
+    us for the first kind on H100, 7.6-9.1 us for the other two (the held-out attention median
+    falls 12.1% -> 10.0% on H100, 12.8% -> 10.3% on H200).
+
+    >>> from dataclasses import replace
+    >>> c = replace(DEFAULTS, attention_gqa_generic_launch_s=8e-6, attention_mha_decode_launch_s=9e-6)
+    >>> [float(_decode_kernel_launch(g, b, d, 5e-6, c)) for g, b, d in
+    ...  ((4, 1, 128), (4, 2, 128), (4, 1, 64), (1, 1, 128))]
+    [5e-06, 8e-06, 8e-06, 9e-06]
+    """
+    if calib.attention_gqa_generic_launch_s:
+        other = calib.attention_gqa_generic_launch_s
+        launch = _below(group, 1, launch, _below(kv_bytes, 1, _below(qk_dim, 64, other, launch),
+                                                 other))
+    if calib.attention_mha_decode_launch_s:
+        launch = _below(group, 1, calib.attention_mha_decode_launch_s, launch)
+    return launch
 
 
 def _chunk_tiles(batch, seq_len, n_q, tq):

@@ -52,6 +52,18 @@ attention_mha_decode_TFLOPs         0        decode with one query head per KV h
                                              query rows to stack into an MMA, the dot products
                                              (and the KV cache's conversion) run on the CUDA
                                              cores at this rate, whole GPU (0: tensor cores)
+attention_decode_fill_us            0        fixed time before a decode kernel's KV stream runs at
+                                             its bandwidth (added to the memory time)
+attention_mha_decode_launch_us      0        fixed latency of the MHA decode kernel (one query
+                                             head per KV head; 0: attention_launch_us)
+attention_gqa_generic_launch_us     0        fixed latency of the GQA decode kernel with a
+                                             16-bit KV cache or head dim <= 64 (0:
+                                             attention_launch_us, then the FP8-cache GQA kernel's)
+attention_mla_kv_split_tokens       0        KV tokens per MLA decode work unit where the MLA
+                                             kernel splits otherwise (0: attention_kv_split_tokens;
+                                             1048576: one unit per sequence)
+attention_gqa_unit_dim_slope        0        GQA decode: the per-wave unit time scales by
+                                             1 + slope ((d_qk + d_v) / 256 - 1) (0: not at all)
 elementwise_hbm_frac                0.80     achieved fraction of HBM bandwidth, elementwise
 elementwise_launch_us               3.0      fixed latency per elementwise kernel
 tile_step_base_us                   0        tile-stepped expert GEMMs (0: not used): time when
@@ -151,6 +163,11 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
     "attention_mla_launch_us": ("attention_mla_launch_s", 1e-6, "nonneg", 0.0),
     "attention_mla_hbm_frac": ("attention_mla_hbm_frac", 1, "nonneg", 0.0),
     "attention_mha_decode_TFLOPs": ("attention_mha_decode_flops_per_s", 1e12, "nonneg", 0.0),
+    "attention_decode_fill_us": ("attention_decode_fill_s", 1e-6, "nonneg", 0.0),
+    "attention_mha_decode_launch_us": ("attention_mha_decode_launch_s", 1e-6, "nonneg", 0.0),
+    "attention_gqa_generic_launch_us": ("attention_gqa_generic_launch_s", 1e-6, "nonneg", 0.0),
+    "attention_mla_kv_split_tokens": ("attention_mla_kv_split_tokens", 1, "flag", 0),
+    "attention_gqa_unit_dim_slope": ("attention_gqa_unit_dim_slope", 1, "nonneg", 0.0),
     "elementwise_hbm_frac": ("elementwise_hbm_frac", 1, "frac", 0.80),
     "elementwise_launch_us": ("elementwise_launch_s", 1e-6, "nonneg", 3.0),
     # tile-stepped expert compute (accelerators whose matmul engines work in fixed row tiles,
@@ -182,6 +199,9 @@ _OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us"
                      "attention_decode_unit_overhead_us", "attention_gqa_bf16_unit_us",
                      "attention_split_merge_us", "attention_mla_launch_us",
                      "attention_mla_hbm_frac", "attention_mha_decode_TFLOPs",
+                     "attention_decode_fill_us", "attention_mha_decode_launch_us",
+                     "attention_gqa_generic_launch_us",
+                     "attention_mla_kv_split_tokens", "attention_gqa_unit_dim_slope",
                      "mv_grouped",
                      "mv_hbm_frac", "unpack_Gweights_per_s", "dequant_pass_rows",
                      "grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
@@ -230,6 +250,11 @@ class KernelCalib:
     attention_mla_launch_s: float = 0.0
     attention_mla_hbm_frac: float = 0.0
     attention_mha_decode_flops_per_s: float = 0.0
+    attention_decode_fill_s: float = 0.0
+    attention_mha_decode_launch_s: float = 0.0
+    attention_gqa_generic_launch_s: float = 0.0
+    attention_mla_kv_split_tokens: int = 0
+    attention_gqa_unit_dim_slope: float = 0.0
     elementwise_hbm_frac: float = 0.80
     elementwise_launch_s: float = 3.0e-6
     tile_step_base_s: float = 0.0
