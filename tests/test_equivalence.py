@@ -76,6 +76,15 @@ and read fraction, a per-wave unit time apart from prefill's, a split-KV merge t
 for GQA with a BF16 cache, a CUDA-core rate for MHA decode), refitted on AIConfigurator's tables
 with each shape held out with both its KV dtypes (attention held-out median on H200 24.0% ->
 12.8%, benchmarks/kernel_fit_aic.py): step times moved -6.2% to +2.7%.
+Entries #2, #3, #7, #8, #12, #13, #16, #17, #18 and #19 were re-captured for issue 32's kernel
+fits: (a) the decode attention kernels' own launch floors, a KV-stream fill time and a head-dim
+slope of the GQA unit (attention held-out median H100 12.3% -> 9.3%, H200 12.8% -> 9.4%, A100
+12.7% -> 6.8%); (b) fused-MoE backends as mechanisms ([moe_kernels]: HBM fraction, fixed and
+per-expert times, smallest M block, the share of load and MMA time not overlapped, Triton's
+masked passes under EP; H200 triton_ep held-out 23.6% -> 6.8%), with the step timing the routed
+experts as the fit times a fused-MoE layer, max(compute, load) + s min(compute, load)
+(moesym.model.layer_time.loads_overlap). #3 (H200, SGLang's Triton under EP8 with an
+all-gather) -16.5%; the others -2.2% to +0.2%.
 """
 
 from __future__ import annotations

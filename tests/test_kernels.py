@@ -693,3 +693,45 @@ def test_gqa_unit_time_grows_with_the_head_dim():
         t = attention_decode_time(2048, 2, heads, 8, dim, dim, calib=c, kv_bytes=1, **_DEC)
         mma = 2 * 16 * 2 * 2 * dim / (989e12 / 132)  # 16 query rows, 2 tokens, d_qk + d_v
         assert float(t.compute_s) == pytest.approx(waves * (mma + unit)), (heads, dim)
+
+
+# ------------------------------------------------- routed experts' loads under their tiles
+def test_loads_overlap_adds_the_unhidden_share_to_both_expert_terms():
+    """max(compute, load) + s min(compute, load), by hand: a backend whose fit leaves s of the
+    shorter time exposed (grouped_serial_frac) adds s x min(routed tile time, weight-load time)
+    to moe_routed and moe_weight_load alike, so the max of the two carries it; s = 0 (every
+    [kernel] fit) leaves the terms as they are."""
+    import sympy as sp
+
+    from moesym.model.layer_time import loads_overlap
+    from moesym.terms.cost import TermTime
+
+    z = sp.Integer(0)
+    terms = {"moe_routed": TermTime("moe_routed", sp.Float(200e-6), sp.Float(20e-6), z, sp.Float(5e-6)),
+             "moe_weight_load": TermTime("moe_weight_load", z, sp.Float(300e-6), z, z)}
+    assert loads_overlap(terms, 0.0) is terms
+    out = loads_overlap(terms, 0.4)
+    r, w = float(out["moe_routed"].total_s), float(out["moe_weight_load"].total_s)
+    assert r == pytest.approx(205e-6 + 0.4 * 200e-6)
+    assert w == pytest.approx(300e-6 + 0.4 * 200e-6)
+    assert max(r, w) == pytest.approx(max(205e-6, 300e-6) + 0.4 * min(200e-6, 300e-6))
+
+
+def test_the_step_takes_the_backends_serial_share():
+    """A decode step on H200 under SGLang (the Triton backend, fitted with a serial share) is
+    slower than the same step with that share set to 0, by s x min(compute, load) per MoE layer."""
+    from dataclasses import replace as dc_replace
+
+    from moesym.kernels.timing import KernelTiming
+    from moesym.model.step import build_step
+    from moesym.specs.deployment import Deployment, Phase, Workload
+    from moesym.specs.model import load_model
+
+    hw = load_hardware("h200")
+    tri = KernelTiming.from_hardware(hw, "triton")
+    assert tri.grouped_serial_share() > 0
+    flat = KernelTiming(dc_replace(tri.calib, grouped_serial_frac=0.0))
+    m = load_model("qwen3-30b-a3b")
+    dep, wl = Deployment(gpus=1), Workload(Phase.DECODE, batch=32, context=1024)
+    with_s, without = (build_step(m, hw, dep, wl, timing=t) for t in (tri, flat))
+    assert with_s.predict()["step_time_s"] > without.predict()["step_time_s"]

@@ -130,6 +130,9 @@ class TableTiming(TimeModel):
         return TableTiming(self.kernel, self.tables, {s: sp.sympify(v) for s, v in values.items()},
                            dict(formats), {})
 
+    def grouped_serial_share(self) -> float:
+        return self.kernel.grouped_serial_share()
+
     def graph_replayed(self, floor_s: float) -> TableTiming:
         """The kernel model under the tables replayed as a CUDA graph (the measured kernels keep
         their measurements)."""

@@ -98,6 +98,9 @@ class TileStepTiming(TimeModel):
     def bind(self, numbers) -> TileStepTiming:
         return TileStepTiming(self.inner.bind(numbers))
 
+    def grouped_serial_share(self) -> float:
+        return self.inner.grouped_serial_share()
+
     def graph_replayed(self, floor_s: float) -> TileStepTiming:
         return TileStepTiming(self.inner.graph_replayed(floor_s))
 

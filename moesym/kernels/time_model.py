@@ -57,6 +57,11 @@ class TimeModel:
         """One line on how the built step was timed (a warning), or None: nothing to say."""
         return None
 
+    def grouped_serial_share(self) -> float:
+        """Share of the shorter of the routed experts' tile and weight-load time not hidden under
+        the longer (:func:`moesym.model.layer_time.loads_overlap`). Default: 0 (full overlap)."""
+        return 0.0
+
 
 #: HBM efficiency symbol per kernel class (others: the elementwise one)
 _MEM_EFF = {KernelClass.GEMM: S.eff_mem, KernelClass.GROUPED_GEMM: S.eff_mem,

@@ -66,6 +66,10 @@ class KernelTiming(TimeModel):
             return t
         return cls(replace(t.calib, **hw.moe_kernels[moe_kernel]))
 
+    def grouped_serial_share(self) -> float:
+        """The fused-MoE backend's fitted ``grouped_serial_frac`` (0 for [kernel] fits)."""
+        return float(self.calib.grouped_serial_frac)
+
     def graph_replayed(self, floor_s: float) -> KernelTiming:
         """Elementwise kernels at the CUDA graph's per-kernel floor instead of a host launch
         (GEMM and attention floors are fitted on kernels already timed without host launches)."""

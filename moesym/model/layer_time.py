@@ -11,7 +11,7 @@ from ..specs.deployment import Deployment, Workload
 from ..specs.model import ModelSpec
 from ..symbolic.symbols import S
 from ..terms.cost import Cost, KernelClass
-from ..symbolic.expr import smax
+from ..symbolic.expr import smax, smin
 from ..terms.cost import TermTime
 from . import overlap
 from .layer_costs import quantized
@@ -21,7 +21,25 @@ __all__ = ["layer_time", "operation_times", "reserved_terms", "timed"]
 
 def timed(costs: dict, timing) -> dict:
     """The breakdown keys' costs turned into time by ``timing`` (one TermTime per key)."""
-    return {k: _sum_times(k, [timing.time(c) for c in v]) for k, v in costs.items()}
+    return loads_overlap({k: _sum_times(k, [timing.time(c) for c in v]) for k, v in costs.items()},
+                         timing.grouped_serial_share())
+
+
+def loads_overlap(terms: dict, share) -> dict:
+    """The routed experts' grouped GEMMs and their weight read as the fused-MoE kernel runs them:
+    where its fit gives a share ``s`` of the shorter of tile and load time not hidden under the
+    longer (``grouped_serial_frac``, :func:`moesym.kernels.analytical.gemm_time`, fitted on
+    whole fused-MoE layers with the weights in), the experts take max(compute, load) +
+    s min(compute, load), not the max alone. s min is added to both terms, so that every
+    max(moe_routed, moe_weight_load) of the layer, its schedule and the reports gives it.
+    Unchanged where s = 0 (every [kernel] fit) or the layer has no routed experts."""
+    if not share or "moe_weight_load" not in terms:
+        return terms
+    r, w = terms["moe_routed"], terms["moe_weight_load"]
+    z = sp.Integer(0)
+    extra = TermTime("experts_load_overlap", z, z, z,
+                     sp.Float(share) * smin(r.compute_s, w.memory_s))
+    return {**terms, "moe_routed": r + extra, "moe_weight_load": w + extra}
 
 
 def _sum_times(name: str, times: list[TermTime]) -> TermTime:
@@ -79,7 +97,8 @@ def reserved_terms(costs: dict, timing, model: ModelSpec, dep: Deployment) -> di
             return TermTime(t.name, t.compute_s * cap, t.memory_s, t.comm_s, t.overhead_s)
         return t
 
-    return {k: _sum_times(k, [time(c) for c in v]) for k, v in costs.items()}
+    return loads_overlap({k: _sum_times(k, [time(c) for c in v]) for k, v in costs.items()},
+                         timing.grouped_serial_share())
 
 
 def _scheduled(name: str, terms, compute, dep: Deployment, wl: Workload, n,
