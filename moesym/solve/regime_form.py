@@ -72,12 +72,14 @@ def relax(expr: sp.Basic) -> sp.Basic:
     return substitute(out, guards) if guards else out
 
 
-def _relaxed_root(eq, var, values, near: float, span) -> float:
+def _relaxed_root(eq, var, values, near: float, span, scale=None) -> float:
     """The relaxed equation's root nearest ``near`` in ``span`` (the scan of
-    :func:`~moesym.solve.model_root.sign_changes`, bisected to 1e-12 relative)."""
+    :func:`~moesym.solve.model_root.sign_changes`, bisected to 1e-12 relative; with a
+    ``scale``, where the equation passes 1e-9 ``|scale|``)."""
     from .model_root import nearest_sign_change
 
-    found = nearest_sign_change(eq, var, values, span[0], span[1], near)
+    found = nearest_sign_change(eq, var, values, span[0], span[1], near,
+                                None if scale is None else relax(sp.sympify(scale)))
     if found is None:
         raise ValueError(f"the relaxed model has no root in {var} in [{span[0]:g}, {span[1]:g}]")
     a, b = found
@@ -115,14 +117,17 @@ class RegimeForm:
 
 
 def regime_form(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, near: float,
-                span: tuple[float, float]) -> RegimeForm:
+                span: tuple[float, float], scale: sp.Expr | None = None) -> RegimeForm:
     """The regime form of ``lhs = rhs`` solved for ``var`` near ``near`` (module docstring);
-    ``values`` binds every other symbol (the target's symbol included)."""
+    ``values`` binds every other symbol (the target's symbol included). With a ``scale``, the
+    relaxed root is where ``lhs - rhs`` passes 1e-9 ``|scale|`` (a difference that is zero over
+    a range, such as exposed communication: a root of its rounding noise there would pick the
+    regime where it is zero, 0 = 0, with no root in ``var``)."""
     lhs, rhs = relax(sp.sympify(lhs)), relax(sp.sympify(rhs))
     eq = lhs - rhs
     vals = {k: float(v) for k, v in values.items() if k != var and k in symbols_of(eq)}
     try:
-        r = _relaxed_root(eq, var, vals, near, span)
+        r = _relaxed_root(eq, var, vals, near, span, scale)
     except ValueError as exc:
         return RegimeForm(var, None, None, note=str(exc), equation=eq)
     smooth, _, labels = branch_at(eq, var, {**vals, var: r}, lazy=True)
