@@ -40,7 +40,7 @@ from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec, expert_weights
 from ..symbolic.symbols import S
 from .model_root import ModelRoot, closed_form_at, model_root, sign_changes
-from .regime_form import RegimeForm, pin, regime_form, tidy
+from .regime_form import RegimeForm, pin, printed, regime_form, tidy
 from .sensitivity import root_elasticities
 from ..symbolic.expr import smax, substitute, symbols_of
 
@@ -94,7 +94,7 @@ class ClosedForm:
         from .regime_form import legend
 
         return {"name": self.name, "latex": self.latex,
-                "sympy": str(tidy(self.expr)) if self.expr is not None else "",
+                "sympy": printed(self.expr) if self.expr is not None else "",
                 "value": self.value, "closed_form_value": self.closed_value, "kind": self.kind,
                 "regime": dict(self.regime), "condition": str(self.condition),
                 "timing": self.timing, "note": self.assumptions,
@@ -102,9 +102,9 @@ class ClosedForm:
                 "pin": list(self.pin),
                 # the contract's names: the closed form with the target in it (the regime's
                 # smooth form where one exists, else the answer's own form) and what pins it
-                "closed_form": (str(tidy(self.smooth.expr)) if self.smooth is not None
+                "closed_form": (printed(self.smooth.expr) if self.smooth is not None
                                 and self.smooth.expr is not None else
-                                str(tidy(self.expr)) if self.expr is not None else None),
+                                printed(self.expr) if self.expr is not None else None),
                 "pinned_by": list(self.pin) or None,
                 "target_range": list(self.target_range) if self.target_range else None,
                 "sensitivity": [{"symbol": str(s), "elasticity": e} for s, e in self.sensitivity],

@@ -38,7 +38,7 @@ from ..symbolic.expr import dependents, nodes, substitute, symbols_of
 from .regimes import _collapse, branch_at, solve_smooth
 from .rewrite import RELAX_CEILING, apply_rules
 
-__all__ = ["RegimeForm", "relax", "tidy", "regime_form", "pin", "legend"]
+__all__ = ["RegimeForm", "relax", "tidy", "printed", "regime_form", "pin", "legend"]
 
 _GUARD = 1e-9  # the relative guard moesym.kernels.analytical applies inside its counts
 
@@ -62,6 +62,13 @@ def tidy(expr: sp.Basic, digits: int = 6) -> sp.Basic:
         else:
             rep[f] = sp.Float(float(f"{v:.{digits}g}"), digits)
     return substitute(expr, rep) if rep else expr
+
+
+@lru_cache(maxsize=256)
+def printed(expr: sp.Basic) -> str:
+    """``str(tidy(expr))``, printed once per expression (an answer's JSON shows its smooth form
+    twice: ``smooth.sympy`` and ``closed_form``)."""
+    return str(tidy(expr))
 
 
 def relax(expr: sp.Basic) -> sp.Basic:
@@ -108,10 +115,10 @@ class RegimeForm:
     equation: sp.Expr | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict:
-        return {"sympy": str(tidy(self.expr)) if self.expr is not None else "",
+        return {"sympy": printed(self.expr) if self.expr is not None else "",
                 "latex": sp.latex(tidy(self.expr)) if self.expr is not None else "",
                 "skeleton": str(self.skeleton) if self.skeleton is not None else "",
-                "placeholders": {k: {"value": v, "sympy": str(tidy(e))}
+                "placeholders": {k: {"value": v, "sympy": printed(e)}
                                  for k, (v, e) in self.placeholders.items()},
                 "value": self.value, "relaxed_root": self.relaxed_root, "note": self.note}
 

@@ -275,7 +275,7 @@ def tp_allreduce_custom(D: Dims, tokens, car, bw, lat, group=None) -> Cost:
     ring = tp_allreduce(D, tokens, bw, lat, "ring", group)
     table = car.oneshot_max_bytes
     one_max = sp.Piecewise(*[(v, sp.Le(p, w)) for w, v in table[:-1]], (table[-1][1], True))
-    one, two = sp.Le(m, one_max), sp.Le(m, car.max_bytes)
+    one, two = _folded(sp.Le(m, one_max)), sp.Le(m, car.max_bytes)
     active = smin(p - 1, 1)  # one GPU: nothing to reduce
     return Cost("tp_comm", KernelClass.COMM,
                 net_bytes=sp.Piecewise(((p - 1) * m, one), (2 * (p - 1) / p * m, two),
@@ -285,6 +285,17 @@ def tp_allreduce_custom(D: Dims, tokens, car, bw, lat, group=None) -> Cost:
                 fixed_s=sp.Piecewise((car.fixed_s * active, one), (2 * car.fixed_s * active, two),
                                      (ring.fixed_s, True)),
                 launches=sp.Piecewise((0, two), (ring.launches, True)))
+
+
+def _folded(cond):
+    """``cond`` as a Piecewise's condition holds it: a Piecewise inside folded out and written
+    as ITE (what SymPy's ExprCondPair does to each condition, a third of a second for the
+    one-shot limit's table; done once here for the three Piecewise that share it)."""
+    from sympy.functions.elementary.piecewise import piecewise_fold
+    from sympy.logic.boolalg import ITE
+
+    out = piecewise_fold(cond)
+    return out.rewrite(ITE) if isinstance(out, sp.Piecewise) else out
 
 
 def tp_allgather(D: Dims, tokens, bw, lat, group=None, elem_bytes=None) -> Cost:
