@@ -101,13 +101,66 @@ def test_xdg_cache_home_is_honoured(tmp_path, monkeypatch):
     assert cache.cache_dir() == tmp_path / "moesym"
 
 
-def test_cached_predict_imports_neither_sympy_pandas_nor_scipy(cache_dir):
+def _fresh_process(argv, cache_dir, then: str) -> subprocess.CompletedProcess:
+    """``main(argv)`` in a new Python process, its output captured as ``out``, then the
+    statement ``then`` (which prints)."""
     code = ("import sys, io, contextlib\n"
             "from moesym.cli import main\n"
-            f"with contextlib.redirect_stdout(io.StringIO()):\n    main({ARGV!r})\n"
-            "print(sorted(m for m in ('sympy', 'pandas', 'matplotlib', 'scipy') if m in sys.modules))")
+            f"with contextlib.redirect_stdout(io.StringIO()) as out:\n    main({argv!r})\n"
+            + then)
     env = {**os.environ, "MOESYM_CACHE_DIR": str(cache_dir)}
-    run = lambda: subprocess.run([sys.executable, "-c", code], capture_output=True,  # noqa: E731
-                                 text=True, env=env, check=True).stdout.strip()
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          check=True)
+
+
+def test_cached_predict_imports_neither_sympy_pandas_nor_scipy(cache_dir):
+    then = ("print(sorted(m for m in ('sympy', 'pandas', 'matplotlib', 'scipy') "
+            "if m in sys.modules))")
+    run = lambda: _fresh_process(ARGV, cache_dir, then).stdout.strip()  # noqa: E731
     assert "sympy" in run()  # the first run builds the model
     assert run() == "[]"  # the second loads it
+
+
+DERIVE = ["derive", "memory-batch", "qwen3-30b-a3b", "--hardware", "a100", "--weights", "fp8"]
+
+
+def _derive(capsys, argv) -> tuple:
+    rc = main(argv)
+    out = capsys.readouterr()
+    return rc, out.out
+
+
+def _answers(d: Path) -> list[Path]:
+    return [p for p in _entries(d) if "derive_answer" in json.loads(p.read_text())["payload"]]
+
+
+def test_stored_derive_answer_prints_as_a_fresh_solve(cache_dir, capsys):
+    """A derive answer is stored beside the compiled models (one entry for its text and its
+    JSON): read back, both print byte for byte what a fresh solve prints."""
+    fresh = [_derive(capsys, DERIVE + extra + ["--no-cache"]) for extra in ([], ["--json"])]
+    assert _entries(cache_dir) == []
+    first = [_derive(capsys, DERIVE + extra) for extra in ([], ["--json"])]
+    assert len(_answers(cache_dir)) == 1  # --json prints the same answer
+    again = [_derive(capsys, DERIVE + extra) for extra in ([], ["--json"])]
+    assert fresh == first == again
+    assert fresh[0][0] == 0 and "exact answer : " in fresh[0][1]
+    assert json.loads(fresh[1][1])["value"] > 0
+
+
+def test_stored_derive_answer_skips_sympy_and_says_its_warnings(cache_dir):
+    """Read back, a derive answer imports no SymPy, and the warnings of its solve (A100 has no
+    FP8 tensor cores) are said again, as a fresh solve says them."""
+    run = lambda: _fresh_process(DERIVE, cache_dir,  # noqa: E731
+                                 "print(out.getvalue(), 'sympy' in sys.modules)")
+    fresh, stored = run(), run()
+    assert fresh.stdout.endswith(" True\n") and stored.stdout.endswith(" False\n")
+    assert fresh.stdout[:-6] == stored.stdout[:-7]
+    assert "a100 has no fp8 tensor cores" in fresh.stderr and fresh.stderr == stored.stderr
+
+
+def test_an_error_is_not_stored(cache_dir, capsys):
+    argv = ["derive", "memory-batch", "qwen3-30b-a3b", "--hardware", "blackhole-p150"]
+    for _ in range(2):
+        assert main(argv) == 2
+        assert "does not fit" in capsys.readouterr().err
+    assert _answers(cache_dir) == []

@@ -441,14 +441,21 @@ def _lengths_from(args, ph: Phase) -> tuple:
     return representative(text, "--" + own.replace("_", "-"))
 
 
-def emit_json(obj) -> None:
-    def default(o):
-        if hasattr(o, "item"):
-            return o.item()
-        raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+def _json_default(o):
+    if hasattr(o, "item"):  # a NumPy scalar
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
+
+def plain(obj):
+    """``obj`` as JSON reads it back (NumPy scalars as Python numbers, tuples as lists): what
+    a JSON file stores of it and ``emit_json`` prints the same."""
+    return json.loads(json.dumps(obj, default=_json_default))
+
+
+def emit_json(obj) -> None:
     try:
-        text = json.dumps(obj, default=default, allow_nan=False)
+        text = json.dumps(obj, default=_json_default, allow_nan=False)
     except ValueError as exc:
         raise MoesymError(f"result is not finite: {exc}") from None
     sys.stdout.write(text + "\n")

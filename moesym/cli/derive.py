@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..solve import derive as dv
 from ..errors import MoesymError
 from . import COMMANDS
 from .common import (add_deployment, add_json, add_model_hw, add_serve_lengths, add_workload,
-                     deployment_from, emit_json, model_hw_from, positive_float, positive_int,
-                     probability)
+                     deployment_from, emit_json, model_hw_from, plain, positive_float,
+                     positive_int, probability)
 
 __all__ = ["register"]
 
@@ -215,53 +214,109 @@ def _short(text: str, args) -> str:
     return text
 
 
-def _elasticity_rows(pairs) -> list[str]:
+def _elasticity_rows(rows) -> list[str]:
+    """One line per (symbol name, elasticity, meaning)."""
+    return [f"{s:>10} {e:+9.4f}  {meaning}" for s, e, meaning in rows]
+
+
+def _dv():
+    """moesym.solve.derive, imported when an answer is solved (not when it is read back)."""
+    from ..solve import derive
+
+    return derive
+
+
+def _meanings(symbols) -> list[str]:
     from ..symbolic.symbols import INFO
 
-    return [f"{str(s):>10} {e:+9.4f}  {INFO[s].meaning if s in INFO else ''}" for s, e in pairs]
+    return [INFO[s].meaning if s in INFO else "" for s in symbols]
 
 
-def show(cf, args) -> int:
-    """The three layers of a derive answer: the exact answer on predict's model, the regime's
-    smooth closed form with the target in it (and the gap between them), what pins the exact
-    answer on a step; then the answer's top sensitivities and a legend of the symbols."""
-    from ..solve.regime_form import legend, tidy
+#: what of a derive command's flags says how its answer is printed, not what it is
+_PRINTING = ("func", "argv", "json", "show_expr", "all_sensitivities", "plot", "top")
 
-    if args.json:
-        emit_json(cf.as_dict())
-        return 0
-    print(cf.title)
-    print(f"  exact answer : {cf.value:.6g}   (the {cf.timing} model that predict evaluates)")
+
+def answered(args, model, hw, dep, solve, record=None) -> dict:
+    """The record (``record(solve())``, as plain data; by default :func:`_record` of a closed
+    form) of the derive answer for this question, from the disk cache of compiled models
+    (:mod:`moesym.numeric.cache`) when the same question was answered before: the same flags,
+    model, hardware and deployment, the files the deployment names and the package's source.
+    Warnings given while solving are kept with the answer and said again either way; an error
+    is never stored."""
+    import warnings
+
+    from ..model.predictor import files_of
+    from ..numeric import cache
+
+    question = {k: v for k, v in sorted(vars(args).items()) if k not in _PRINTING}
+    key = cache.key_for(repr(("derive", question, model, hw, dep, *files_of(dep))))
+    entry = cache.load(key)
+    if entry is None:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rec = plain((record or _record)(solve()))
+        entry = {"derive_answer": rec,
+                 "warnings": list(dict.fromkeys(str(w.message) for w in caught))}
+        cache.store(key, entry)
+    for text in entry["warnings"]:
+        warnings.warn(text, stacklevel=2)
+    return entry["derive_answer"]
+
+
+def _record(cf) -> dict:
+    """A derive answer as plain data: its JSON (``ClosedForm.as_dict``) and what the text adds
+    (the title, the unknown's name, whether it has a closed form, each elasticity's meaning)."""
     f = cf.smooth
-    if f is not None and f.expr is not None:
-        print(f"  smooth form  : {f.variable}* = {f.skeleton}   (the regime at the answer, tile and "
-              "wave counts continuous)")
-        for name, (v, e) in f.placeholders.items():
-            print(f"      {name:>4} = {v:.6g} = {_short(str(tidy(e)), args)}")
-        print(f"               = {f.value:.6g}; gap to the exact answer {cf.value - f.value:+.4g}"
-              ": the exact model counts whole tiles, waves and requests")
+    return {"answer": cf.as_dict(), "title": cf.title,
+            "variable": str(f.variable) if f is not None else "",
+            "has_expr": cf.expr is not None, "meanings": _meanings(s for s, _ in cf.sensitivity)}
+
+
+def show(rec: dict, args) -> int:
+    """The three layers of a derive answer (a :func:`_record`): the exact answer on predict's
+    model, the regime's smooth closed form with the target in it (and the gap between them),
+    what pins the exact answer on a step; then the answer's top sensitivities and a legend of
+    the symbols."""
+    a = rec["answer"]
+    if args.json:
+        emit_json(a)
+        return 0
+    print(rec["title"])
+    print(f"  exact answer : {a['value']:.6g}   (the {a['timing']} model that predict evaluates)")
+    f = a["smooth"]
+    if f is not None and f["sympy"]:
+        print(f"  smooth form  : {rec['variable']}* = {f['skeleton']}   (the regime at the answer, "
+              "tile and wave counts continuous)")
+        for name, p in f["placeholders"].items():
+            print(f"      {name:>4} = {p['value']:.6g} = {_short(p['sympy'], args)}")
+        print(f"               = {f['value']:.6g}; gap to the exact answer "
+              f"{a['value'] - f['value']:+.4g}: the exact model counts whole tiles, waves and "
+              "requests")
     elif f is not None:
-        print(f"  smooth form  : none ({f.note})")
-    if cf.expr is not None:
-        print(f"  closed form  : {_short(str(tidy(cf.expr)), args)}")
-        if cf.closed_value is not None:
-            print(f"               = {cf.closed_value:.6g} ({cf.kind}: {_kind_text(cf.kind)})")
+        print(f"  smooth form  : none ({f['note']})")
+    if rec["has_expr"]:
+        print(f"  closed form  : {_short(a['sympy'], args)}")
+        if a["closed_form_value"] is not None:
+            print(f"               = {a['closed_form_value']:.6g} ({a['kind']}: "
+                  f"{_kind_text(a['kind'])})")
     elif f is None:
         print("  closed form  : none")
-    for line in cf.pin:
+    for line in a["pin"]:
         print(f"  pinned by    : {line}")
-    if str(cf.condition) != "True" and (len(str(cf.condition)) <= _SHORT or args.show_expr):
-        print(f"  valid        : {cf.condition}")
-    if cf.regime:
-        print("  regime       : " + ", ".join(f"{k} {v}" for k, v in cf.regime.items()))
-    if cf.sensitivity:
-        top = cf.sensitivity if getattr(args, "all_sensitivities", False) else cf.sensitivity[:3]
+    if a["condition"] != "True" and (len(a["condition"]) <= _SHORT or args.show_expr):
+        print(f"  valid        : {a['condition']}")
+    if a["regime"]:
+        print("  regime       : " + ", ".join(f"{k} {v}" for k, v in a["regime"].items()))
+    if a["sensitivity"]:
+        rows = [(x["symbol"], x["elasticity"], m)
+                for x, m in zip(a["sensitivity"], rec["meanings"])]
+        top = rows if getattr(args, "all_sensitivities", False) else rows[:3]
         print("  sensitivity  : d ln answer / d ln x on the smooth form")
         for row in _elasticity_rows(top):
             print("     " + row)
-    if cf.assumptions:
-        print(f"  note         : {cf.assumptions}")
-    names = legend([cf.expr, f.expr if f is not None else None])
+    if a["note"]:
+        print(f"  note         : {a['note']}")
+    names = a["legend"]
     if names:
         print("  legend       : " + "; ".join(names) if args.show_expr else
               "  legend       : " + ", ".join(n.split(" [")[0] + " " + n.split(": ", 1)[1]
@@ -300,26 +355,30 @@ def _mesh_rows(args) -> int:
 def _crossover(args) -> int:
     m, h = model_hw_from(args)
     dep = _deployment(args)
-    cf = dv.crossover(m, h, dep, lazy=not args.no_lazy, context=args.context)
+    rec = answered(args, m, h, dep,
+                   lambda: _dv().crossover(m, h, dep, lazy=not args.no_lazy, context=args.context))
     if args.plot:
         from ..model.step import build_step
         from ..report.plots import term_roofline
         from ..specs.deployment import Phase, Workload
 
         step = build_step(m, h, dep, Workload(Phase.DECODE, batch=1, context=args.context))
-        term_roofline(step, args.plot, marks={"crossover": cf.value * dep.tp})
-    return show(cf, args)
+        term_roofline(step, args.plot, marks={"crossover": rec["answer"]["value"] * dep.tp})
+    return show(rec, args)
 
 
 def _attention(args) -> int:
     m, h = model_hw_from(args)
-    return show(dv.attention_overtakes_moe(m, h, _deployment(args), args.context), args)
+    dep = _deployment(args)
+    return show(answered(args, m, h, dep,
+                         lambda: _dv().attention_overtakes_moe(m, h, dep, args.context)), args)
 
 
 def _tpot(args) -> int:
     m, h = model_hw_from(args)
-    return show(dv.max_batch_for_tpot(m, h, _deployment(args), args.context, args.tpot_ms / 1e3),
-                args)
+    dep = _deployment(args)
+    return show(answered(args, m, h, dep, lambda: _dv().max_batch_for_tpot(
+        m, h, dep, args.context, args.tpot_ms / 1e3)), args)
 
 
 def _concurrency(args) -> int:
@@ -342,16 +401,17 @@ def _concurrency(args) -> int:
     from ..io.progress import status
 
     status("derive concurrency: building and solving the serve model", not args.json)
-    cf = dv.max_concurrency(m, h, dep, args.isl, args.osl,
-                            args.tpot_ms / 1e3 if args.tpot_ms else None,
-                            args.ttft_ms / 1e3 if args.ttft_ms else None,
-                            chunk=args.chunk or 0, prefix_hit=args.prefix_hit)
-    return show(cf, args)
+    return show(answered(args, m, h, dep, lambda: _dv().max_concurrency(
+        m, h, dep, args.isl, args.osl, args.tpot_ms / 1e3 if args.tpot_ms else None,
+        args.ttft_ms / 1e3 if args.ttft_ms else None, chunk=args.chunk or 0,
+        prefix_hit=args.prefix_hit)), args)
 
 
 def _memory_batch(args) -> int:
     m, h = model_hw_from(args)
-    return show(dv.max_batch_for_memory(m, h, _deployment(args), args.context), args)
+    dep = _deployment(args)
+    return show(answered(args, m, h, dep,
+                         lambda: _dv().max_batch_for_memory(m, h, dep, args.context)), args)
 
 
 def _optimal_ep(args) -> int:
@@ -359,15 +419,16 @@ def _optimal_ep(args) -> int:
 
     m, h = model_hw_from(args)
     wl = Workload(Phase.DECODE, batch=args.batch or 1, context=args.context)
-    cf = dv.optimal_ep(m, h, wl, _deployment(args), max_ep=args.max_ep,
-                       memory_limit=not args.no_memory_limit)
-    return show(cf, args)
+    dep = _deployment(args)
+    return show(answered(args, m, h, dep, lambda: _dv().optimal_ep(
+        m, h, wl, dep, max_ep=args.max_ep, memory_limit=not args.no_memory_limit)), args)
 
 
 def _micro_batches(args) -> int:
     m, h = model_hw_from(args)
     dep = deployment_from(args).with_(micro_batches=2)  # --overlap names the two-batch schedule
-    return show(dv.micro_batches_pay(m, h, dep, args.context), args)
+    return show(answered(args, m, h, dep, lambda: _dv().micro_batches_pay(m, h, dep, args.context)),
+                args)
 
 
 def _expert_cache(args) -> int:
@@ -375,26 +436,29 @@ def _expert_cache(args) -> int:
 
     m, h = model_hw_from(args)
     wl = Workload(Phase.DECODE, batch=args.batch or 1, context=args.context)
-    return show(dv.expert_cache_hides(m, h, _deployment(args), wl), args)
+    dep = _deployment(args)
+    return show(answered(args, m, h, dep, lambda: _dv().expert_cache_hides(m, h, dep, wl)), args)
 
 
 def _comm_hidden(args) -> int:
     m, h = model_hw_from(args)
-    return show(dv.comm_hidden(m, h, _deployment(args), args.context), args)
+    dep = _deployment(args)
+    return show(answered(args, m, h, dep, lambda: _dv().comm_hidden(m, h, dep, args.context)), args)
 
 
 def _ep_min_tpot(args) -> int:
     m, h = model_hw_from(args)
-    cf = dv.ep_min_tpot(m, h, args.total_batch, args.context, _deployment(args),
-                        max_ep=args.max_ep)
-    return show(cf, args)
+    dep = _deployment(args)
+    return show(answered(args, m, h, dep, lambda: _dv().ep_min_tpot(
+        m, h, args.total_batch, args.context, dep, max_ep=args.max_ep)), args)
 
 
 def _gpus_for_throughput(args) -> int:
     m, h = model_hw_from(args)
-    cf = dv.gpus_for_throughput(m, h, args.tokens_per_s, args.tpot_ms / 1e3, args.context,
-                                _deployment(args), max_gpus=args.max_gpus)
-    return show(cf, args)
+    dep = _deployment(args)
+    return show(answered(args, m, h, dep, lambda: _dv().gpus_for_throughput(
+        m, h, args.tokens_per_s, args.tpot_ms / 1e3, args.context, dep,
+        max_gpus=args.max_gpus)), args)
 
 
 def _solve(args) -> int:
@@ -414,9 +478,9 @@ def _solve(args) -> int:
     from ..io.progress import status
 
     status(f"derive solve: building the step model and solving for {args.var}", not args.json)
-    cf = dv.solve(m, h, dep, workload_from(args), args.var, equal=args.equal,
-                  minimize=args.minimize, span=span)
-    return show(cf, args)
+    return show(answered(args, m, h, dep, lambda: _dv().solve(
+        m, h, dep, workload_from(args), args.var, equal=args.equal, minimize=args.minimize,
+        span=span)), args)
 
 
 def _sensitivity(args) -> int:
@@ -428,11 +492,15 @@ def _sensitivity(args) -> int:
     dep = deployment_from(args)
     status(f"derive sensitivity: building the step model and differentiating {args.of}",
            not args.json)
-    r = dv.sensitivity(m, h, dep, workload_from(args), args.of)
+    r = answered(args, m, h, dep,
+                 lambda: _dv().sensitivity(m, h, dep, workload_from(args), args.of),
+                 lambda r: {"of": r["of"], "value": r["value"],
+                            "rows": [[str(s), e, meaning] for (s, e), meaning in
+                                     zip(r["rows"], _meanings(s for s, _ in r["rows"]))]})
     rows = r["rows"][:args.top] if args.top else r["rows"]
     if args.json:
         emit_json({"of": r["of"], "value": r["value"],
-                   "elasticities": [{"symbol": str(s), "elasticity": e} for s, e in rows]})
+                   "elasticities": [{"symbol": s, "elasticity": e} for s, e, _ in rows]})
         return 0
     print(f"elasticity d ln {r['of']} / d ln x for {m.name} on {h.name} "
           f"({r['of']} = {r['value']:.6g} here; each maximum on its active branch, tile and wave "

@@ -57,14 +57,20 @@ def structure(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
 
     The workload enters only through its phase (numeric routing statistics are tabulated
     against the token count inside the model)."""
+    return repr(("predict", memory, model, hw, dep, wl.phase.value, bool(wl.prefix_hit),
+                 *files_of(dep)))
+
+
+def files_of(dep: Deployment) -> tuple:
+    """(overlap schedule text, kernel tables digest) of the files a deployment names (None where
+    it names none): what of a model's inputs its specs' repr does not hold."""
     schedule = Path(dep.overlap).read_text() if dep.overlap.endswith(".toml") else None
     tables = None
     if dep.timing.startswith("tables:"):
         from ..kernels.table_timing import tables_digest, tables_folder
 
         tables = tables_digest(tables_folder(dep.timing))
-    return repr(("predict", memory, model, hw, dep, wl.phase.value, bool(wl.prefix_hit), schedule,
-                 tables))
+    return schedule, tables
 
 
 def _build(model, hw, dep, wl, memory: bool) -> CompiledModel:

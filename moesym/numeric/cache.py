@@ -3,6 +3,9 @@
 A compiled model (:class:`moesym.numeric.compiled.CompiledModel`) is plain data: Python source plus the
 argument and output names of each function and the numbers fixed by the model, hardware and
 deployment. Stored as one JSON file per key, it lets a repeated question skip SymPy entirely.
+``moesym derive`` stores its answers here too (:func:`moesym.cli.derive.answered`: the printed
+record of each question, keyed by its flags and specs), since solving a closed form is SymPy's
+work from end to end.
 
 Where: ``$MOESYM_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/moesym``, else ``~/.cache/moesym``.
 Off: ``--no-cache`` on the command line, ``MOESYM_NO_CACHE=1``, or :func:`disable`.

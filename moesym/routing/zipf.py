@@ -230,12 +230,16 @@ TABLE_TOKENS = np.unique(np.concatenate([np.arange(1, 17), np.round(2.0 ** (np.a
 def rank_imbalance_table(E: int, k: int, ep: int, R: int, s: float,
                          placement: str = "round_robin") -> tuple[np.ndarray, np.ndarray]:
     """(T, busiest rank over the mean) at :data:`TABLE_TOKENS`: with redundant experts
-    :func:`eplb_imbalance`, else :func:`zipf_max_rank_load_ratio`."""
+    :func:`eplb_imbalance`, else :func:`zipf_max_rank_load_ratio`. Computed once per process
+    for each argument set (a derive question builds two step models of one routing)."""
+    return TABLE_TOKENS, np.array(_imbalance_at_table(E, k, ep, R, s, placement))
+
+
+@functools.lru_cache(maxsize=64)
+def _imbalance_at_table(E, k, ep, R, s, placement) -> tuple[float, ...]:
     if R:
-        ys = [eplb_imbalance(E, k, ep, R, s, T) for T in TABLE_TOKENS]
-    else:
-        ys = [zipf_max_rank_load_ratio(E, k, ep, T, s, placement) for T in TABLE_TOKENS]
-    return TABLE_TOKENS, np.array(ys)
+        return tuple(eplb_imbalance(E, k, ep, R, s, T) for T in TABLE_TOKENS)
+    return tuple(zipf_max_rank_load_ratio(E, k, ep, T, s, placement) for T in TABLE_TOKENS)
 
 
 def replicas_for_target(E: int, k: int, ep: int, target: float, s: float,

@@ -40,7 +40,7 @@ from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec, expert_weights
 from ..symbolic.symbols import S
 from .model_root import ModelRoot, closed_form_at, model_root, sign_changes
-from .regime_form import RegimeForm, pin, regime_form, tidy
+from .regime_form import RegimeForm, pin, printed, regime_form, tidy
 from .sensitivity import root_elasticities
 from ..symbolic.expr import smax, substitute, symbols_of
 
@@ -94,7 +94,7 @@ class ClosedForm:
         from .regime_form import legend
 
         return {"name": self.name, "latex": self.latex,
-                "sympy": str(tidy(self.expr)) if self.expr is not None else "",
+                "sympy": printed(self.expr) if self.expr is not None else "",
                 "value": self.value, "closed_form_value": self.closed_value, "kind": self.kind,
                 "regime": dict(self.regime), "condition": str(self.condition),
                 "timing": self.timing, "note": self.assumptions,
@@ -102,9 +102,9 @@ class ClosedForm:
                 "pin": list(self.pin),
                 # the contract's names: the closed form with the target in it (the regime's
                 # smooth form where one exists, else the answer's own form) and what pins it
-                "closed_form": (str(tidy(self.smooth.expr)) if self.smooth is not None
+                "closed_form": (printed(self.smooth.expr) if self.smooth is not None
                                 and self.smooth.expr is not None else
-                                str(tidy(self.expr)) if self.expr is not None else None),
+                                printed(self.expr) if self.expr is not None else None),
                 "pinned_by": list(self.pin) or None,
                 "target_range": list(self.target_range) if self.target_range else None,
                 "sensitivity": [{"symbol": str(s), "elasticity": e} for s, e in self.sensitivity],
@@ -134,11 +134,11 @@ def regime_at(step: StepModel, overrides: Mapping[sp.Symbol, float]) -> dict:
 
 def _layers(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, exact: float,
             bracket: tuple[float, float] | None, span: tuple[float, float],
-            where: Mapping | None = None) -> tuple:
+            where: Mapping | None = None, scale: sp.Expr | None = None) -> tuple:
     """(smooth regime form, pin lines, top sensitivities) of an answer ``exact`` of
     ``lhs = rhs`` in ``var`` (module :mod:`moesym.solve.regime_form`): the pin lists the tile
     and wave counts that change across ``bracket`` (an integer answer's two sides)."""
-    form = regime_form(lhs, rhs, var, values, max(exact, span[0]), span)
+    form = regime_form(lhs, rhs, var, values, max(exact, span[0]), span, scale)
     lines = ()
     if bracket is not None:
         lines = tuple(pin(lhs - rhs, var, values, bracket[0], bracket[1], where))
@@ -160,9 +160,10 @@ def _answer(name: str, title: str, root: ModelRoot, eq: sp.Expr, values: Mapping
             step: StepModel | None, var: sp.Symbol, timing: str, sides: tuple = (),
             span: tuple[float, float] = (1.0, float(B_MAX)), pin_note: str = "",
             target_range: tuple | None = None, regime: Mapping | None = None,
-            where: Mapping | None = None) -> ClosedForm:
+            where: Mapping | None = None, scale: sp.Expr | None = None) -> ClosedForm:
     """The answer's three layers; ``regime`` and ``where`` (the expressions by breakdown key
-    that own the tile counts a pin names) default to ``step``'s."""
+    that own the tile counts a pin names) default to ``step``'s; ``scale``: the regime form's
+    (:func:`~moesym.solve.regime_form.regime_form`)."""
     if regime is None:
         regime = regime_at(step, {var: root.exact}) if step is not None else {}
     vals = {k: v for k, v in values.items() if k != var and k in symbols_of(eq)}
@@ -172,7 +173,8 @@ def _answer(name: str, title: str, root: ModelRoot, eq: sp.Expr, values: Mapping
     integer = float(root.exact).is_integer() and root.bracket[1] - root.bracket[0] <= 1
     form, lines, sens = _layers(lhs, rhs, var, vals, float(root.exact),
                                 root.bracket if integer else None, span,
-                                step.per_layer_s if step is not None and where is None else where)
+                                step.per_layer_s if step is not None and where is None else where,
+                                scale)
     if pin_note:
         lines = lines + (pin_note,)
     return ClosedForm(name, title, root.expr, vals, float(root.exact), root.condition,
@@ -522,7 +524,8 @@ def comm_hidden(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: in
                    f"Decode at context {context}, {dep.micro_batches} micro-batch(es), the "
                    "overlap schedule predict runs.", step, S.batch, dep.timing,
                    (("layer, overlapped", step.layer_s), ("layer, compute only",
-                                                          step.layer_compute_s)))
+                                                          step.layer_compute_s)),
+                   scale=step.layer_compute_s)
 
 
 def micro_batches_pay(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int,

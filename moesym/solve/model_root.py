@@ -136,11 +136,12 @@ def sign_changes(eq: sp.Expr, var: sp.Symbol, values: Mapping, lo: float, hi: fl
 
 
 def nearest_sign_change(eq: sp.Expr, var: sp.Symbol, values: Mapping, lo: float, hi: float,
-                        near: float) -> tuple[float, float] | None:
-    """The bracket of :func:`sign_changes` (continuous ``var``) whose upper end is nearest
-    ``near`` in ratio, or None: only the cells that can hold it are bisected (a relaxed model
-    whose side flickers near zero has hundreds of sign changes, each 200 bisection steps)."""
-    f, cells = _brackets(eq, var, values, lo, hi, False, None)
+                        near: float, scale: sp.Expr | None = None) -> tuple[float, float] | None:
+    """The bracket of :func:`sign_changes` (continuous ``var``, the upper side past ``1e-9
+    |scale|`` with a ``scale``) whose upper end is nearest ``near`` in ratio, or None: only the
+    cells that can hold it are bisected (a relaxed model whose side flickers near zero has
+    hundreds of sign changes, each 200 bisection steps)."""
+    f, cells = _brackets(eq, var, values, lo, hi, False, scale)
     if not cells:
         return None
     dist = lambda ab: abs(np.log(ab[1] / near))  # noqa: E731

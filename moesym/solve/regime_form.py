@@ -38,7 +38,7 @@ from ..symbolic.expr import dependents, nodes, substitute, symbols_of
 from .regimes import _collapse, branch_at, solve_smooth
 from .rewrite import RELAX_CEILING, apply_rules
 
-__all__ = ["RegimeForm", "relax", "tidy", "regime_form", "pin", "legend"]
+__all__ = ["RegimeForm", "relax", "tidy", "printed", "regime_form", "pin", "legend"]
 
 _GUARD = 1e-9  # the relative guard moesym.kernels.analytical applies inside its counts
 
@@ -64,6 +64,13 @@ def tidy(expr: sp.Basic, digits: int = 6) -> sp.Basic:
     return substitute(expr, rep) if rep else expr
 
 
+@lru_cache(maxsize=256)
+def printed(expr: sp.Basic) -> str:
+    """``str(tidy(expr))``, printed once per expression (an answer's JSON shows its smooth form
+    twice: ``smooth.sympy`` and ``closed_form``)."""
+    return str(tidy(expr))
+
+
 def relax(expr: sp.Basic) -> sp.Basic:
     """The continuous relaxation: ceilings and floors dropped, their 1 -+ 1e-9 guards too."""
     out = apply_rules(expr, [RELAX_CEILING])
@@ -72,12 +79,14 @@ def relax(expr: sp.Basic) -> sp.Basic:
     return substitute(out, guards) if guards else out
 
 
-def _relaxed_root(eq, var, values, near: float, span) -> float:
+def _relaxed_root(eq, var, values, near: float, span, scale=None) -> float:
     """The relaxed equation's root nearest ``near`` in ``span`` (the scan of
-    :func:`~moesym.solve.model_root.sign_changes`, bisected to 1e-12 relative)."""
+    :func:`~moesym.solve.model_root.sign_changes`, bisected to 1e-12 relative; with a
+    ``scale``, where the equation passes 1e-9 ``|scale|``)."""
     from .model_root import nearest_sign_change
 
-    found = nearest_sign_change(eq, var, values, span[0], span[1], near)
+    found = nearest_sign_change(eq, var, values, span[0], span[1], near,
+                                None if scale is None else relax(sp.sympify(scale)))
     if found is None:
         raise ValueError(f"the relaxed model has no root in {var} in [{span[0]:g}, {span[1]:g}]")
     a, b = found
@@ -106,23 +115,26 @@ class RegimeForm:
     equation: sp.Expr | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict:
-        return {"sympy": str(tidy(self.expr)) if self.expr is not None else "",
+        return {"sympy": printed(self.expr) if self.expr is not None else "",
                 "latex": sp.latex(tidy(self.expr)) if self.expr is not None else "",
                 "skeleton": str(self.skeleton) if self.skeleton is not None else "",
-                "placeholders": {k: {"value": v, "sympy": str(tidy(e))}
+                "placeholders": {k: {"value": v, "sympy": printed(e)}
                                  for k, (v, e) in self.placeholders.items()},
                 "value": self.value, "relaxed_root": self.relaxed_root, "note": self.note}
 
 
 def regime_form(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, near: float,
-                span: tuple[float, float]) -> RegimeForm:
+                span: tuple[float, float], scale: sp.Expr | None = None) -> RegimeForm:
     """The regime form of ``lhs = rhs`` solved for ``var`` near ``near`` (module docstring);
-    ``values`` binds every other symbol (the target's symbol included)."""
+    ``values`` binds every other symbol (the target's symbol included). With a ``scale``, the
+    relaxed root is where ``lhs - rhs`` passes 1e-9 ``|scale|`` (a difference that is zero over
+    a range, such as exposed communication: a root of its rounding noise there would pick the
+    regime where it is zero, 0 = 0, with no root in ``var``)."""
     lhs, rhs = relax(sp.sympify(lhs)), relax(sp.sympify(rhs))
     eq = lhs - rhs
     vals = {k: float(v) for k, v in values.items() if k != var and k in symbols_of(eq)}
     try:
-        r = _relaxed_root(eq, var, vals, near, span)
+        r = _relaxed_root(eq, var, vals, near, span, scale)
     except ValueError as exc:
         return RegimeForm(var, None, None, note=str(exc), equation=eq)
     smooth, _, labels = branch_at(eq, var, {**vals, var: r}, lazy=True)

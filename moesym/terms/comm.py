@@ -283,7 +283,8 @@ def tp_allreduce_custom(D: Dims, tokens, car, bw, lat, group=None) -> Cost:
     p = D.tp if group is None else sym(group)
     m = sym(tokens) * D.hidden * D.act_bytes
     ring = tp_allreduce(D, tokens, bw, lat, "ring", group)
-    one, two = sp.Le(m, _by_group(car.oneshot_max_bytes, p)), sp.Le(m, _by_group(car.max_bytes, p))
+    one = _folded(sp.Le(m, _by_group(car.oneshot_max_bytes, p)))
+    two = _folded(sp.Le(m, _by_group(car.max_bytes, p)))
     active = smin(p - 1, 1)  # one GPU: nothing to reduce
     return Cost("tp_comm", KernelClass.COMM,
                 net_bytes=sp.Piecewise(((p - 1) * m, one), (2 * (p - 1) / p * m, two),
@@ -293,6 +294,17 @@ def tp_allreduce_custom(D: Dims, tokens, car, bw, lat, group=None) -> Cost:
                 fixed_s=sp.Piecewise((car.fixed_s * active, one), (2 * car.fixed_s * active, two),
                                      (ring.fixed_s, True)),
                 launches=sp.Piecewise((0, two), (ring.launches, True)))
+
+
+def _folded(cond):
+    """``cond`` as a Piecewise's condition holds it: a Piecewise inside folded out and written
+    as ITE (what SymPy's ExprCondPair does to each condition, a third of a second for the
+    one-shot limit's table; done once here for the three Piecewise that share it)."""
+    from sympy.functions.elementary.piecewise import piecewise_fold
+    from sympy.logic.boolalg import ITE
+
+    out = piecewise_fold(cond)
+    return out.rewrite(ITE) if isinstance(out, sp.Piecewise) else out
 
 
 def tp_allgather(D: Dims, tokens, bw, lat, group=None, elem_bytes=None) -> Cost:
