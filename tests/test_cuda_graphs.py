@@ -86,7 +86,7 @@ def _launch(capsys, *argv):
     return json.loads(capsys.readouterr().out)["launch"]
 
 
-@pytest.mark.parametrize("engine, word", [("sglang", "--disable-cuda-graph"),
+@pytest.mark.parametrize("engine, word", [("sglang", "--disable-decode-cuda-graph"),
                                           ("vllm", "--enforce-eager")])
 def test_emit_turns_the_graphs_off(capsys, engine, word):
     argv = ["predict", MODEL, "--hardware", "h100", "--phase", "decode", "--batch", "600",

@@ -57,6 +57,9 @@ ALLOWED = {
     ("moesym.specs.model", "moesym.attention.base"): "attention fields parsed by their variant",
     ("moesym.specs.checks", "moesym.attention.catalog"): "attention fields checked by their variant",
     ("moesym.specs.gguf", "moesym.attention.catalog"): "a GGUF file's attention tensors by variant",
+    # a hardware file's [moe_kernels] entries are [kernel] keys of one fused-MoE backend: checked
+    # and converted to SI by the one [kernel] schema (moesym.kernels.calib), on first use
+    ("moesym.specs.hardware", "moesym.kernels.calib"): "[moe_kernels] entries are [kernel] keys",
 }
 
 

@@ -136,7 +136,7 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
                         "trtllm, llama.cpp, mlx, tt-metal or a profile file (default sglang)")
     g.add_argument("--eager", action="store_true",
                    help="no CUDA graphs: the host launches every kernel of a decode step "
-                        "(SGLang --disable-cuda-graph, vLLM --enforce-eager, llama.cpp "
+                        "(SGLang --disable-decode-cuda-graph, vLLM --enforce-eager, llama.cpp "
                         "GGML_CUDA_DISABLE_GRAPHS=1); default: decode steps replay as CUDA "
                         "graphs where the engine captures them")
     g.add_argument("--gpus-per-node", type=positive_int, default=None,

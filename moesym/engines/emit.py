@@ -161,7 +161,9 @@ def check_engine(engine: str, hw, dep: Deployment, model: ModelSpec | None = Non
 # what turns each engine's CUDA graphs off (--eager): SGLang's and vLLM's flags from the wheels
 # (tests/data/engine_flags.json), llama.cpp's environment variable (vendored llama.cpp
 # ggml/src/ggml-cuda/common.cuh:1289, read at the first graph), TensorRT-LLM's options file
-_EAGER_FLAGS = {"sglang": ["--disable-cuda-graph"], "vllm": ["--enforce-eager"]}
+# (SGLang 0.5.23 deprecates --disable-cuda-graph for its decode and prefill switches)
+_EAGER_FLAGS = {"sglang": ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"],
+                "vllm": ["--enforce-eager"]}
 _EAGER_ENV = {"llama.cpp": "GGML_CUDA_DISABLE_GRAPHS=1"}
 _EAGER_NOTE = {"trtllm": "no CUDA graphs: cuda_graph_config: null in --extra_llm_api_options"}
 # the flag that raises each engine's largest captured decode batch (read from the wheels as

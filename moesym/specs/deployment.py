@@ -237,7 +237,7 @@ class Deployment:
     # the serving engine (moesym.engines): its scheduler and defaults (prompt tokens per step)
     engine: str = "sglang"
     # decode steps replayed as CUDA graphs where the engine profile captures them; False: every
-    # kernel launched by the host (SGLang --disable-cuda-graph, vLLM --enforce-eager, llama.cpp
+    # kernel launched by the host (SGLang --disable-decode-cuda-graph, vLLM --enforce-eager, llama.cpp
     # GGML_CUDA_DISABLE_GRAPHS=1, or a build before the engine had graphs)
     cuda_graphs: bool = True
     # sizes the user did not give, derived from another flag ("ep" from --gpus, "tp" from
