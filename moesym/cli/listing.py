@@ -45,13 +45,28 @@ def _hardware_rows() -> list[dict]:
                      "engine": str(kernel.get("engine", "")),
                      "fit_date": str(kernel.get("fit_date", "")),
                      # held-out median |model / measured - 1| per kernel class (fitted GPUs)
-                     "kernel_error": ({k: float(v) for k, v in kernel["heldout_error"].items()}
-                                      if state == "fitted" and "heldout_error" in kernel
-                                      else None),
+                     "kernel_error": _heldout(name, kernel) if state == "fitted" else None,
                      "serving_efficiency": hw.efficiency.serving,
                      "peaks_TFLOPs": {k: v / 1e12 for k, v in hw.peaks_flops.items()},
                      "hbm_TBps": hw.hbm_bw_Bps / 1e12, "hbm_GB": hw.hbm_capacity_bytes / 1e9})
     return rows
+
+
+def _heldout(name: str, kernel: dict) -> dict | None:
+    """Held-out median per kernel class of a fitted GPU, as ``moesym validate --kernels`` prints
+    it (bench_data/kernel_heldout.json: GEMM, attention, and each fused-MoE backend the tables
+    measure, ``moe BACKEND``); the [kernel] table's own record where the table has no rows."""
+    from ..report.validation import kernel_heldout
+
+    out: dict = {}
+    for r in kernel_heldout()["rows"]:
+        if r["gpu"] == name and r["class"] in ("gemm", "attention", "moe"):
+            key = r["class"] if r["class"] != "moe" else f"moe {r['backend']}"
+            out.setdefault(key, float(r["median"]))
+    if out:
+        return out
+    rec = kernel.get("heldout_error")
+    return {k: float(v) for k, v in rec.items()} if rec else None
 
 
 def _model_rows() -> list[dict]:
