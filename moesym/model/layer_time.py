@@ -22,7 +22,14 @@ __all__ = ["layer_time", "operation_times", "reserved_terms", "timed"]
 def timed(costs: dict, timing) -> dict:
     """The breakdown keys' costs turned into time by ``timing`` (one TermTime per key)."""
     return loads_overlap({k: _sum_times(k, [timing.time(c) for c in v]) for k, v in costs.items()},
-                         timing.grouped_serial_share())
+                         _serial_share(costs, timing))
+
+
+def _serial_share(costs: dict, timing) -> float:
+    """The fused-MoE backend's serial share where the routed experts run as grouped GEMMs (a
+    single expert stands in for a dense FFN as plain GEMMs: none)."""
+    grouped = any(c.kind is KernelClass.GROUPED_GEMM for c in costs.get("moe_routed", ()))
+    return timing.grouped_serial_share() if grouped else 0.0
 
 
 def loads_overlap(terms: dict, share) -> dict:
@@ -98,7 +105,7 @@ def reserved_terms(costs: dict, timing, model: ModelSpec, dep: Deployment) -> di
         return t
 
     return loads_overlap({k: _sum_times(k, [time(c) for c in v]) for k, v in costs.items()},
-                         timing.grouped_serial_share())
+                         _serial_share(costs, timing))
 
 
 def _scheduled(name: str, terms, compute, dep: Deployment, wl: Workload, n,
