@@ -29,8 +29,10 @@ def calibration_state(hw) -> str:
 def _hardware_rows() -> list[dict]:
     import warnings
 
+    from ..report.validation import kernel_heldout
     from ..specs.hardware import builtin_hardware, load_hardware
 
+    table = kernel_heldout()["rows"]  # the held-out medians validate --kernels prints
     rows = []
     for name in builtin_hardware():
         with warnings.catch_warnings():
@@ -45,21 +47,19 @@ def _hardware_rows() -> list[dict]:
                      "engine": str(kernel.get("engine", "")),
                      "fit_date": str(kernel.get("fit_date", "")),
                      # held-out median |model / measured - 1| per kernel class (fitted GPUs)
-                     "kernel_error": _heldout(name, kernel) if state == "fitted" else None,
+                     "kernel_error": _heldout(name, kernel, table) if state == "fitted" else None,
                      "serving_efficiency": hw.efficiency.serving,
                      "peaks_TFLOPs": {k: v / 1e12 for k, v in hw.peaks_flops.items()},
                      "hbm_TBps": hw.hbm_bw_Bps / 1e12, "hbm_GB": hw.hbm_capacity_bytes / 1e9})
     return rows
 
 
-def _heldout(name: str, kernel: dict) -> dict | None:
+def _heldout(name: str, kernel: dict, table: list[dict]) -> dict | None:
     """Held-out median per kernel class of a fitted GPU, as ``moesym validate --kernels`` prints
     it (bench_data/kernel_heldout.json: GEMM, attention, and each fused-MoE backend the tables
     measure, ``moe BACKEND``); the [kernel] table's own record where the table has no rows."""
-    from ..report.validation import kernel_heldout
-
     out: dict = {}
-    for r in kernel_heldout()["rows"]:
+    for r in table:
         if r["gpu"] == name and r["class"] in ("gemm", "attention", "moe"):
             key = r["class"] if r["class"] != "moe" else f"moe {r['backend']}"
             out.setdefault(key, float(r["median"]))
