@@ -339,7 +339,7 @@ def test_apple_silicon_refuses_cuda_engines(capsys, engine):
     assert main([*_MAC, "--phase", "decode", "--weights", "mlx-4bit", "--emit", engine]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Apple silicon" in err[0]
-    assert "--emit llama.cpp or --emit mlx" in err[0]
+    assert "--emit llama.cpp or mlx" in err[0]
 
 
 @pytest.mark.parametrize("argv,engine,needle", [

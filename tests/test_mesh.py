@@ -183,8 +183,8 @@ def test_one_row_mesh_has_no_dispatch(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = build_step(load_model("deepseek-v3"), load_hardware(str(f)),
-                          Deployment(gpus=8, tp=8, mesh=(1, 8)), Workload("decode", batch=16,
-                                                                           context=1024))
+                          Deployment(gpus=8, tp=8, mesh=(1, 8), engine="tt-metal"),
+                          Workload("decode", batch=16, context=1024))
         r = step.predict()
     assert r["per_layer_s"]["dispatch"] == 0 and r["per_layer_s"]["combine"] == 0
 

@@ -17,8 +17,11 @@ from moesym import load_hardware
 from moesym.cli import main
 
 APPLE = ("m2-max", "m3-max", "m4-max", "m2-ultra")
+# the seed's own Metal kernels are no engine's: they are timed on the hardware file's [kernel]
+# (its Metal Marlin tiles) under SGLang's profile, which adds no kernel switches on Apple
+# silicon; llama.cpp, the default there, would run its matrix-vector kernels instead
 SETUP = ["--hardware", "m2-max", "--phase", "decode", "--batch", "32", "--context", "512",
-         "--weights", "mxfp4"]
+         "--weights", "mxfp4", "--engine", "sglang"]
 MXFP4 = 0.5 + 1 / 32  # bytes per weight: E2M1 + one E8M0 scale byte per 32
 
 

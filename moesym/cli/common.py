@@ -129,11 +129,14 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
     one value or a comma list of the values the search may choose from (default: any)."""
     g = p.add_argument_group("deployment")
     g.add_argument("--gpus", type=positive_int, default=1)
-    g.add_argument("--engine", default="sglang", metavar="NAME|FILE.toml",
+    g.add_argument("--engine", default=None, metavar="NAME|FILE.toml",
                    help="serving engine whose defaults apply (prompt tokens per step in serve), "
                         "whose scheduler simulate and optimize --percentile run, and whose "
                         "kernels the hardware file times ([kernel.engines.NAME]): sglang, vllm, "
-                        "trtllm, llama.cpp, mlx, tt-metal or a profile file (default sglang)")
+                        "trtllm, llama.cpp, mlx, tt-metal or a profile file; one that does not "
+                        "run on the hardware is refused (default: the hardware file's "
+                        "default_engine, llama.cpp on Apple silicon and Ryzen AI Max, tt-metal "
+                        "on Tenstorrent; else sglang)")
     g.add_argument("--eager", action="store_true",
                    help="no CUDA graphs: the host launches every kernel of a decode step "
                         "(SGLang --disable-decode-cuda-graph, vLLM --enforce-eager, llama.cpp "
@@ -313,6 +316,15 @@ def _cache_flags_need_a_cache(args) -> None:
                           "resident on the device)", stacklevel=3)
 
 
+def engine_from(args) -> str:
+    """--engine, or the (first) hardware file's default engine when it is not given."""
+    if getattr(args, "engine", None):
+        return args.engine
+    from ..engines import default_engine
+
+    return default_engine(load_hardware(args.hardware.split(",")[0].strip()))
+
+
 def deployment_from(args) -> Deployment:
     """The deployment the flags name (searched flags given as lists keep their defaults; a
     sweep over several hardware files takes the first's node size and sets each's itself)."""
@@ -338,7 +350,7 @@ def deployment_from(args) -> Deployment:
                       dequant=getattr(args, "dequant", "fused"),
                       accept=getattr(args, "accept", None),
                       memory_options=_memory_option_pairs(getattr(args, "memory_option", [])),
-                      engine=getattr(args, "engine", "sglang"),
+                      engine=engine_from(args),
                       cuda_graphs=not getattr(args, "eager", False))
 
 

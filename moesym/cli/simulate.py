@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from ..errors import MoesymError
 from . import COMMANDS
-from .common import (add_deployment, add_json, add_model_hw, deployment_from, emit_json, fmt_s,
-                     model_hw_from, positive_float, positive_int, probability)
+from .common import (add_deployment, add_json, add_model_hw, deployment_from, emit_json,
+                     engine_from, fmt_s, model_hw_from, positive_float, positive_int, probability)
 
 __all__ = ["register", "run"]
 
@@ -87,7 +87,7 @@ def _lengths_args(args) -> tuple[str, str]:
         if dist is None and args.random_range_ratio is not None:
             from ..serving.clients import range_ratio
 
-            tool = "vllm" if args.engine == "vllm" else "sglang"
+            tool = "vllm" if engine_from(args) == "vllm" else "sglang"
             dist = range_ratio(n, args.random_range_ratio, tool)
         out.append(dist or str(n))
     return out[0], out[1]

@@ -29,9 +29,10 @@ from typing import Mapping
 
 from ..io.toml import load_toml
 from ..errors import SpecError
+from ..specs.hardware import VENDORS
 
 __all__ = ["EngineKernels", "EngineProfile", "KvMemoryRule", "RunningRequestsRule",
-           "builtin_engines", "host_overlapped",
+           "builtin_engines", "check_runs_on", "default_engine", "host_overlapped", "runs_on",
            "load_engine", "POLICIES", "KV_FULL", "KV_BASES", "DP_ROUTING", "PREFILL_ORDERS"]
 
 MIB = 2**20
@@ -183,15 +184,20 @@ class EngineProfile:
     # [ENGINE.kernel]: kernel-model switches of this engine's kernels over the hardware file's
     # [kernel] (moesym.kernels.calib keys; e.g. llama.cpp's per-expert matrix-vector kernels)
     kernel: Mapping[str, object] = field(default_factory=dict)
+    # the device makers (moesym.specs.hardware.VENDORS) whose devices it runs on; (): any
+    runs_on: tuple[str, ...] = ()
 
     def hardware(self, hw):
         """``hw`` with its ``[kernel.engines.<this engine>]`` values (this engine's kernels
         fitted on that device), this profile's ``kernel`` switches over its ``[kernel]``, and
         the custom all-reduce this engine runs (``[allreduce.NAME]`` for the name in
-        ``[ENGINE.kernels] allreduce``, where the GPU has that fit)."""
+        ``[ENGINE.kernels] allreduce``, where the GPU has that fit). An engine that does not run
+        on ``hw`` is refused (:func:`check_runs_on`)."""
         from dataclasses import replace
 
         from ..kernels.calib import ENGINES_KEY
+
+        check_runs_on(self, hw)
 
         name = self.kernels.allreduce if self.kernels is not None else ""
         if name in hw.allreduce_kernels:
@@ -315,7 +321,7 @@ _REQUIRED = ("version", "description", "policy", "mixed_chunk", "chunk_tokens",
              "max_running_requests", "kv_block_tokens", "kv_memory_fraction", "kv_memory_basis",
              "kv_full", "cuda_graph_batch_sizes", "cuda_graph_padding", "dp_routing",
              "overlap_scheduler", "prefill_order")
-_OPTIONAL = ("step_token_budget", "max_prefill_tokens", "running_requests_rule",
+_OPTIONAL = ("runs_on", "step_token_budget", "max_prefill_tokens", "running_requests_rule",
              "kv_memory_rule", *RETRACT_KEYS, "cuda_graph_max_batch_size_tp_below_4",
              "long_prefill_token_threshold", "host_step_us", "kernel", "kernels")
 _KERNEL_KEYS = ("moe", "moe_ep", "moe_deepep", "attention", "allreduce")
@@ -464,7 +470,16 @@ def _parse(name: str, raw: Mapping, where: str) -> EngineProfile:
         long_prefill_token_threshold=opt("long_prefill_token_threshold", c.count, 0),
         host_step_s=None if "host_step_us" not in raw else c.number("host_step_us") * 1e-6,
         kernel=_kernel(c) if "kernel" in raw else {},
-        kernels=_kernels(c) if "kernels" in raw else None)
+        kernels=_kernels(c) if "kernels" in raw else None,
+        runs_on=_runs_on(c) if "runs_on" in raw else ())
+
+
+def _runs_on(c: _Checker) -> tuple[str, ...]:
+    v = c.raw["runs_on"]
+    if not isinstance(v, list) or not v or any(x not in VENDORS for x in v):
+        c.fail("runs_on", "expected a list of device makers",
+               f"write some of {', '.join(repr(x) for x in VENDORS)}, or leave it out (any device)")
+    return tuple(v)
 
 
 def _kernel(c: _Checker) -> dict:
@@ -491,6 +506,40 @@ def _builtin() -> dict[str, EngineProfile]:
 def builtin_engines() -> list[str]:
     """The names of the shipped engine profiles."""
     return list(_builtin())
+
+
+def runs_on(profile: EngineProfile, hw) -> bool:
+    """Whether ``profile``'s engine runs on ``hw`` (its ``runs_on`` makers hold the hardware
+    file's ``vendor``; a profile without ``runs_on`` or a file without ``vendor``: yes)."""
+    return not profile.runs_on or not hw.vendor or hw.vendor in profile.runs_on
+
+
+def check_runs_on(profile: EngineProfile, hw, flag: str = "--engine",
+                  choices: tuple[str, ...] | None = None) -> None:
+    """Refuse, in one line naming the engines among ``choices`` (default: every built-in one)
+    that do run there, an engine on a device it does not run on (TensorRT-LLM on a Mac,
+    tt-metal on an NVIDIA GPU)."""
+    if runs_on(profile, hw):
+        return
+    ok = [n for n, p in _builtin().items() if runs_on(p, hw) and (choices is None or n in choices)]
+    makers = [VENDORS[v] for v in profile.runs_on]
+    fix = f"use {flag} {_listed(ok, 'or')}" if ok else f"{flag} has no engine for {hw.name}"
+    raise SpecError(f"{flag} {profile.name}: it does not run on {hw.name} "
+                    f"({VENDORS[hw.vendor]}), only on {_listed(makers, 'and')} devices; {fix}")
+
+
+def _listed(words: list[str], last: str) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} {last} {words[-1]}"
+
+
+def default_engine(hw) -> str:
+    """The engine timed when none is named: the hardware file's ``default_engine`` (llama.cpp
+    on Apple silicon and AMD's APUs, tt-metal on Tenstorrent), else SGLang."""
+    name = hw.default_engine or "sglang"
+    if name not in _builtin():
+        raise SpecError(f"{hw.path} default_engine {name!r}: unknown; use one of "
+                        f"{', '.join(_builtin())}")
+    return name
 
 
 def host_overlapped(engine: str) -> bool:

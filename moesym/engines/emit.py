@@ -124,10 +124,18 @@ def check_engine(engine: str, hw, dep: Deployment, model: ModelSpec | None = Non
     if engine not in ENGINES:
         raise MoesymError(f"--emit {engine!r}: use {', '.join(ENGINES)}")
     name = _NAMES[engine]
+    # SGLang runs on Apple silicon through an opt-in MLX back end (SGLANG_USE_MLX), whose
+    # launch differs from the CUDA/ROCm line written here: not emitted
     apple = getattr(hw, "vendor", "") == "apple"
-    if engine in GPU_ENGINES and apple:
-        raise MoesymError(f"--emit {engine}: {hw.name} is Apple silicon, where {name} does not "
-                          "run (no Metal back end); use --emit llama.cpp or --emit mlx")
+    if hw is not None:
+        from . import check_runs_on, load_engine
+
+        check_runs_on(load_engine(engine), hw, "--emit",
+                      tuple(e for e in ENGINES if not (apple and e == "sglang")))
+    if engine == "sglang" and apple:
+        raise MoesymError(f"--emit sglang: the line written is SGLang's CUDA/ROCm launch; its "
+                          f"opt-in Apple back end (SGLANG_USE_MLX) is not emitted for {hw.name} "
+                          "(Apple silicon): use --emit llama.cpp or mlx")
     if engine in GPU_ENGINES and dep.expert_cache is not None and (
             model is None or dep.expert_cache < model.num_experts):
         raise MoesymError(f"--emit {engine}: --expert-cache {dep.expert_cache} keeps experts in "

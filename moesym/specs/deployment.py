@@ -234,7 +234,10 @@ class Deployment:
     # TP runs along the other axis (seed 004: DP / EP over the rows, TP over the 8 columns)
     mesh: tuple | None = None
     dispatch_axis: str = "rows"
-    # the serving engine (moesym.engines): its scheduler and defaults (prompt tokens per step)
+    # the serving engine (moesym.engines): its scheduler, defaults (prompt tokens per step) and
+    # kernels; one that does not run on the hardware is refused when the step is built. The CLI
+    # takes the hardware file's default_engine when --engine is not given
+    # (moesym.engines.default_engine: llama.cpp on Apple silicon, tt-metal on Tenstorrent)
     engine: str = "sglang"
     # decode steps replayed as CUDA graphs where the engine profile captures them; False: every
     # kernel launched by the host (SGLang --disable-decode-cuda-graph, vLLM --enforce-eager, llama.cpp

@@ -23,12 +23,15 @@ from ..io.resources import data_dir
 from ..io.toml import load_toml
 from ..errors import SpecError
 
-__all__ = ["HardwareSpec", "CustomAllReduce", "Efficiency", "Latency", "load_hardware",
+__all__ = ["HardwareSpec", "CustomAllReduce", "Efficiency", "Latency", "VENDORS", "load_hardware",
            "builtin_hardware"]
 
-_TOP_KEYS = {"name", "description", "source", "vendor", "sms", "gpus_per_node", "hbm_capacity_GB",
-             "hbm_bandwidth_TBps", "peak_TFLOPs", "interconnect", "efficiency", "latency_us", "kernel",
-             "compute_formats", "host", "mesh", "sram_MB", "usable_memory_frac", "allreduce",
+#: device makers a hardware file's ``vendor`` names (an engine profile's ``runs_on`` lists them)
+VENDORS = {"nvidia": "NVIDIA", "amd": "AMD", "apple": "Apple silicon", "tenstorrent": "Tenstorrent"}
+
+_TOP_KEYS = {"name", "description", "source", "vendor", "default_engine", "sms", "gpus_per_node",
+             "hbm_capacity_GB", "hbm_bandwidth_TBps", "peak_TFLOPs", "interconnect", "efficiency",
+             "latency_us", "kernel", "compute_formats", "host", "mesh", "sram_MB", "usable_memory_frac", "allreduce",
              "moe_kernels", "deepep"}
 _INTERCONNECT_KEYS = {"scale_up_GBps", "scale_out_GBps", "scale_up_domain_gpus", "host_link_GBps"}
 _EFF_KEYS = {"scale_up", "scale_out"}
@@ -125,7 +128,12 @@ class HardwareSpec:
     # engines' own custom all-reduce fits ([allreduce.NAME]): an engine profile's
     # [ENGINE.kernels] allreduce names the one it runs (moesym.engines.EngineProfile.hardware)
     allreduce_kernels: Mapping[str, CustomAllReduce] = field(default_factory=dict)
-    vendor: str = ""  # "apple": Apple silicon (Metal: no CUDA serving engine runs there)
+    # the device's maker (VENDORS; "": not given): which engines run on it (an engine
+    # profile's runs_on) and the launch lines moesym.engines.emit writes
+    vendor: str = ""
+    # the engine timed when none is named ("": SGLang): llama.cpp on Apple silicon and AMD's
+    # APUs, tt-metal on Tenstorrent (moesym.engines.default_engine)
+    default_engine: str = ""
     # host memory the expert tier (--expert-cache) may fill: [host] capacity_GB; on unified
     # memory the whole DRAM (hbm_capacity_GB), which the device's share is part of; 0: not given
     host_capacity_bytes: float = 0.0
@@ -202,9 +210,12 @@ def _serving(eff: Mapping, where: str) -> float:
 
 def _parse(raw: dict, where: str) -> HardwareSpec:
     _check_keys(raw, _TOP_KEYS, where)
-    for k in ("name", "description", "source", "vendor"):
+    for k in ("name", "description", "source", "vendor", "default_engine"):
         if k in raw and not isinstance(raw[k], str):
             raise SpecError(f"{where} {k}: must be a string, got {raw[k]!r}")
+    if raw.get("vendor", "").lower() not in ("", *VENDORS):
+        raise SpecError(f"{where} vendor {raw['vendor']!r}: use {', '.join(VENDORS)} or leave "
+                        "it out (then no engine is refused on this device)")
     for k in ("peak_TFLOPs", "interconnect", "efficiency", "latency_us", "kernel",
               "compute_formats", "host", "mesh", "allreduce"):
         if k in raw and not isinstance(raw[k], dict):
@@ -284,6 +295,7 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
         allreduce=_allreduce(raw.get("allreduce"), where),
         allreduce_kernels=_allreduce_kernels(raw.get("allreduce"), where),
         vendor=str(raw.get("vendor", "")).lower(),
+        default_engine=str(raw.get("default_engine", "")),
         host_capacity_bytes=(_positive(raw["hbm_capacity_GB"], f"{where} hbm_capacity_GB") * 1e9
                              if unified else
                              _positive(host["capacity_GB"], f"{where} [host] capacity_GB") * 1e9
