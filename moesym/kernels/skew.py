@@ -16,9 +16,9 @@ One tile counter serves both uses:
   (:func:`moesym.kernels.aic.power_law_counts`), over the equal-groups count the balanced
   constants were fitted with (:func:`skewed_rows`);
 - the step model: the user's ``--routing`` (zipf:S, freq:FILE) at T tokens, each expert's rows
-  binomial in T with its inclusion probability (:func:`expected_m_tiles`), over uniform routing's
-  own expected tiles at the same T and tile (:func:`routing_tile_factor`), so uniform routing
-  keeps its numbers (factor 1) and a skew adds only its extra padding.
+  binomial in T with its inclusion probability (:func:`expected_m_tiles`), per row over uniform
+  routing's own expected tiles at the same T and tile (:func:`routing_tile_factor`), so uniform
+  routing keeps its numbers (factor 1) and a skew adds only its extra padding.
 """
 
 from __future__ import annotations
@@ -69,9 +69,11 @@ def expected_m_tiles(inclusion, tokens: float, tile_m: float) -> float:
 
 
 def routing_tile_factor(inclusion, uniform, tokens: float, calib: KernelCalib) -> float:
-    """Skewed routing's expected M tiles over uniform routing's at ``tokens`` tokens, both at
-    the M block the kernel picks for uniform routing's mean rows per touched expert; 1 where the
-    two inclusion vectors are equal. ``inclusion`` / ``uniform``: the per-token inclusion
+    """Skewed routing's expected M tiles per row over uniform routing's at ``tokens`` tokens,
+    both at the M block the kernel picks for uniform routing's mean rows per touched expert; 1
+    where the two inclusion vectors are equal (per row: at EP > 1 the busiest rank's extra rows
+    are the rank imbalance's, :func:`moesym.terms.routing.imbalance_expr`; at EP 1 the rows are
+    the same under both). ``inclusion`` / ``uniform``: the per-token inclusion
     probabilities of the rank's local experts under the routing and under uniform routing."""
     pi, pu = np.asarray(inclusion, dtype=float), np.asarray(uniform, dtype=float)
     if np.array_equal(pi, pu):
@@ -79,7 +81,9 @@ def routing_tile_factor(inclusion, uniform, tokens: float, calib: KernelCalib) -
     t = float(tokens)
     touched = float(np.sum(-np.expm1(t * np.log1p(-np.minimum(pu, 1 - 1e-15)))))
     tm = float(grouped_tile_m(t * pu.sum() / max(touched, 1.0), calib))
-    return expected_m_tiles(pi, t, tm) / expected_m_tiles(pu, t, tm)
+    # per row: the rank's extra rows under skew are the rank imbalance's (the rows the step
+    # model already scales), the padding of each row is this factor's
+    return (expected_m_tiles(pi, t, tm) / pi.sum()) / (expected_m_tiles(pu, t, tm) / pu.sum())
 
 
 # log-spaced token counts of the step model's table (the rank's tokens routed per micro-batch)
