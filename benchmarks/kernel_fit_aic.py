@@ -59,6 +59,11 @@ grouped layouts):
   grid launched over every token x top-k assignment still covers (``grouped_masked_passes``;
   SGLang's Triton writes zeros there: fused_moe_triton_kernels.py ``write_zeros_to_output``).
 
+Each backend's balanced-fitted constants are also evaluated on its ``power_law_1.01`` /
+``power_law_1.2`` rows of the held-out shapes (``power_law_*`` keys): the per-expert counts
+drawn from AIConfigurator's generator (:func:`moesym.kernels.aic.power_law_counts`), each
+expert's rows padded to the M tile (:mod:`moesym.kernels.skew`); nothing is fitted on them.
+
 The tables' EP rows are read as the collector's: ``num_tokens`` tokens each with top-k experts
 over all ``num_experts``, the rank's share 1/EP of the assignments
 (:func:`moesym.kernels.fit.moe_assignments`; AIConfigurator's collector source is not in its
@@ -794,7 +799,10 @@ def write_heldout(root: Path, gpus: list[str], date: str, write: bool) -> int:
                   "the shapes held out of the fit (every other shape); gemm and attention: the "
                   "committed [kernel]; moe: each backend's fitted fraction (kernel_median: the "
                   "committed [kernel] on the same rows); allreduce: the committed [allreduce] "
-                  "(SGLang) and [allreduce.trtllm] (TensorRT-LLM); "
+                  "(SGLang) and [allreduce.trtllm] (TensorRT-LLM); moe power_law_*: the "
+                  "backend's balanced-fitted constants on its power_law_1.01 / 1.2 rows of the "
+                  "held-out shapes, counts from AIConfigurator's generator, each expert's rows "
+                  "padded to the M tile (power_law_balanced_median: timed as balanced); "
                   "excluded: rows faster than their FLOPs at peak or bytes at peak HBM bandwidth",
            "rows": rows}
     path = data_dir("bench_data") / HELDOUT_JSON

@@ -164,7 +164,7 @@ def power_law_counts(tokens: int, experts: int, topk: int, ep: int, alpha: float
     """One draw of the per-expert token counts on the measured EP rank of a ``power_law_ALPHA``
     fused-MoE row: AIConfigurator's collector generator as reconstructed here (its source,
     ``power_law_logits_v3`` in the collector's helper module, ships in none of the PyPI
-    artefacts; the rows agree with it, docs/explanation/kernel-calibration.md):
+    artefacts; the rows agree with it: docs/explanation/validation.md, "Skewed routing"):
 
     - each expert draws a weight from a power law of exponent ``alpha`` on ``[1, 0.8 T]``
       (``[0.01, 2]`` where ``T k <= E``), by the inverse CDF

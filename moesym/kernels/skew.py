@@ -44,8 +44,8 @@ def padded_m_tiles(counts, tile_m) -> np.ndarray:
     """M tiles of a grouped GEMM whose experts hold ``counts`` rows (last axis: experts):
     ``sum_e ceiling(n_e / t_m)``; an expert without rows takes no tile.
 
-    >>> padded_m_tiles([0, 1, 64, 65, 200], 64)
-    array(6.)
+    >>> float(padded_m_tiles([0, 1, 64, 65, 200], 64))  # 0 + 1 + 1 + 2 + 4
+    8.0
     """
     return np.ceil(np.asarray(counts, dtype=float) / float(tile_m)).sum(axis=-1)
 
@@ -121,5 +121,6 @@ def skewed_rows(rows, counts_of, calib: KernelCalib, draws: int = 16, seed: int 
         tm = float(grouped_tile_m(a / g, calib))
         cols["rank_assignments"].append(a)
         cols["active_experts"].append(g)
-        cols["m_tile_factor"].append(padded_m_tiles(c, tm).mean() / (g * np.ceil(a / g / tm)))
+        equal = g * np.ceil(a / g / tm)  # 0 only where the rank has no rows in any draw
+        cols["m_tile_factor"].append(padded_m_tiles(c, tm).mean() / equal if equal else 1.0)
     return rows.assign(**cols)
