@@ -59,6 +59,11 @@ grouped layouts):
   grid launched over every token x top-k assignment still covers (``grouped_masked_passes``;
   SGLang's Triton writes zeros there: fused_moe_triton_kernels.py ``write_zeros_to_output``).
 
+Each backend's balanced-fitted constants are also evaluated on its ``power_law_1.01`` /
+``power_law_1.2`` rows of the held-out shapes (``power_law_*`` keys): the per-expert counts
+drawn from AIConfigurator's generator (:func:`moesym.kernels.aic.power_law_counts`), each
+expert's rows padded to the M tile (:mod:`moesym.kernels.skew`); nothing is fitted on them.
+
 The tables' EP rows are read as the collector's: ``num_tokens`` tokens each with top-k experts
 over all ``num_experts``, the rank's share 1/EP of the assignments
 (:func:`moesym.kernels.fit.moe_assignments`; AIConfigurator's collector source is not in its
@@ -345,15 +350,15 @@ def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
     for fw in MOE_FRAMEWORKS:
         for v in aic.table_versions(root, gpu, "moe", "moe_perf", fw):
             m = aic.moe_rows(aic.read_table(root, gpu, "moe", "moe_perf", fw, version=v)[0])
-            m = m[(m.table_dtype == dtype) & (m.distribution == "balanced")
-                  & m.kernel.isin(list(MOE_BACKENDS))]
-            if not len(m):
-                continue  # the newest version with such rows
+            m = m[(m.table_dtype == dtype) & m.kernel.isin(list(MOE_BACKENDS))]
             m = m.assign(backend=m.kernel.map(MOE_BACKENDS),
                          peak_flops=hw.peak_flops(aic.GEMM_DTYPES[dtype][0]))
             # the same kernel under expert parallelism (EP > 1 rows) is fitted apart: SGLang's
             # Triton kernel, for one, is near [kernel] at EP 1 and several times slower with EP
             m = m.assign(backend=m.backend + np.where(m.ep > 1, EP_SUFFIX, ""))
+            skewed, m = m[m.distribution != "balanced"], m[m.distribution == "balanced"]
+            if not len(m):
+                continue  # the newest version with such rows
             for be, r in m.groupby("backend"):
                 r, exc = _physical(r, "moe", hw)
                 if len(r) < MIN_BACKEND_ROWS:
@@ -372,7 +377,8 @@ def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
                     {"median": own.test_median, "p90": own.test_p90}, backend=be,
                     grouped_tensor_frac=float(own.calib.grouped_contiguous_tensor_frac),
                     **{k: vals.get(k, 0) for k in MOE_KERNEL_KEYS},
-                    kernel_median=kept.test_median, kernel_p90=kept.test_p90)
+                    kernel_median=kept.test_median, kernel_p90=kept.test_p90,
+                    **power_law_heldout(skewed[skewed.backend == be], own.calib, hw))
             break
 
     a, exc, v = _attention_frame(root, gpu, hw)
@@ -383,6 +389,33 @@ def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
         row("attention", f"TensorRT-LLM {v}", (~test).sum(), test.sum(), exc,
             _stats(pred, held.latency_s.to_numpy()), dtype="bfloat16")
     return out
+
+
+def power_law_heldout(rows: pd.DataFrame, calib, hw) -> dict:
+    """Held-out error of a backend's balanced-fitted constants on its skewed rows
+    (``power_law_1.01`` / ``power_law_1.2``, the shapes the balanced fit holds out), each row's
+    per-expert counts drawn from AIConfigurator's generator (:func:`moesym.kernels.aic.
+    power_law_counts`: the measured rank's rows and active experts, and each expert's rows padded
+    to the M tile, :mod:`moesym.kernels.skew`): ``power_law_median`` / ``_p90``, and
+    ``power_law_balanced_median``, the same rows timed as balanced (no skew in the model)."""
+    from moesym.kernels.fit import predict_moe
+    from moesym.kernels.skew import skewed_rows
+
+    rows = rows[split_shapes(rows, MOE_SHAPE)].reset_index(drop=True)
+    if not len(rows):
+        return {}
+
+    def counts_of(r, rng):
+        alpha = float(r.distribution.rsplit("_", 1)[1])
+        return aic.power_law_counts(r.tokens, r.experts, r.topk, r.ep, alpha, rng)
+
+    meas = rows.latency_s.to_numpy()
+    flat = predict_moe(rows, calib, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps)
+    pred = predict_moe(skewed_rows(rows, counts_of, calib), calib, sms=hw.sms,
+                       hbm_bw_Bps=hw.hbm_bw_Bps)
+    st = _stats(pred, meas)
+    return {"power_law_rows": int(len(rows)), "power_law_median": st["median"],
+            "power_law_p90": st["p90"], "power_law_balanced_median": _stats(flat, meas)["median"]}
 
 
 # The engine custom all-reduce's switch points: one-shot up to M_1(p) bytes for p GPUs, two-shot
@@ -766,7 +799,10 @@ def write_heldout(root: Path, gpus: list[str], date: str, write: bool) -> int:
                   "the shapes held out of the fit (every other shape); gemm and attention: the "
                   "committed [kernel]; moe: each backend's fitted fraction (kernel_median: the "
                   "committed [kernel] on the same rows); allreduce: the committed [allreduce] "
-                  "(SGLang) and [allreduce.trtllm] (TensorRT-LLM); "
+                  "(SGLang) and [allreduce.trtllm] (TensorRT-LLM); moe power_law_*: the "
+                  "backend's balanced-fitted constants on its power_law_1.01 / 1.2 rows of the "
+                  "held-out shapes, counts from AIConfigurator's generator, each expert's rows "
+                  "padded to the M tile (power_law_balanced_median: timed as balanced); "
                   "excluded: rows faster than their FLOPs at peak or bytes at peak HBM bandwidth",
            "rows": rows}
     path = data_dir("bench_data") / HELDOUT_JSON

@@ -32,7 +32,7 @@ import pandas as pd
 from ..errors import MoesymError
 
 __all__ = ["GPU_FOLDERS", "attention_rows", "gemm_rows", "gpu_folder", "moe_rows",
-           "newest_version", "read_table", "table_versions"]
+           "newest_version", "power_law_counts", "read_table", "table_versions"]
 
 # moesym hardware name -> the folder name AIConfigurator uses
 GPU_FOLDERS = {"h100": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "b300": "b300_sxm",
@@ -157,3 +157,40 @@ def attention_rows(root: Path | str, gpu: str,
     if not parts:
         return pd.DataFrame(), ""
     return pd.concat(parts, ignore_index=True), version
+
+
+def power_law_counts(tokens: int, experts: int, topk: int, ep: int, alpha: float,
+                     rng: np.random.Generator) -> np.ndarray:
+    """One draw of the per-expert token counts on the measured EP rank of a ``power_law_ALPHA``
+    fused-MoE row: AIConfigurator's collector generator as reconstructed here (its source,
+    ``power_law_logits_v3`` in the collector's helper module, ships in none of the PyPI
+    artefacts; the rows agree with it: docs/explanation/validation.md, "Skewed routing"):
+
+    - each expert draws a weight from a power law of exponent ``alpha`` on ``[1, 0.8 T]``
+      (``[0.01, 2]`` where ``T k <= E``), by the inverse CDF
+      ``((x_max^(1-a) - x_min^(1-a)) u + x_min^(1-a))^(1/(1-a))``, u uniform;
+    - counts = round(T k w / sum w), the rounding's remainder added to (or taken from) the
+      largest counts one by one, so they sum to T k;
+    - experts are laid out on EP ranks in contiguous blocks of E / EP and the rank with the most
+      assignments is swapped into rank 0, the rank the collector times;
+    - no expert takes a token twice (the collector spreads each expert's assignments over
+      distinct tokens), so a count is at most T.
+
+    >>> c = power_law_counts(512, 256, 8, 1, 1.01, np.random.default_rng(0))
+    >>> int(c.sum()), c.size, bool(c.max() > 4 * c.mean())
+    (4096, 256, True)
+    """
+    t, e, k, a = int(tokens), int(experts), int(topk), float(alpha)
+    lo, hi = (1.0, 0.8 * t) if t * k > e else (0.01, 2.0)
+    u = rng.random(e)
+    w = ((hi ** (1 - a) - lo ** (1 - a)) * u + lo ** (1 - a)) ** (1 / (1 - a))
+    target = t * k
+    n = np.round(w / w.sum() * target).astype(np.int64)
+    order = np.argsort(-n, kind="stable")
+    delta = target - int(n.sum())
+    for i in range(abs(delta)):
+        j = order[i % e] if delta > 0 else order[-(i % e) - 1]
+        n[j if delta > 0 or n[j] > 0 else int(np.argmax(n))] += 1 if delta > 0 else -1
+    n = np.minimum(n, t)
+    ranks = n.reshape(int(ep), -1)
+    return ranks[int(np.argmax(ranks.sum(axis=1)))].copy()

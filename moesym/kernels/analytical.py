@@ -129,8 +129,11 @@ def tile_m_rows(m, calib: KernelCalib = DEFAULTS, floor: int = _TILE_M_MIN):
     return _min(calib.tile_m_rows, _max(floor, floor * _ceil(m / floor)))
 
 
-def gemm_tiles(m, n, groups, sms, calib: KernelCalib = DEFAULTS, tile_m_min: int = _TILE_M_MIN):
-    """``(tiles, waves, tile_n)`` of a (grouped) GEMM (see the module docstring).
+def gemm_tiles(m, n, groups, sms, calib: KernelCalib = DEFAULTS, tile_m_min: int = _TILE_M_MIN,
+               m_tile_factor=1):
+    """``(tiles, waves, tile_n)`` of a (grouped) GEMM (see the module docstring);
+    ``m_tile_factor``: the M tiles of skewed per-group rows over those of ``groups`` equal
+    groups of M rows (:func:`moesym.routing.skew.m_tile_factor`; 1: equal groups).
 
     >>> [float(x) for x in gemm_tiles(4096, 4096, 1, 132)]  # 64 M tiles x 2 -> 256-wide tiles
     [1024.0, 8.0, 256.0]
@@ -138,7 +141,7 @@ def gemm_tiles(m, n, groups, sms, calib: KernelCalib = DEFAULTS, tile_m_min: int
     [96.0, 1.0, 16.0]
     """
     tm, tmin, tmax = tile_m_rows(m, calib, tile_m_min), calib.tile_n_min_cols, calib.tile_n_max_cols
-    m_tiles = groups * _ceil(m / tm)
+    m_tiles = groups * _ceil(m / tm) * m_tile_factor
     n_alloc = _max(1, _floor(sms / m_tiles))
     tile_n = _min(_max(tmin * _ceil(n / n_alloc / tmin), tmin), tmax)
     tiles = m_tiles * _ceil(n / tile_n)
@@ -217,7 +220,7 @@ def grouped_extra_s(n, groups, masked_rows, *, hbm_bw_Bps, calib: KernelCalib = 
 def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFAULTS,
               op_bytes=1, out_bytes=2, groups=1, layout: str = "dense",
               hbm_bytes=None, tile_m_min: int = _TILE_M_MIN, unpack_s=0,
-              masked_rows=0) -> KernelTime:
+              masked_rows=0, m_tile_factor=1) -> KernelTime:
     """Time of ``groups`` GEMMs of M x N x K in one kernel (module docstring formulas).
 
     ``op_bytes`` is bytes per operand element (FP8 = 1, BF16 = 2), ``out_bytes`` per output
@@ -225,7 +228,8 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     Grouped layouts take the fused-MoE backend's terms where its calibration sets them: its HBM
     fraction (``grouped_hbm_frac``), smallest M block (``grouped_tile_m_min_rows``) and the time
     beyond its tiles (:func:`grouped_extra_s`; ``masked_rows``: assignments to other EP ranks'
-    experts that the grid covers).
+    experts that the grid covers); ``m_tile_factor``: skewed routing's M tiles over equal
+    groups' (:func:`gemm_tiles`).
 
     >>> t = gemm_time(4096, 4096, 4096, sms=132, peak_flops=1979e12, hbm_bw_Bps=3.35e12)
     >>> # per-SM streaming: 8 waves x ((64+256) 4096 + 64 256 2) B / 104 GB/s = 103.3 us, + 6.7 us
@@ -239,7 +243,7 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     grouped = layout != "dense"
     if grouped and calib.grouped_tile_m_min_rows:
         tile_m_min = calib.grouped_tile_m_min_rows
-    _tiles, waves, tile_n = gemm_tiles(m, n, groups, sms, calib, tile_m_min)
+    _tiles, waves, tile_n = gemm_tiles(m, n, groups, sms, calib, tile_m_min, m_tile_factor)
     tm = tile_m_rows(m, calib, tile_m_min)
     per_sm_flops = peak_flops / sms * calib.tensor_frac(layout)
     compute = waves * (2 * tm * tile_n * k / per_sm_flops + calib.tile_overhead_s)

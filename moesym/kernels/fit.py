@@ -146,9 +146,11 @@ def predict_rows(rows: pd.DataFrame, calib: KernelCalib, *, sms, peak_flops, hbm
         pk = r.peak_flops.to_numpy(float) if "peak_flops" in r else peak_flops
         ob = r.op_bytes.to_numpy(float) if "op_bytes" in r else op_bytes
         masked = r.masked_rows.to_numpy(float) if "masked_rows" in r else 0
+        tiles = r.m_tile_factor.to_numpy(float) if "m_tile_factor" in r else 1
         t = gemm_time(r.m.to_numpy(float), r.n.to_numpy(float), r.k.to_numpy(float), sms=sms,
                       peak_flops=pk, hbm_bw_Bps=hbm_bw_Bps, calib=calib,
-                      op_bytes=ob, groups=g, layout=layout, masked_rows=masked)
+                      op_bytes=ob, groups=g, layout=layout, masked_rows=masked,
+                      m_tile_factor=tiles)
         out[sel] = t.total_s
     if "input_cast_bytes" in rows:  # rows timed with their activation quantization in series
         out += np.asarray(elementwise_time(rows.input_cast_bytes.to_numpy(float),
@@ -378,7 +380,11 @@ def split_shapes(rows: pd.DataFrame, keys) -> np.ndarray:
 
 def moe_assignments(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """``(token-expert assignments on the rank, local experts with rows)`` of balanced fused-MoE
-    rows: tokens x top-k spread evenly over all experts, the rank's share 1/EP."""
+    rows: tokens x top-k spread evenly over all experts, the rank's share 1/EP. Skewed rows
+    carry their own (columns ``rank_assignments``, ``active_experts``: the expected values
+    under the routing that measured them, :func:`moesym.kernels.skew.skewed_rows`)."""
+    if "rank_assignments" in rows:
+        return (rows.rank_assignments.to_numpy(float), rows.active_experts.to_numpy(float))
     a = rows.tokens.to_numpy(float) * rows.topk.to_numpy(float) / rows.ep.to_numpy(float)
     return a, np.minimum(rows.local_experts.to_numpy(float), np.maximum(a, 1.0))
 
@@ -394,6 +400,8 @@ def moe_gemm_rows(rows: pd.DataFrame) -> pd.DataFrame:
     a, g = moe_assignments(rows)
     h, i = rows.hidden.to_numpy(float), rows.inter.to_numpy(float)
     common = {"m": a / g, "groups": g, "layout": "contiguous",
+              **({"m_tile_factor": rows.m_tile_factor.to_numpy(float)}
+                 if "m_tile_factor" in rows else {}),
               "masked_rows": a * (rows.ep.to_numpy(float) - 1),
               "peak_flops": rows.peak_flops.to_numpy(float),
               "op_bytes": rows.op_bytes.to_numpy(float)}

@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+import numpy as np
 import sympy as sp
 
 from ..symbolic.symbols import S
@@ -97,7 +98,8 @@ class KernelTiming(TimeModel):
                               hbm_bw_Bps=S.hbm_bw, calib=k, op_bytes=w_bytes,
                               out_bytes=S.act_bytes, groups=sh.groups, layout=layout,
                               hbm_bytes=c.hbm_bytes / n, tile_m_min=sh.tile_m_min,
-                              unpack_s=_unpack_s(c) / n, masked_rows=sh.masked_rows)
+                              unpack_s=_unpack_s(c) / n, masked_rows=sh.masked_rows,
+                              m_tile_factor=_tile_factor(sh, k))
                 dq = _dequant_pass(c, sh, k) * n
                 return TermTime(c.name, n * t.compute_s, n * t.memory_s, _ZERO,
                                 lat * t.launch_s + c.fixed_s + dq)
@@ -139,6 +141,20 @@ class KernelTiming(TimeModel):
                              flops=c.flops, peak_flops=S.flops_gemm)
         return TermTime(c.name, sp.sympify(t.compute_s), sp.sympify(t.memory_s), _ZERO,
                         t.launch_s + c.fixed_s)
+
+
+def _tile_factor(sh: GemmShape, k: KernelCalib):
+    """Skewed routing's M tiles over uniform routing's (1 without ``tile_skew``): the numeric
+    table of :func:`moesym.kernels.skew.tile_factor_table`, interpolated in log of the tokens
+    routed (as the rank imbalance, :func:`moesym.terms.routing.imbalance_expr`)."""
+    if not sh.tile_skew:
+        return 1
+    from ..symbolic.special import LogInterp
+    from .skew import tile_factor_table
+
+    ts, ys = tile_factor_table(*sh.tile_skew, k)
+    knots = [sp.Float(v) for t, y in zip(ts, ys) for v in (float(np.log(t)), y)]
+    return LogInterp(sh.routed_tokens, *knots)
 
 
 def _unpack_s(c: Cost):

@@ -20,7 +20,8 @@ from ..terms.dims import Dims
 from ..specs.time_models import lookup
 from .expert_tiers import host_computed
 from .report import BREAKDOWN_KEYS
-from ..terms.routing import group_limited, group_tokens, imbalance_expr, touched_local_experts_expr
+from ..terms.routing import (group_limited, group_tokens, imbalance_expr, tile_skew,
+                             touched_local_experts_expr)
 from ..terms.tokens import step_tokens
 
 __all__ = ["dense_layer_costs", "engine_moe_kernel", "layer_costs", "layer_work", "moe_layer_costs",
@@ -61,7 +62,8 @@ def moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     touched = touched_local_experts_expr(model, dep, D, t)
     active = None if layout == "batched" else touched  # a batched buffer computes every expert
     routed = ffn.routed_expert_compute(D, t, imbalance=lam, padded_rows=padded, layout=layout,
-                                       active_experts=active)
+                                       active_experts=active, tile_skew=tile_skew(model, dep),
+                                       routed_tokens=group_tokens(D, t))
     if layout == "per-token":  # every GEMV reads its expert's weights itself (seed 003)
         touched = sp.Integer(0)
     if tile_stepped_experts(hw, dep) and layout != "per-token" and model.num_experts > 1:

@@ -42,7 +42,8 @@ def moe_tokens_per_gpu(D: Dims, tokens) -> sp.Expr:
 
 
 def routed_expert_compute(D: Dims, tokens, imbalance=1, padded_rows=None,
-                          layout: str = "contiguous", active_experts=None) -> list[Cost]:
+                          layout: str = "contiguous", active_experts=None,
+                          tile_skew: tuple = (), routed_tokens=0) -> list[Cost]:
     """Grouped GEMMs of the routed experts on the busiest GPU (weights excluded: see load term).
 
     Rows per GPU = (tokens / tp) x k x imbalance (expert-TP ranks see gpus/ep times the rows at
@@ -58,6 +59,9 @@ def routed_expert_compute(D: Dims, tokens, imbalance=1, padded_rows=None,
     kernels take the same sum in any order), ``per-token`` one GEMV (M = 1) per token-expert
     assignment, each reading its expert's weights itself (``w_bytes`` per weight element; the
     load term then has none: :func:`routed_expert_weight_load` with 0 experts).
+    ``tile_skew`` and ``routed_tokens``: skewed routing's per-expert inclusion probabilities
+    (:func:`moesym.terms.routing.tile_skew`) and the tokens routed across the group, with which
+    the kernel model pads each expert's rows to its M tile (:mod:`moesym.kernels.skew`).
     """
     rows_real = moe_tokens_per_gpu(D, tokens) * D.topk * sym(imbalance) * D.expert_tp
     rows = rows_real if padded_rows is None else sym(padded_rows)
@@ -78,7 +82,8 @@ def routed_expert_compute(D: Dims, tokens, imbalance=1, padded_rows=None,
     # kernel launched over every token x top-k assignment still covers (timed only by a
     # backend that sets grouped_masked_passes: moesym.kernels.analytical.grouped_extra_s)
     masked = rows_real / sym(imbalance) * (D.ep - 1)
-    return [replace(c, shape=replace(c.shape, masked_rows=masked)) for c in (up, down)]
+    return [replace(c, shape=replace(c.shape, masked_rows=masked, tile_skew=tile_skew,
+                                     routed_tokens=sym(routed_tokens))) for c in (up, down)]
 
 
 def routed_expert_weight_load(D: Dims, touched_experts) -> Cost:

@@ -15,7 +15,7 @@ from ..symbolic.symbols import S
 from .dims import Dims
 
 __all__ = ["imbalance_expr", "touched_local_experts_expr", "group_tokens", "group_limited",
-           "group_var_factor"]
+           "group_var_factor", "tile_skew"]
 
 
 def group_tokens(D: Dims, tokens_mb) -> sp.Expr:
@@ -54,6 +54,23 @@ def imbalance_expr(model, deployment, D: Dims, tokens_mb) -> sp.Expr:
     ratio = rt.max_rank_load_ratio(D.experts, D.topk, D.ep, group_tokens(D, tokens_mb),
                                    var_scale=scale)
     return sp.Piecewise((1, sp.Eq(D.ep, 1)), (ratio, True))
+
+
+def tile_skew(model, deployment) -> tuple:
+    """``(inclusion, uniform)``: per-token inclusion probabilities of the busiest EP rank's
+    local experts (rank 0 of the round-robin placement the rank imbalance assumes; every expert
+    at EP 1) under zipf:S or freq:FILE routing, and under uniform routing (k / E each), as
+    tuples; ``()`` where the routing is uniform or balanced, or redundant experts (EPLB) replace
+    the placement. The kernel model pads each of these experts' binomial rows to its M tile
+    (:func:`moesym.kernels.skew.routing_tile_factor`)."""
+    if (not deployment.routing.numeric or deployment.redundant_experts or not model.is_moe
+            or model.num_experts == 1):
+        return ()
+    from ..routing.zipf import zipf_inclusion_probabilities
+
+    E, k, ep = model.num_experts, model.experts_per_token, deployment.ep
+    pi = zipf_inclusion_probabilities(E, k, deployment.routing.skew)[::ep]
+    return tuple(float(x) for x in pi), tuple(float(k / E) for _ in pi)
 
 
 def group_limited(model) -> bool:
