@@ -48,6 +48,8 @@ backend is its mechanisms, fitted on its rows (every other shape held out; apart
 grouped layouts):
 
 - grouped-GEMM tensor fraction and HBM fraction (``grouped_hbm_frac``, at most 0.95);
+- N and K blocks each expert's tiles pad to (``grouped_n_block_cols``, ``grouped_k_block_cols``:
+  none, or 256 and 128, FlashInfer's TRT-LLM-gen kernels' weight tiles; see MOE_BLOCKS);
 - smallest M block each expert's rows pad to (``grouped_tile_m_min_rows``, 8, 16 or 64, the
   lowest training cost kept; SGLang's Triton takes 16-row blocks at M <= E in
   get_default_config);
@@ -276,6 +278,15 @@ MOE_BACKEND_PARAMS = ("grouped_contiguous_tensor_frac", "grouped_hbm_frac", "gro
                       "grouped_expert_s", "grouped_serial_frac")
 MOE_EP_PARAMS = ("grouped_masked_passes",)
 MOE_TILE_M_MIN = (8, 16, 64)
+# (N, K) blocks each expert's tiles pad to (grouped_n_block_cols, grouped_k_block_cols), the one
+# of the lowest training cost kept: none, or FlashInfer's TRT-LLM-gen kernels' (their weights are
+# the MMA's A operand, shuffled for a 128-row epilogue tile: sglang 0.5.10
+# srt/layers/moe/moe_runner/flashinfer_trtllm.py:89, epilogue_tile_m = 128, the gate and up
+# rows interleaved into one tile by reorder_rows_for_gated_act_gemm, :82; K walks the 128-wide
+# FP8 scale blocks). The tables show it: B300 SGLang 0.5.14 fp8_block, 256 experts, hidden 2048,
+# inter 16 / 32 / 64 / 128 per rank all take 62-63 us at 48 tokens and 579-580 us at 16384.
+# Held-out median with them: B300 14.2% -> 11.4%, GB200 11.9% -> 10.4%, GB300 10.8% -> 9.8%
+MOE_BLOCKS = ((0, 0), (256, 128))
 MOE_TERM_MIN = 1e-3  # a fitted term below this (us, passes or fraction) is written as not used
 EP_SUFFIX = "_ep"  # a kernel's fit on the tables' EP > 1 rows (moesym.engines.EngineKernels)
 # a backend's own fit is written (and used) only where it lowers the held-out median or 90th
@@ -364,7 +375,7 @@ def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
                 own = fit_moe(r, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps, base=calib,
                               holdout=ho, params=MOE_BACKEND_PARAMS + (
                                   MOE_EP_PARAMS if be.endswith(EP_SUFFIX) else ()),
-                              tile_m_min=MOE_TILE_M_MIN)
+                              tile_m_min=MOE_TILE_M_MIN, blocks=MOE_BLOCKS)
                 # terms the fit drives to ~0 (below 1e-3 in their TOML units) are not used
                 vals = {k: (v if abs(v) >= MOE_TERM_MIN else 0)
                         for k, v in own.calib.to_toml_values().items()}

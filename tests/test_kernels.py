@@ -562,6 +562,33 @@ def test_backend_m_block_pads_each_expert_by_hand():
     assert float(dense.launch_s) == c.launch_s
 
 
+def test_backend_n_and_k_blocks_pad_each_experts_tiles_by_hand():
+    """64 experts of 8 rows on 148 SMs, gate+up of 16 intermediate columns (N 32, K 2048): 64
+    M tiles of 8 rows, 148 // 64 = 2 N tiles each. Unpadded: 16-column tiles, 128 tiles in one
+    wave of 2 x 8 x 16 x 2048 FLOPs. N padded to the 256 block: 128-column tiles (256 / 2), the
+    same 128 tiles, 8x the FLOPs per tile. Down (N 2048, K 16): K padded to the 128 block, 8x
+    the tile FLOPs again. The HBM bytes stay the unpadded ones."""
+    c = replace(DEFAULTS, tile_overhead_s=0.0, grouped_contiguous_tensor_frac=0.5,
+                grouped_tile_m_min_rows=8, tile_n_max_cols=256)
+    per_sm = 1e15 / 148 * 0.5
+    kw = dict(sms=148, peak_flops=1e15, hbm_bw_Bps=8e12, groups=64, layout="contiguous")
+    padded = replace(c, grouped_n_block_cols=256, grouped_k_block_cols=128)
+    up = [gemm_time(8.0, 32.0, 2048.0, calib=x, **kw) for x in (c, padded)]
+    assert float(up[0].compute_s) == pytest.approx(2 * 8 * 16 * 2048 / per_sm)
+    assert float(up[1].compute_s) == pytest.approx(2 * 8 * 128 * 2048 / per_sm)
+    # m_tiles 64, n_alloc 2 -> 1024-wide, capped at 256: 8 N tiles each, 512 tiles in 4 waves
+    down = [gemm_time(8.0, 2048.0, 16.0, calib=x, **kw) for x in (c, padded)]
+    assert float(down[0].compute_s) == pytest.approx(4 * 2 * 8 * 256 * 16 / per_sm)
+    assert float(down[1].compute_s) == pytest.approx(4 * 2 * 8 * 256 * 128 / per_sm)
+    hbm = 64 * ((8 * 2048 + 32 * 2048) * 1 + 8 * 32 * 2) / (8e12 * c.gemm_hbm_frac)
+    for t in up:
+        assert float(t.memory_s) >= hbm * (1 - 1e-12)
+    dense = gemm_time(8.0, 32.0, 2048.0, sms=148, peak_flops=1e15, hbm_bw_Bps=8e12,
+                      calib=padded)  # the blocks are the grouped kernels' only
+    assert float(dense.compute_s) == pytest.approx(float(gemm_time(
+        8.0, 32.0, 2048.0, sms=148, peak_flops=1e15, hbm_bw_Bps=8e12, calib=c).compute_s))
+
+
 def test_step_model_masks_other_ranks_rows_and_runs_the_backend_fields():
     """The routed-expert GEMMs carry the mean rank's rows x (EP - 1) as the grid's masked
     rows, and an engine's backend replaces [kernel]'s fields with its [moe_kernels] entry."""

@@ -223,7 +223,9 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     ``op_bytes`` is bytes per operand element (FP8 = 1, BF16 = 2), ``out_bytes`` per output
     element; ``hbm_bytes`` overrides the total traffic (a caller that accounts weights elsewhere).
     Grouped layouts take the fused-MoE backend's terms where its calibration sets them: its HBM
-    fraction (``grouped_hbm_frac``), smallest M block (``grouped_tile_m_min_rows``) and the time
+    fraction (``grouped_hbm_frac``), smallest M block (``grouped_tile_m_min_rows``), the N and K
+    blocks its tiles pad each expert to (``grouped_n_block_cols``, ``grouped_k_block_cols``:
+    tile count, tile FLOPs and per-SM tile bytes; the HBM bytes are the unpadded ones) and the time
     beyond its tiles (:func:`grouped_extra_s`; ``masked_rows``: assignments to other EP ranks'
     experts that the grid covers).
 
@@ -239,11 +241,17 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     grouped = layout != "dense"
     if grouped and calib.grouped_tile_m_min_rows:
         tile_m_min = calib.grouped_tile_m_min_rows
-    _tiles, waves, tile_n = gemm_tiles(m, n, groups, sms, calib, tile_m_min)
+    # the tiles walk N and K padded to the backend's blocks where set (its HBM bytes do not)
+    n_tile, k_tile = n, k
+    if grouped and calib.grouped_n_block_cols:
+        n_tile = calib.grouped_n_block_cols * _ceil(n / calib.grouped_n_block_cols)
+    if grouped and calib.grouped_k_block_cols:
+        k_tile = calib.grouped_k_block_cols * _ceil(k / calib.grouped_k_block_cols)
+    _tiles, waves, tile_n = gemm_tiles(m, n_tile, groups, sms, calib, tile_m_min)
     tm = tile_m_rows(m, calib, tile_m_min)
     per_sm_flops = peak_flops / sms * calib.tensor_frac(layout)
-    compute = waves * (2 * tm * tile_n * k / per_sm_flops + calib.tile_overhead_s)
-    tile_bytes = (tm + tile_n) * k * op_bytes + tm * tile_n * out_bytes
+    compute = waves * (2 * tm * tile_n * k_tile / per_sm_flops + calib.tile_overhead_s)
+    tile_bytes = (tm + tile_n) * k_tile * op_bytes + tm * tile_n * out_bytes
     total_bytes = gemm_bytes(m, n, k, groups, op_bytes, out_bytes) if hbm_bytes is None else hbm_bytes
     memory = _max(total_bytes / (hbm_bw_Bps * calib.hbm_frac(layout)),
                   waves * tile_bytes / calib.sm_bandwidth_Bps)

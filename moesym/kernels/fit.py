@@ -21,6 +21,7 @@ the fit applies it to masked rows only (a model user passes the rows an expert r
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -465,12 +466,13 @@ def physical_floor_s(rows: pd.DataFrame, kind: str, hbm_bw_Bps: float) -> np.nda
 def fit_moe(rows: pd.DataFrame, *, sms, hbm_bw_Bps, base: KernelCalib,
             holdout: np.ndarray,
             params=("grouped_contiguous_tensor_frac", "elementwise_launch_s"),
-            tile_m_min=(0,)) -> FitResult:
+            tile_m_min=(0,), blocks=((0, 0),)) -> FitResult:
     """Fit the grouped-GEMM fields ``params`` to balanced fused-MoE rows (the GEMM fit's per-SM
     load rate, tile and launch constants kept); ``tile_m_min``: the grouped GEMMs' smallest M
-    blocks tried (``grouped_tile_m_min_rows``; 0: the kernel class's), the one of the lowest
-    training cost kept. The tables time one fused kernel at every token count, so the masked
-    (decode) layout gets the same fraction. ``params=()`` fits nothing: the errors of ``base``
+    blocks tried (``grouped_tile_m_min_rows``; 0: the kernel class's) and ``blocks`` the (N, K)
+    blocks each expert's tiles pad to (``grouped_n_block_cols``, ``grouped_k_block_cols``; 0:
+    none), the choice of the lowest training cost kept. The tables time one fused kernel at every
+    token count, so the masked (decode) layout gets the same fraction. ``params=()`` fits nothing: the errors of ``base``
     on the rows."""
     rows = rows.reset_index(drop=True)
     train = rows[~holdout]
@@ -481,8 +483,9 @@ def fit_moe(rows: pd.DataFrame, *, sms, hbm_bw_Bps, base: KernelCalib,
     if names:
         lo, hi = _bounds(names)
         best = None
-        for tm, fixed_s in ((t, f) for t in tile_m_min for f in _MOE_FIXED_STARTS):
-            c0 = replace(base, grouped_tile_m_min_rows=int(tm))
+        for tm, (nb, kb), fixed_s in itertools.product(tile_m_min, blocks, _MOE_FIXED_STARTS):
+            c0 = replace(base, grouped_tile_m_min_rows=int(tm), grouped_n_block_cols=int(nb),
+                         grouped_k_block_cols=int(kb))
             start = {n: v for n, v in _MOE_START.items() if n in names and not getattr(c0, n)}
             if "grouped_fixed_s" in start:  # a fixed floor of a few or of tens of us
                 start["grouped_fixed_s"] = fixed_s
