@@ -562,6 +562,20 @@ def test_backend_m_block_pads_each_expert_by_hand():
     assert float(dense.launch_s) == c.launch_s
 
 
+def test_backend_row_passes_add_a_pass_per_computed_row_by_hand():
+    """32 experts of 12 rows, N 7168, 1-byte operands, 2-byte outputs: 3 row passes add
+    384 rows x 7168 columns x 2 B x 3 / (0.8 x 4e12 B/s) = 5.16 us to the kernel's fixed time,
+    independent of K; masked rows keep their own passes."""
+    c = replace(DEFAULTS, elementwise_hbm_frac=0.8)
+    kw = dict(sms=132, peak_flops=1e15, hbm_bw_Bps=4e12, groups=32, layout="contiguous")
+    for k in (128.0, 7168.0):
+        base = gemm_time(12.0, 7168.0, k, calib=c, **kw)
+        t = gemm_time(12.0, 7168.0, k, calib=replace(c, grouped_row_passes=3.0), **kw)
+        assert (float(t.launch_s) - float(base.launch_s)) * 1e6 == pytest.approx(
+            384 * 7168 * 2 * 3 / (0.8 * 4e12) * 1e6)
+        assert float(t.compute_s) == float(base.compute_s)
+
+
 def test_backend_n_and_k_blocks_pad_each_experts_tiles_by_hand():
     """64 experts of 8 rows on 148 SMs, gate+up of 16 intermediate columns (N 32, K 2048): 64
     M tiles of 8 rows, 148 // 64 = 2 N tiles each. Unpadded: 16-column tiles, 128 tiles in one

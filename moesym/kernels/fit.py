@@ -67,7 +67,7 @@ _SCALE = {"sm_bandwidth_Bps": 1e9, "launch_s": 1e-6, "tile_overhead_s": 1e-6,
           "attention_gqa_generic_launch_s": 1e-6}
 # where the fused-MoE fit starts the backend terms that [kernel] leaves at 0 (not used)
 _MOE_START = {"grouped_hbm_frac": 0.8, "grouped_fixed_s": 5e-6, "grouped_expert_s": 0.1e-6,
-              "grouped_masked_passes": 1.0, "grouped_serial_frac": 0.3}
+              "grouped_masked_passes": 1.0, "grouped_row_passes": 1.0, "grouped_serial_frac": 0.3}
 # the fit starts the fixed time at each of these (the cost surface has a minimum at each end:
 # a floor paid per GEMM, or the time spread over the experts' weight reads)
 _MOE_FIXED_STARTS = (0.5e-6, 20e-6)
@@ -91,6 +91,7 @@ _BOUNDS = {"sm_bandwidth_Bps": (1.0, 2000.0), "launch_s": (0.0, 100.0),
            # the best streaming kernels reach about 90-93% of the datasheet HBM bandwidth
            "grouped_hbm_frac": (0.3, 0.95), "grouped_fixed_s": (0.0, 500.0),
            "grouped_expert_s": (0.0, 50.0), "grouped_masked_passes": (0.0, 100.0),
+           "grouped_row_passes": (0.0, 100.0),
            "grouped_serial_frac": (0.0, 1.0)}
 
 
