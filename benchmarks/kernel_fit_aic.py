@@ -48,11 +48,15 @@ backend is its mechanisms, fitted on its rows (every other shape held out; apart
 grouped layouts):
 
 - grouped-GEMM tensor fraction and HBM fraction (``grouped_hbm_frac``, at most 0.95);
+- N and K blocks each expert's tiles pad to (``grouped_n_block_cols``, ``grouped_k_block_cols``:
+  none, or 256 and 128, FlashInfer's TRT-LLM-gen kernels' weight tiles; see MOE_BLOCKS);
 - smallest M block each expert's rows pad to (``grouped_tile_m_min_rows``, 8, 16 or 64, the
   lowest training cost kept; SGLang's Triton takes 16-row blocks at M <= E in
   get_default_config);
 - a fixed time per grouped GEMM (the backend's routing / permute / finalize kernels) and a
   time per local expert, with or without rows (``grouped_fixed_us``, ``grouped_expert_us``);
+- a time per assignment row the GEMM computes, in HBM passes over the rows' outputs
+  (``grouped_row_passes``; kept where it lowers the training median by 1 point: MOE_ROW_PARAMS);
 - the share of the shorter of tile and memory time not hidden under the longer
   (``grouped_serial_frac``: time = max + s min);
 - with EP > 1, HBM passes over the output rows of assignments to other ranks' experts, which a
@@ -76,6 +80,7 @@ import argparse
 import datetime as _dt
 import itertools
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -278,9 +283,26 @@ MIN_BACKEND_ROWS = 200  # a backend's fraction is fitted only on at least this m
 # default config without FP8) and 64 (a Hopper
 # warpgroup pair)
 MOE_BACKEND_PARAMS = ("grouped_contiguous_tensor_frac", "grouped_hbm_frac", "grouped_fixed_s",
-                      "grouped_expert_s", "grouped_serial_frac")
+                      "grouped_expert_s", "grouped_row_passes", "grouped_serial_frac")
 MOE_EP_PARAMS = ("grouped_masked_passes",)
+# the time per computed assignment row beyond the tiles (grouped_row_passes, in HBM passes over
+# the rows' outputs): TensorRT-LLM 1.3.0rc20's block-FP8 CUTLASS MoE on H100 at 16384 tokens,
+# 256 experts, top-8, hidden 7168 reaches 3.7% of the FP8 peak at 128 columns per rank, 21% at
+# 2048 (its time barely follows the FLOPs: a cost per row and hidden column); fitted, it takes the
+# held-out median from 11.7% to 4.1% (H100), 14.0% to 5.2% (H200). Kept only where it lowers
+# the training median by MIN_BACKEND_GAIN or more (on FlashInfer-TRTLLM it does not, and raises
+# the held-out median 0.7-1.0 points)
+MOE_ROW_PARAMS = ("grouped_row_passes",)
 MOE_TILE_M_MIN = (8, 16, 64)
+# (N, K) blocks each expert's tiles pad to (grouped_n_block_cols, grouped_k_block_cols), the one
+# of the lowest training cost kept: none, or FlashInfer's TRT-LLM-gen kernels' (their weights are
+# the MMA's A operand, shuffled for a 128-row epilogue tile: sglang 0.5.10
+# srt/layers/moe/moe_runner/flashinfer_trtllm.py:89, epilogue_tile_m = 128, the gate and up
+# rows interleaved into one tile by reorder_rows_for_gated_act_gemm, :82; K walks the 128-wide
+# FP8 scale blocks). The tables show it: B300 SGLang 0.5.14 fp8_block, 256 experts, hidden 2048,
+# inter 16 / 32 / 64 / 128 per rank all take 62-63 us at 48 tokens and 579-580 us at 16384.
+# Held-out median with them: B300 14.2% -> 11.4%, GB200 11.9% -> 10.4%, GB300 10.8% -> 9.8%
+MOE_BLOCKS = ((0, 0), (256, 128))
 MOE_TERM_MIN = 1e-3  # a fitted term below this (us, passes or fraction) is written as not used
 EP_SUFFIX = "_ep"  # a kernel's fit on the tables' EP > 1 rows (moesym.engines.EngineKernels)
 # a backend's own fit is written (and used) only where it lowers the held-out median or 90th
@@ -315,6 +337,18 @@ def _with_cast(g: pd.DataFrame, dtype: str) -> pd.DataFrame:
     """GEMM rows timed with TensorRT-LLM's input cast in series (an engine's own fit)."""
     return g.assign(input_cast_bytes=g.m * g.k * CAST_BYTES_PER_ELEMENT) if dtype in CAST_DTYPES \
         else g
+
+
+def _fit_backend(r: pd.DataFrame, hw, calib, ho: np.ndarray, params: tuple):
+    """One fused-MoE backend's fit on its rows; its row passes kept only where they lower the
+    training median by MIN_BACKEND_GAIN or more (MOE_ROW_PARAMS)."""
+    fit = partial(fit_moe, r, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps, base=calib, holdout=ho,
+                  tile_m_min=MOE_TILE_M_MIN, blocks=MOE_BLOCKS)
+    own = fit(params=params)
+    if not own.calib.grouped_row_passes:
+        return own
+    plain = fit(params=tuple(p for p in params if p not in MOE_ROW_PARAMS))
+    return own if plain.train_median - own.train_median >= MIN_BACKEND_GAIN else plain
 
 
 def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
@@ -366,10 +400,8 @@ def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
                 ho = split_shapes(r, MOE_SHAPE)
                 kept = fit_moe(r, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps, base=calib,
                                holdout=ho, params=())
-                own = fit_moe(r, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps, base=calib,
-                              holdout=ho, params=MOE_BACKEND_PARAMS + (
-                                  MOE_EP_PARAMS if be.endswith(EP_SUFFIX) else ()),
-                              tile_m_min=MOE_TILE_M_MIN)
+                own = _fit_backend(r, hw, calib, ho, MOE_BACKEND_PARAMS + (
+                    MOE_EP_PARAMS if be.endswith(EP_SUFFIX) else ()))
                 # terms the fit drives to ~0 (below 1e-3 in their TOML units) are not used
                 vals = {k: (v if abs(v) >= MOE_TERM_MIN else 0)
                         for k, v in own.calib.to_toml_values().items()}
@@ -740,7 +772,9 @@ def moe_kernels_block(rows: list[dict], gpu: str, date: str) -> str:
     """The ``[moe_kernels]`` table text: each fused-MoE backend's fitted grouped-GEMM fraction."""
     lines = [f"# fused-MoE kernels by backend, written {date} by benchmarks/kernel_fit_aic.py "
              "--heldout: each backend's grouped-GEMM tensor and HBM fractions, fixed time per "
-             "grouped GEMM, time per local expert, smallest M block, share of tile and memory "
+             "grouped GEMM, time per local expert, time per computed row, smallest M block, "
+             "N and K blocks "
+             "each expert's tiles pad to, share of tile and memory "
              "time not overlapped and (EP) HBM passes over other ranks' assignments "
              "(moesym.kernels.analytical.gemm_time, grouped layouts), fitted on its "
              f"balanced rows of {SOURCE}, {aic.GPU_FOLDERS[gpu]} (every other shape held out), "

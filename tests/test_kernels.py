@@ -562,6 +562,47 @@ def test_backend_m_block_pads_each_expert_by_hand():
     assert float(dense.launch_s) == c.launch_s
 
 
+def test_backend_row_passes_add_a_pass_per_computed_row_by_hand():
+    """32 experts of 12 rows, N 7168, 1-byte operands, 2-byte outputs: 3 row passes add
+    384 rows x 7168 columns x 2 B x 3 / (0.8 x 4e12 B/s) = 5.16 us to the kernel's fixed time,
+    independent of K; masked rows keep their own passes."""
+    c = replace(DEFAULTS, elementwise_hbm_frac=0.8)
+    kw = dict(sms=132, peak_flops=1e15, hbm_bw_Bps=4e12, groups=32, layout="contiguous")
+    for k in (128.0, 7168.0):
+        base = gemm_time(12.0, 7168.0, k, calib=c, **kw)
+        t = gemm_time(12.0, 7168.0, k, calib=replace(c, grouped_row_passes=3.0), **kw)
+        assert (float(t.launch_s) - float(base.launch_s)) * 1e6 == pytest.approx(
+            384 * 7168 * 2 * 3 / (0.8 * 4e12) * 1e6)
+        assert float(t.compute_s) == float(base.compute_s)
+
+
+def test_backend_n_and_k_blocks_pad_each_experts_tiles_by_hand():
+    """64 experts of 8 rows on 148 SMs, gate+up of 16 intermediate columns (N 32, K 2048): 64
+    M tiles of 8 rows, 148 // 64 = 2 N tiles each. Unpadded: 16-column tiles, 128 tiles in one
+    wave of 2 x 8 x 16 x 2048 FLOPs. N padded to the 256 block: 128-column tiles (256 / 2), the
+    same 128 tiles, 8x the FLOPs per tile. Down (N 2048, K 16): K padded to the 128 block, 8x
+    the tile FLOPs again. The HBM bytes stay the unpadded ones."""
+    c = replace(DEFAULTS, tile_overhead_s=0.0, grouped_contiguous_tensor_frac=0.5,
+                grouped_tile_m_min_rows=8, tile_n_max_cols=256)
+    per_sm = 1e15 / 148 * 0.5
+    kw = dict(sms=148, peak_flops=1e15, hbm_bw_Bps=8e12, groups=64, layout="contiguous")
+    padded = replace(c, grouped_n_block_cols=256, grouped_k_block_cols=128)
+    up = [gemm_time(8.0, 32.0, 2048.0, calib=x, **kw) for x in (c, padded)]
+    assert float(up[0].compute_s) == pytest.approx(2 * 8 * 16 * 2048 / per_sm)
+    assert float(up[1].compute_s) == pytest.approx(2 * 8 * 128 * 2048 / per_sm)
+    # m_tiles 64, n_alloc 2 -> 1024-wide, capped at 256: 8 N tiles each, 512 tiles in 4 waves
+    down = [gemm_time(8.0, 2048.0, 16.0, calib=x, **kw) for x in (c, padded)]
+    assert float(down[0].compute_s) == pytest.approx(4 * 2 * 8 * 256 * 16 / per_sm)
+    assert float(down[1].compute_s) == pytest.approx(4 * 2 * 8 * 256 * 128 / per_sm)
+    hbm = 64 * ((8 * 2048 + 32 * 2048) * 1 + 8 * 32 * 2) / (8e12 * c.gemm_hbm_frac)
+    for t in up:
+        assert float(t.memory_s) >= hbm * (1 - 1e-12)
+    dense = gemm_time(8.0, 32.0, 2048.0, sms=148, peak_flops=1e15, hbm_bw_Bps=8e12,
+                      calib=padded)  # the blocks are the grouped kernels' only
+    assert float(dense.compute_s) == pytest.approx(float(gemm_time(
+        8.0, 32.0, 2048.0, sms=148, peak_flops=1e15, hbm_bw_Bps=8e12, calib=c).compute_s))
+
+
 def test_step_model_masks_other_ranks_rows_and_runs_the_backend_fields():
     """The routed-expert GEMMs carry the mean rank's rows x (EP - 1) as the grid's masked
     rows, and an engine's backend replaces [kernel]'s fields with its [moe_kernels] entry."""

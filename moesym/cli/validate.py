@@ -115,7 +115,8 @@ def _kernels(args) -> int:
         print(f"{r['gpu']:<6} {r['class']:<10} {kernel:<28} {r['engine']:<24} {r['dtype']:<10} "
               f"{r['rows_held_out']:>8} {r['excluded']:>6} {med:>7.1%} {p90:>7.1%}")
     print("moe: each backend's own fitted mechanisms ([moe_kernels]: tensor and HBM fractions, "
-          "M block, fixed and per-expert time, load/MMA overlap, EP masked-row passes); "
+          "M block, N and K blocks, fixed, per-expert and per-row time, load/MMA overlap, EP "
+          "masked-row passes); "
           "'([kernel])': "
           "the tables do not show it apart, the GPU's [kernel] times it. excl.: rows faster "
           "than physics (FLOPs at peak or bytes at peak HBM bandwidth), left out of the fit; "

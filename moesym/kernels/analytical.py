@@ -186,9 +186,10 @@ def matvec_time(m, n, k, *, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFAULT
 
 
 def grouped_extra_s(n, groups, masked_rows, *, hbm_bw_Bps, calib: KernelCalib = DEFAULTS,
-                    out_bytes=2):
+                    out_bytes=2, rows=0):
     """Time a fused-MoE backend's grouped GEMM spends beyond its tiles (0 with [kernel]'s
-    defaults): ``tau_fixed + groups tau_expert + masked_rows N b_out passes / (eta_ew W)``.
+    defaults): ``tau_fixed + groups tau_expert + (masked_rows passes + rows row_passes) N b_out
+    / (eta_ew W)``.
 
     ``tau_fixed`` (``grouped_fixed_us``): the backend's routing / permute / finalize kernels,
     charged to each of its two GEMMs; ``tau_expert`` (``grouped_expert_us``): per local expert,
@@ -197,7 +198,14 @@ def grouped_extra_s(n, groups, masked_rows, *, hbm_bw_Bps, calib: KernelCalib = 
     output rows (sglang 0.5.23 kernels/ops/moe/fused_moe_triton_kernels.py:461-470, the
     ``inactive_expert`` branch calling ``write_zeros_to_output``), and the activation and top-k
     sum between and after the GEMMs run over every assignment row; ``passes``
-    (``grouped_masked_passes``) is the fitted count of those HBM passes.
+    (``grouped_masked_passes``) is the fitted count of those HBM passes. ``rows``: the
+    assignments the kernel does compute (M x groups); ``row_passes`` (``grouped_row_passes``) is
+    the fitted time the backend spends per output row beyond its tiles, in HBM passes over the
+    rows' outputs: the per-row gather, scale and scatter work around the GEMM. TensorRT-LLM
+    1.3.0rc20's block-FP8 CUTLASS MoE on H100 spends 8.5 such passes: at 16384 tokens its
+    large-token time barely changes with the columns per rank (256 experts, top-8, hidden 7168:
+    3.7% of the FP8 peak at 128 columns, 21% at 2048), the mark of a cost per assignment row
+    and hidden column, not per FLOP.
 
     >>> from dataclasses import replace
     >>> c = replace(DEFAULTS, grouped_fixed_s=10e-6, grouped_expert_s=0.1e-6,
@@ -214,6 +222,9 @@ def grouped_extra_s(n, groups, masked_rows, *, hbm_bw_Bps, calib: KernelCalib = 
     if calib.grouped_masked_passes:
         extra = extra + (masked_rows * n * out_bytes * calib.grouped_masked_passes
                          / (hbm_bw_Bps * calib.elementwise_hbm_frac))
+    if calib.grouped_row_passes:
+        extra = extra + (rows * n * out_bytes * calib.grouped_row_passes
+                         / (hbm_bw_Bps * calib.elementwise_hbm_frac))
     return extra
 
 
@@ -226,7 +237,9 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     ``op_bytes`` is bytes per operand element (FP8 = 1, BF16 = 2), ``out_bytes`` per output
     element; ``hbm_bytes`` overrides the total traffic (a caller that accounts weights elsewhere).
     Grouped layouts take the fused-MoE backend's terms where its calibration sets them: its HBM
-    fraction (``grouped_hbm_frac``), smallest M block (``grouped_tile_m_min_rows``) and the time
+    fraction (``grouped_hbm_frac``), smallest M block (``grouped_tile_m_min_rows``), the N and K
+    blocks its tiles pad each expert to (``grouped_n_block_cols``, ``grouped_k_block_cols``:
+    tile count, tile FLOPs and per-SM tile bytes; the HBM bytes are the unpadded ones) and the time
     beyond its tiles (:func:`grouped_extra_s`; ``masked_rows``: assignments to other EP ranks'
     experts that the grid covers); ``m_tile_factor``: skewed routing's M tiles over equal
     groups' (:func:`gemm_tiles`).
@@ -243,17 +256,24 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     grouped = layout != "dense"
     if grouped and calib.grouped_tile_m_min_rows:
         tile_m_min = calib.grouped_tile_m_min_rows
-    _tiles, waves, tile_n = gemm_tiles(m, n, groups, sms, calib, tile_m_min, m_tile_factor)
+    # the tiles walk N and K padded to the backend's blocks where set (its HBM bytes do not)
+    n_tile, k_tile = n, k
+    if grouped and calib.grouped_n_block_cols:
+        n_tile = calib.grouped_n_block_cols * _ceil(n / calib.grouped_n_block_cols)
+    if grouped and calib.grouped_k_block_cols:
+        k_tile = calib.grouped_k_block_cols * _ceil(k / calib.grouped_k_block_cols)
+    _tiles, waves, tile_n = gemm_tiles(m, n_tile, groups, sms, calib, tile_m_min,
+                                      m_tile_factor)
     tm = tile_m_rows(m, calib, tile_m_min)
     per_sm_flops = peak_flops / sms * calib.tensor_frac(layout)
-    compute = waves * (2 * tm * tile_n * k / per_sm_flops + calib.tile_overhead_s)
-    tile_bytes = (tm + tile_n) * k * op_bytes + tm * tile_n * out_bytes
+    compute = waves * (2 * tm * tile_n * k_tile / per_sm_flops + calib.tile_overhead_s)
+    tile_bytes = (tm + tile_n) * k_tile * op_bytes + tm * tile_n * out_bytes
     total_bytes = gemm_bytes(m, n, k, groups, op_bytes, out_bytes) if hbm_bytes is None else hbm_bytes
     memory = _max(total_bytes / (hbm_bw_Bps * calib.hbm_frac(layout)),
                   waves * tile_bytes / calib.sm_bandwidth_Bps)
     if grouped and not calib.mv_grouped:  # kernels that pad to the M block
         extra = grouped_extra_s(n, groups, masked_rows, hbm_bw_Bps=hbm_bw_Bps, calib=calib,
-                                out_bytes=out_bytes)
+                                out_bytes=out_bytes, rows=m * groups)
         if calib.grouped_serial_frac:  # loads and MMAs overlap only in part: max + s min
             serial = calib.grouped_serial_frac * _min(compute, memory)
             compute, memory = compute + serial, memory + serial

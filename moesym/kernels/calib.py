@@ -104,8 +104,18 @@ grouped_masked_passes               0        HBM passes (at elementwise_hbm_frac
                                              covers every assignment writes zeros there and
                                              its activation and top-k sum read them (SGLang's
                                              Triton fused_moe under EP without an all-to-all)
+grouped_row_passes                  0        time per output row of the assignments the grouped
+                                             GEMM computes, beyond its tiles, in HBM passes (at
+                                             elementwise_hbm_frac) over those rows' outputs: the
+                                             backend's per-row gather / scale / scatter work
 grouped_tile_m_min_rows             0        smallest M block of the grouped GEMMs (0: the
                                              kernel class's, 64 rows)
+grouped_n_block_cols                0        N block each expert's grouped-GEMM tiles pad to
+                                             (0: none; FlashInfer's TRT-LLM kernels: 256, the
+                                             gate and up rows of one 128-row weight tile each)
+grouped_k_block_cols                0        K block each expert's tiles pad to (0: none;
+                                             FlashInfer's TRT-LLM kernels: 128, one FP8 scale
+                                             block); tiles only, the HBM bytes stay unpadded
 grouped_serial_frac                 0        share of the shorter of a grouped GEMM's tile
                                              time and memory time not hidden under the longer
                                              (time = max + s min; 0: fully overlapped)
@@ -190,7 +200,10 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
     "grouped_fixed_us": ("grouped_fixed_s", 1e-6, "nonneg", 0.0),
     "grouped_expert_us": ("grouped_expert_s", 1e-6, "nonneg", 0.0),
     "grouped_masked_passes": ("grouped_masked_passes", 1, "nonneg", 0.0),
+    "grouped_row_passes": ("grouped_row_passes", 1, "nonneg", 0.0),
     "grouped_tile_m_min_rows": ("grouped_tile_m_min_rows", 1, "flag", 0),
+    "grouped_n_block_cols": ("grouped_n_block_cols", 1, "flag", 0),
+    "grouped_k_block_cols": ("grouped_k_block_cols", 1, "flag", 0),
     "grouped_serial_frac": ("grouped_serial_frac", 1, "nonneg", 0.0),
 }
 _OPTIONAL = ("tile_step_base_us", "tile_step_us", "tile_step_rows", "tile_step_ref_hidden",
@@ -205,13 +218,15 @@ _OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us"
                      "mv_grouped",
                      "mv_hbm_frac", "unpack_Gweights_per_s", "dequant_pass_rows",
                      "grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
-                     "grouped_masked_passes", "grouped_tile_m_min_rows",
+                     "grouped_masked_passes", "grouped_row_passes", "grouped_tile_m_min_rows",
+                     "grouped_n_block_cols", "grouped_k_block_cols",
                      "grouped_serial_frac")  # written only when not 0
 _SWITCHES = ("mv_grouped",)  # 0 or 1
 # the keys a fused-MoE backend's [moe_kernels] entry may set beside grouped_tensor_frac (its
 # mechanisms: moesym.kernels.analytical.gemm_time's grouped layouts)
 MOE_KERNEL_KEYS = ("grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
-                   "grouped_masked_passes", "grouped_tile_m_min_rows", "grouped_serial_frac")
+                   "grouped_masked_passes", "grouped_row_passes", "grouped_tile_m_min_rows", "grouped_n_block_cols",
+                   "grouped_k_block_cols", "grouped_serial_frac")
 # record of the fit, read by ``moesym list hardware``, never by the model: ``source`` (free
 # text), ``engine`` (the engine and version whose kernels were timed), ``fit_date``,
 # ``heldout_error`` ({kernel class: median |pred / meas - 1| on held-out shapes})
@@ -271,7 +286,10 @@ class KernelCalib:
     grouped_fixed_s: float = 0.0
     grouped_expert_s: float = 0.0
     grouped_masked_passes: float = 0.0
+    grouped_row_passes: float = 0.0
     grouped_tile_m_min_rows: int = 0
+    grouped_n_block_cols: int = 0
+    grouped_k_block_cols: int = 0
     grouped_serial_frac: float = 0.0
     source: str = "moesym defaults (H800 DeepGEMM fit)"
 

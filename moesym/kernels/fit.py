@@ -21,6 +21,7 @@ the fit applies it to masked rows only (a model user passes the rows an expert r
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -66,7 +67,7 @@ _SCALE = {"sm_bandwidth_Bps": 1e9, "launch_s": 1e-6, "tile_overhead_s": 1e-6,
           "attention_gqa_generic_launch_s": 1e-6}
 # where the fused-MoE fit starts the backend terms that [kernel] leaves at 0 (not used)
 _MOE_START = {"grouped_hbm_frac": 0.8, "grouped_fixed_s": 5e-6, "grouped_expert_s": 0.1e-6,
-              "grouped_masked_passes": 1.0, "grouped_serial_frac": 0.3}
+              "grouped_masked_passes": 1.0, "grouped_row_passes": 1.0, "grouped_serial_frac": 0.3}
 # the fit starts the fixed time at each of these (the cost surface has a minimum at each end:
 # a floor paid per GEMM, or the time spread over the experts' weight reads)
 _MOE_FIXED_STARTS = (0.5e-6, 20e-6)
@@ -90,6 +91,7 @@ _BOUNDS = {"sm_bandwidth_Bps": (1.0, 2000.0), "launch_s": (0.0, 100.0),
            # the best streaming kernels reach about 90-93% of the datasheet HBM bandwidth
            "grouped_hbm_frac": (0.3, 0.95), "grouped_fixed_s": (0.0, 500.0),
            "grouped_expert_s": (0.0, 50.0), "grouped_masked_passes": (0.0, 100.0),
+           "grouped_row_passes": (0.0, 100.0),
            "grouped_serial_frac": (0.0, 1.0)}
 
 
@@ -473,12 +475,13 @@ def physical_floor_s(rows: pd.DataFrame, kind: str, hbm_bw_Bps: float) -> np.nda
 def fit_moe(rows: pd.DataFrame, *, sms, hbm_bw_Bps, base: KernelCalib,
             holdout: np.ndarray,
             params=("grouped_contiguous_tensor_frac", "elementwise_launch_s"),
-            tile_m_min=(0,)) -> FitResult:
+            tile_m_min=(0,), blocks=((0, 0),)) -> FitResult:
     """Fit the grouped-GEMM fields ``params`` to balanced fused-MoE rows (the GEMM fit's per-SM
     load rate, tile and launch constants kept); ``tile_m_min``: the grouped GEMMs' smallest M
-    blocks tried (``grouped_tile_m_min_rows``; 0: the kernel class's), the one of the lowest
-    training cost kept. The tables time one fused kernel at every token count, so the masked
-    (decode) layout gets the same fraction. ``params=()`` fits nothing: the errors of ``base``
+    blocks tried (``grouped_tile_m_min_rows``; 0: the kernel class's) and ``blocks`` the (N, K)
+    blocks each expert's tiles pad to (``grouped_n_block_cols``, ``grouped_k_block_cols``; 0:
+    none), the choice of the lowest training cost kept. The tables time one fused kernel at every
+    token count, so the masked (decode) layout gets the same fraction. ``params=()`` fits nothing: the errors of ``base``
     on the rows."""
     rows = rows.reset_index(drop=True)
     train = rows[~holdout]
@@ -489,8 +492,9 @@ def fit_moe(rows: pd.DataFrame, *, sms, hbm_bw_Bps, base: KernelCalib,
     if names:
         lo, hi = _bounds(names)
         best = None
-        for tm, fixed_s in ((t, f) for t in tile_m_min for f in _MOE_FIXED_STARTS):
-            c0 = replace(base, grouped_tile_m_min_rows=int(tm))
+        for tm, (nb, kb), fixed_s in itertools.product(tile_m_min, blocks, _MOE_FIXED_STARTS):
+            c0 = replace(base, grouped_tile_m_min_rows=int(tm), grouped_n_block_cols=int(nb),
+                         grouped_k_block_cols=int(kb))
             start = {n: v for n, v in _MOE_START.items() if n in names and not getattr(c0, n)}
             if "grouped_fixed_s" in start:  # a fixed floor of a few or of tens of us
                 start["grouped_fixed_s"] = fixed_s
