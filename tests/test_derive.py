@@ -356,3 +356,21 @@ def test_ep_answers_for_an_eight_expert_model(what, cli_json):
     with an error about an --ep the user never gave)."""
     r = cli_json(["derive", *what, "mixtral-8x7b", "--hardware", "h100"])
     assert r["value"] in (1, 2, 4, 8)
+
+
+@pytest.mark.slow
+def test_an_answer_beyond_the_searched_range_is_null_in_json(capsys):
+    """Mixtral on 8 H100, EP 8, two micro-batches: the all-to-all hides behind the other
+    micro-batch's compute at every batch searched, so there is no batch where it stops hiding:
+    the JSON answer is null (JSON has no infinity) and the note says why, exit 0."""
+    import json
+
+    from moesym.cli import main
+
+    argv = ["derive", "comm-hidden", "mixtral-8x7b", "--hardware", "h100", "--gpus", "8",
+            "--ep", "8", "--micro-batches", "2", "--no-cache"]
+    assert main(argv) == 0
+    assert "exact answer : none" in capsys.readouterr().out
+    assert main([*argv, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["value"] is None and "hidden at every batch" in d["note"]

@@ -282,7 +282,8 @@ def show(rec: dict, args) -> int:
         emit_json(a)
         return 0
     print(rec["title"])
-    print(f"  exact answer : {a['value']:.6g}   (the {a['timing']} model that predict evaluates)")
+    value = "none" if a["value"] is None else f"{a['value']:.6g}"  # none in the searched range
+    print(f"  exact answer : {value}   (the {a['timing']} model that predict evaluates)")
     f = a["smooth"]
     if f is not None and f["sympy"]:
         print(f"  smooth form  : {rec['variable']}* = {f['skeleton']}   (the regime at the answer, "

@@ -53,6 +53,13 @@ __all__ = ["ClosedForm", "crossover", "attention_overtakes_moe", "max_batch_for_
 B_MAX = 1 << 16  # widest decode batch per attention-DP rank scanned
 
 
+
+def _finite_or_none(v):
+    """``v``, or None where it is a number that is not finite (JSON has no infinity)."""
+    import math
+
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
 @dataclass(frozen=True)
 class ClosedForm:
     """An answer of ``derive``: the full model's root ``value``, the closed form ``expr`` of the
@@ -96,7 +103,10 @@ class ClosedForm:
 
         return {"name": self.name, "latex": self.latex,
                 "sympy": printed(self.expr) if self.expr is not None else "",
-                "value": self.value, "closed_form_value": self.closed_value, "kind": self.kind,
+                # no answer within the searched range ("hidden at every batch up to ..."): null
+                # in JSON, the note says why (the text prints inf)
+                "value": _finite_or_none(self.value),
+                "closed_form_value": _finite_or_none(self.closed_value), "kind": self.kind,
                 "regime": dict(self.regime), "condition": str(self.condition),
                 "timing": self.timing, "note": self.assumptions,
                 "smooth": self.smooth.as_dict() if self.smooth is not None else None,
