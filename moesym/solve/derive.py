@@ -34,8 +34,7 @@ import sympy as sp
 
 from ..symbolic.compile import evaluate
 from ..errors import MoesymError
-from ..model.step import StepModel
-from ..model.step_cache import cached_step
+from ..model.step import StepModel, build_step
 from ..specs.deployment import Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec, expert_weights
@@ -124,7 +123,7 @@ class ClosedForm:
 
 def _decode_step(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int) -> StepModel:
     dep.check_overlap(Phase.DECODE)
-    return cached_step(model, hw, dep, Workload(Phase.DECODE, batch=1, context=context))
+    return build_step(model, hw, dep, Workload(Phase.DECODE, batch=1, context=context))
 
 
 def regime_at(step: StepModel, overrides: Mapping[sp.Symbol, float]) -> dict:
@@ -377,9 +376,9 @@ def _serve_exprs(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Worklo
     from ..numbers.metrics import accepted_tokens, serve_point, serve_rates
     from ..symbolic.expr import smin
 
-    mix = cached_step(model, hw, dep, Workload(Phase.SERVE, batch=1, isl=wl.isl, osl=wl.osl,
+    mix = build_step(model, hw, dep, Workload(Phase.SERVE, batch=1, isl=wl.isl, osl=wl.osl,
                                               chunk=chunk, prefix_hit=wl.prefix_hit))
-    dec = cached_step(model, hw, dep, Workload(Phase.DECODE, batch=1, context=wl.context))
+    dec = build_step(model, hw, dep, Workload(Phase.DECODE, batch=1, context=wl.context))
     a = accepted_tokens(dep)
     acc = 1 if a == 1 else sp.Float(a)
     hit = S.prefix_hit if wl.prefix_hit else 0
@@ -728,7 +727,7 @@ def optimal_ep(model: ModelSpec, hw: HardwareSpec, workload: Workload,
         raise MoesymError("no EP up to --max-ep fits in memory at this batch and context")
     best = max(ok, key=lambda t: t[1])
     rep = base.with_(gpus=_rep_ep(model, base), ep=_rep_ep(model, base))
-    step = cached_step(model, hw, rep, workload)
+    step = build_step(model, hw, rep, workload)
     c, m = routed_expert_roofline_expr(step.terms)
     eq = substitute(c - m, {S.gpus: S.ep})
     vals = {k: v for k, v in step.values.items() if k != S.ep}
@@ -780,7 +779,7 @@ def _instance_time(model: ModelSpec, hw: HardwareSpec, base: Deployment, context
     e = _rep_ep(model, base)
     rep = base.with_(gpus=e, ep=e, timing="roofline", routing="balanced")
     base.check_overlap(Phase.DECODE)
-    step = cached_step(model, hw, rep, Workload(Phase.DECODE, batch=1, context=context))
+    step = build_step(model, hw, rep, Workload(Phase.DECODE, batch=1, context=context))
     expr = substitute(substitute(step.expr, {S.gpus: S.ep}), {S.batch: per_rank_batch})
     expr = apply_rules(_all_experts_read(expr), [RELAX_CEILING])
     vals = {k: v for k, v in step.values.items() if k in symbols_of(expr) and k != S.ep}
@@ -1044,7 +1043,7 @@ def solve(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload, var
     dep.check_overlap(wl.phase)
     if var in _DEPLOYMENT_VARS:
         return _solve_deployment(model, hw, dep, wl, var, equal, minimize, span)
-    step = cached_step(model, hw, dep, wl)
+    step = build_step(model, hw, dep, wl)
     terms, mem_values = solve_terms(step)
     sym, integer, attr = _variable(var)
     values = {**mem_values, **step.values}
@@ -1109,7 +1108,7 @@ def _solve_deployment(model, hw, dep, wl, var, equal, minimize, span) -> ClosedF
             d = dep.with_(**{field_: v}) if field_ != "gpus" else dep.with_(gpus=v, ep=None)
             d.check_model(model)
             d.check_overlap(wl.phase)
-            step = cached_step(model, hw, d, wl)
+            step = build_step(model, hw, d, wl)
         except MoesymError:  # SpecError included: not a valid deployment
             continue
         terms, mem_values = solve_terms(step)
@@ -1220,7 +1219,7 @@ def sensitivity(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workloa
         return {"of": of, "value": cf.smooth.relaxed_root, "exact_answer": cf.value,
                 "point": {}, "rows": list(cf.sensitivity)}
     dep.check_overlap(wl.phase)
-    step = cached_step(model, hw, dep, wl)
+    step = build_step(model, hw, dep, wl)
     terms, mem_values = solve_terms(step)
     terms["step_time"] = step.expr
     if wl.phase is Phase.PREFILL:
