@@ -91,6 +91,7 @@ def _moe_routed_s(routing: str, batch: int) -> float:
     return json.loads(out.stdout)["per_layer_s"]["moe_routed"]
 
 
+@pytest.mark.slow  # three predicts in fresh processes: 9 s
 def test_zipf_at_ep1_pads_more_tiles_than_uniform():
     # EP 1: no rank imbalance, so before the tile padding zipf changed nothing; at 2048 tokens
     # (256 x 8 assignments x 8 = 64 rows per expert on average) the hot experts' extra tiles
