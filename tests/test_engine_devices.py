@@ -93,3 +93,14 @@ def test_bad_vendor_and_runs_on_are_one_line(tmp_path):
                                                     'runs_on = ["cerebras"]'))
     with pytest.raises(SpecError, match="runs_on"):
         load_engine(str(g))
+
+
+def test_list_engines_says_where_each_runs_and_where_it_is_the_default():
+    rc, out, _ = _run("list", "engines", "--json")
+    rows = {r["name"]: r for r in json.loads(out)["engines"]}
+    assert rc == 0 and list(rows) == list(RUNS_ON)
+    for name, makers in RUNS_ON.items():
+        assert set(rows[name]["runs_on"]) == {VENDORS[m] for m in makers}
+    assert {"m2-ultra", "ryzen-ai-max-395"} <= set(rows["llama.cpp"]["default_on"])
+    assert set(rows["tt-metal"]["default_on"]) == {h for h, m in MAKER.items() if m == "tenstorrent"}
+    assert "h200" in rows["sglang"]["default_on"] and not rows["trtllm"]["default_on"]

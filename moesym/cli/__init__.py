@@ -28,7 +28,7 @@ COMMANDS = {
     "simulate": "a serving benchmark simulated request by request: TTFT/TPOT percentiles",
     "validate": "error against published end-to-end measurements",
     "report": "one self-contained HTML page of a prediction (charts, timeline, formulas)",
-    "list": "built-in models and GPUs, their sources and calibration state",
+    "list": "built-in models, GPUs and engines: their sources, calibration state and where each engine runs",
 }
 
 

@@ -1,5 +1,5 @@
-"""``moesym list {models,hardware}``: what is built in, where each figure comes from, and how
-each GPU is calibrated."""
+"""``moesym list {models,hardware,engines}``: what is built in, where each figure comes from, how
+each GPU is calibrated, and which engines run where."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ __all__ = ["register", "calibration_state"]
 
 def register(sub) -> None:
     p = sub.add_parser("list", help=COMMANDS["list"])
-    p.add_argument("what", choices=("models", "hardware"))
+    p.add_argument("what", choices=("models", "hardware", "engines"))
     add_json(p)
     p.set_defaults(func=run)
 
@@ -29,6 +29,7 @@ def calibration_state(hw) -> str:
 def _hardware_rows() -> list[dict]:
     import warnings
 
+    from ..engines import default_engine
     from ..report.validation import kernel_heldout
     from ..specs.hardware import builtin_hardware, load_hardware
 
@@ -48,6 +49,7 @@ def _hardware_rows() -> list[dict]:
                      "fit_date": str(kernel.get("fit_date", "")),
                      # held-out median |model / measured - 1| per kernel class (fitted GPUs)
                      "kernel_error": _heldout(name, kernel, table) if state == "fitted" else None,
+                     "vendor": hw.vendor, "default_engine": default_engine(hw),
                      "serving_efficiency": hw.efficiency.serving,
                      "peaks_TFLOPs": {k: v / 1e12 for k, v in hw.peaks_flops.items()},
                      "hbm_TBps": hw.hbm_bw_Bps / 1e12, "hbm_GB": hw.hbm_capacity_bytes / 1e9})
@@ -82,17 +84,43 @@ def _model_rows() -> list[dict]:
     return rows
 
 
+def _engine_rows() -> list[dict]:
+    """Each built-in engine profile: version read, the device makers it runs on, and the
+    built-in devices that time it when --engine is not given (their ``default_engine``)."""
+    import warnings
+
+    from ..engines import builtin_engines, default_engine, load_engine
+    from ..specs.hardware import VENDORS, builtin_hardware, load_hardware
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hws = [load_hardware(n) for n in builtin_hardware()]
+    rows = []
+    for name in builtin_engines():
+        p = load_engine(name)
+        rows.append({"name": name, "version": p.version, "description": p.description,
+                     "runs_on": [VENDORS[v] for v in p.runs_on] or ["any"],
+                     "default_on": [h.name for h in hws if default_engine(h) == name]})
+    return rows
+
+
 def run(args) -> int:
-    rows = _hardware_rows() if args.what == "hardware" else _model_rows()
+    rows = {"hardware": _hardware_rows, "engines": _engine_rows}.get(args.what, _model_rows)()
     if args.json:
         emit_json({args.what: rows})
+        return 0
+    if args.what == "engines":
+        for r in rows:
+            print(f"{r['name']:<10} {r['version']}: {r['description']}")
+            print(f"{'':<10} runs on {', '.join(r['runs_on'])}; timed without --engine on: "
+                  f"{', '.join(r['default_on']) or 'none'}")
         return 0
     if args.what == "hardware":
         for r in rows:
             peaks = ", ".join(f"{k} {v:g}" for k, v in r["peaks_TFLOPs"].items())
             print(f"{r['name']:<13} kernel model: {r['kernel_calibration']:<14} "
                   f"serving efficiency {r['serving_efficiency']:.3f}  {r['hbm_GB']:.0f} GB at "
-                  f"{r['hbm_TBps']:.2f} TB/s, {peaks} TFLOP/s")
+                  f"{r['hbm_TBps']:.2f} TB/s, {peaks} TFLOP/s; engine {r['default_engine']}")
             if r["calibration"] != "datasheet only":
                 fit = ", ".join(x for x in (r["engine"], r["fit_date"]) if x)
                 err = ("; held-out error " + ", ".join(f"{k} {v:.0%}" for k, v in
