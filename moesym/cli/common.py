@@ -316,13 +316,14 @@ def _cache_flags_need_a_cache(args) -> None:
                           "resident on the device)", stacklevel=3)
 
 
-def engine_from(args) -> str:
-    """--engine, or the (first) hardware file's default engine when it is not given."""
+def engine_from(args, hardware: str | None = None) -> str:
+    """--engine, or the named hardware file's default engine when it is not given (default:
+    the first of --hardware)."""
     if getattr(args, "engine", None):
         return args.engine
     from ..engines import default_engine
 
-    return default_engine(load_hardware(args.hardware.split(",")[0].strip()))
+    return default_engine(load_hardware(hardware or args.hardware.split(",")[0].strip()))
 
 
 def deployment_from(args) -> Deployment:

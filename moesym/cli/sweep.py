@@ -6,13 +6,12 @@ import math
 from dataclasses import replace
 
 from ..errors import MoesymError
-from ..specs.hardware import load_hardware
 from ..specs.model import load_model
 from ..search.sweep import (dask_client, list_size, parse_list, sweep_columns, sweep_dask,
                             write_sweep, write_sweep_dask)
 from . import COMMANDS
-from .common import (add_deployment, add_no_cache, deployment_from, node_gpus, positive_int,
-                     probability)
+from .common import (add_deployment, add_no_cache, deployment_from, engine_from, node_gpus,
+                     positive_int, probability)
 
 __all__ = ["register"]
 
@@ -181,10 +180,8 @@ def _distribution(args) -> str | None:
 def _bases(args, base, weights):
     """(hardware, base deployment) per hardware file (each once, its own node size and, without
     --engine, its own default engine) and weight format, in the order the rows are written."""
-    from ..engines import default_engine
-
     for hw in dict.fromkeys(h.strip() for h in args.hardware.split(",")):
-        engine = args.engine or default_engine(load_hardware(hw))
+        engine = engine_from(args, hw)
         for w in weights:
             yield hw, replace(base, weights=w.strip(), gpus_per_node=node_gpus(args, hw),
                               engine=engine)
