@@ -386,7 +386,7 @@ def test_fitted_gemms_and_moe_backends_never_beat_physics(gpu, which, m, n, k, g
     assert float(t) >= floor * (1 - 1e-12)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(fit=st.sampled_from([(hw.name, k) for hw in FITTED if hw.allreduce is not None
                              for k in ("", *hw.allreduce_kernels)]),
        tokens=st.integers(1, 65536), hidden=st.sampled_from([2048, 4096, 5120, 7168, 8192]),

@@ -149,12 +149,13 @@ def _library_point(argv, p):
                                     dict(work=50, isl=2000, osl=500, gpus=4, ep=4, tp=1, mb=1,
                                          overlap="none", a2a="deepep-ll")],
                  marks=pytest.mark.slow),
-    (PREFILL, "--tokens", [dict(work=16384, context=4096, gpus=32, ep=32, tp=1, mb=1),
-                           dict(work=3000, context=9000, gpus=64, ep=64, tp=1, mb=2),
-                           dict(work=8192, context=8192, gpus=32, ep=32, tp=1, mb=2,
-                                overlap="tbo-sglang"),
-                           dict(work=4096, context=4096, gpus=16, ep=16, tp=1, mb=1,
-                                overlap="none", a2a="deepep-ll")]),
+    pytest.param(PREFILL, "--tokens", [dict(work=16384, context=4096, gpus=32, ep=32, tp=1, mb=1),
+                                       dict(work=3000, context=9000, gpus=64, ep=64, tp=1, mb=2),
+                                       dict(work=8192, context=8192, gpus=32, ep=32, tp=1, mb=2,
+                                            overlap="tbo-sglang"),
+                                       dict(work=4096, context=4096, gpus=16, ep=16, tp=1, mb=1,
+                                            overlap="none", a2a="deepep-ll")],
+                 marks=pytest.mark.slow),  # 10-30 s: four prefill pages' models built
 ])
 def test_the_generated_javascript_gives_predicts_numbers(tmp_path, capsys, argv, flag, points):
     got_all = _node(tmp_path, _page(tmp_path, argv).read_text(), points)

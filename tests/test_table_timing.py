@@ -108,6 +108,7 @@ def test_decode_attention_interpolates_in_batch_and_kv_length(tmp_path):
     assert _part(st8, "attention_core", "attention_core") != pytest.approx(lat_us(48, 3000) * 1e-6)
 
 
+@pytest.mark.slow  # 15-45 s: a tables-timed Qwen3 step built per batch
 def test_grouped_gemm_rows_are_tokens_per_local_expert(tmp_path):
     # Qwen3-30B-A3B on one H20: 128 local experts, gate+up N = 1536, K = 2048; down N = 2048,
     # K = 768; tokens per expert = batch x 8 / 128. Constant latencies 40 us and 25 us.

@@ -130,6 +130,7 @@ def test_user_cases_file(tmp_path):
     assert d["serving_fits"]["h20"]["serving_frac"] == pytest.approx(min(1.0, both), rel=1e-12)
 
 
+@pytest.mark.slow  # 15-50 s: every serving case's steady state built
 def test_serve_cases_are_validated_on_predicts_steady_state(tmp_path):
     """A serve case (every metric) is compared with what `moesym predict --phase serve` reports
     (the run crashed on tpot_s: the mixed step alone has none); times print in ms."""
