@@ -30,7 +30,8 @@ TensorRT-LLM's (its switch points fitted on the table: see TRTLLM_NCCL_MARGIN); 
 profile's ``[ENGINE.kernels] allreduce`` names the one it runs. ``--write`` stores each fitted
 ``[kernel]`` table (with the source, engine, date and held-out errors) and the all-reduce
 tables in hardware/<gpu>.toml (the rest of the file kept); ``--markdown`` writes the fit's
-held-out table; ``--allreduce-only`` fits only the all-reduce tables; ``--attention-only``
+held-out table; ``--allreduce-only`` fits only the all-reduce tables, ``--deepep-only`` only
+DeepEP inside one node; ``--attention-only``
 fits only the attention fields of ``[kernel]`` on the committed rest (GEMM and fused-MoE
 fields kept as they are).
 
@@ -92,7 +93,7 @@ from moesym.kernels import aic
 from moesym.kernels.calib import DEFAULTS, ENGINES_KEY, MOE_KERNEL_KEYS, kernel_calib
 from moesym.kernels.fit import (fit_attention, fit_gemm, fit_moe, physical_floor_s,
                                 replace_toml_table, split_shapes, write_kernel_table)
-from moesym.specs.hardware import load_hardware
+from moesym.specs.hardware import DeepEPKernel, load_hardware
 from moesym.terms.elementwise import fp8_input_cast
 
 SOURCE = "AIConfigurator kernel tables (ai-dynamo/aiconfigurator @ 095f58a, Apache-2.0)"
@@ -708,10 +709,21 @@ def _deepep_bytes(mode: str, op: str, E, k, d, T) -> float:
     return float(v.intra_bytes)
 
 
+def _deepep_model(x, nbytes, experts, tokens):
+    """DeepEP time (s) of :class:`moesym.specs.hardware.DeepEPKernel` with ``x`` = (fixed us,
+    GB/s[, ns per expert, us per token a thread block sends]): normal mode fits the first two."""
+    t = x[0] * 1e-6 + nbytes / (x[1] * 1e9)
+    if len(x) > 2:
+        blocks = np.ceil(experts / DeepEPKernel.LL_WARP_GROUPS)
+        t = t + x[2] * 1e-9 * experts + x[3] * 1e-6 * np.ceil(tokens / blocks)
+    return t
+
+
 def fit_deepep(root: Path, gpu: str) -> dict | None:
     """Per mode (low-latency, normal) and direction (dispatch, combine): a fixed time and an
-    NVLink rate, time = fixed + bytes / rate, fitted on SGLang's one-node DeepEP tables (every
-    other token count held out)."""
+    NVLink rate, time = fixed + bytes / rate, and for the low-latency kernels a time per expert
+    and per token each thread block sends in turn (:class:`DeepEPKernel`), fitted on SGLang's
+    one-node DeepEP tables (every other token count held out)."""
     from scipy.optimize import least_squares
 
     if load_hardware(gpu).gpus_per_node != DEEPEP_GPUS:  # the fit is an 8-GPU node's
@@ -727,6 +739,9 @@ def fit_deepep(root: Path, gpu: str) -> dict | None:
         df = df.sort_values(["hidden_size", "num_topk", "num_experts", "num_token"])
         test = (df.groupby(["hidden_size", "num_topk", "num_experts"]).cumcount() % 2 == 1)
         test = test.to_numpy()
+        experts, tokens = df.num_experts.to_numpy(float), df.num_token.to_numpy(float)
+        x0, lo, hi = ([10.0, 200.0], [0, 1], [500, 5000]) if mode == "normal" else \
+            ([10.0, 200.0, 10.0, 1.0], [0, 1, 0, 0], [500, 5000, 1000, 100])
         for op in ("dispatch", "combine"):
             meas = df[col.format(op=op)].to_numpy(float) * 1e-6
             ok = meas > 0
@@ -735,14 +750,16 @@ def fit_deepep(root: Path, gpu: str) -> dict | None:
                                .itertuples(index=False)])
 
             def resid(x, sel):
-                return np.log((x[0] * 1e-6 + nbytes[sel] / (x[1] * 1e9)) / meas[sel])
+                return np.log(_deepep_model(x, nbytes[sel], experts[sel], tokens[sel])
+                              / meas[sel])
 
             tr = ok & ~test
-            r = least_squares(resid, [10.0, 200.0], args=(tr,), bounds=([0, 1], [500, 5000]))
-            pred = r.x[0] * 1e-6 + nbytes / (r.x[1] * 1e9)
-            err = np.abs(pred / meas - 1)
+            r = least_squares(resid, x0, args=(tr,), bounds=(lo, hi))
+            err = np.abs(_deepep_model(r.x, nbytes, experts, tokens) / meas - 1)
             he = err[ok & test]
             out[f"{mode}_{op}"] = {"fixed_us": float(r.x[0]), "GBps": float(r.x[1]),
+                                   **({"expert_ns": float(r.x[2]),
+                                       "block_token_us": float(r.x[3])} if len(r.x) > 2 else {}),
                                    "version": v, "rows": int(ok.sum()),
                                    "held_out": int((ok & test).sum()),
                                    "median": float(np.median(he)),
@@ -755,7 +772,10 @@ def deepep_block(dp: dict, gpu: str, date: str) -> str:
     v = next(iter(dp.values()))["version"]
     lines = [f"# DeepEP inside one node, written {date} by benchmarks/kernel_fit_aic.py --heldout: "
              f"time = fixed + bytes / rate per mode and direction (bytes as the step model counts "
-             f"them), fitted on {SOURCE}, {aic.GPU_FOLDERS[gpu]}, SGLang {v} DeepEP tables "
+             f"them), low-latency + ns per expert x experts + us per token x ceil(tokens / "
+             f"ceil(experts / {DeepEPKernel.LL_WARP_GROUPS})) (its thread blocks, DeepEP 1.0.0 "
+             f"internode_ll.cu:305), fitted on {SOURCE}, {aic.GPU_FOLDERS[gpu]}, SGLang {v} "
+             f"DeepEP tables "
              f"(8 GPUs; normal mode at {DEEPEP_SMS} SMs; every other token count held out: "
              + ", ".join(f"{k} {r['median']:.1%}" for k, r in dp.items())
              + "); across nodes the [interconnect] and [latency_us] figures apply",
@@ -763,6 +783,9 @@ def deepep_block(dp: dict, gpu: str, date: str) -> str:
     for k, r in dp.items():
         lines.append(f"{k}_us = {r['fixed_us']:.3g}")
         lines.append(f"{k}_GBps = {r['GBps']:.4g}")
+        for key in ("expert_ns", "block_token_us"):
+            if key in r:
+                lines.append(f"{k}_{key} = {r[key]:.4g}")
     lines.append(f'source = "fit to {SOURCE} ({aic.GPU_FOLDERS[gpu]}, SGLang {v} DeepEP, one '
                  'node)"')
     return "\n".join(lines) + "\n"
@@ -795,6 +818,43 @@ def moe_kernels_block(rows: list[dict], gpu: str, date: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def deepep_rows(dp: dict | None, gpu: str) -> list[dict]:
+    """The held-out table's rows of a DeepEP fit (:func:`fit_deepep`)."""
+    return [{"gpu": gpu, "class": "deepep", "backend": k.replace("_", " "),
+             "engine": f"SGLang {r['version']}", "dtype": "fp8/bf16",
+             "rows_fitted": r["rows"] - r["held_out"], "rows_held_out": r["held_out"],
+             "excluded": 0, "median": r["median"], "p90": r["p90"],
+             **{k2: r[k2] for k2 in ("fixed_us", "GBps", "expert_ns", "block_token_us")
+                if k2 in r}}
+            for k, r in (dp or {}).items()]
+
+
+def refit_deepep(root: Path, gpus: list[str], date: str, write: bool) -> int:
+    """Fit DeepEP alone (:func:`fit_deepep`): replace the DeepEP rows of the committed held-out
+    table and, with ``write``, each GPU's ``[deepep]``."""
+    import json
+
+    path = data_dir("bench_data") / HELDOUT_JSON
+    doc = json.loads(path.read_text())
+    for gpu in gpus:
+        dp = fit_deepep(root, gpu)
+        if not dp:
+            continue
+        new = deepep_rows(dp, gpu)
+        for r in new:
+            print(gpu, {k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()})
+        old = [i for i, r in enumerate(doc["rows"]) if r["gpu"] == gpu and r["class"] == "deepep"]
+        at = old[0] if old else len(doc["rows"])
+        doc["rows"] = [r for i, r in enumerate(doc["rows"]) if i not in old]
+        doc["rows"][at:at] = new
+        if write:
+            replace_toml_table(data_dir("hardware") / f"{gpu}.toml", "deepep",
+                               deepep_block(dp, gpu, date))
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
 def write_heldout(root: Path, gpus: list[str], date: str, write: bool) -> int:
     """Evaluate every GPU (:func:`evaluate_gpu`, the custom all-reduce fit) and write the held-out
     table as bench_data/kernel_heldout.json; with ``write`` also each GPU's ``[moe_kernels]``."""
@@ -810,12 +870,7 @@ def write_heldout(root: Path, gpus: list[str], date: str, write: bool) -> int:
                         "rows_held_out": ar["held_out"], "excluded": 0,
                         "median": ar["test_median"], "p90": ar["test_p90"]})
         dp = fit_deepep(root, gpu)
-        for k, r in (dp or {}).items():
-            got.append({"gpu": gpu, "class": "deepep", "backend": k.replace("_", " "),
-                        "engine": f"SGLang {r['version']}", "dtype": "fp8/bf16",
-                        "rows_fitted": r["rows"] - r["held_out"], "rows_held_out": r["held_out"],
-                        "excluded": 0, "median": r["median"], "p90": r["p90"],
-                        "fixed_us": r["fixed_us"], "GBps": r["GBps"]})
+        got += deepep_rows(dp, gpu)
         for r in got:
             print(gpu, {k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()})
         rows += got
@@ -924,10 +979,15 @@ def main(argv=None) -> int:
     ap.add_argument("--allreduce-only", action="store_true",
                     help="fit and write only the engines' custom all-reduce ([allreduce]: "
                          "SGLang's; [allreduce.trtllm]: TensorRT-LLM's)")
+    ap.add_argument("--deepep-only", action="store_true",
+                    help="fit only DeepEP inside one node: its rows of the held-out table and, "
+                         "with --write, each GPU's [deepep]")
     a = ap.parse_args(argv)
     gpus = a.gpu or [g for g, d in aic.GPU_FOLDERS.items() if (a.folder / d).is_dir()]
     date = _dt.date.today().isoformat()
     fits = []
+    if a.deepep_only:
+        return refit_deepep(a.folder, gpus, date, a.write)
     if a.heldout:
         return write_heldout(a.folder, gpus, date, a.write)
     for gpu in gpus:

@@ -496,21 +496,80 @@ def test_one_node_deepep_is_the_fitted_kernel(cli_json):
     """DeepSeek-V3 decode on 8 H200, EP8 (DeepEP low-latency inside one node), 64 tokens per
     GPU: dispatch sends 64 x 7168 x (1 + 4/128) B (FP8 with a scale per 128) x 8 experts x 7/8
     (the experts on other GPUs), combine the same in BF16; each takes the fitted fixed time
-    (launch included) plus its bytes at the fitted rate of hardware/h200.toml's [deepep]. H800
-    has no such fit: its dispatch stays on the [interconnect] rate."""
+    (launch included), one poll per expert (256), the tokens of one of the kernel's
+    ceil(256 / 3) = 86 thread blocks in turn (ceil(64 / 86) = 1) and its bytes at the fitted
+    rate of hardware/h200.toml's [deepep]. H800 has no such fit: its dispatch stays on the
+    [interconnect] rate."""
     hw = load_hardware("h200")
     argv = ["predict", "deepseek-v3", "--phase", "decode", "--batch", "64", "--context", "1024",
             "--gpus", "8", "--tp", "1", "--ep", "8", "--weights", "fp8", "--hardware"]
     out = cli_json(argv + ["h200"])
     sent = {"dispatch": 64 * 7168 * (1 + 4 / 128) * 8 * 7 / 8, "combine": 64 * 7168 * 2 * 8 * 7 / 8}
     for op, nbytes in sent.items():
-        fixed, rate = hw.deepep[f"ll_{op}"]
+        k = hw.deepep[f"ll_{op}"]
+        assert k.expert_s > 0 and k.block_token_s > 0
         assert out["work_per_layer"][op]["net_bytes"] == pytest.approx(nbytes)
-        assert out["per_layer_s"][op] == pytest.approx(fixed + nbytes / rate, rel=1e-9)
+        want = k.fixed_s + 256 * k.expert_s + 1 * k.block_token_s + nbytes / k.rate_Bps
+        assert out["per_layer_s"][op] == pytest.approx(want, rel=1e-9)
     assert not load_hardware("h800").deepep
     h800 = cli_json(argv + ["h800"])["per_layer_s"]["dispatch"]
     up = load_hardware("h800")
     assert h800 > sent["dispatch"] / (up.scale_up_Bps * up.efficiency.scale_up)
+
+
+def test_low_latency_deepep_with_few_experts_sends_from_few_blocks(cli_json):
+    """Mixtral 8x7B (8 experts, top-2) on 8 H100, EP8 low-latency, 256 tokens per GPU: the
+    kernel launches ceil(8 / 3) = 3 thread blocks, so each casts and sends ceil(256 / 3) = 86
+    tokens in turn (DeepEP 1.0.0 internode_ll.cu:305); SGLang's one-node table shows the same
+    8-expert dispatch at 1024 tokens 2.4x slower than its 8x larger combine. The dispatch is
+    the fitted fixed time + 8 polls + 86 block tokens + its bytes at the rate."""
+    hw = load_hardware("h100")
+    k = hw.deepep["ll_dispatch"]
+    out = cli_json(["predict", "mixtral-8x7b", "--phase", "decode", "--batch", "256",
+                    "--context", "1024", "--gpus", "8", "--ep", "8", "--a2a", "deepep-ll",
+                    "--hardware", "h100"])
+    nbytes = out["work_per_layer"]["dispatch"]["net_bytes"]
+    want = k.fixed_s + 8 * k.expert_s + 86 * k.block_token_s + nbytes / k.rate_Bps
+    assert out["per_layer_s"]["dispatch"] == pytest.approx(want, rel=1e-9)
+    assert 86 * k.block_token_s > nbytes / k.rate_Bps  # the blocks, not the link, set it
+
+
+def test_deepep_fit_recovers_known_low_latency_constants(tmp_path):
+    """benchmarks/kernel_fit_aic.py's DeepEP fit on a one-node low-latency table made here in
+    AIConfigurator's layout from known constants (dispatch: 7 us, 280 GB/s, 13 ns per expert,
+    0.7 us per token a block sends; combine: 9 us, 230 GB/s, 6 ns, 0.08 us) over 8 to 384
+    experts: bytes as the step counts them, blocks ceil(experts / 3) (DeepEP 1.0.0). It finds
+    the four constants and the held-out rows are exact."""
+    import importlib.util
+    from pathlib import Path
+
+    import numpy as np
+    import pandas as pd
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_fit_aic.py"
+    spec = importlib.util.spec_from_file_location("kernel_fit_aic", path)
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    true = {"dispatch": (7.0, 280.0, 13.0, 0.7), "combine": (9.0, 230.0, 6.0, 0.08)}
+    rows = []
+    for E, k, d in ((8, 2, 4096), (16, 1, 5120), (128, 8, 2048), (256, 8, 7168), (384, 6, 7168)):
+        for T in 2 ** np.arange(11):
+            r = {"node_num": 1, "hidden_size": d, "num_token": int(T), "num_topk": k,
+                 "num_experts": E}
+            for op, (f, g, e, b) in true.items():
+                nbytes = fit._deepep_bytes("ll", op, E, k, d, T)
+                t = f * 1e-6 + nbytes / (g * 1e9) + e * 1e-9 * E + b * 1e-6 * np.ceil(T / np.ceil(E / 3))
+                r[f"{op}_avg_t_us"] = t * 1e6
+            rows.append(r)
+    folder = tmp_path / "h200_sxm" / "comm" / "sglang" / "1.0"
+    folder.mkdir(parents=True)
+    pd.DataFrame(rows).to_parquet(folder / "wideep_deepep_ll_perf.parquet")
+    got = fit.fit_deepep(tmp_path, "h200")
+    for op, want in true.items():
+        g = got[f"ll_{op}"]
+        assert (g["fixed_us"], g["GBps"], g["expert_ns"], g["block_token_us"]) == pytest.approx(
+            want, rel=1e-3)
+        assert g["median"] < 1e-6
 
 
 def test_trtllm_allreduce_fit_recovers_known_switch_points(tmp_path):

@@ -85,6 +85,10 @@ masked passes under EP; H200 triton_ep held-out 23.6% -> 6.8%), with the step ti
 experts as the fit times a fused-MoE layer, max(compute, load) + s min(compute, load)
 (moesym.model.layer_time.loads_overlap). #3 (H200, SGLang's Triton under EP8 with an
 all-gather) -16.5%; the others -2.2% to +0.2%.
+Entries #7, #12, #18 and #19 (DeepEP low-latency inside one node of B200 / H100) were re-captured
+when its fit got a time per expert and per token each of the kernel's ceil(experts / 3) thread
+blocks sends in turn (DeepEP 1.0.0 internode_ll.cu:305; dispatch held-out median 19-21% ->
+2.4-3.1%): step times -1.2% to -0.1%.
 """
 
 from __future__ import annotations

@@ -208,6 +208,8 @@ def test_missing_serving_efficiency_warns_and_names_the_default(tmp_path):
         load_hardware(p)
 
 
+_DEEPEP = "[deepep]\n" + "".join(f"{op}_us = 10\n{op}_GBps = 200\n" for op in (
+    "ll_dispatch", "ll_combine", "normal_dispatch", "normal_combine"))
 _ALLREDUCE = ("[allreduce]\nfixed_us = 3\noneshot_GBps = 300\ntwoshot_GBps = 300\n"
               "oneshot_max_KiB = 128\nmax_MiB = 16\n")
 
@@ -258,6 +260,11 @@ def test_engine_allreduce_tables(tmp_path):
      r"\[allreduce.trtllm\] max_MiB.2"),
     (GOOD_TOML + _ALLREDUCE + "[allreduce.trtllm.x]\nfixed_us = 3\n",
      r"\[allreduce.trtllm\]: unknown key 'x'"),
+    # DeepEP: the low-latency kernels' serial terms are non-negative; normal mode has none
+    (GOOD_TOML + _DEEPEP + "ll_dispatch_expert_ns = -1\n",
+     r"\[deepep\] ll_dispatch_expert_ns: must be a non-negative"),
+    (GOOD_TOML + _DEEPEP + "normal_combine_block_token_us = 1\n",
+     r"\[deepep\]: unknown key 'normal_combine_block_token_us'"),
 ])
 def test_bad_hardware_files(tmp_path, text, match):
     p = tmp_path / "gpu.toml"

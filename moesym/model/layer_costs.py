@@ -9,13 +9,13 @@ import sympy as sp
 
 from ..routing.stats import GroupRouting
 from ..specs.deployment import A2AMode, Deployment, Phase, Workload
-from ..specs.hardware import HardwareSpec
+from ..specs.hardware import DeepEPKernel, HardwareSpec
 from ..specs.model import ModelSpec
 from ..symbolic.symbols import S
 from ..attention import compose
 from ..terms import comm, elementwise as ew, ffn
 from ..terms.cost import Cost, GemmShape, KernelClass, LoadShape, component_symbols
-from ..symbolic.expr import smax
+from ..symbolic.expr import smax, sym
 from ..terms.dims import Dims
 from ..specs.time_models import lookup
 from .expert_tiers import host_computed
@@ -104,7 +104,8 @@ def moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
         else:
             ops = _deepep_one_node(hw, dep, a2a)
             for name, term in (("dispatch", comm.dispatch), ("combine", comm.combine)):
-                up, lat = ops[name] if ops else (bw_up, S.lat_up)
+                up, lat = (ops[name].rate_Bps, _deepep_fixed_s(ops[name], D, t_gpu)) if ops \
+                    else (bw_up, S.lat_up)
                 c = term(D, t_gpu, up, bw_out, lat, S.lat_out, D.gpus_per_node, a2a, groups)
                 # the fitted fixed time is the measured kernel's, launch included
                 costs[name] = [replace(c, launches=sp.Integer(0)) if ops else c]
@@ -286,15 +287,29 @@ def _mesh_a2a(model: ModelSpec, dep: Deployment, hw: HardwareSpec | None, D: Dim
 
 
 def _deepep_one_node(hw: HardwareSpec | None, dep: Deployment, a2a: A2AMode) -> dict | None:
-    """DeepEP inside one node on a GPU with a fitted ``[deepep]``: ``{"dispatch": (bytes/s,
-    fixed s), "combine": ...}`` of the mode that runs; None elsewhere (across nodes, or no
+    """DeepEP inside one node on a GPU with a fitted ``[deepep]``: ``{"dispatch":
+    DeepEPKernel, "combine": ...}`` of the mode that runs; None elsewhere (across nodes, or no
     fit: the [interconnect] rate and [latency_us] apply)."""
     if (hw is None or not hw.deepep or not a2a.is_deepep or dep.mesh is not None
             or dep.ep > hw.gpus_per_node):
         return None
     mode = "ll" if a2a is A2AMode.DEEPEP_LL else "normal"
-    return {op: (hw.deepep[f"{mode}_{op}"][1], hw.deepep[f"{mode}_{op}"][0])
-            for op in ("dispatch", "combine")}
+    return {op: hw.deepep[f"{mode}_{op}"] for op in ("dispatch", "combine")}
+
+
+def _deepep_fixed_s(k: DeepEPKernel, D: Dims, tokens_per_gpu) -> sp.Expr:
+    """The part of a fitted DeepEP kernel's time that is not its bytes at its rate: the fixed
+    time, one poll per expert (every expert the kernel is launched over, redundant copies
+    included) and the tokens each thread block casts and sends (or receives and reduces) one
+    after another, ceil(tokens / blocks) with ceil(experts / 3) blocks (:class:`DeepEPKernel`)."""
+    out = sp.Float(k.fixed_s)
+    experts = D.experts + D.redundant
+    if k.expert_s:
+        out += sp.Float(k.expert_s) * experts
+    if k.block_token_s:
+        blocks = sp.ceiling(experts / DeepEPKernel.LL_WARP_GROUPS)
+        out += sp.Float(k.block_token_s) * sp.ceiling(sym(tokens_per_gpu) / blocks)
+    return out
 
 
 def engine_moe_kernel(model: ModelSpec, hw: HardwareSpec, dep: Deployment,

@@ -63,6 +63,23 @@ class Efficiency:
 
 
 @dataclass(frozen=True)
+class DeepEPKernel:
+    """One DeepEP kernel inside one node (``[deepep]``, per mode and direction): time = fixed +
+    bytes / rate + per-expert time x experts + per-token time x the tokens each of the kernel's
+    thread blocks works through in turn. The low-latency kernels launch ceil(experts / 3) blocks
+    (DeepEP 1.0.0, csrc/kernels/internode_ll.cu:305 and :506, kNumWarpGroups = 3); each block
+    casts and sends (or receives and reduces) its tokens one after another, and the kernel polls
+    one counter per expert and source rank. Normal mode fits the first two terms only."""
+
+    fixed_s: float
+    rate_Bps: float
+    expert_s: float = 0.0
+    block_token_s: float = 0.0
+
+    LL_WARP_GROUPS = 3  # experts per thread block of the low-latency kernels (DeepEP 1.0.0)
+
+
+@dataclass(frozen=True)
 class CustomAllReduce:
     """The serving engine's own all-reduce inside one NVLink node (``[allreduce]``, or an
     engine's own ``[allreduce.NAME]``): one-shot (every GPU reads all peers' buffers: fixed +
@@ -142,9 +159,9 @@ class HardwareSpec:
     # profile's moe_kernels picks that backend (else [kernel]'s)
     moe_kernels: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     moe_kernels_dtype: str = ""  # the compute format the [moe_kernels] fits hold for
-    # DeepEP inside one node ([deepep]): (fixed s, bytes/s) by "ll_dispatch", "ll_combine",
+    # DeepEP inside one node ([deepep]): a DeepEPKernel by "ll_dispatch", "ll_combine",
     # "normal_dispatch", "normal_combine"; empty: the [interconnect] rate and [latency_us]
-    deepep: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    deepep: Mapping[str, DeepEPKernel] = field(default_factory=dict)
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; raises if the GPU has no such tensor-core format."""
@@ -180,6 +197,12 @@ def _check_keys(d: Mapping, allowed: set[str], where: str) -> None:
 def _positive(x, where: str) -> float:
     if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x < math.inf:
         raise SpecError(f"{where}: must be a positive finite number, got {x!r}")
+    return float(x)
+
+
+def _nonneg(x, where: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x < math.inf:
+        raise SpecError(f"{where}: must be a non-negative finite number, got {x!r}")
     return float(x)
 
 
@@ -240,11 +263,6 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
     for k in _LAT_KEYS:
         _req(lat, k, f"{where} [latency_us]")
 
-    def nonneg(x, w):
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x < math.inf:
-            raise SpecError(f"{w}: must be a non-negative finite number, got {x!r}")
-        return float(x)
-
     formats = dict(raw.get("compute_formats", {}))
     host = raw.get("host")
     if host is not None:
@@ -282,7 +300,7 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
                        _positive(ic.get("host_link_GBps", 64), f"{where} host_link_GBps") * 1e9),
         efficiency=Efficiency(**{k: _fraction(eff[k], f"{where} efficiency.{k}") for k in _EFF_KEYS},
                               serving=_serving(eff, where)),
-        latency=Latency(**{f"{k}_s": nonneg(lat[k], f"{where} latency_us.{k}") * 1e-6
+        latency=Latency(**{f"{k}_s": _nonneg(lat[k], f"{where} latency_us.{k}") * 1e-6
                            for k in _LAT_KEYS | (_LAT_OPTIONAL & set(lat))}),
         compute_formats=MappingProxyType(formats),
         host_dram_Bps=_positive(host["dram_GBps"], f"{where} [host] dram_GBps") * 1e9 if host else 0.0,
@@ -309,19 +327,31 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
 _DEEPEP_OPS = ("ll_dispatch", "ll_combine", "normal_dispatch", "normal_combine")
 
 
-def _deepep(raw, where: str) -> Mapping[str, tuple[float, float]]:
-    """``[deepep]``: ``<op>_us`` and ``<op>_GBps`` for each DeepEP operation (all four)."""
+# the low-latency kernels' optional serial terms: per expert (ns) and per token a block sends (us)
+_DEEPEP_SERIAL = {"expert_ns": ("expert_s", 1e-9), "block_token_us": ("block_token_s", 1e-6)}
+
+
+def _deepep(raw, where: str) -> Mapping[str, DeepEPKernel]:
+    """``[deepep]``: ``<op>_us`` and ``<op>_GBps`` for each DeepEP operation (all four); the
+    low-latency ones may add ``<op>_expert_ns`` and ``<op>_block_token_us``."""
     if raw is None:
         return MappingProxyType({})
     ctx = f"{where} [deepep]"
     keys = {f"{op}_{u}" for op in _DEEPEP_OPS for u in ("us", "GBps")}
+    keys |= {f"{op}_{u}" for op in _DEEPEP_OPS if op.startswith("ll_") for u in _DEEPEP_SERIAL}
     extra = set(raw) - keys - {"source"}
     if extra:
         raise SpecError(f"{ctx}: unknown key '{sorted(extra)[0]}'; allowed: "
                         f"{', '.join(sorted(keys))}, source")
+
+    def serial(op):
+        return {field_: _nonneg(raw[f"{op}_{k}"], f"{ctx} {op}_{k}") * scale
+                for k, (field_, scale) in _DEEPEP_SERIAL.items() if f"{op}_{k}" in raw}
+
     return MappingProxyType({
-        op: (_positive(_req(raw, f"{op}_us", ctx), f"{ctx} {op}_us") * 1e-6,
-             _positive(_req(raw, f"{op}_GBps", ctx), f"{ctx} {op}_GBps") * 1e9)
+        op: DeepEPKernel(_positive(_req(raw, f"{op}_us", ctx), f"{ctx} {op}_us") * 1e-6,
+                         _positive(_req(raw, f"{op}_GBps", ctx), f"{ctx} {op}_GBps") * 1e9,
+                         **serial(op))
         for op in _DEEPEP_OPS})
 
 
