@@ -85,6 +85,15 @@ masked passes under EP; H200 triton_ep held-out 23.6% -> 6.8%), with the step ti
 experts as the fit times a fused-MoE layer, max(compute, load) + s min(compute, load)
 (moesym.model.layer_time.loads_overlap). #3 (H200, SGLang's Triton under EP8 with an
 all-gather) -16.5%; the others -2.2% to +0.2%.
+Entry #5 (``--routing zipf:0.8``, EP 32) was re-captured when skewed routing's touched experts
+began to follow the per-expert inclusion probabilities (the busiest rank's, in the placement
+the rank imbalance assumes: moesym.routing.zipf.busiest_touched_slots, checked against a Monte
+Carlo in tests/test_routing.py) and the grouped GEMM's skew tile factor began to count against
+those touched experts (moesym.kernels.skew.routing_tile_factor): at 2048 tokens every one of
+the rank's 8 experts is still touched (weight reads unchanged), while the busiest rank's hot
+expert (1131 of its 1435 rows) now takes its full share of M tiles (the factor had been taken
+per row against uniform routing's tiles, 27% fewer tiles than the expectation with the default
+kernel calibration): moe_routed 161.18 -> 168.74 us per layer, step 43.418 -> 43.856 ms (+1.0%).
 """
 
 from __future__ import annotations
