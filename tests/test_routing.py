@@ -327,6 +327,9 @@ def test_zipf_touched_experts_match_mc(ep, T):
     model = R.busiest_touched_slots(E, k, ep, 0, s, T)
     check(model, busiest_touched(c, np.arange(E) % ep, ep), 0.01 if ep == 1 else 0.02,
           "zipf touched experts")
+    if ep == 1:  # the one count of distinct experts from inclusion probabilities
+        pi = R.zipf_inclusion_probabilities(E, k, s)
+        assert model == pytest.approx(float(R.distinct_experts_from_inclusion(pi, T)), rel=1e-12)
     assert model < float(R.busiest_touched_local_experts(E, k, T, ep)) or T == 1
 
 
