@@ -89,6 +89,15 @@ Entries #7, #12, #18 and #19 (DeepEP low-latency inside one node of B200 / H100)
 when its fit got a time per expert and per token each of the kernel's ceil(experts / 3) thread
 blocks sends in turn (DeepEP 1.0.0 internode_ll.cu:305; dispatch held-out median 19-21% ->
 2.4-3.1%): step times -1.2% to -0.1%.
+Entry #5 (``--routing zipf:0.8``, EP 32) was re-captured when skewed routing's touched experts
+began to follow the per-expert inclusion probabilities (the busiest rank's, in the placement
+the rank imbalance assumes: moesym.routing.zipf.busiest_touched_slots, checked against a Monte
+Carlo in tests/test_routing.py) and the grouped GEMM's skew tile factor began to count against
+those touched experts (moesym.kernels.skew.routing_tile_factor): at 2048 tokens every one of
+the rank's 8 experts is still touched (weight reads unchanged), while the busiest rank's hot
+expert (1131 of its 1435 rows) now takes its full share of M tiles (the factor had been taken
+per row against uniform routing's tiles, 27% fewer tiles than the expectation with the default
+kernel calibration): moe_routed 161.18 -> 168.74 us per layer, step 43.418 -> 43.856 ms (+1.0%).
 """
 
 from __future__ import annotations

@@ -308,6 +308,118 @@ def test_zipf_distinct_ranks_mc():
     check(R.zipf_distinct_ranks_per_token(E, k, ep, s), got, 0.03, "zipf ranks")
 
 
+# ------------------------------------------------------- touched experts under skewed routing
+def busiest_touched(c, rank_of, ep):
+    """(n,) the largest count over the ep ranks of slots with >= 1 token; ``c`` (n, slots)."""
+    return np.stack([(c[:, rank_of == r] > 0).sum(1) for r in range(ep)], axis=1).max(1)
+
+
+@pytest.mark.parametrize("ep,T", [(1, 4), (1, 32), (1, 128), (8, 1), (8, 4), (8, 32), (8, 128)])
+def test_zipf_touched_experts_match_mc(ep, T):
+    """DeepSeek-V3's shape (E = 256, k = 8) under zipf:1.2, experts dealt round-robin over the
+    ranks in popularity order: the expected experts with >= 1 of T tokens at EP 1, the busiest
+    rank's at EP 8. Given the inclusion probabilities pi_i the EP 1 count sum_i 1 - (1 - pi_i)^T
+    is exact; pi_i is successive sampling's Poisson-process approximation (1% allowed: within
+    0.4% on this grid); at EP 8 the ranks' counts are moment-matched binomials, independent
+    (2% allowed, as uniform routing's busiest rank)."""
+    E, k, s = 256, 8, 1.2
+    c = counts(sim_zipf(E, k, T, s, 600, seed=31 * T + ep), E)
+    model = R.busiest_touched_slots(E, k, ep, 0, s, T)
+    check(model, busiest_touched(c, np.arange(E) % ep, ep), 0.01 if ep == 1 else 0.02,
+          "zipf touched experts")
+    if ep == 1:  # the one count of distinct experts from inclusion probabilities
+        pi = R.zipf_inclusion_probabilities(E, k, s)
+        assert model == pytest.approx(float(R.distinct_experts_from_inclusion(pi, T)), rel=1e-12)
+    assert model < float(R.busiest_touched_local_experts(E, k, T, ep)) or T == 1
+
+
+def sim_strata(w, k, T, n, seed):
+    """(n, T, k) expert ids: the E experts split into k strata of E / k, each token picks one
+    expert in each stratum with probability ``w`` (summing to 1 within each stratum): k
+    distinct experts per token, expert i included with probability w_i exactly."""
+    rng = np.random.default_rng(seed)
+    m = len(w) // k
+    cum = np.cumsum(np.asarray(w).reshape(k, m), axis=1)
+    u = rng.random((n, T, k, 1))
+    return (u > cum).sum(-1).clip(max=m - 1) + m * np.arange(k)
+
+
+@pytest.mark.parametrize("ep,T", [(1, 8), (1, 64), (8, 8), (8, 64)])
+def test_frequency_touched_experts_are_exact_at_ep1(ep, T):
+    """A measured routing (``--routing freq``) gives the inclusion probabilities k x share_i
+    exactly: a routing with skewed inclusion probabilities known in closed form (one expert
+    per stratum, Zipf(1) weights within each of the 8 strata of 32) has sum_i 1 - (1 - w_i)^T
+    touched experts at EP 1 with no approximation (MC error only); the busiest of 8 ranks
+    within the 2% of the moment-matched ranks."""
+    E, k = 256, 8
+    w = np.tile(1 / np.arange(1, 33), k)
+    w = w / w.reshape(k, -1).sum(1).repeat(32)
+    shares = tuple(w / k)
+    c = counts(sim_strata(w, k, T, 600, seed=T + ep), E)
+    model = R.busiest_touched_slots(E, k, ep, 0, shares, T)
+    check(model, busiest_touched(c, np.arange(E) % ep, ep), 0.0 if ep == 1 else 0.02,
+          "freq touched experts")
+
+
+def test_skewed_touched_experts_with_uniform_shares_are_uniform_routings():
+    """Equal measured shares are uniform routing: the busiest rank's touched experts are
+    uniform routing's closed form Binomial(E / ep, q) maximum
+    (:func:`busiest_touched_local_experts`), the same moment-matched count."""
+    for ep, T in ((1, 16), (8, 8), (32, 64)):
+        uniform = tuple([1 / 256] * 256)
+        assert R.busiest_touched_slots(256, 8, ep, 0, uniform, T) == pytest.approx(
+            float(R.busiest_touched_local_experts(256, 8, T, ep)), rel=1e-6)
+
+
+def test_eplb_touched_slots_match_mc():
+    """zipf:1.2 with 32 redundant experts over EP 8 (EPLB: the hottest experts replicated,
+    the 288 slots LPT-packed, 36 a rank): a token's assignment to an expert with c replicas
+    goes to one of them uniformly; the busiest rank's touched slots, 2% allowed."""
+    from moesym.routing.zipf import _eplb_slots
+
+    E, k, ep, Rr, s, T = 256, 8, 8, 32, 1.2, 16
+    rank_of, slots, _ = _eplb_slots(E, k, ep, Rr, s)
+    reps = R.replicate_hot_experts(R.zipf_inclusion_probabilities(E, k, s), Rr)
+    first = np.concatenate([[0], np.cumsum(reps)[:-1]])
+    ids = sim_zipf(E, k, T, s, 600, seed=5)
+    rng = np.random.default_rng(6)
+    slot = first[ids] + np.floor(rng.random(ids.shape) * reps[ids]).astype(int)
+    c = counts(slot, E + Rr)
+    model = R.busiest_touched_slots(E, k, ep, Rr, s, T)
+    check(model, busiest_touched(c, rank_of, ep), 0.02, "EPLB touched slots")
+
+
+def test_touched_table_interpolates_the_estimator():
+    """The step model reads the busiest rank's touched experts from a table in the token
+    count, linear in log T between knots: within 0.5% of the estimator between them."""
+    from moesym.numeric.special import log_interp
+    from moesym.routing.zipf import touched_table
+
+    for ep, s in ((1, 1.2), (8, 0.8), (32, 1.2)):
+        ts, ys = touched_table(256, 8, ep, 0, s)
+        knots = [v for pair in zip(np.log(ts), ys) for v in pair]
+        for T in np.unique(np.round(np.geomspace(17, 2 ** 16, 40))) + 0.5:
+            assert float(log_interp(T, *knots)) == pytest.approx(
+                R.busiest_touched_slots(256, 8, ep, 0, s, T), rel=5e-3)
+
+
+@pytest.mark.parametrize("ep", [1, 8])
+def test_skewed_step_reads_fewer_experts(cli_json, ep):
+    """DeepSeek-V3 decode on 8 H200s at batch 64 (T = 64 tokens routed; a table knot):
+    under zipf:1.2 the routed expert weights read per layer are the busiest rank's touched
+    experts, 129 at EP 1 (uniform: 256 (1 - (1 - 8/256)^64) = 222), so the bytes fall in the
+    ratio of the two counts (the same bytes per expert)."""
+    argv = ["predict", "deepseek-v3", "--phase", "decode", "--batch", str(64 // ep),
+            "--context", "1024", "--gpus", "8", "--tp", str(8 // ep), "--ep", str(ep),
+            "--weights", "fp8", "--hardware", "h200"]
+    wl = [cli_json(argv + r)["work_per_layer"]["moe_weight_load"]["hbm_bytes"]
+          for r in (["--routing", "zipf:1.2"], [])]
+    skew = R.busiest_touched_slots(256, 8, ep, 0, 1.2, 64)
+    uniform = float(R.busiest_touched_local_experts(256, 8, 64, ep))
+    assert wl[0] / wl[1] == pytest.approx(skew / uniform, rel=1e-9)
+    assert wl[0] / wl[1] < 0.9
+
+
 # ------------------------------------------------------------------------------------- EPLB
 def test_eplb_hand_two_experts():
     # E=2, k=1, s=1: popularity (2/3, 1/3), one expert per rank -> busiest 2/3 over mean 1/2

@@ -33,29 +33,38 @@ def test_expected_tiles_against_monte_carlo():
     assert abs(got - mc.mean()) < 4 * mc.std() / np.sqrt(mc.size)
 
 
-def test_uniform_factor_is_one_and_skew_pads_more():
+def test_skew_pads_more_tiles_than_its_touched_experts_take():
     E, k = 256, 8
-    uni = tuple([k / E] * E)
     zipf = tuple(zipf_inclusion_probabilities(E, k, 1.2))
-    assert routing_tile_factor(uni, uni, 512, DEFAULTS) == 1.0
-    # 512 tokens x 8 over 256 experts: 16 rows each on average. Under Zipf 1.2 the hottest
-    # expert holds hundreds of rows (several M tiles) while most cold ones still take a whole
-    # tile for a few: by Monte Carlo the skewed sum of tiles is larger
+    # 512 tokens x 8 under Zipf 1.2: the step's grouped GEMM launches the ~246 experts with
+    # rows, 4096 / 246 = 16.7 rows each, one 24-row tile each (8-row floor: 8 x ceiling(16.7 /
+    # 8)) in the equal-groups count. The hottest expert holds hundreds of rows (several M
+    # tiles) while the cold ones still take a whole tile for a few: by Monte Carlo the expected
+    # tiles over that count
     rng = np.random.default_rng(2)
     c = replace(DEFAULTS, grouped_tile_m_min_rows=8)
-    f = routing_tile_factor(zipf, uni, 512, c)
-    tm = 24  # 8 x ceiling(16.0x / 8): uniform's mean rows per touched expert (16.01), 8-row floor
-    mc = [np.ceil(rng.binomial(512, np.asarray(p), size=(4000, E)) / tm).sum(axis=1).mean()
-          for p in (zipf, uni)]
-    assert f == pytest.approx(mc[0] / mc[1], rel=0.01)
+    f = routing_tile_factor(zipf, 512, c)
+    n = rng.binomial(512, np.asarray(zipf), size=(4000, E))
+    touched = (n > 0).sum(axis=1).mean()
+    assert 4096 / touched == pytest.approx(16.7, abs=0.05)
+    tm = 24
+    equal = touched * np.ceil(4096 / touched / tm)
+    assert f == pytest.approx(np.ceil(n / tm).sum(axis=1).mean() / equal, rel=0.01)
     assert f > 1.1
 
 
+def test_few_tokens_take_one_tile_per_touched_expert():
+    # 8 tokens under Zipf 1.2: no expert gets near a 64-row tile, so the expected tiles are
+    # the expected touched experts and the factor 1 (the step's groups carry the skew)
+    zipf = tuple(zipf_inclusion_probabilities(256, 8, 1.2))
+    assert routing_tile_factor(zipf, 8, DEFAULTS) == pytest.approx(1.0, abs=1e-9)
+
+
 def test_factor_table_is_log_spaced_and_cached():
-    uni = tuple([0.25] * 8)
-    ts, ys = tile_factor_table(uni, uni, DEFAULTS)
-    assert ts[0] == 1 and ts[-1] == 2 ** 17 and all(y == 1.0 for y in ys)
-    assert tile_factor_table(uni, uni, DEFAULTS) is tile_factor_table(uni, uni, DEFAULTS)
+    zipf = tuple(zipf_inclusion_probabilities(64, 4, 1.0))
+    ts, ys = tile_factor_table(zipf, DEFAULTS)
+    assert ts[0] == 1 and ts[-1] == 2 ** 17 and ys[0] == pytest.approx(1.0)
+    assert tile_factor_table(zipf, DEFAULTS) is tile_factor_table(zipf, DEFAULTS)
 
 
 @pytest.mark.parametrize("tokens,ep", [(32, 1), (512, 1), (4096, 8), (3, 4)])

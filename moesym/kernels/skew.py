@@ -16,9 +16,9 @@ One tile counter serves both uses:
   (:func:`moesym.kernels.aic.power_law_counts`), over the equal-groups count the balanced
   constants were fitted with (:func:`skewed_rows`);
 - the step model: the user's ``--routing`` (zipf:S, freq:FILE) at T tokens, each expert's rows
-  binomial in T with its inclusion probability (:func:`expected_m_tiles`), per row over uniform
-  routing's own expected tiles at the same T and tile (:func:`routing_tile_factor`), so uniform
-  routing keeps its numbers (factor 1) and a skew adds only its extra padding.
+  binomial in T with its inclusion probability (:func:`expected_m_tiles`), over the same
+  equal-groups count of the experts that routing touches (:func:`routing_tile_factor`); uniform
+  routing takes no factor and keeps its numbers.
 """
 
 from __future__ import annotations
@@ -68,22 +68,21 @@ def expected_m_tiles(inclusion, tokens: float, tile_m: float) -> float:
     return float(binom.sf(j[:, None] * tm, round(max(t, 1.0)), pi[None, :]).sum())
 
 
-def routing_tile_factor(inclusion, uniform, tokens: float, calib: KernelCalib) -> float:
-    """Skewed routing's expected M tiles per row over uniform routing's at ``tokens`` tokens,
-    both at the M block the kernel picks for uniform routing's mean rows per touched expert; 1
-    where the two inclusion vectors are equal (per row: at EP > 1 the busiest rank's extra rows
-    are the rank imbalance's, :func:`moesym.terms.routing.imbalance_expr`; at EP 1 the rows are
-    the same under both). ``inclusion`` / ``uniform``: the per-token inclusion
-    probabilities of the rank's local experts under the routing and under uniform routing."""
-    pi, pu = np.asarray(inclusion, dtype=float), np.asarray(uniform, dtype=float)
-    if np.array_equal(pi, pu):
-        return 1.0
+def routing_tile_factor(inclusion, tokens: float, calib: KernelCalib) -> float:
+    """A skewed routing's expected M tiles at ``tokens`` tokens over the equal-groups count the
+    kernel model takes, ``g x ceiling(rows / g / t_m)`` with ``g`` the rank's expected experts
+    with rows (the groups the step launches,
+    :func:`moesym.terms.routing.touched_local_experts_expr`) and ``rows`` its expected rows, at
+    the M block the kernel picks for ``rows / g`` (:func:`grouped_tile_m`): the fit's
+    ``m_tile_factor`` (:func:`skewed_rows`) in expectation. The experts the skew leaves without
+    rows are the groups' part; this factor is the padding of the hot experts' extra tiles.
+    ``inclusion``: the per-token inclusion probabilities of the rank's local experts."""
+    pi = np.asarray(inclusion, dtype=float)
     t = float(tokens)
-    touched = float(np.sum(-np.expm1(t * np.log1p(-np.minimum(pu, 1 - 1e-15)))))
-    tm = float(grouped_tile_m(t * pu.sum() / max(touched, 1.0), calib))
-    # per row: the rank's extra rows under skew are the rank imbalance's (the rows the step
-    # model already scales), the padding of each row is this factor's
-    return (expected_m_tiles(pi, t, tm) / pi.sum()) / (expected_m_tiles(pu, t, tm) / pu.sum())
+    touched = max(float(np.sum(-np.expm1(t * np.log1p(-np.minimum(pi, 1 - 1e-15))))), 1.0)
+    rows = t * float(pi.sum())
+    tm = float(grouped_tile_m(rows / touched, calib))
+    return expected_m_tiles(pi, t, tm) / (touched * float(np.ceil(rows / touched / tm)))
 
 
 # log-spaced token counts of the step model's table (the rank's tokens routed per micro-batch)
@@ -91,12 +90,12 @@ _KNOTS = tuple(float(x) for x in np.unique(np.round(np.geomspace(1, 2 ** 17, 52)
 
 
 @functools.lru_cache(maxsize=256)
-def tile_factor_table(inclusion: tuple, uniform: tuple,
+def tile_factor_table(inclusion: tuple,
                       calib: KernelCalib) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """``(tokens, factors)``: :func:`routing_tile_factor` at log-spaced token counts (1 to
     131072), the numeric table the step model interpolates in log T (as
     :func:`moesym.routing.zipf.rank_imbalance_table`)."""
-    return _KNOTS, tuple(routing_tile_factor(inclusion, uniform, t, calib) for t in _KNOTS)
+    return _KNOTS, tuple(routing_tile_factor(inclusion, t, calib) for t in _KNOTS)
 
 
 def skewed_rows(rows, counts_of, calib: KernelCalib, draws: int = 16, seed: int = 0):

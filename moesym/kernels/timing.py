@@ -144,7 +144,7 @@ class KernelTiming(TimeModel):
 
 
 def _tile_factor(sh: GemmShape, k: KernelCalib):
-    """Skewed routing's M tiles over uniform routing's (1 without ``tile_skew``): the numeric
+    """Skewed routing's M tiles over its equal-groups count (1 without ``tile_skew``): the numeric
     table of :func:`moesym.kernels.skew.tile_factor_table`, interpolated in log of the tokens
     routed (as the rank imbalance, :func:`moesym.terms.routing.imbalance_expr`)."""
     if not sh.tile_skew:
@@ -152,7 +152,7 @@ def _tile_factor(sh: GemmShape, k: KernelCalib):
     from ..symbolic.special import LogInterp
     from .skew import tile_factor_table
 
-    ts, ys = tile_factor_table(*sh.tile_skew, k)
+    ts, ys = tile_factor_table(sh.tile_skew, k)
     knots = [sp.Float(v) for t, y in zip(ts, ys) for v in (float(np.log(t)), y)]
     return LogInterp(sh.routed_tokens, *knots)
 

@@ -28,7 +28,8 @@ from .stats import (EXACT_REGIME_MAX_LOAD, SEED_TILE_BASE_S, SEED_TILE_STEP_S, G
                     max_load_ratio, max_rank_load_ratio, no_hit_probability, padded_rows_per_rank,
                     padded_rows_per_rank_smooth, rank_load_variance_per_token, touched_local_experts,
                     touched_share)
-from .zipf import (eplb_imbalance, replicas_for_target, replicate_hot_experts, zipf_cache_hit_rate,
+from .zipf import (busiest_touched_slots, eplb_imbalance, replicas_for_target,
+                   replicate_hot_experts, zipf_cache_hit_rate,
                    zipf_cache_miss_transfer_time_s, zipf_distinct_ranks_per_token,
                    zipf_inclusion_probabilities, zipf_max_expert_load_ratio,
                    zipf_max_rank_load_ratio, zipf_popularity)
@@ -36,7 +37,8 @@ from .zipf import (eplb_imbalance, replicas_for_target, replicate_hot_experts, z
 __all__ = [
     "EXACT_REGIME_MAX_LOAD", "REPORT_KEYS", "SEED_TILE_BASE_S", "SEED_TILE_STEP_S", "Derivation",
     "GroupRouting",
-    "activation_bytes", "batched_rows", "busiest_touched_local_experts", "cache_hit_rate",
+    "activation_bytes", "batched_rows", "busiest_touched_local_experts", "busiest_touched_slots",
+    "cache_hit_rate",
     "cache_miss_transfer_time_s",
     "contiguous_rows", "derivations", "distinct_destinations", "distinct_experts",
     "distinct_experts_from_inclusion", "eplb_imbalance", "expected_grouped_gemm_time_s",

@@ -182,10 +182,12 @@ def replicate_hot_experts(loads, R: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=64)
-def _eplb_ranks(E: int, k: int, ep: int, R: int, s: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per rank, the share of one token's assignments it expects and their variance, after
-    R replicas of the hottest experts (:func:`replicate_hot_experts`) and LPT packing of the
-    E + R slots onto ep ranks, ceil((E + R)/ep) slots each."""
+def _eplb_slots(E: int, k: int, ep: int, R: int, s) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(rank_of, slots, rank_load)``: each of the E + R expert slots' rank and per-token
+    inclusion probability, and each rank's summed inclusion, after R replicas of the hottest
+    experts (:func:`replicate_hot_experts`; a token picks one replica of its expert uniformly,
+    so a replica of expert i takes pi_i / c_i) and LPT packing of the slots onto ep ranks,
+    ceil((E + R)/ep) slots each."""
     pi = zipf_inclusion_probabilities(E, k, s)
     counts = replicate_hot_experts(pi, R)
     slots = np.repeat(pi / counts, counts)
@@ -200,6 +202,13 @@ def _eplb_ranks(E: int, k: int, ep: int, R: int, s: float) -> tuple[np.ndarray, 
         rank_of[idx] = r
         rank_load[r] += slots[idx]
         room[r] -= 1
+    return rank_of, slots, rank_load
+
+
+def _eplb_ranks(E: int, k: int, ep: int, R: int, s) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank, the share of one token's assignments it expects and their variance, with the
+    slots of :func:`_eplb_slots`."""
+    rank_of, slots, rank_load = _eplb_slots(E, k, ep, R, s)
     return rank_load, np.bincount(rank_of, weights=slots * (1 - slots), minlength=int(ep))
 
 
@@ -240,6 +249,58 @@ def _imbalance_at_table(E, k, ep, R, s, placement) -> tuple[float, ...]:
     if R:
         return tuple(eplb_imbalance(E, k, ep, R, s, T) for T in TABLE_TOKENS)
     return tuple(zipf_max_rank_load_ratio(E, k, ep, T, s, placement) for T in TABLE_TOKENS)
+
+
+def rank_slots(E: int, k: int, ep: int, R: int, s,
+               placement: str = "round_robin") -> tuple[np.ndarray, np.ndarray]:
+    """``(rank_of, inclusion)``: the rank of each expert slot and the probability that one token
+    routes to it, under the routing ``s`` (a Zipf exponent or measured shares). Without
+    redundant experts (R = 0) the slots are the experts, in ``placement`` over their popularity
+    order (the placement the rank imbalance assumes, :func:`zipf_max_rank_load_ratio`); with R
+    the EPLB slots of :func:`_eplb_slots` (replicas of the hottest experts, LPT-packed)."""
+    if R:
+        rank_of, slots, _ = _eplb_slots(int(E), int(k), int(ep), int(R),
+                                        s if isinstance(s, tuple) else float(s))
+        return rank_of, slots
+    return _placement(int(E), int(ep), placement), zipf_inclusion_probabilities(E, k, s)
+
+
+def busiest_touched_slots(E: int, k: int, ep: int, R: int, s, T: float,
+                          placement: str = "round_robin") -> float:
+    """Expected expert slots with >= 1 of T tokens on the busiest of ep EP ranks (the expert
+    weights that rank reads), under the routing ``s`` (slots of :func:`rank_slots`).
+
+    A slot of inclusion pi_i is touched with q_i = 1 - (1 - pi_i)**T: tokens route
+    independently, so this is exact given pi_i, and at EP 1 the expectation sum_i q_i is the
+    expected distinct experts (:func:`moesym.routing.stats.distinct_experts_from_inclusion`).
+    With EP a rank's count is a sum of its slots' indicators (a token's k distinct picks make
+    them slightly negatively dependent, ignored), moment-matched (mean sum q_i, variance
+    sum q_i (1 - q_i)) and the ranks independent: the busiest rank's count is
+    :func:`_max_of_independent` of them, as uniform routing's
+    (:func:`moesym.routing.stats.busiest_touched_local_experts`, Binomial(E / ep, q)), which it
+    is when every pi_i = k / E.
+
+    >>> round(busiest_touched_slots(256, 8, 1, 0, 1.0, 64), 1)  # uniform: 222.4
+    153.0
+    """
+    rank_of, pi = rank_slots(E, k, ep, R, s, placement)
+    q = -np.expm1(float(T) * np.log1p(-np.minimum(pi, 1.0 - 1e-16)))
+    means = np.bincount(rank_of, weights=q, minlength=int(ep))
+    if int(ep) == 1:
+        return float(means[0])
+    return _max_of_independent(means, np.bincount(rank_of, weights=q * (1 - q), minlength=int(ep)))
+
+
+def touched_table(E: int, k: int, ep: int, R: int, s,
+                  placement: str = "round_robin") -> tuple[np.ndarray, np.ndarray]:
+    """(T, :func:`busiest_touched_slots`) at :data:`TABLE_TOKENS`, the table the step model
+    interpolates in log T (:func:`moesym.terms.routing.touched_local_experts_expr`)."""
+    return TABLE_TOKENS, np.array(_touched_at_table(E, k, ep, R, s, placement))
+
+
+@functools.lru_cache(maxsize=64)
+def _touched_at_table(E, k, ep, R, s, placement) -> tuple[float, ...]:
+    return tuple(busiest_touched_slots(E, k, ep, R, s, T, placement) for T in TABLE_TOKENS)
 
 
 def replicas_for_target(E: int, k: int, ep: int, target: float, s: float,

@@ -50,9 +50,9 @@ class GemmShape:
     # over every assignment still covers (timed only where the backend's calibration sets
     # grouped_masked_passes: moesym.kernels.analytical.grouped_extra_s)
     masked_rows: sp.Expr = sp.Integer(0)
-    # grouped GEMMs under skewed routing: (inclusion probabilities of the busiest rank's local
-    # experts under the routing, the same under uniform routing), each a tuple, and the tokens
-    # routed across the group (their binomial counts); () under uniform or balanced routing.
+    # grouped GEMMs under skewed routing: the inclusion probabilities of the busiest rank's local
+    # experts under the routing (a tuple) and the tokens routed across the group (their binomial
+    # counts); () under uniform or balanced routing.
     # The kernel model pads each expert's rows to its M tile (moesym.kernels.skew)
     tile_skew: tuple = ()
     routed_tokens: sp.Expr = sp.Integer(0)

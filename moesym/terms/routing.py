@@ -15,12 +15,21 @@ from ..symbolic.symbols import S
 from .dims import Dims
 
 __all__ = ["imbalance_expr", "touched_local_experts_expr", "group_tokens", "group_limited",
-           "group_var_factor", "tile_skew"]
+           "group_var_factor", "log_table", "tile_skew"]
 
 
 def group_tokens(D: Dims, tokens_mb) -> sp.Expr:
     """Tokens routed in one micro-batch across the whole MoE group (all GPUs)."""
     return tokens_mb / D.tp * D.gpus
+
+
+def log_table(T, ts, ys) -> sp.Expr:
+    """A routing statistic tabulated at token counts ``ts`` (values ``ys``) as the step model's
+    function of the tokens routed ``T``: interpolated linearly in log T, constant beyond the
+    ends (:class:`moesym.symbolic.special.LogInterp`)."""
+    from ..symbolic.special import LogInterp
+
+    return LogInterp(T, *[sp.Float(float(v)) for pair in zip(np.log(ts), ys) for v in pair])
 
 
 def imbalance_expr(model, deployment, D: Dims, tokens_mb) -> sp.Expr:
@@ -41,13 +50,11 @@ def imbalance_expr(model, deployment, D: Dims, tokens_mb) -> sp.Expr:
         if deployment.ep == 1:
             return sp.Integer(1)
         from ..routing.zipf import rank_imbalance_table
-        from ..symbolic.special import LogInterp
 
         s = deployment.routing.skew
         ts, ys = rank_imbalance_table(model.num_experts, model.experts_per_token, deployment.ep,
                                       deployment.redundant_experts, s)
-        knots = [sp.Float(float(v)) for pair in zip(np.log(ts), ys) for v in pair]
-        return LogInterp(group_tokens(D, tokens_mb), *knots)
+        return log_table(group_tokens(D, tokens_mb), ts, ys)
     # group-limited routing scales the per-token variance by rho_G, a number at each EP
     # (group_var_factor) bound like any other: one model serves every EP
     scale = S.group_var if group_limited(model) else 1
@@ -57,20 +64,20 @@ def imbalance_expr(model, deployment, D: Dims, tokens_mb) -> sp.Expr:
 
 
 def tile_skew(model, deployment) -> tuple:
-    """``(inclusion, uniform)``: per-token inclusion probabilities of the busiest EP rank's
-    local experts (rank 0 of the round-robin placement the rank imbalance assumes; every expert
-    at EP 1) under zipf:S or freq:FILE routing, and under uniform routing (k / E each), as
-    tuples; ``()`` where the routing is uniform or balanced, or redundant experts (EPLB) replace
-    the placement. The kernel model pads each of these experts' binomial rows to its M tile
+    """The per-token inclusion probabilities of the busiest EP rank's local experts (rank 0 of
+    the round-robin placement the rank imbalance assumes; every expert at EP 1) under zipf:S or
+    freq:FILE routing, as a tuple; ``()`` where the routing is uniform (zipf:0 included) or
+    balanced, or redundant experts (EPLB) replace the placement. The kernel model pads each of
+    these experts' binomial rows to its M tile
     (:func:`moesym.kernels.skew.routing_tile_factor`)."""
-    if (not deployment.routing.numeric or deployment.redundant_experts or not model.is_moe
-            or model.num_experts == 1):
-        return ()
-    from ..routing.zipf import zipf_inclusion_probabilities
+    from ..routing.zipf import is_uniform, rank_slots
 
-    E, k, ep = model.num_experts, model.experts_per_token, deployment.ep
-    pi = zipf_inclusion_probabilities(E, k, deployment.routing.skew)[::ep]
-    return tuple(float(x) for x in pi), tuple(float(k / E) for _ in pi)
+    if (not deployment.routing.numeric or is_uniform(deployment.routing.skew)
+            or deployment.redundant_experts or not model.is_moe or model.num_experts == 1):
+        return ()
+    rank_of, pi = rank_slots(model.num_experts, model.experts_per_token, deployment.ep, 0,
+                             deployment.routing.skew)
+    return tuple(float(x) for x in pi[rank_of == 0])
 
 
 def group_limited(model) -> bool:
@@ -94,16 +101,27 @@ def group_var_factor(model, ep: int) -> float:
 
 def touched_local_experts_expr(model, deployment, D: Dims, tokens_mb) -> sp.Expr:
     """Expected local experts with at least one token on the rank that sets the step (lazy
-    expert loading).
+    expert loading): the expert weights it reads, and the groups its grouped GEMMs launch.
 
-    Mean rank: (E + R) / ep x (1 - (1 - k / E) ** T_group), T_group = tokens routed across the
-    MoE group. Under uniform routing with EP the busiest rank's count instead
+    Uniform routing: the mean rank's (E + R) / ep x (1 - (1 - k / E) ** T_group), T_group =
+    tokens routed across the MoE group, or with EP the busiest rank's count
     (:func:`moesym.routing.stats.busiest_touched_local_experts`): at a small batch the slowest
-    rank reads more experts' weights than the mean rank. Balanced routing gives every rank the
-    mean; skewed (zipf, freq) routing keeps the mean rank's count (its hot experts are the
-    load imbalance's part).
+    rank reads more experts' weights than the mean rank. Balanced routing (and zipf:0) gives
+    every rank the mean. Skewed routing (zipf:S, freq:FILE) concentrates the tokens on fewer
+    experts: each expert slot is touched with 1 - (1 - pi_i) ** T_group from its inclusion
+    probability pi_i, the ranks hold the slots as the rank imbalance places them (round-robin
+    in popularity order; with redundant experts the EPLB packing) and the busiest rank's count
+    (:func:`moesym.routing.zipf.busiest_touched_slots`) is tabulated in T_group and
+    interpolated in log T, as the imbalance is.
     """
+    from ..routing.zipf import is_uniform, touched_table
+
     T = group_tokens(D, tokens_mb)
+    s = deployment.routing.skew
+    if deployment.routing.numeric and not is_uniform(s) and model.is_moe and model.num_experts > 1:
+        ts, ys = touched_table(model.num_experts, model.experts_per_token, deployment.ep,
+                               deployment.redundant_experts, s)
+        return log_table(T, ts, ys)
     if deployment.routing.kind == "uniform" and deployment.ep > 1:
         return rt.busiest_touched_local_experts(D.experts, D.topk, T, D.ep, D.local_experts)
     return D.local_experts * rt.touched_share(D.experts, D.topk, T)
