@@ -211,3 +211,36 @@ def test_validate_kernels_prints_the_held_out_table(capsys):
     out = capsys.readouterr().out
     assert "median" in out and "p90" in out
     assert sum(line.startswith(("h100 ", "b300 ")) for line in out.splitlines()) >= 8
+
+
+def readme_kernel_rows(doc: dict) -> list[str]:
+    """The README's held-out kernel table, one row per GPU, from bench_data/kernel_heldout.json:
+    GEMM, each fused-MoE backend (tensor parallel; with EP), attention, DeepEP low-latency."""
+    def pct(r):
+        return f"{r['median']:.1%}"
+
+    out = []
+    for gpu in dict.fromkeys(r["gpu"] for r in doc["rows"]):
+        rows = [r for r in doc["rows"] if r["gpu"] == gpu]
+        one = {r["class"]: r for r in rows if r["class"] in ("gemm", "attention")}
+        moe = {r["backend"]: r for r in rows if r["class"] == "moe"}
+        backends = [b for b in moe if not b.endswith("_ep")]
+        cell = "; ".join(f"{b} {pct(moe[b])}" + (f" / EP {pct(moe[b + '_ep'])}"
+                                                 if b + "_ep" in moe else "") for b in backends)
+        dp = {r["backend"]: r for r in rows if r["class"] == "deepep"}
+        ll = (f"{pct(dp['ll dispatch'])} / {pct(dp['ll combine'])}" if "ll dispatch" in dp
+              else "-")
+        out.append(f"| {gpu} | {pct(one['gemm'])} | {cell} | {pct(one['attention'])} | {ll} |")
+    return out
+
+
+def test_readme_kernel_table_is_the_committed_fit():
+    """The README's held-out kernel table shows the committed fit's medians
+    (bench_data/kernel_heldout.json), every GPU, every fused-MoE backend."""
+    from pathlib import Path
+
+    from moesym.report.validation import kernel_heldout
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for row in readme_kernel_rows(kernel_heldout()):
+        assert row in readme, row
