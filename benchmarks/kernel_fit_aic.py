@@ -303,6 +303,17 @@ MOE_TILE_M_MIN = (8, 16, 64)
 # inter 16 / 32 / 64 / 128 per rank all take 62-63 us at 48 tokens and 579-580 us at 16384.
 # Held-out median with them: B300 14.2% -> 11.4%, GB200 11.9% -> 10.4%, GB300 10.8% -> 9.8%
 MOE_BLOCKS = ((0, 0), (256, 128))
+# fixed M blocks (grouped_tile_m_rows, grouped_few_tokens_tile_m_rows) a backend's fit also tries,
+# by table dtype: SGLang's Triton fused_moe reads its tiles from a JSON file per (E, N, device,
+# dtype) and, without one, takes get_default_config's BLOCK_SIZE_M whatever the rows per expert:
+# 64, or 16 where the tokens are at most the local experts (no FP8: sglang srt/layers/moe/
+# moe_runner/triton_utils/fused_moe_triton_config.py:247-260; moesym.kernels.analytical.
+# grouped_fixed_block). AIConfigurator's A100 BF16 tables have such files (configs/triton_*/
+# E=...,N=...,device_name=NVIDIA_A100-SXM4-80GB.json) for 351 of their 12177 rows. Held-out
+# median on A100 (SGLang 0.5.10): triton 10.4% -> 8.4%, triton_ep 20.0% -> 18.0%. The FP8
+# tables' GPUs (block-FP8 default: 64 rows at any M) have tuned files for most of their shapes
+# and are not offered it
+TRITON_DEFAULT_M_BLOCKS = {"bfloat16": (64, 16)}
 MOE_TERM_MIN = 1e-3  # a fitted term below this (us, passes or fraction) is written as not used
 EP_SUFFIX = "_ep"  # a kernel's fit on the tables' EP > 1 rows (moesym.engines.EngineKernels)
 # a backend's own fit is written (and used) only where it lowers the held-out median or 90th
@@ -339,11 +350,13 @@ def _with_cast(g: pd.DataFrame, dtype: str) -> pd.DataFrame:
         else g
 
 
-def _fit_backend(r: pd.DataFrame, hw, calib, ho: np.ndarray, params: tuple):
-    """One fused-MoE backend's fit on its rows; its row passes kept only where they lower the
-    training median by MIN_BACKEND_GAIN or more (MOE_ROW_PARAMS)."""
+def _fit_backend(r: pd.DataFrame, hw, calib, ho: np.ndarray, params: tuple,
+                 m_blocks=((0, 0),)):
+    """One fused-MoE backend's fit on its rows (``m_blocks``: the fixed M blocks it also tries,
+    TRITON_DEFAULT_M_BLOCKS); its row passes kept only where they lower the training median by
+    MIN_BACKEND_GAIN or more (MOE_ROW_PARAMS)."""
     fit = partial(fit_moe, r, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps, base=calib, holdout=ho,
-                  tile_m_min=MOE_TILE_M_MIN, blocks=MOE_BLOCKS)
+                  tile_m_min=MOE_TILE_M_MIN, blocks=MOE_BLOCKS, m_blocks=m_blocks)
     own = fit(params=params)
     if not own.calib.grouped_row_passes:
         return own
@@ -400,8 +413,10 @@ def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
                 ho = split_shapes(r, MOE_SHAPE)
                 kept = fit_moe(r, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps, base=calib,
                                holdout=ho, params=())
+                fixed = (TRITON_DEFAULT_M_BLOCKS[dtype],) if (
+                    be.startswith("triton") and dtype in TRITON_DEFAULT_M_BLOCKS) else ()
                 own = _fit_backend(r, hw, calib, ho, MOE_BACKEND_PARAMS + (
-                    MOE_EP_PARAMS if be.endswith(EP_SUFFIX) else ()))
+                    MOE_EP_PARAMS if be.endswith(EP_SUFFIX) else ()), ((0, 0),) + fixed)
                 # terms the fit drives to ~0 (below 1e-3 in their TOML units) are not used
                 vals = {k: (v if abs(v) >= MOE_TERM_MIN else 0)
                         for k, v in own.calib.to_toml_values().items()}
@@ -773,6 +788,7 @@ def moe_kernels_block(rows: list[dict], gpu: str, date: str) -> str:
     lines = [f"# fused-MoE kernels by backend, written {date} by benchmarks/kernel_fit_aic.py "
              "--heldout: each backend's grouped-GEMM tensor and HBM fractions, fixed time per "
              "grouped GEMM, time per local expert, time per computed row, smallest M block, "
+             "fixed M blocks (a kernel config that does not follow the rows), "
              "N and K blocks "
              "each expert's tiles pad to, share of tile and memory "
              "time not overlapped and (EP) HBM passes over other ranks' assignments "

@@ -44,7 +44,7 @@ Time never falls when M, N or K grows (above the matrix-vector rows), and never 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import sympy as sp
@@ -62,6 +62,7 @@ __all__ = [
     "gemm_tiles",
     "gemm_time",
     "grouped_extra_s",
+    "grouped_fixed_block",
     "matvec_time",
 ]
 
@@ -228,10 +229,37 @@ def grouped_extra_s(n, groups, masked_rows, *, hbm_bw_Bps, calib: KernelCalib = 
     return extra
 
 
+def grouped_fixed_block(calib: KernelCalib, kernel_tokens=None, local_experts=None):
+    """The fixed M block of a fused-MoE backend whose kernel config does not follow the rows per
+    expert (``grouped_tile_m_rows``), the smaller ``grouped_few_tokens_tile_m_rows`` where the
+    kernel's tokens are at most its local experts (where set and both are given).
+
+    SGLang's Triton fused_moe reads its tile config from a JSON file per (E, N, device, dtype);
+    without one (every A100 BF16 shape of AIConfigurator's tables but a few) it takes
+    ``get_default_config``: BLOCK_SIZE_M 64, or 16 where M <= E, M the tokens the kernel is
+    launched with and E its local experts (sglang srt/layers/moe/moe_runner/triton_utils/
+    fused_moe_triton_config.py:247-260, ``num_tokens = hidden_states.shape[0]``,
+    ``E = w1.shape[0]``: fused_moe.py:464-465), and moe_align_block_size pads each expert's
+    rows to that block.
+
+    >>> from dataclasses import replace
+    >>> c = replace(DEFAULTS, grouped_tile_m_rows=64, grouped_few_tokens_tile_m_rows=16)
+    >>> [int(grouped_fixed_block(c, t, 32)) for t in (8, 32, 33)]
+    [16, 16, 64]
+    >>> int(grouped_fixed_block(c))  # no token count given: the large block
+    64
+    """
+    block = calib.grouped_tile_m_rows
+    few = calib.grouped_few_tokens_tile_m_rows
+    if not few or kernel_tokens is None or local_experts is None:
+        return block
+    return _below(kernel_tokens / local_experts, 1, few, block)
+
+
 def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFAULTS,
               op_bytes=1, out_bytes=2, groups=1, layout: str = "dense",
               hbm_bytes=None, tile_m_min: int = _TILE_M_MIN, unpack_s=0,
-              masked_rows=0, m_tile_factor=1) -> KernelTime:
+              masked_rows=0, m_tile_factor=1, kernel_tokens=None, local_experts=None) -> KernelTime:
     """Time of ``groups`` GEMMs of M x N x K in one kernel (module docstring formulas).
 
     ``op_bytes`` is bytes per operand element (FP8 = 1, BF16 = 2), ``out_bytes`` per output
@@ -242,7 +270,9 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     tile count, tile FLOPs and per-SM tile bytes; the HBM bytes are the unpadded ones) and the time
     beyond its tiles (:func:`grouped_extra_s`; ``masked_rows``: assignments to other EP ranks'
     experts that the grid covers); ``m_tile_factor``: skewed routing's M tiles over equal
-    groups' (:func:`gemm_tiles`).
+    groups' (:func:`gemm_tiles`); the backend's fixed M block where it sets one
+    (:func:`grouped_fixed_block`: ``kernel_tokens``, the tokens the fused kernel is launched
+    with, and ``local_experts``, the rank's experts, choose it).
 
     >>> t = gemm_time(4096, 4096, 4096, sms=132, peak_flops=1979e12, hbm_bw_Bps=3.35e12)
     >>> # per-SM streaming: 8 waves x ((64+256) 4096 + 64 256 2) B / 104 GB/s = 103.3 us, + 6.7 us
@@ -256,6 +286,9 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     grouped = layout != "dense"
     if grouped and calib.grouped_tile_m_min_rows:
         tile_m_min = calib.grouped_tile_m_min_rows
+    if grouped and calib.grouped_tile_m_rows:  # a fixed M block: the tile is that block
+        tile_m_min = grouped_fixed_block(calib, kernel_tokens, local_experts)
+        calib = replace(calib, tile_m_rows=tile_m_min)
     # the tiles walk N and K padded to the backend's blocks where set (its HBM bytes do not)
     n_tile, k_tile = n, k
     if grouped and calib.grouped_n_block_cols:
