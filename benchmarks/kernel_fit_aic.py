@@ -52,7 +52,9 @@ grouped layouts):
   none, or 256 and 128, FlashInfer's TRT-LLM-gen kernels' weight tiles; see MOE_BLOCKS);
 - smallest M block each expert's rows pad to (``grouped_tile_m_min_rows``, 8, 16 or 64, the
   lowest training cost kept; SGLang's Triton takes 16-row blocks at M <= E in
-  get_default_config);
+  get_default_config), or, on the BF16 tables' Triton rows, get_default_config's fixed blocks
+  whatever the rows per expert (``grouped_tile_m_rows``, ``grouped_few_tokens_tile_m_rows``:
+  TRITON_DEFAULT_M_BLOCKS);
 - a fixed time per grouped GEMM (the backend's routing / permute / finalize kernels) and a
   time per local expert, with or without rows (``grouped_fixed_us``, ``grouped_expert_us``);
 - a time per assignment row the GEMM computes, in HBM passes over the rows' outputs
@@ -71,7 +73,9 @@ expert's rows padded to the M tile (:mod:`moesym.kernels.skew`); nothing is fitt
 The tables' EP rows are read as the collector's: ``num_tokens`` tokens each with top-k experts
 over all ``num_experts``, the rank's share 1/EP of the assignments
 (:func:`moesym.kernels.fit.moe_assignments`; AIConfigurator's collector source is not in its
-PyPI wheels, so this reading is the one the physics check and the rows agree with).
+PyPI wheels, so this reading is the one the physics check and the rows agree with); SGLang
+0.5.10's as a dispatched rank's input whose other ranks' rows the Triton kernel computes
+(SGLANG_DISPATCHED_EP, :func:`dispatched_ep_rows`).
 """
 
 from __future__ import annotations
@@ -314,6 +318,18 @@ MOE_BLOCKS = ((0, 0), (256, 128))
 # tables' GPUs (block-FP8 default: 64 rows at any M) have tuned files for most of their shapes
 # and are not offered it
 TRITON_DEFAULT_M_BLOCKS = {"bfloat16": (64, 16)}
+# SGLang versions whose tables' EP rows are a rank's input after an all-to-all dispatch, timed
+# with a layer of the rank's experts only (AIConfigurator's collector of that version): the tokens
+# with an expert on the rank, min(1, k / EP) of them (a token's k experts on k distinct ranks),
+# each with its k assignments, the other ranks' ones as expert -1, which the Triton kernel then
+# computes (filter_expert is off in a layer whose experts are all local: sglang 0.5.10
+# srt/layers/moe/fused_moe_triton/fused_moe.py:226-229, fused_moe_triton_kernels.py:440). The
+# rows show it: on H100, where AIConfigurator has the same kernel from SGLang 0.5.10 and 0.5.14,
+# 0.5.10's EP rows at 16384 tokens (compute-bound) take the EP-1 time up to EP = top-k (FP8,
+# 128-256 experts, top-8: within 3% at EP 2-8) and fall as top-k / EP beyond (0.50, 0.25, 0.13
+# of it at EP 16, 32, 64), while at 1-32 tokens they read the weights of T k / EP experts only;
+# 0.5.14's fall from EP 2 and level off (the masked-row passes). :func:`dispatched_ep_rows`
+SGLANG_DISPATCHED_EP = ("0.5.10",)
 MOE_TERM_MIN = 1e-3  # a fitted term below this (us, passes or fraction) is written as not used
 EP_SUFFIX = "_ep"  # a kernel's fit on the tables' EP > 1 rows (moesym.engines.EngineKernels)
 # a backend's own fit is written (and used) only where it lowers the held-out median or 90th
@@ -348,6 +364,24 @@ def _with_cast(g: pd.DataFrame, dtype: str) -> pd.DataFrame:
     """GEMM rows timed with TensorRT-LLM's input cast in series (an engine's own fit)."""
     return g.assign(input_cast_bytes=g.m * g.k * CAST_BYTES_PER_ELEMENT) if dtype in CAST_DTYPES \
         else g
+
+
+def dispatched_ep_rows(m: pd.DataFrame) -> pd.DataFrame:
+    """Fused-MoE rows read as a dispatched rank's input (SGLANG_DISPATCHED_EP): the kernel is
+    launched with the T min(1, k / EP) tokens that have an expert on the rank, the rank's T k /
+    EP assignments computed on its experts and the other T k / EP (min(EP, k) - 1) computed as
+    expert -1's rows (``kernel_tokens``, ``masked_assignments``, ``masked_computed``).
+
+    >>> r = dispatched_ep_rows(pd.DataFrame({"tokens": [64.0] * 3, "topk": [8.0] * 3,
+    ...                                      "ep": [1.0, 4.0, 32.0]}))
+    >>> r.kernel_tokens.tolist(), r.masked_assignments.tolist(), r.masked_computed.tolist()
+    ([64.0, 64.0, 16.0], [0.0, 384.0, 112.0], [0.0, 1.0, 1.0])
+    """
+    ep, k = m.ep.to_numpy(float), m.topk.to_numpy(float)
+    a = m.tokens.to_numpy(float) * k / ep
+    return m.assign(kernel_tokens=m.tokens.to_numpy(float) * np.minimum(1.0, k / ep),
+                    masked_assignments=a * (np.minimum(ep, k) - 1),
+                    masked_computed=(ep > 1).astype(float))
 
 
 def _fit_backend(r: pd.DataFrame, hw, calib, ho: np.ndarray, params: tuple,
@@ -403,6 +437,8 @@ def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
             # the same kernel under expert parallelism (EP > 1 rows) is fitted apart: SGLang's
             # Triton kernel, for one, is near [kernel] at EP 1 and several times slower with EP
             m = m.assign(backend=m.backend + np.where(m.ep > 1, EP_SUFFIX, ""))
+            if fw == "sglang" and v in SGLANG_DISPATCHED_EP:
+                m = dispatched_ep_rows(m)
             skewed, m = m[m.distribution != "balanced"], m[m.distribution == "balanced"]
             if not len(m):
                 continue  # the newest version with such rows

@@ -589,6 +589,50 @@ def test_backend_fixed_m_block_by_the_kernels_tokens_by_hand():
         [4 * 2 * b * 256 * 7168 / per_sm for b in (16, 64)])
 
 
+def test_computed_masked_rows_add_their_own_tiles_by_hand():
+    """A grid that computes other ranks' rows (SGLang 0.5.10's Triton kernel with filter_expert
+    off): 200 masked rows at the 64-row block are ceiling(200 / 64) = 4 more M tiles beside the
+    32 experts' 32, 576 tiles of 256 columns (132 // 36 = 3 -> 1376 wide, capped at 256) in 5
+    waves where the skipped rows leave 512 in 4; the HBM bytes stay the local experts'."""
+    c = replace(DEFAULTS, tile_overhead_s=0.0, grouped_contiguous_tensor_frac=0.5,
+                grouped_tile_m_rows=64)
+    per_sm = 1e15 / 132 * 0.5
+    kw = dict(sms=132, peak_flops=1e15, hbm_bw_Bps=4.8e12, calib=c, groups=32,
+              layout="contiguous", masked_rows=200.0)
+    skipped = gemm_time(3.0, 4096.0, 7168.0, **kw)
+    computed = gemm_time(3.0, 4096.0, 7168.0, masked_computed=1, **kw)
+    assert float(skipped.compute_s) == pytest.approx(4 * 2 * 64 * 256 * 7168 / per_sm)
+    assert float(computed.compute_s) == pytest.approx(5 * 2 * 64 * 256 * 7168 / per_sm)
+    per_row = gemm_time(np.array([3.0, 3.0]), 4096.0, 7168.0,
+                        masked_computed=np.array([0.0, 1.0]), **kw)
+    assert per_row.compute_s.tolist() == pytest.approx(
+        [float(skipped.compute_s), float(computed.compute_s)])
+
+
+def test_sglang_0510_ep_rows_read_as_a_dispatched_ranks_input_by_hand():
+    """SGLang 0.5.10's EP rows (benchmarks/kernel_fit_aic.py dispatched_ep_rows): 16 tokens x
+    top-8 over 256 experts at EP 4 and EP 16. EP 4: every token has an expert on the rank
+    (min(1, 8 / 4) = 1): 16 tokens launched, 32 local assignments, the other 96 of their 128
+    computed as expert -1's rows. EP 16: 16 x 8 / 16 = 8 tokens launched with 8 assignments
+    on the rank and 8 x 8 - 8 = 56 other rows. The fit's GEMM rows carry them; EP 1 none."""
+    import importlib.util
+    from pathlib import Path
+
+    from moesym.kernels.fit import moe_gemm_rows
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_fit_aic.py"
+    spec = importlib.util.spec_from_file_location("kernel_fit_aic", path)
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    for ep, launched, local, other in ((4.0, 16.0, 32.0, 96.0), (16.0, 8.0, 8.0, 56.0)):
+        g = moe_gemm_rows(fit.dispatched_ep_rows(_moe_row(ep=ep)))
+        assert g.kernel_tokens.tolist() == [launched] * 2
+        assert (g.m * g.groups).tolist() == [local] * 2
+        assert g.masked_rows.tolist() == [other] * 2 and g.masked_computed.tolist() == [1.0] * 2
+    g = moe_gemm_rows(fit.dispatched_ep_rows(_moe_row(ep=1.0)))
+    assert g.masked_rows.tolist() == [0.0] * 2 and g.masked_computed.tolist() == [0.0] * 2
+
+
 def test_fused_moe_rows_and_step_model_carry_the_kernels_tokens():
     """The fit's rows launch the kernel with the table's tokens over the rank's experts (16
     tokens, 256 / 4 = 64 experts); the step model's with the rank's assignments x EP / top-k:

@@ -153,6 +153,8 @@ def predict_rows(rows: pd.DataFrame, calib: KernelCalib, *, sms, peak_flops, hbm
         launch = ({"kernel_tokens": r.kernel_tokens.to_numpy(float),
                    "local_experts": r.local_experts.to_numpy(float)}
                   if "kernel_tokens" in r else {})
+        if "masked_computed" in r:  # a grid that computes the masked rows (gemm_time)
+            launch["masked_computed"] = r.masked_computed.to_numpy(float)
         t = gemm_time(r.m.to_numpy(float), r.n.to_numpy(float), r.k.to_numpy(float), sms=sms,
                       peak_flops=pk, hbm_bw_Bps=hbm_bw_Bps, calib=calib,
                       op_bytes=ob, groups=g, layout=layout, masked_rows=masked,
@@ -407,11 +409,18 @@ def moe_gemm_rows(rows: pd.DataFrame) -> pd.DataFrame:
     (:func:`moesym.kernels.analytical.grouped_fixed_block`)."""
     a, g = moe_assignments(rows)
     h, i = rows.hidden.to_numpy(float), rows.inter.to_numpy(float)
+    # rows measured otherwise carry their own masked rows and launched tokens (columns
+    # masked_assignments, masked_computed, kernel_tokens: benchmarks/kernel_fit_aic.py)
+    own = {c: rows[c].to_numpy(float) for c in ("masked_computed",) if c in rows}
     common = {"m": a / g, "groups": g, "layout": "contiguous",
               **({"m_tile_factor": rows.m_tile_factor.to_numpy(float)}
                  if "m_tile_factor" in rows else {}),
-              "masked_rows": a * (rows.ep.to_numpy(float) - 1),
-              "kernel_tokens": rows.tokens.to_numpy(float),
+              "masked_rows": (rows.masked_assignments.to_numpy(float)
+                              if "masked_assignments" in rows
+                              else a * (rows.ep.to_numpy(float) - 1)),
+              **own,
+              "kernel_tokens": (rows.kernel_tokens if "kernel_tokens" in rows
+                                else rows.tokens).to_numpy(float),
               "local_experts": rows.local_experts.to_numpy(float),
               "peak_flops": rows.peak_flops.to_numpy(float),
               "op_bytes": rows.op_bytes.to_numpy(float)}
