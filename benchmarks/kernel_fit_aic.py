@@ -53,7 +53,9 @@ grouped layouts):
   none, or 256 and 128, FlashInfer's TRT-LLM-gen kernels' weight tiles; see MOE_BLOCKS);
 - smallest M block each expert's rows pad to (``grouped_tile_m_min_rows``, 8, 16 or 64, the
   lowest training cost kept; SGLang's Triton takes 16-row blocks at M <= E in
-  get_default_config);
+  get_default_config), or, on the BF16 tables' Triton rows, get_default_config's fixed blocks
+  whatever the rows per expert (``grouped_tile_m_rows``, ``grouped_few_tokens_tile_m_rows``:
+  TRITON_DEFAULT_M_BLOCKS);
 - a fixed time per grouped GEMM (the backend's routing / permute / finalize kernels) and a
   time per local expert, with or without rows (``grouped_fixed_us``, ``grouped_expert_us``);
 - a time per assignment row the GEMM computes, in HBM passes over the rows' outputs
@@ -72,7 +74,9 @@ expert's rows padded to the M tile (:mod:`moesym.kernels.skew`); nothing is fitt
 The tables' EP rows are read as the collector's: ``num_tokens`` tokens each with top-k experts
 over all ``num_experts``, the rank's share 1/EP of the assignments
 (:func:`moesym.kernels.fit.moe_assignments`; AIConfigurator's collector source is not in its
-PyPI wheels, so this reading is the one the physics check and the rows agree with).
+PyPI wheels, so this reading is the one the physics check and the rows agree with); SGLang
+0.5.10's as a dispatched rank's input whose other ranks' rows the Triton kernel computes
+(SGLANG_DISPATCHED_EP, :func:`dispatched_ep_rows`).
 """
 
 from __future__ import annotations
@@ -304,6 +308,29 @@ MOE_TILE_M_MIN = (8, 16, 64)
 # inter 16 / 32 / 64 / 128 per rank all take 62-63 us at 48 tokens and 579-580 us at 16384.
 # Held-out median with them: B300 14.2% -> 11.4%, GB200 11.9% -> 10.4%, GB300 10.8% -> 9.8%
 MOE_BLOCKS = ((0, 0), (256, 128))
+# fixed M blocks (grouped_tile_m_rows, grouped_few_tokens_tile_m_rows) a backend's fit also tries,
+# by table dtype: SGLang's Triton fused_moe reads its tiles from a JSON file per (E, N, device,
+# dtype) and, without one, takes get_default_config's BLOCK_SIZE_M whatever the rows per expert:
+# 64, or 16 where the tokens are at most the local experts (no FP8: sglang srt/layers/moe/
+# moe_runner/triton_utils/fused_moe_triton_config.py:247-260; moesym.kernels.analytical.
+# grouped_fixed_block). AIConfigurator's A100 BF16 tables have such files (configs/triton_*/
+# E=...,N=...,device_name=NVIDIA_A100-SXM4-80GB.json) for 351 of their 12177 rows. Held-out
+# median on A100 (SGLang 0.5.10): triton 10.4% -> 8.4%, triton_ep 20.0% -> 18.0%. The FP8
+# tables' GPUs (block-FP8 default: 64 rows at any M) have tuned files for most of their shapes
+# and are not offered it
+TRITON_DEFAULT_M_BLOCKS = {"bfloat16": (64, 16)}
+# SGLang versions whose tables' EP rows are a rank's input after an all-to-all dispatch, timed
+# with a layer of the rank's experts only (AIConfigurator's collector of that version): the tokens
+# with an expert on the rank, min(1, k / EP) of them (a token's k experts on k distinct ranks),
+# each with its k assignments, the other ranks' ones as expert -1, which the Triton kernel then
+# computes (filter_expert is off in a layer whose experts are all local: sglang 0.5.10
+# srt/layers/moe/fused_moe_triton/fused_moe.py:226-229, fused_moe_triton_kernels.py:440). The
+# rows show it: on H100, where AIConfigurator has the same kernel from SGLang 0.5.10 and 0.5.14,
+# 0.5.10's EP rows at 16384 tokens (compute-bound) take the EP-1 time up to EP = top-k (FP8,
+# 128-256 experts, top-8: within 3% at EP 2-8) and fall as top-k / EP beyond (0.50, 0.25, 0.13
+# of it at EP 16, 32, 64), while at 1-32 tokens they read the weights of T k / EP experts only;
+# 0.5.14's fall from EP 2 and level off (the masked-row passes). :func:`dispatched_ep_rows`
+SGLANG_DISPATCHED_EP = ("0.5.10",)
 MOE_TERM_MIN = 1e-3  # a fitted term below this (us, passes or fraction) is written as not used
 EP_SUFFIX = "_ep"  # a kernel's fit on the tables' EP > 1 rows (moesym.engines.EngineKernels)
 # a backend's own fit is written (and used) only where it lowers the held-out median or 90th
@@ -340,11 +367,31 @@ def _with_cast(g: pd.DataFrame, dtype: str) -> pd.DataFrame:
         else g
 
 
-def _fit_backend(r: pd.DataFrame, hw, calib, ho: np.ndarray, params: tuple):
-    """One fused-MoE backend's fit on its rows; its row passes kept only where they lower the
-    training median by MIN_BACKEND_GAIN or more (MOE_ROW_PARAMS)."""
+def dispatched_ep_rows(m: pd.DataFrame) -> pd.DataFrame:
+    """Fused-MoE rows read as a dispatched rank's input (SGLANG_DISPATCHED_EP): the kernel is
+    launched with the T min(1, k / EP) tokens that have an expert on the rank, the rank's T k /
+    EP assignments computed on its experts and the other T k / EP (min(EP, k) - 1) computed as
+    expert -1's rows (``kernel_tokens``, ``masked_assignments``, ``masked_computed``).
+
+    >>> r = dispatched_ep_rows(pd.DataFrame({"tokens": [64.0] * 3, "topk": [8.0] * 3,
+    ...                                      "ep": [1.0, 4.0, 32.0]}))
+    >>> r.kernel_tokens.tolist(), r.masked_assignments.tolist(), r.masked_computed.tolist()
+    ([64.0, 64.0, 16.0], [0.0, 384.0, 112.0], [0.0, 1.0, 1.0])
+    """
+    ep, k = m.ep.to_numpy(float), m.topk.to_numpy(float)
+    a = m.tokens.to_numpy(float) * k / ep
+    return m.assign(kernel_tokens=m.tokens.to_numpy(float) * np.minimum(1.0, k / ep),
+                    masked_assignments=a * (np.minimum(ep, k) - 1),
+                    masked_computed=(ep > 1).astype(float))
+
+
+def _fit_backend(r: pd.DataFrame, hw, calib, ho: np.ndarray, params: tuple,
+                 m_blocks=((0, 0),)):
+    """One fused-MoE backend's fit on its rows (``m_blocks``: the fixed M blocks it also tries,
+    TRITON_DEFAULT_M_BLOCKS); its row passes kept only where they lower the training median by
+    MIN_BACKEND_GAIN or more (MOE_ROW_PARAMS)."""
     fit = partial(fit_moe, r, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps, base=calib, holdout=ho,
-                  tile_m_min=MOE_TILE_M_MIN, blocks=MOE_BLOCKS)
+                  tile_m_min=MOE_TILE_M_MIN, blocks=MOE_BLOCKS, m_blocks=m_blocks)
     own = fit(params=params)
     if not own.calib.grouped_row_passes:
         return own
@@ -391,6 +438,8 @@ def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
             # the same kernel under expert parallelism (EP > 1 rows) is fitted apart: SGLang's
             # Triton kernel, for one, is near [kernel] at EP 1 and several times slower with EP
             m = m.assign(backend=m.backend + np.where(m.ep > 1, EP_SUFFIX, ""))
+            if fw == "sglang" and v in SGLANG_DISPATCHED_EP:
+                m = dispatched_ep_rows(m)
             skewed, m = m[m.distribution != "balanced"], m[m.distribution == "balanced"]
             if not len(m):
                 continue  # the newest version with such rows
@@ -401,8 +450,10 @@ def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
                 ho = split_shapes(r, MOE_SHAPE)
                 kept = fit_moe(r, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps, base=calib,
                                holdout=ho, params=())
+                fixed = (TRITON_DEFAULT_M_BLOCKS[dtype],) if (
+                    be.startswith("triton") and dtype in TRITON_DEFAULT_M_BLOCKS) else ()
                 own = _fit_backend(r, hw, calib, ho, MOE_BACKEND_PARAMS + (
-                    MOE_EP_PARAMS if be.endswith(EP_SUFFIX) else ()))
+                    MOE_EP_PARAMS if be.endswith(EP_SUFFIX) else ()), ((0, 0),) + fixed)
                 # terms the fit drives to ~0 (below 1e-3 in their TOML units) are not used
                 vals = {k: (v if abs(v) >= MOE_TERM_MIN else 0)
                         for k, v in own.calib.to_toml_values().items()}
@@ -796,6 +847,7 @@ def moe_kernels_block(rows: list[dict], gpu: str, date: str) -> str:
     lines = [f"# fused-MoE kernels by backend, written {date} by benchmarks/kernel_fit_aic.py "
              "--heldout: each backend's grouped-GEMM tensor and HBM fractions, fixed time per "
              "grouped GEMM, time per local expert, time per computed row, smallest M block, "
+             "fixed M blocks (a kernel config that does not follow the rows), "
              "N and K blocks "
              "each expert's tiles pad to, share of tile and memory "
              "time not overlapped and (EP) HBM passes over other ranks' assignments "

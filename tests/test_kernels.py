@@ -562,6 +562,94 @@ def test_backend_m_block_pads_each_expert_by_hand():
     assert float(dense.launch_s) == c.launch_s
 
 
+def test_backend_fixed_m_block_by_the_kernels_tokens_by_hand():
+    """SGLang's Triton default config (no tuned file): 64-row blocks, 16 where the kernel's
+    tokens are at most its local experts. 32 experts of 3 rows, N 4096, K 7168 on 132 SMs: 32 M
+    tiles, 4 N tiles of 256 columns each (1024 wide, capped at 256: 16 tiles each), 512 tiles in
+    4 waves of 2 x block x 256 x 7168 FLOPs. The rows per expert (3) and the smallest block (8)
+    do not change the block: at 12 tokens and 32 experts it is 16, at 33 tokens 64, with no
+    token count given 64; 96 rows per expert take two 64-row blocks each (64 M tiles)."""
+    c = replace(DEFAULTS, tile_overhead_s=0.0, grouped_contiguous_tensor_frac=0.5,
+                grouped_tile_m_min_rows=8, grouped_tile_m_rows=64,
+                grouped_few_tokens_tile_m_rows=16)
+    per_sm = 1e15 / 132 * 0.5
+    kw = dict(sms=132, peak_flops=1e15, hbm_bw_Bps=4.8e12, calib=c, groups=32,
+              layout="contiguous")
+    for tokens, block in ((12.0, 16), (32.0, 16), (33.0, 64), (None, 64)):
+        t = gemm_time(3.0, 4096.0, 7168.0, kernel_tokens=tokens, local_experts=32.0, **kw)
+        assert float(t.compute_s) == pytest.approx(4 * 2 * block * 256 * 7168 / per_sm)
+    # 64 M tiles, 132 // 64 = 2 N tiles each -> 2048 wide, capped at 256: 1024 tiles, 8 waves
+    t = gemm_time(96.0, 4096.0, 7168.0, kernel_tokens=384.0, local_experts=32.0, **kw)
+    assert float(t.compute_s) == pytest.approx(8 * 2 * 64 * 256 * 7168 / per_sm)
+    # symbolic tokens: the block is a Piecewise that lambdifies to the same numbers
+    T = sp.Symbol("T", positive=True)
+    sym = gemm_time(3.0, 4096.0, 7168.0, kernel_tokens=T, local_experts=32, **kw)
+    f = sp.lambdify(T, sym.compute_s)
+    assert [float(f(x)) for x in (12.0, 33.0)] == pytest.approx(
+        [4 * 2 * b * 256 * 7168 / per_sm for b in (16, 64)])
+
+
+def test_computed_masked_rows_add_their_own_tiles_by_hand():
+    """A grid that computes other ranks' rows (SGLang 0.5.10's Triton kernel with filter_expert
+    off): 200 masked rows at the 64-row block are ceiling(200 / 64) = 4 more M tiles beside the
+    32 experts' 32, 576 tiles of 256 columns (132 // 36 = 3 -> 1376 wide, capped at 256) in 5
+    waves where the skipped rows leave 512 in 4; the HBM bytes stay the local experts'."""
+    c = replace(DEFAULTS, tile_overhead_s=0.0, grouped_contiguous_tensor_frac=0.5,
+                grouped_tile_m_rows=64)
+    per_sm = 1e15 / 132 * 0.5
+    kw = dict(sms=132, peak_flops=1e15, hbm_bw_Bps=4.8e12, calib=c, groups=32,
+              layout="contiguous", masked_rows=200.0)
+    skipped = gemm_time(3.0, 4096.0, 7168.0, **kw)
+    computed = gemm_time(3.0, 4096.0, 7168.0, masked_computed=1, **kw)
+    assert float(skipped.compute_s) == pytest.approx(4 * 2 * 64 * 256 * 7168 / per_sm)
+    assert float(computed.compute_s) == pytest.approx(5 * 2 * 64 * 256 * 7168 / per_sm)
+    per_row = gemm_time(np.array([3.0, 3.0]), 4096.0, 7168.0,
+                        masked_computed=np.array([0.0, 1.0]), **kw)
+    assert per_row.compute_s.tolist() == pytest.approx(
+        [float(skipped.compute_s), float(computed.compute_s)])
+
+
+def test_sglang_0510_ep_rows_read_as_a_dispatched_ranks_input_by_hand():
+    """SGLang 0.5.10's EP rows (benchmarks/kernel_fit_aic.py dispatched_ep_rows): 16 tokens x
+    top-8 over 256 experts at EP 4 and EP 16. EP 4: every token has an expert on the rank
+    (min(1, 8 / 4) = 1): 16 tokens launched, 32 local assignments, the other 96 of their 128
+    computed as expert -1's rows. EP 16: 16 x 8 / 16 = 8 tokens launched with 8 assignments
+    on the rank and 8 x 8 - 8 = 56 other rows. The fit's GEMM rows carry them; EP 1 none."""
+    import importlib.util
+    from pathlib import Path
+
+    from moesym.kernels.fit import moe_gemm_rows
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_fit_aic.py"
+    spec = importlib.util.spec_from_file_location("kernel_fit_aic", path)
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    for ep, launched, local, other in ((4.0, 16.0, 32.0, 96.0), (16.0, 8.0, 8.0, 56.0)):
+        g = moe_gemm_rows(fit.dispatched_ep_rows(_moe_row(ep=ep)))
+        assert g.kernel_tokens.tolist() == [launched] * 2
+        assert (g.m * g.groups).tolist() == [local] * 2
+        assert g.masked_rows.tolist() == [other] * 2 and g.masked_computed.tolist() == [1.0] * 2
+    g = moe_gemm_rows(fit.dispatched_ep_rows(_moe_row(ep=1.0)))
+    assert g.masked_rows.tolist() == [0.0] * 2 and g.masked_computed.tolist() == [0.0] * 2
+
+
+def test_fused_moe_rows_and_step_model_carry_the_kernels_tokens():
+    """The fit's rows launch the kernel with the table's tokens over the rank's experts (16
+    tokens, 256 / 4 = 64 experts); the step model's with the rank's assignments x EP / top-k:
+    T / tp x k x etp x EP / k = T / tp x etp x EP, the rank's local experts beside them."""
+    from moesym.kernels.fit import moe_gemm_rows
+    from moesym.terms.dims import symbolic_dims
+    from moesym.terms.ffn import routed_expert_compute
+
+    g = moe_gemm_rows(_moe_row())
+    assert g.kernel_tokens.tolist() == [16.0, 16.0] and g.local_experts.tolist() == [64.0, 64.0]
+    D = symbolic_dims()
+    T = sp.Symbol("T", positive=True)
+    for c in routed_expert_compute(D, T, imbalance=1.5):
+        assert sp.simplify(c.shape.kernel_tokens - T / D.tp * D.expert_tp * D.ep) == 0
+        assert sp.simplify(c.shape.local_experts - D.local_experts) == 0
+
+
 def test_backend_row_passes_add_a_pass_per_computed_row_by_hand():
     """32 experts of 12 rows, N 7168, 1-byte operands, 2-byte outputs: 3 row passes add
     384 rows x 7168 columns x 2 B x 3 / (0.8 x 4e12 B/s) = 5.16 us to the kernel's fixed time,

@@ -110,6 +110,13 @@ grouped_row_passes                  0        time per output row of the assignme
                                              backend's per-row gather / scale / scatter work
 grouped_tile_m_min_rows             0        smallest M block of the grouped GEMMs (0: the
                                              kernel class's, 64 rows)
+grouped_tile_m_rows                 0        the backend's fixed M block: each expert's rows pad
+                                             to it at any rows per expert (0: the tile follows
+                                             the rows; SGLang's Triton fused_moe without a tuned
+                                             config file: 64, its default BLOCK_SIZE_M)
+grouped_few_tokens_tile_m_rows      0        the fixed M block where the kernel's tokens are at
+                                             most its local experts (0: grouped_tile_m_rows;
+                                             SGLang's Triton default config: 16 without FP8)
 grouped_n_block_cols                0        N block each expert's grouped-GEMM tiles pad to
                                              (0: none; FlashInfer's TRT-LLM kernels: 256, the
                                              gate and up rows of one 128-row weight tile each)
@@ -202,6 +209,8 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
     "grouped_masked_passes": ("grouped_masked_passes", 1, "nonneg", 0.0),
     "grouped_row_passes": ("grouped_row_passes", 1, "nonneg", 0.0),
     "grouped_tile_m_min_rows": ("grouped_tile_m_min_rows", 1, "flag", 0),
+    "grouped_tile_m_rows": ("grouped_tile_m_rows", 1, "flag", 0),
+    "grouped_few_tokens_tile_m_rows": ("grouped_few_tokens_tile_m_rows", 1, "flag", 0),
     "grouped_n_block_cols": ("grouped_n_block_cols", 1, "flag", 0),
     "grouped_k_block_cols": ("grouped_k_block_cols", 1, "flag", 0),
     "grouped_serial_frac": ("grouped_serial_frac", 1, "nonneg", 0.0),
@@ -219,13 +228,15 @@ _OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us"
                      "mv_hbm_frac", "unpack_Gweights_per_s", "dequant_pass_rows",
                      "grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
                      "grouped_masked_passes", "grouped_row_passes", "grouped_tile_m_min_rows",
+                     "grouped_tile_m_rows", "grouped_few_tokens_tile_m_rows",
                      "grouped_n_block_cols", "grouped_k_block_cols",
                      "grouped_serial_frac")  # written only when not 0
 _SWITCHES = ("mv_grouped",)  # 0 or 1
 # the keys a fused-MoE backend's [moe_kernels] entry may set beside grouped_tensor_frac (its
 # mechanisms: moesym.kernels.analytical.gemm_time's grouped layouts)
 MOE_KERNEL_KEYS = ("grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
-                   "grouped_masked_passes", "grouped_row_passes", "grouped_tile_m_min_rows", "grouped_n_block_cols",
+                   "grouped_masked_passes", "grouped_row_passes", "grouped_tile_m_min_rows",
+                   "grouped_tile_m_rows", "grouped_few_tokens_tile_m_rows", "grouped_n_block_cols",
                    "grouped_k_block_cols", "grouped_serial_frac")
 # record of the fit, read by ``moesym list hardware``, never by the model: ``source`` (free
 # text), ``engine`` (the engine and version whose kernels were timed), ``fit_date``,
@@ -288,6 +299,8 @@ class KernelCalib:
     grouped_masked_passes: float = 0.0
     grouped_row_passes: float = 0.0
     grouped_tile_m_min_rows: int = 0
+    grouped_tile_m_rows: int = 0
+    grouped_few_tokens_tile_m_rows: int = 0
     grouped_n_block_cols: int = 0
     grouped_k_block_cols: int = 0
     grouped_serial_frac: float = 0.0

@@ -149,10 +149,16 @@ def predict_rows(rows: pd.DataFrame, calib: KernelCalib, *, sms, peak_flops, hbm
         ob = r.op_bytes.to_numpy(float) if "op_bytes" in r else op_bytes
         masked = r.masked_rows.to_numpy(float) if "masked_rows" in r else 0
         tiles = r.m_tile_factor.to_numpy(float) if "m_tile_factor" in r else 1
+        # fused-MoE rows: the tokens and local experts that choose a fixed-block kernel's M block
+        launch = ({"kernel_tokens": r.kernel_tokens.to_numpy(float),
+                   "local_experts": r.local_experts.to_numpy(float)}
+                  if "kernel_tokens" in r else {})
+        if "masked_computed" in r:  # a grid that computes the masked rows (gemm_time)
+            launch["masked_computed"] = r.masked_computed.to_numpy(float)
         t = gemm_time(r.m.to_numpy(float), r.n.to_numpy(float), r.k.to_numpy(float), sms=sms,
                       peak_flops=pk, hbm_bw_Bps=hbm_bw_Bps, calib=calib,
                       op_bytes=ob, groups=g, layout=layout, masked_rows=masked,
-                      m_tile_factor=tiles)
+                      m_tile_factor=tiles, **launch)
         out[sel] = t.total_s
     if "input_cast_bytes" in rows:  # rows timed with their activation quantization in series
         out += np.asarray(elementwise_time(rows.input_cast_bytes.to_numpy(float),
@@ -398,13 +404,24 @@ def moe_gemm_rows(rows: pd.DataFrame) -> pd.DataFrame:
     contiguous layout; row ``i`` of ``rows`` gives rows ``i`` and ``i + len(rows)``.
     ``masked_rows``: the rank's share of the assignments times (EP - 1), those routed to other
     ranks' experts that a kernel launched over every assignment still covers
-    (:func:`moesym.kernels.analytical.grouped_extra_s`)."""
+    (:func:`moesym.kernels.analytical.grouped_extra_s`); ``kernel_tokens`` and ``local_experts``:
+    the tokens the fused kernel is launched with and the rank's experts
+    (:func:`moesym.kernels.analytical.grouped_fixed_block`)."""
     a, g = moe_assignments(rows)
     h, i = rows.hidden.to_numpy(float), rows.inter.to_numpy(float)
+    # rows measured otherwise carry their own masked rows and launched tokens (columns
+    # masked_assignments, masked_computed, kernel_tokens: benchmarks/kernel_fit_aic.py)
+    own = {c: rows[c].to_numpy(float) for c in ("masked_computed",) if c in rows}
     common = {"m": a / g, "groups": g, "layout": "contiguous",
               **({"m_tile_factor": rows.m_tile_factor.to_numpy(float)}
                  if "m_tile_factor" in rows else {}),
-              "masked_rows": a * (rows.ep.to_numpy(float) - 1),
+              "masked_rows": (rows.masked_assignments.to_numpy(float)
+                              if "masked_assignments" in rows
+                              else a * (rows.ep.to_numpy(float) - 1)),
+              **own,
+              "kernel_tokens": (rows.kernel_tokens if "kernel_tokens" in rows
+                                else rows.tokens).to_numpy(float),
+              "local_experts": rows.local_experts.to_numpy(float),
               "peak_flops": rows.peak_flops.to_numpy(float),
               "op_bytes": rows.op_bytes.to_numpy(float)}
     up = pd.DataFrame({**common, "n": 2 * i, "k": h})
@@ -475,12 +492,14 @@ def physical_floor_s(rows: pd.DataFrame, kind: str, hbm_bw_Bps: float) -> np.nda
 def fit_moe(rows: pd.DataFrame, *, sms, hbm_bw_Bps, base: KernelCalib,
             holdout: np.ndarray,
             params=("grouped_contiguous_tensor_frac", "elementwise_launch_s"),
-            tile_m_min=(0,), blocks=((0, 0),)) -> FitResult:
+            tile_m_min=(0,), blocks=((0, 0),), m_blocks=((0, 0),)) -> FitResult:
     """Fit the grouped-GEMM fields ``params`` to balanced fused-MoE rows (the GEMM fit's per-SM
     load rate, tile and launch constants kept); ``tile_m_min``: the grouped GEMMs' smallest M
     blocks tried (``grouped_tile_m_min_rows``; 0: the kernel class's) and ``blocks`` the (N, K)
     blocks each expert's tiles pad to (``grouped_n_block_cols``, ``grouped_k_block_cols``; 0:
-    none), the choice of the lowest training cost kept. The tables time one fused kernel at every
+    none) and ``m_blocks`` the fixed M blocks (``grouped_tile_m_rows``,
+    ``grouped_few_tokens_tile_m_rows``; (0, 0): none, the tile follows the rows, and the smallest
+    M blocks are tried), the choice of the lowest training cost kept. The tables time one fused kernel at every
     token count, so the masked (decode) layout gets the same fraction. ``params=()`` fits nothing: the errors of ``base``
     on the rows."""
     rows = rows.reset_index(drop=True)
@@ -492,9 +511,14 @@ def fit_moe(rows: pd.DataFrame, *, sms, hbm_bw_Bps, base: KernelCalib,
     if names:
         lo, hi = _bounds(names)
         best = None
-        for tm, (nb, kb), fixed_s in itertools.product(tile_m_min, blocks, _MOE_FIXED_STARTS):
+        # a fixed M block overrides the smallest one: tried once
+        tiles = [(tm, (0, 0)) for tm in tile_m_min] + [(0, mb) for mb in m_blocks
+                                                       if mb != (0, 0)]
+        for (tm, (mb, few)), (nb, kb), fixed_s in itertools.product(tiles, blocks,
+                                                                     _MOE_FIXED_STARTS):
             c0 = replace(base, grouped_tile_m_min_rows=int(tm), grouped_n_block_cols=int(nb),
-                         grouped_k_block_cols=int(kb))
+                         grouped_k_block_cols=int(kb), grouped_tile_m_rows=int(mb),
+                         grouped_few_tokens_tile_m_rows=int(few))
             start = {n: v for n, v in _MOE_START.items() if n in names and not getattr(c0, n)}
             if "grouped_fixed_s" in start:  # a fixed floor of a few or of tens of us
                 start["grouped_fixed_s"] = fixed_s

@@ -27,16 +27,19 @@ import functools
 
 import numpy as np
 
-from .analytical import _TILE_M_MIN, tile_m_rows
+from .analytical import _TILE_M_MIN, grouped_fixed_block, tile_m_rows
 from .calib import KernelCalib
 
 __all__ = ["expected_m_tiles", "grouped_tile_m", "padded_m_tiles", "routing_tile_factor",
            "skewed_rows", "tile_factor_table"]
 
 
-def grouped_tile_m(m, calib: KernelCalib):
+def grouped_tile_m(m, calib: KernelCalib, kernel_tokens=None, local_experts=None):
     """The M block a fused-MoE backend's grouped GEMM takes at ``m`` mean rows per expert (as
-    :func:`moesym.kernels.analytical.gemm_time` picks it for a grouped layout)."""
+    :func:`moesym.kernels.analytical.gemm_time` picks it for a grouped layout; a backend with
+    fixed blocks: :func:`moesym.kernels.analytical.grouped_fixed_block`)."""
+    if calib.grouped_tile_m_rows:
+        return grouped_fixed_block(calib, kernel_tokens, local_experts)
     return tile_m_rows(m, calib, calib.grouped_tile_m_min_rows or _TILE_M_MIN)
 
 
@@ -117,7 +120,7 @@ def skewed_rows(rows, counts_of, calib: KernelCalib, draws: int = 16, seed: int 
         c = memo[key]
         a = c.sum(axis=1).mean()
         g = max((c > 0).sum(axis=1).mean(), 1.0)
-        tm = float(grouped_tile_m(a / g, calib))
+        tm = float(grouped_tile_m(a / g, calib, r.tokens, r.local_experts))
         cols["rank_assignments"].append(a)
         cols["active_experts"].append(g)
         equal = g * np.ceil(a / g / tm)  # 0 only where the rank has no rows in any draw

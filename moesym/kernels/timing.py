@@ -99,7 +99,9 @@ class KernelTiming(TimeModel):
                               out_bytes=S.act_bytes, groups=sh.groups, layout=layout,
                               hbm_bytes=c.hbm_bytes / n, tile_m_min=sh.tile_m_min,
                               unpack_s=_unpack_s(c) / n, masked_rows=sh.masked_rows,
-                              m_tile_factor=_tile_factor(sh, k))
+                              m_tile_factor=_tile_factor(sh, k),
+                              kernel_tokens=sh.kernel_tokens if sh.kernel_tokens != 0 else None,
+                              local_experts=sh.local_experts if sh.local_experts != 0 else None)
                 dq = _dequant_pass(c, sh, k) * n
                 return TermTime(c.name, n * t.compute_s, n * t.memory_s, _ZERO,
                                 lat * t.launch_s + c.fixed_s + dq)

@@ -56,6 +56,11 @@ class GemmShape:
     # The kernel model pads each expert's rows to its M tile (moesym.kernels.skew)
     tile_skew: tuple = ()
     routed_tokens: sp.Expr = sp.Integer(0)
+    # fused-MoE grouped GEMMs: the tokens the kernel is launched with and the rank's experts,
+    # which choose the M block of a backend with fixed blocks
+    # (moesym.kernels.analytical.grouped_fixed_block); 0: not given
+    kernel_tokens: sp.Expr = sp.Integer(0)
+    local_experts: sp.Expr = sp.Integer(0)
 
 
 @dataclass(frozen=True)

@@ -82,8 +82,11 @@ def routed_expert_compute(D: Dims, tokens, imbalance=1, padded_rows=None,
     # kernel launched over every token x top-k assignment still covers (timed only by a
     # backend that sets grouped_masked_passes: moesym.kernels.analytical.grouped_extra_s)
     masked = rows_real / sym(imbalance) * (D.ep - 1)
+    # the tokens the fused kernel is launched with: the rank's assignments x EP / top-k
+    launched = rows_real / sym(imbalance) * D.ep / D.topk
     return [replace(c, shape=replace(c.shape, masked_rows=masked, tile_skew=tile_skew,
-                                     routed_tokens=sym(routed_tokens))) for c in (up, down)]
+                                     routed_tokens=sym(routed_tokens), kernel_tokens=launched,
+                                     local_experts=D.local_experts)) for c in (up, down)]
 
 
 def routed_expert_weight_load(D: Dims, touched_experts) -> Cost:
