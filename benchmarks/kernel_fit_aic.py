@@ -303,6 +303,19 @@ MOE_TILE_M_MIN = (8, 16, 64)
 # inter 16 / 32 / 64 / 128 per rank all take 62-63 us at 48 tokens and 579-580 us at 16384.
 # Held-out median with them: B300 14.2% -> 11.4%, GB200 11.9% -> 10.4%, GB300 10.8% -> 9.8%
 MOE_BLOCKS = ((0, 0), (256, 128))
+# backends whose own source fixes kernels of the fused-MoE layer: (the KernelCalib fields set,
+# the fields fitted beside MOE_BACKEND_PARAMS), with and without EP. FlashInfer's TRT-LLM-gen
+# block-FP8 MoE (SGLang 0.5.23 srt/layers/moe/moe_runner/flashinfer_trtllm.py:947
+# per_token_group_quant_fp8, then trtllm_fp8_block_scale_moe; sglang's copy of FlashInfer's
+# launcher, kernels/ops/lora/moe/trtllm_lora_temp/data/csrc/trtllm_fused_moe_kernel_launcher.cu:577
+# routing, trtllm_fused_moe_runner.cu:829 GEMM1 with the permute as its row gather, :859
+# activation, :899 GEMM2, :919 finalize) runs 4 memory-bound kernels (input cast, routing,
+# activation, finalize: moe_elementwise_launches) beside its two GEMMs, each launched with
+# programmatic dependent launch (include/flashinfer/trtllm/fused_moe/DevKernel.h:59, GEMMs
+# with enable_pdl up to SGLANG_TRTLLM_MOE_PDL_MAX_TOKENS = 8192 tokens), so one kernel's launch
+# overlaps the one before: their time per kernel is fitted (moe_launch_us; B300, 1-4 tokens:
+# 17-20 us measured for the six kernels, the host-launch model 31 us)
+MOE_BACKEND_KERNELS = {"flashinfer-trtllm": ({"moe_elementwise_launches": 4}, ("moe_launch_s",))}
 MOE_TERM_MIN = 1e-3  # a fitted term below this (us, passes or fraction) is written as not used
 EP_SUFFIX = "_ep"  # a kernel's fit on the tables' EP > 1 rows (moesym.engines.EngineKernels)
 # a backend's own fit is written (and used) only where it lowers the held-out median or 90th
@@ -400,8 +413,9 @@ def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
                 ho = split_shapes(r, MOE_SHAPE)
                 kept = fit_moe(r, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps, base=calib,
                                holdout=ho, params=())
-                own = _fit_backend(r, hw, calib, ho, MOE_BACKEND_PARAMS + (
-                    MOE_EP_PARAMS if be.endswith(EP_SUFFIX) else ()))
+                fixed, extra = MOE_BACKEND_KERNELS.get(be.removesuffix(EP_SUFFIX), ({}, ()))
+                own = _fit_backend(r, hw, replace(calib, **fixed), ho, MOE_BACKEND_PARAMS + extra
+                                   + (MOE_EP_PARAMS if be.endswith(EP_SUFFIX) else ()))
                 # terms the fit drives to ~0 (below 1e-3 in their TOML units) are not used
                 vals = {k: (v if abs(v) >= MOE_TERM_MIN else 0)
                         for k, v in own.calib.to_toml_values().items()}
@@ -773,6 +787,7 @@ def moe_kernels_block(rows: list[dict], gpu: str, date: str) -> str:
     lines = [f"# fused-MoE kernels by backend, written {date} by benchmarks/kernel_fit_aic.py "
              "--heldout: each backend's grouped-GEMM tensor and HBM fractions, fixed time per "
              "grouped GEMM, time per local expert, time per computed row, smallest M block, "
+             "memory-bound kernels and time per kernel (where the backend's source fixes them), "
              "N and K blocks "
              "each expert's tiles pad to, share of tile and memory "
              "time not overlapped and (EP) HBM passes over other ranks' assignments "
