@@ -59,6 +59,9 @@ grouped layouts):
   (``grouped_row_passes``; kept where it lowers the training median by 1 point: MOE_ROW_PARAMS);
 - the share of the shorter of tile and memory time not hidden under the longer
   (``grouped_serial_frac``: time = max + s min);
+- where the backend's source fixes them (MOE_BACKEND_KERNELS: FlashInfer-TRTLLM), the
+  memory-bound kernels it runs beside its GEMMs (``moe_elementwise_launches``) and, its kernels
+  being chained with programmatic dependent launch, a time per kernel (``moe_launch_us``);
 - with EP > 1, HBM passes over the output rows of assignments to other ranks' experts, which a
   grid launched over every token x top-k assignment still covers (``grouped_masked_passes``;
   SGLang's Triton writes zeros there: fused_moe_triton_kernels.py ``write_zeros_to_output``).
