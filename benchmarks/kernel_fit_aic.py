@@ -62,6 +62,9 @@ grouped layouts):
   (``grouped_row_passes``; kept where it lowers the training median by 1 point: MOE_ROW_PARAMS);
 - the share of the shorter of tile and memory time not hidden under the longer
   (``grouped_serial_frac``: time = max + s min);
+- where the backend's source fixes them (MOE_BACKEND_KERNELS: FlashInfer-TRTLLM), the
+  memory-bound kernels it runs beside its GEMMs (``moe_elementwise_launches``) and, its kernels
+  being chained with programmatic dependent launch, a time per kernel (``moe_launch_us``);
 - with EP > 1, HBM passes over the output rows of assignments to other ranks' experts, which a
   grid launched over every token x top-k assignment still covers (``grouped_masked_passes``;
   SGLang's Triton writes zeros there: fused_moe_triton_kernels.py ``write_zeros_to_output``).
@@ -331,6 +334,19 @@ TRITON_DEFAULT_M_BLOCKS = {"bfloat16": (64, 16)}
 # of it at EP 16, 32, 64), while at 1-32 tokens they read the weights of T k / EP experts only;
 # 0.5.14's fall from EP 2 and level off (the masked-row passes). :func:`dispatched_ep_rows`
 SGLANG_DISPATCHED_EP = ("0.5.10",)
+# backends whose own source fixes kernels of the fused-MoE layer: (the KernelCalib fields set,
+# the fields fitted beside MOE_BACKEND_PARAMS), with and without EP. FlashInfer's TRT-LLM-gen
+# block-FP8 MoE (SGLang 0.5.23 srt/layers/moe/moe_runner/flashinfer_trtllm.py:947
+# per_token_group_quant_fp8, then trtllm_fp8_block_scale_moe; sglang's copy of FlashInfer's
+# launcher, kernels/ops/lora/moe/trtllm_lora_temp/data/csrc/trtllm_fused_moe_kernel_launcher.cu:577
+# routing, trtllm_fused_moe_runner.cu:829 GEMM1 with the permute as its row gather, :859
+# activation, :899 GEMM2, :919 finalize) runs 4 memory-bound kernels (input cast, routing,
+# activation, finalize: moe_elementwise_launches) beside its two GEMMs, each launched with
+# programmatic dependent launch (include/flashinfer/trtllm/fused_moe/DevKernel.h:59, GEMMs
+# with enable_pdl up to SGLANG_TRTLLM_MOE_PDL_MAX_TOKENS = 8192 tokens), so one kernel's launch
+# overlaps the one before: their time per kernel is fitted (moe_launch_us; B300, 1-4 tokens:
+# 17-20 us measured for the six kernels, the host-launch model 31 us)
+MOE_BACKEND_KERNELS = {"flashinfer-trtllm": ({"moe_elementwise_launches": 4}, ("moe_launch_s",))}
 MOE_TERM_MIN = 1e-3  # a fitted term below this (us, passes or fraction) is written as not used
 EP_SUFFIX = "_ep"  # a kernel's fit on the tables' EP > 1 rows (moesym.engines.EngineKernels)
 # a backend's own fit is written (and used) only where it lowers the held-out median or 90th
@@ -450,10 +466,12 @@ def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
                 ho = split_shapes(r, MOE_SHAPE)
                 kept = fit_moe(r, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps, base=calib,
                                holdout=ho, params=())
-                fixed = (TRITON_DEFAULT_M_BLOCKS[dtype],) if (
+                m_blocks = (TRITON_DEFAULT_M_BLOCKS[dtype],) if (
                     be.startswith("triton") and dtype in TRITON_DEFAULT_M_BLOCKS) else ()
-                own = _fit_backend(r, hw, calib, ho, MOE_BACKEND_PARAMS + (
-                    MOE_EP_PARAMS if be.endswith(EP_SUFFIX) else ()), ((0, 0),) + fixed)
+                fixed, extra = MOE_BACKEND_KERNELS.get(be.removesuffix(EP_SUFFIX), ({}, ()))
+                own = _fit_backend(r, hw, replace(calib, **fixed), ho, MOE_BACKEND_PARAMS + extra
+                                   + (MOE_EP_PARAMS if be.endswith(EP_SUFFIX) else ()),
+                                   ((0, 0),) + m_blocks)
                 # terms the fit drives to ~0 (below 1e-3 in their TOML units) are not used
                 vals = {k: (v if abs(v) >= MOE_TERM_MIN else 0)
                         for k, v in own.calib.to_toml_values().items()}
@@ -848,6 +866,7 @@ def moe_kernels_block(rows: list[dict], gpu: str, date: str) -> str:
              "--heldout: each backend's grouped-GEMM tensor and HBM fractions, fixed time per "
              "grouped GEMM, time per local expert, time per computed row, smallest M block, "
              "fixed M blocks (a kernel config that does not follow the rows), "
+             "memory-bound kernels and time per kernel (where the backend's source fixes them), "
              "N and K blocks "
              "each expert's tiles pad to, share of tile and memory "
              "time not overlapped and (EP) HBM passes over other ranks' assignments "

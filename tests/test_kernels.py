@@ -546,6 +546,63 @@ def test_backend_terms_add_their_hand_derived_time():
     assert d[0] * 1e6 == pytest.approx(6 + 6.4 + 96 * 11264 * 2 * 2 / (0.8 * 4.8e12) * 1e6)
 
 
+def test_backend_kernel_count_and_launch_time_by_hand():
+    """One token on a fused backend that runs its two GEMMs and 4 memory-bound kernels, each
+    at its own time per kernel (moe_launch_us): 6 kernels, so moving that time from 1.5 to
+    2.5 us adds 6 x 1 = 6 us; one memory-bound kernel fewer takes 1.5 us off. At 5 us the
+    memory-bound ones stop at elementwise_launch_us (3 us): 2 x 3.5 + 4 x 1.5 = 13 us more.
+    Unset (0), the GEMMs pay launch_us and the memory-bound kernels elementwise_launch_us,
+    the fit's 4 of them."""
+    from moesym.kernels.fit import predict_moe
+
+    rows = _moe_row(tokens=1.0, ep=1.0)
+    kw = dict(sms=148, hbm_bw_Bps=8e12)
+    a = replace(DEFAULTS, moe_launch_s=1.5e-6, moe_elementwise_launches=4)
+    assert DEFAULTS.elementwise_launch_s == 3e-6
+    t = {name: predict_moe(rows, c, **kw)[0] for name, c in (
+        ("a", a), ("slower", replace(a, moe_launch_s=2.5e-6)),
+        ("capped", replace(a, moe_launch_s=5e-6)),
+        ("fewer", replace(a, moe_elementwise_launches=3)),
+        ("unset", replace(a, moe_launch_s=0.0, moe_elementwise_launches=0)))}
+    assert (t["slower"] - t["a"]) * 1e6 == pytest.approx(6 * 1)
+    assert (t["capped"] - t["a"]) * 1e6 == pytest.approx(2 * 3.5 + 4 * 1.5)
+    assert (t["fewer"] - t["a"]) * 1e6 == pytest.approx(-1.5)
+    want = 2 * (DEFAULTS.launch_s - 1.5e-6) + 4 * (3e-6 - 1.5e-6)
+    assert (t["unset"] - t["a"]) * 1e6 == pytest.approx(want * 1e6)
+
+
+def test_step_runs_the_fused_backends_kernels_at_its_launch_time():
+    """A decode step whose engine runs a backend with its own kernel count: the MoE layer's
+    memory-bound kernels are one moe_elementwise cost of that many launches (the down GEMM's
+    input cast gone: the backend's activation writes it), and the kernel model times each
+    launch, and each routed-expert GEMM's, at the backend's moe_launch_us (its fixed time per
+    GEMM beside it); other kernels keep elementwise_launch_us and launch_us."""
+    from moesym.model.layer_costs import _fused_moe_elementwise
+    from moesym.terms import elementwise as ew
+    from moesym.terms.dims import symbolic_dims
+
+    D = symbolic_dims()
+    costs = [ew.norm_residual(D, S.batch), *ew.moe_dispatch_combine(D, S.batch, 8 * S.batch),
+             ew.swiglu_activation("experts_act", 8 * S.batch, 256, 2),
+             ew.fp8_input_cast("experts_in_cast", S.batch, 7168, 2),
+             ew.fp8_input_cast("experts_down_cast", 8 * S.batch, 256, 2)]
+    got = _fused_moe_elementwise(costs, 4)
+    assert [c.name for c in got] == ["norm_residual", "moe_elementwise"]
+    fused = got[1]
+    assert fused.launches == 4 and fused.component == "moe"
+    kept = sum(c.hbm_bytes for c in costs[1:5])  # all but the norm and the down cast
+    assert sp.simplify(fused.hbm_bytes - kept) == 0
+    k = KernelTiming(replace(DEFAULTS, moe_launch_s=2.5e-6, grouped_fixed_s=1e-6))
+    assert float(k.time(fused).overhead_s) == pytest.approx(4 * 2.5e-6)
+    assert float(k.time(costs[0]).overhead_s) == pytest.approx(DEFAULTS.elementwise_launch_s)
+    grouped = replace(gemm("experts_up", 4, 512, 7168, S.w_bytes, S.act_bytes,
+                           kind=KernelClass.GROUPED_GEMM, groups=32, layout="contiguous"),
+                      component="moe")
+    assert float(k.time(grouped).overhead_s) == pytest.approx(2.5e-6 + 1e-6)  # fixed time kept
+    assert float(k.time(replace(grouped, component="")).overhead_s) == pytest.approx(
+        DEFAULTS.launch_s + 1e-6)
+
+
 def test_backend_m_block_pads_each_expert_by_hand():
     """32 experts of 3 rows, N 4096, K 7168 on 132 SMs: one M tile per expert (32), 4 N tiles
     of 256 per M tile (132 // 32 = 4 -> 1024 wide, capped at 256: 16 tiles each), 512 tiles in

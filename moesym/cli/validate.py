@@ -116,7 +116,8 @@ def _kernels(args) -> int:
               f"{r['rows_held_out']:>8} {r['excluded']:>6} {med:>7.1%} {p90:>7.1%}")
     print("moe: each backend's own fitted mechanisms ([moe_kernels]: tensor and HBM fractions, "
           "M block, N and K blocks, fixed, per-expert and per-row time, load/MMA overlap, EP "
-          "masked-row passes); "
+          "masked-row passes, memory-bound kernels and time per kernel where its source fixes "
+          "them); "
           "'([kernel])': "
           "the tables do not show it apart, the GPU's [kernel] times it. excl.: rows faster "
           "than physics (FLOPs at peak or bytes at peak HBM bandwidth), left out of the fit; "

@@ -126,6 +126,25 @@ grouped_k_block_cols                0        K block each expert's tiles pad to 
 grouped_serial_frac                 0        share of the shorter of a grouped GEMM's tile
                                              time and memory time not hidden under the longer
                                              (time = max + s min; 0: fully overlapped)
+moe_elementwise_launches            0        memory-bound kernels the fused-MoE backend runs
+                                             beside its two GEMMs (0: the step model's own:
+                                             top-k, permute, unpermute-reduce, activation and
+                                             the input casts; the fit counts 4). FlashInfer's
+                                             TRT-LLM-gen block-FP8 MoE: 4, input cast (SGLang
+                                             flashinfer_trtllm.py:947), routing (FlashInfer
+                                             trtllm_fused_moe_kernel_launcher.cu:577),
+                                             activation (trtllm_fused_moe_runner.cu:859, writes
+                                             the down GEMM's FP8 input: no cast of its own),
+                                             finalize (:919); the permute is GEMM1's row
+                                             gather (:829)
+moe_launch_us                       0        fixed time per kernel of the fused-MoE backend
+                                             (its GEMMs and memory-bound kernels) where they
+                                             are chained with programmatic dependent launch,
+                                             each launched while the one before runs
+                                             (FlashInfer DevKernel.h:59); fitted; a
+                                             memory-bound kernel's at most
+                                             elementwise_launch_us (0: launch_us and
+                                             elementwise_launch_us)
 ==================================  =======  ===============================================
 
 A ``[kernel.engines.NAME]`` sub-table holds the same keys for one engine's kernels on that device
@@ -214,6 +233,8 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
     "grouped_n_block_cols": ("grouped_n_block_cols", 1, "flag", 0),
     "grouped_k_block_cols": ("grouped_k_block_cols", 1, "flag", 0),
     "grouped_serial_frac": ("grouped_serial_frac", 1, "nonneg", 0.0),
+    "moe_launch_us": ("moe_launch_s", 1e-6, "nonneg", 0.0),
+    "moe_elementwise_launches": ("moe_elementwise_launches", 1, "flag", 0),
 }
 _OPTIONAL = ("tile_step_base_us", "tile_step_us", "tile_step_rows", "tile_step_ref_hidden",
              "tile_step_ref_inter")  # written only when used
@@ -230,14 +251,16 @@ _OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us"
                      "grouped_masked_passes", "grouped_row_passes", "grouped_tile_m_min_rows",
                      "grouped_tile_m_rows", "grouped_few_tokens_tile_m_rows",
                      "grouped_n_block_cols", "grouped_k_block_cols",
-                     "grouped_serial_frac")  # written only when not 0
+                     "grouped_serial_frac", "moe_launch_us",
+                     "moe_elementwise_launches")  # written only when not 0
 _SWITCHES = ("mv_grouped",)  # 0 or 1
 # the keys a fused-MoE backend's [moe_kernels] entry may set beside grouped_tensor_frac (its
 # mechanisms: moesym.kernels.analytical.gemm_time's grouped layouts)
 MOE_KERNEL_KEYS = ("grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
                    "grouped_masked_passes", "grouped_row_passes", "grouped_tile_m_min_rows",
                    "grouped_tile_m_rows", "grouped_few_tokens_tile_m_rows", "grouped_n_block_cols",
-                   "grouped_k_block_cols", "grouped_serial_frac")
+                   "grouped_k_block_cols", "grouped_serial_frac", "moe_launch_us",
+                   "moe_elementwise_launches")
 # record of the fit, read by ``moesym list hardware``, never by the model: ``source`` (free
 # text), ``engine`` (the engine and version whose kernels were timed), ``fit_date``,
 # ``heldout_error`` ({kernel class: median |pred / meas - 1| on held-out shapes})
@@ -304,6 +327,8 @@ class KernelCalib:
     grouped_n_block_cols: int = 0
     grouped_k_block_cols: int = 0
     grouped_serial_frac: float = 0.0
+    moe_launch_s: float = 0.0
+    moe_elementwise_launches: int = 0
     source: str = "moesym defaults (H800 DeepGEMM fit)"
 
     @property
@@ -315,6 +340,16 @@ class KernelCalib:
         """Achieved HBM fraction of a GEMM of ``layout``: ``grouped_hbm_frac`` for grouped
         (expert) layouts where set, else ``gemm_hbm_frac``."""
         return (self.grouped_hbm_frac if layout != "dense" else 0.0) or self.gemm_hbm_frac
+
+    def backend_launches(self) -> KernelCalib:
+        """This calibration as it times the fused-MoE backend's own kernels (its grouped GEMMs
+        and memory-bound kernels): every launch at ``moe_launch_us`` where set, a memory-bound
+        one never above ``elementwise_launch_us`` (a kernel of the chain is no slower than the
+        same kernel launched alone; in a CUDA graph, the graph's per-kernel floor)."""
+        if not self.moe_launch_s:
+            return self
+        return replace(self, launch_s=self.moe_launch_s,
+                       elementwise_launch_s=min(self.moe_launch_s, self.elementwise_launch_s))
 
     @property
     def unpack_s_per_weight(self) -> float:

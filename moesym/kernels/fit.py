@@ -64,10 +64,11 @@ _SCALE = {"sm_bandwidth_Bps": 1e9, "launch_s": 1e-6, "tile_overhead_s": 1e-6,
           "attention_gqa_bf16_unit_s": 1e-6, "attention_split_merge_s": 1e-6,
           "grouped_fixed_s": 1e-6, "grouped_expert_s": 1e-6,
           "attention_decode_fill_s": 1e-6, "attention_mha_decode_launch_s": 1e-6,
-          "attention_gqa_generic_launch_s": 1e-6}
+          "attention_gqa_generic_launch_s": 1e-6, "moe_launch_s": 1e-6}
 # where the fused-MoE fit starts the backend terms that [kernel] leaves at 0 (not used)
 _MOE_START = {"grouped_hbm_frac": 0.8, "grouped_fixed_s": 5e-6, "grouped_expert_s": 0.1e-6,
-              "grouped_masked_passes": 1.0, "grouped_row_passes": 1.0, "grouped_serial_frac": 0.3}
+              "grouped_masked_passes": 1.0, "grouped_row_passes": 1.0, "grouped_serial_frac": 0.3,
+              "moe_launch_s": 3e-6}
 # the fit starts the fixed time at each of these (the cost surface has a minimum at each end:
 # a floor paid per GEMM, or the time spread over the experts' weight reads)
 _MOE_FIXED_STARTS = (0.5e-6, 20e-6)
@@ -92,7 +93,7 @@ _BOUNDS = {"sm_bandwidth_Bps": (1.0, 2000.0), "launch_s": (0.0, 100.0),
            "grouped_hbm_frac": (0.3, 0.95), "grouped_fixed_s": (0.0, 500.0),
            "grouped_expert_s": (0.0, 50.0), "grouped_masked_passes": (0.0, 100.0),
            "grouped_row_passes": (0.0, 100.0),
-           "grouped_serial_frac": (0.0, 1.0)}
+           "grouped_serial_frac": (0.0, 1.0), "moe_launch_s": (0.0, 50.0)}
 
 
 # attention fields whose 0 means "the shared field's value": where the fit starts them
@@ -451,11 +452,13 @@ _MOE_EW_LAUNCHES = 4  # top-k, permute, unpermute-reduce, activation (the cast f
 
 def predict_moe(rows: pd.DataFrame, calib: KernelCalib, *, sms, hbm_bw_Bps) -> np.ndarray:
     """Model latency (s) of balanced fused-MoE rows: their two grouped GEMMs plus the layer's
-    memory-bound kernels (:func:`moe_elementwise_bytes`)."""
-    t = predict_rows(moe_gemm_rows(rows), calib, sms=sms, peak_flops=None,
+    memory-bound kernels (:func:`moe_elementwise_bytes`; ``moe_elementwise_launches`` of them,
+    else 4), every kernel at the backend's ``moe_launch_us`` where set."""
+    own = calib.backend_launches()
+    t = predict_rows(moe_gemm_rows(rows), own, sms=sms, peak_flops=None,
                      hbm_bw_Bps=hbm_bw_Bps, infersim_masked=False)
-    ew = elementwise_time(moe_elementwise_bytes(rows), hbm_bw_Bps=hbm_bw_Bps, calib=calib,
-                          launches=_MOE_EW_LAUNCHES)
+    ew = elementwise_time(moe_elementwise_bytes(rows), hbm_bw_Bps=hbm_bw_Bps, calib=own,
+                          launches=calib.moe_elementwise_launches or _MOE_EW_LAUNCHES)
     return t[:len(rows)] + t[len(rows):] + np.asarray(ew.total_s, dtype=float)
 
 

@@ -84,7 +84,7 @@ class KernelTiming(TimeModel):
     def _time(self, c: Cost) -> TermTime:
         if c.kind in (KernelClass.COMM, KernelClass.OVERHEAD):
             return RooflineTiming().time(c)
-        k = self.calib
+        k = _backend_calib(c, self.calib)
         n = c.launches if c.launches != 0 else sp.Integer(1)  # repetitions of the kernel
         lat = c.launches  # launch latencies actually paid
         if c.kind in (KernelClass.GEMM, KernelClass.GROUPED_GEMM):
@@ -143,6 +143,15 @@ class KernelTiming(TimeModel):
                              flops=c.flops, peak_flops=S.flops_gemm)
         return TermTime(c.name, sp.sympify(t.compute_s), sp.sympify(t.memory_s), _ZERO,
                         t.launch_s + c.fixed_s)
+
+
+def _backend_calib(c: Cost, k: KernelCalib) -> KernelCalib:
+    """The calibration that times kernel ``c``: for the fused-MoE backend's own kernels (the
+    routed experts' grouped GEMMs and its memory-bound kernels, ``component`` "moe"), every
+    launch at its ``moe_launch_us`` where its fit sets one (:meth:`KernelCalib.backend_launches`);
+    else ``k``."""
+    own = c.component == "moe" and c.kind is not KernelClass.GEMM
+    return k.backend_launches() if own else k
 
 
 def _tile_factor(sh: GemmShape, k: KernelCalib):

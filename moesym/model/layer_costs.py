@@ -24,7 +24,7 @@ from ..terms.routing import (group_limited, group_tokens, imbalance_expr, tile_s
                              touched_local_experts_expr)
 from ..terms.tokens import step_tokens
 
-__all__ = ["dense_layer_costs", "engine_moe_kernel", "layer_costs", "layer_work", "moe_layer_costs",
+__all__ = ["dense_layer_costs", "engine_moe_fields", "engine_moe_kernel", "layer_costs", "layer_work", "moe_layer_costs",
            "quantized", "tile_stepped_experts", "weight_only"]
 
 
@@ -135,6 +135,9 @@ def moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
             costs["other"] += [ew.fp8_input_cast("experts_in_cast", t_moe, D.hidden, D.act_bytes),
                                ew.fp8_input_cast("experts_down_cast", rows,
                                                  D.moe_inter / D.expert_tp, D.act_bytes)]
+        launches = engine_moe_fields(model, hw, dep, wl).get("moe_elementwise_launches")
+        if launches and not fused:
+            costs["other"] = _fused_moe_elementwise(costs["other"], launches)
     else:
         costs["moe_routed"] = [replace(c, kind=KernelClass.GEMM, shape=replace(c.shape, layout="dense"))
                                for c in costs["moe_routed"]]
@@ -328,6 +331,38 @@ def engine_moe_kernel(model: ModelSpec, hw: HardwareSpec, dep: Deployment,
         return None
     return kernels.moe_kernel(hw.moe_kernels, ep=dep.ep,
                               deepep=dep.ep > 1 and dep.resolved_a2a(wl.phase).is_deepep)
+
+
+# the step's memory-bound kernels of the MoE layer a fused-MoE backend with its own kernel count
+# (``moe_elementwise_launches``) runs as its own (the fit's moesym.kernels.fit.
+# moe_elementwise_bytes: top-k, permute, unpermute-reduce, activation, input cast); the down
+# GEMM's input cast is not among them: the backend's activation writes that input in FP8
+# itself (FlashInfer TRT-LLM-gen, DeepSeek FP8: activationDeepSeekKernel, the kernel after
+# GEMM1, trtllm_fused_moe_runner.cu:859, quantizes its output per 128 columns)
+_FUSED_MOE_KERNELS = ("moe_dispatch", "moe_combine", "experts_act", "experts_in_cast")
+_FUSED_MOE_DROPPED = ("experts_down_cast",)
+
+
+def _fused_moe_elementwise(costs: list, launches) -> list:
+    """``costs`` with the MoE layer's memory-bound kernels as the fused backend runs them: one
+    ``moe_elementwise`` cost of their bytes and the backend's ``launches`` kernels, tagged
+    ``moe`` (timed at its ``moe_launch_us``, :class:`moesym.kernels.timing.KernelTiming`)."""
+    moe = [c for c in costs if c.name in _FUSED_MOE_KERNELS]
+    rest = [c for c in costs if c.name not in _FUSED_MOE_KERNELS + _FUSED_MOE_DROPPED]
+    total = sum(moe[1:], moe[0])
+    return rest + [replace(total, name="moe_elementwise", launches=sp.Integer(int(launches)),
+                           component="moe")]
+
+
+def engine_moe_fields(model: ModelSpec, hw: HardwareSpec | None, dep: Deployment,
+                      wl: Workload) -> dict:
+    """The ``[moe_kernels]`` fields (SI) of the fused-MoE backend that times the deployment's
+    experts (:func:`engine_moe_kernel`) where its time model reads them (the kernel model),
+    else none."""
+    if hw is None or not lookup(dep.timing)[0].moe_kernels:
+        return {}
+    name = engine_moe_kernel(model, hw, dep, wl)
+    return dict(hw.moe_kernels[name]) if name else {}
 
 
 def _tp_link(dep: Deployment, D: Dims, bw_up, bw_out) -> tuple:

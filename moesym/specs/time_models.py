@@ -28,13 +28,15 @@ class TimeModelEntry:
     backend, or None; ``argument``: what follows ``name:``, or None); ``help`` says what it
     is; ``argument`` names the argument its name takes (None: none) and ``argument_problem``
     says what is wrong with one (None: nothing); ``tiles``: whether expert GEMMs may be timed in
-    row tiles (:mod:`moesym.kernels.tile_step`; the roofline leaves tiles out)."""
+    row tiles (:mod:`moesym.kernels.tile_step`; the roofline leaves tiles out); ``moe_kernels``:
+    whether the engine's fused-MoE backend fit (a GPU's ``[moe_kernels]``) times the experts."""
 
     build: str
     help: str
     argument: str | None = None
     argument_problem: Callable[[str], str | None] = lambda arg: None
     tiles: bool = True
+    moe_kernels: bool = False
 
     def label(self, name: str) -> str:
         return name if self.argument is None else f"{name}:{self.argument}"
@@ -49,7 +51,8 @@ def _missing_folder(folder: str) -> str | None:
 
 #: every time model by name, in the order the command line lists them
 TIME_MODELS = {
-    "kernel": TimeModelEntry("moesym.kernels.time_model:kernel_model", "the analytical kernel model calibrated per GPU, default"),
+    "kernel": TimeModelEntry("moesym.kernels.time_model:kernel_model", "the analytical kernel model calibrated per GPU, default",
+                             moe_kernels=True),
     "roofline": TimeModelEntry("moesym.kernels.time_model:roofline_model", "peaks x the same fitted fractions; the teaching form",
                                tiles=False),
     "tables": TimeModelEntry("moesym.kernels.time_model:tables_model", "measured kernel tables in DIR where they cover a kernel, "
