@@ -339,14 +339,17 @@ SGLANG_DISPATCHED_EP = ("0.5.10",)
 # block-FP8 MoE (SGLang 0.5.23 srt/layers/moe/moe_runner/flashinfer_trtllm.py:947
 # per_token_group_quant_fp8, then trtllm_fp8_block_scale_moe; sglang's copy of FlashInfer's
 # launcher, kernels/ops/lora/moe/trtllm_lora_temp/data/csrc/trtllm_fused_moe_kernel_launcher.cu:577
-# routing, trtllm_fused_moe_runner.cu:829 GEMM1 with the permute as its row gather, :859
-# activation, :899 GEMM2, :919 finalize) runs 4 memory-bound kernels (input cast, routing,
-# activation, finalize: moe_elementwise_launches) beside its two GEMMs, each launched with
+# routing, in two kernels: top-k, then the permutation indices in one cluster or one cooperative
+# kernel, FlashInfer 0.7.2.post1 csrc/fused_moe/trtllm_backend/trtllm_fused_moe_routing_deepseek.cu
+# :573 and :596 / :605; trtllm_fused_moe_runner.cu:829 GEMM1 with the permute as its row gather,
+# :859 activation, :899 GEMM2, :919 finalize) runs 5 memory-bound kernels (input cast, routing
+# top-k and permutation, activation, finalize: moe_elementwise_launches) beside its two GEMMs,
+# each launched with
 # programmatic dependent launch (include/flashinfer/trtllm/fused_moe/DevKernel.h:59, GEMMs
 # with enable_pdl up to SGLANG_TRTLLM_MOE_PDL_MAX_TOKENS = 8192 tokens), so one kernel's launch
 # overlaps the one before: their time per kernel is fitted (moe_launch_us; B300, 1-4 tokens:
 # 17-20 us measured for the six kernels, the host-launch model 31 us)
-MOE_BACKEND_KERNELS = {"flashinfer-trtllm": ({"moe_elementwise_launches": 4}, ("moe_launch_s",))}
+MOE_BACKEND_KERNELS = {"flashinfer-trtllm": ({"moe_elementwise_launches": 5}, ("moe_launch_s",))}
 MOE_TERM_MIN = 1e-3  # a fitted term below this (us, passes or fraction) is written as not used
 EP_SUFFIX = "_ep"  # a kernel's fit on the tables' EP > 1 rows (moesym.engines.EngineKernels)
 # a backend's own fit is written (and used) only where it lowers the held-out median or 90th
@@ -927,8 +930,9 @@ def refit_deepep(root: Path, gpus: list[str], date: str, write: bool) -> int:
 
 
 def write_heldout(root: Path, gpus: list[str], date: str, write: bool) -> int:
-    """Evaluate every GPU (:func:`evaluate_gpu`, the custom all-reduce fit) and write the held-out
-    table as bench_data/kernel_heldout.json; with ``write`` also each GPU's ``[moe_kernels]``."""
+    """Evaluate every GPU of ``gpus`` (:func:`evaluate_gpu`, the custom all-reduce fit) and write
+    its rows of the held-out table, bench_data/kernel_heldout.json (the other GPUs' committed rows
+    kept); with ``write`` also each GPU's ``[moe_kernels]`` and ``[deepep]``."""
     import json
 
     rows: list[dict] = []
@@ -966,6 +970,10 @@ def write_heldout(root: Path, gpus: list[str], date: str, write: bool) -> int:
                   "excluded: rows faster than their FLOPs at peak or bytes at peak HBM bandwidth",
            "rows": rows}
     path = data_dir("bench_data") / HELDOUT_JSON
+    if path.exists():  # the GPUs not refit here (--gpu) keep their committed rows
+        kept = [r for r in json.loads(path.read_text())["rows"] if r["gpu"] not in gpus]
+        order = list(aic.GPU_FOLDERS)
+        doc["rows"] = sorted(kept + rows, key=lambda r: order.index(r["gpu"]))
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {path}")
     return 0

@@ -130,10 +130,14 @@ moe_elementwise_launches            0        memory-bound kernels the fused-MoE 
                                              beside its two GEMMs (0: the step model's own:
                                              top-k, permute, unpermute-reduce, activation and
                                              the input casts; the fit counts 4). FlashInfer's
-                                             TRT-LLM-gen block-FP8 MoE: 4, input cast (SGLang
-                                             flashinfer_trtllm.py:947), routing (FlashInfer
-                                             trtllm_fused_moe_kernel_launcher.cu:577),
-                                             activation (trtllm_fused_moe_runner.cu:859, writes
+                                             TRT-LLM-gen block-FP8 MoE: 5, input cast (SGLang
+                                             flashinfer_trtllm.py:947), routing in two kernels,
+                                             top-k and the permutation indices (FlashInfer
+                                             0.7.2.post1 trtllm_fused_moe_routing_deepseek.cu:573
+                                             and :596 / :605: one cluster, or a cooperative
+                                             kernel up to moe SMs x 64 x experts' threads / k
+                                             tokens), activation
+                                             (trtllm_fused_moe_runner.cu:859, writes
                                              the down GEMM's FP8 input: no cast of its own),
                                              finalize (:919); the permute is GEMM1's row
                                              gather (:829)
