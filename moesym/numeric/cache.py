@@ -5,7 +5,10 @@ argument and output names of each function and the numbers fixed by the model, h
 deployment. Stored as one JSON file per key, it lets a repeated question skip SymPy entirely.
 ``moesym derive`` stores its answers here too (:func:`moesym.cli.derive.answered`: the printed
 record of each question, keyed by its flags and specs), since solving a closed form is SymPy's
-work from end to end.
+work from end to end. Next to them: numeric tables a step model is built from (the EPLB
+imbalance table, :func:`moesym.routing.zipf.rank_imbalance_table`) and each compiled model's
+Python bytecode (:func:`code`); never SymPy objects (a pickled expression can read back with
+another structure than a fresh build).
 
 Where: ``$MOESYM_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/moesym``, else ``~/.cache/moesym``.
 Off: ``--no-cache`` on the command line, ``MOESYM_NO_CACHE=1``, or :func:`disable`.
