@@ -164,3 +164,58 @@ def test_an_error_is_not_stored(cache_dir, capsys):
         assert main(argv) == 2
         assert "does not fit" in capsys.readouterr().err
     assert _answers(cache_dir) == []
+
+
+def test_bytecode_is_kept_read_back_and_a_damaged_file_is_compiled_again(cache_dir,
+                                                                           monkeypatch):
+    source = "def f0(a0):\n    return (a0 * 3 + 1,)\n"
+    first = cache.code(source, "<moesym generated>")
+    (kept,) = sorted(cache_dir.glob("*.code"))
+
+    def no_compile(*args):
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(cache, "compile", no_compile, raising=False)
+    again = cache.code(source, "<moesym generated>")  # read back: compile is not called
+    ns1, ns2 = {}, {}
+    exec(first, ns1)  # noqa: S102 - the test's own source
+    exec(again, ns2)  # noqa: S102
+    assert ns1["f0"](2) == ns2["f0"](2) == (7,)
+    kept.write_bytes(kept.read_bytes()[:40] + b"\x00garbage")  # digest no longer matches
+    with pytest.raises(AssertionError, match="compiled again"):
+        cache.code(source, "<moesym generated>")
+    monkeypatch.delattr(cache, "compile")
+    ns3 = {}
+    exec(cache.code(source, "<moesym generated>"), ns3)  # noqa: S102
+    assert ns3["f0"](2) == (7,)
+    cache.disable()
+    try:
+        for p in cache_dir.glob("*.code"):
+            p.unlink()
+        cache.code(source, "<moesym generated>")
+        assert list(cache_dir.glob("*.code")) == []  # off: nothing kept
+    finally:
+        cache.disable(False)
+
+
+def test_eplb_imbalance_table_is_kept_and_read_back_exactly(cache_dir):
+    from moesym.routing import zipf
+
+    args = (64, 2, 8, 4, 0.8, "round_robin")
+    zipf._imbalance_at_table.cache_clear()
+    fresh = zipf._imbalance_at_table(*args)
+    zipf._imbalance_at_table.cache_clear()
+    (entry,) = _entries(cache_dir)
+    payload = json.loads(entry.read_text())["payload"]
+    assert payload["imbalance"] == list(fresh)
+    # read back (the estimator not run again) and bit-identical to the computed values
+    monkey = zipf.eplb_imbalance
+    zipf.eplb_imbalance = None  # would fail if called
+    try:
+        back = zipf._imbalance_at_table(*args)
+    finally:
+        zipf.eplb_imbalance = monkey
+        zipf._imbalance_at_table.cache_clear()
+    assert back == fresh
+    assert fresh == tuple(float(zipf.eplb_imbalance(64, 2, 8, 4, 0.8, t))
+                          for t in zipf.TABLE_TOKENS)

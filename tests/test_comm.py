@@ -612,3 +612,35 @@ def test_trtllm_allreduce_fit_recovers_known_switch_points(tmp_path):
     assert (got["fixed_us"], got["oneshot_GBps"], got["twoshot_GBps"]) == pytest.approx(
         (3.0, 300.0, 200.0), rel=1e-4)
     assert got["test_worst"] < 1e-4
+
+
+def test_folded_one_shot_condition_is_what_rewrite_ite_gives():
+    """comm._folded builds the ITE chain of a table's upper-bound conditions directly: the same
+    expression as SymPy's piecewise_fold + rewrite(ITE), for every built-in custom all-reduce."""
+    import sympy as sp
+    from sympy.functions.elementary.piecewise import piecewise_fold
+    from sympy.logic.boolalg import ITE
+
+    import moesym as ms
+    from moesym.specs.hardware import builtin_hardware
+    from moesym.symbolic.symbols import S
+    from moesym.terms import comm
+
+    checked = 0
+    for name in builtin_hardware():
+        hw = ms.load_hardware(name)
+        for car in [hw.allreduce, *hw.allreduce_kernels.values()]:
+            if car is None:
+                continue
+            for tokens in (S.batch, S.batch / S.micro_batches):
+                m = tokens * S.hidden * S.act_bytes
+                for table in (car.oneshot_max_bytes, car.max_bytes):
+                    for p in (S.tp, sp.Integer(4)):
+                        cond = sp.Le(m, comm._by_group(table, p))
+                        want = piecewise_fold(cond)
+                        if isinstance(want, sp.Piecewise):
+                            want = want.rewrite(ITE)
+                        got = comm._folded(cond)
+                        assert sp.srepr(got) == sp.srepr(want)
+                        checked += 1
+    assert checked >= 8

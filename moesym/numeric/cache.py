@@ -5,7 +5,10 @@ argument and output names of each function and the numbers fixed by the model, h
 deployment. Stored as one JSON file per key, it lets a repeated question skip SymPy entirely.
 ``moesym derive`` stores its answers here too (:func:`moesym.cli.derive.answered`: the printed
 record of each question, keyed by its flags and specs), since solving a closed form is SymPy's
-work from end to end.
+work from end to end. Next to them: numeric tables a step model is built from (the EPLB
+imbalance table, :func:`moesym.routing.zipf.rank_imbalance_table`) and each compiled model's
+Python bytecode (:func:`code`); never SymPy objects (a pickled expression can read back with
+another structure than a fresh build).
 
 Where: ``$MOESYM_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/moesym``, else ``~/.cache/moesym``.
 Off: ``--no-cache`` on the command line, ``MOESYM_NO_CACHE=1``, or :func:`disable`.
@@ -22,12 +25,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 import os
+import sys
 import tempfile
 import warnings
 from pathlib import Path
 
-__all__ = ["FORMAT", "cache_dir", "disable", "enabled", "key_for", "load", "store",
+__all__ = ["FORMAT", "cache_dir", "code", "disable", "enabled", "key_for", "load", "store",
            "package_fingerprint"]
 
 FORMAT = 1  # entry layout version
@@ -115,3 +120,39 @@ def store(key: str, payload: dict) -> None:
             warnings.warn(f"cache directory {folder} is not writable ({exc.strerror or exc}); "
                           "running without the compiled-model cache (set MOESYM_CACHE_DIR to a "
                           "writable folder, or pass --no-cache)", stacklevel=2)
+
+
+def code(source: str, filename: str):
+    """``compile(source, filename, "exec")``, its bytecode kept here (``marshal``, keyed by the
+    source, the file name and the interpreter's bytecode version, with a digest of its own: a
+    corrupt or foreign file is compiled again). Compiling a step model's generated source takes
+    a tenth of a second or more; reading its bytecode back a millisecond. Not kept when the
+    cache is off or cannot be written."""
+    if not enabled():
+        return compile(source, filename, "exec")
+    h = hashlib.sha256()
+    for part in (str(FORMAT), sys.implementation.cache_tag or "", filename, source):
+        h.update(part.encode())
+        h.update(b"\0")
+    path = cache_dir() / f"{h.hexdigest()}.code"
+    try:
+        data = path.read_bytes()
+        if hashlib.sha256(data[32:]).digest() == data[:32]:
+            return marshal.loads(data[32:])
+    except (OSError, ValueError, EOFError, TypeError):
+        pass
+    out = compile(source, filename, "exec")
+    body = marshal.dumps(out)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".code")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(hashlib.sha256(body).digest() + body)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError:
+        pass  # store() says once that the folder cannot be written
+    return out

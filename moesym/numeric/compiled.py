@@ -48,9 +48,18 @@ def function_from_source(source: str, name: str = "f") -> Callable:
     return _functions(source, (name,))[0]
 
 
-def _functions(source: str, names) -> list[Callable]:
+def _functions(source: str, names, keep: bool = False) -> list[Callable]:
+    """The functions ``names`` of ``source``; ``keep``: its bytecode kept in the disk cache
+    (:func:`moesym.numeric.cache.code`: a compiled model's source, compiled again by every
+    process that loads it)."""
     ns = _namespace(source)
-    exec(compile(source, "<moesym generated>", "exec"), ns)  # noqa: S102 - moesym's own output
+    if keep:
+        from .cache import code
+
+        compiled = code(source, "<moesym generated>")
+    else:
+        compiled = compile(source, "<moesym generated>", "exec")
+    exec(compiled, ns)  # noqa: S102 - moesym's own output
     out = []
     for name in names:
         raw = ns[name]
@@ -82,7 +91,7 @@ class CompiledModel:
 
     def function(self, i: int) -> Callable:
         if self._fns is None:
-            self._fns = _functions(self.source, [p["fn"] for p in self.parts])
+            self._fns = _functions(self.source, [p["fn"] for p in self.parts], keep=True)
         return self._fns[i]
 
     def evaluate(self, i: int, values: Mapping[str, object]) -> dict:

@@ -232,23 +232,39 @@ def eplb_imbalance(E: int, k: int, ep: int, R: int, s: float, T: float | None = 
 
 #: token counts at which numeric routing statistics are tabulated for the step model: every
 #: count to 16, then four per octave to 2^26; interpolated linearly in log T between them
-TABLE_TOKENS = np.unique(np.concatenate([np.arange(1, 17), np.round(2.0 ** (np.arange(16, 105) / 4))
-                                         ])).astype(float)
+TABLE_TOKENS = np.array(sorted(set(np.concatenate([np.arange(1, 17),
+                                                   np.round(2.0 ** (np.arange(16, 105) / 4))
+                                                   ]).tolist())), dtype=float)  # np.unique
+# would import numpy.ma (0.07 s of every command's start)
 
 
 def rank_imbalance_table(E: int, k: int, ep: int, R: int, s: float,
                          placement: str = "round_robin") -> tuple[np.ndarray, np.ndarray]:
     """(T, busiest rank over the mean) at :data:`TABLE_TOKENS`: with redundant experts
     :func:`eplb_imbalance`, else :func:`zipf_max_rank_load_ratio`. Computed once per process
-    for each argument set (a derive question builds two step models of one routing)."""
+    for each argument set (a derive question builds two step models of one routing) and kept
+    in the compiled-model cache (:mod:`moesym.numeric.cache`: numbers only, exact through JSON;
+    the binomial tails of the EPLB estimator take about a second, each time ``derive`` builds
+    the step model of such a routing)."""
     return TABLE_TOKENS, np.array(_imbalance_at_table(E, k, ep, R, s, placement))
 
 
 @functools.lru_cache(maxsize=64)
 def _imbalance_at_table(E, k, ep, R, s, placement) -> tuple[float, ...]:
+    from ..numeric import cache
+
+    key = cache.key_for(f"rank_imbalance_table {E!r} {k!r} {ep!r} {R!r} {s!r} {placement!r} "
+                        f"{TABLE_TOKENS.tolist()!r}")
+    stored = cache.load(key)
+    if stored is not None and len(stored.get("imbalance", ())) == len(TABLE_TOKENS):
+        return tuple(float(v) for v in stored["imbalance"])
     if R:
-        return tuple(eplb_imbalance(E, k, ep, R, s, T) for T in TABLE_TOKENS)
-    return tuple(zipf_max_rank_load_ratio(E, k, ep, T, s, placement) for T in TABLE_TOKENS)
+        out = tuple(float(eplb_imbalance(E, k, ep, R, s, T)) for T in TABLE_TOKENS)
+    else:
+        out = tuple(float(zipf_max_rank_load_ratio(E, k, ep, T, s, placement))
+                    for T in TABLE_TOKENS)
+    cache.store(key, {"imbalance": list(out)})
+    return out
 
 
 def rank_slots(E: int, k: int, ep: int, R: int, s,

@@ -43,6 +43,7 @@ from .model_root import ModelRoot, closed_form_at, model_root, sign_changes
 from .regime_form import RegimeForm, pin, printed, regime_form, tidy
 from .sensitivity import root_elasticities
 from ..symbolic.expr import smax, substitute, symbols_of
+from ..symbolic.printing import latex, text
 
 __all__ = ["ClosedForm", "crossover", "attention_overtakes_moe", "max_batch_for_tpot",
            "optimal_ep", "comm_hidden", "ep_min_tpot", "gpus_for_throughput", "solve",
@@ -95,7 +96,7 @@ class ClosedForm:
 
     @property
     def latex(self) -> str:
-        return sp.latex(tidy(self.expr)) if self.expr is not None else ""
+        return latex(tidy(self.expr)) if self.expr is not None else ""
 
     def as_dict(self) -> dict:
         from .regime_form import legend
@@ -106,7 +107,7 @@ class ClosedForm:
                 # in JSON, the note says why (the text prints inf)
                 "value": _finite_or_none(self.value),
                 "closed_form_value": _finite_or_none(self.closed_value), "kind": self.kind,
-                "regime": dict(self.regime), "condition": str(self.condition),
+                "regime": dict(self.regime), "condition": text(self.condition),
                 "timing": self.timing, "note": self.assumptions,
                 "smooth": self.smooth.as_dict() if self.smooth is not None else None,
                 "pin": list(self.pin),

@@ -69,25 +69,36 @@ class ModelRoot:
     note: str
 
 
+def _bound(exprs, var: sp.Symbol, values: Mapping) -> dict:
+    """``values`` of the symbols of ``exprs`` other than ``var``; raises naming any unbound."""
+    used = frozenset().union(*map(symbols_of, exprs))
+    vals = {k: v for k, v in values.items() if k != var and k in used}
+    missing = used - set(vals) - {var}
+    if missing:
+        raise MoesymError(f"no value bound for {', '.join(sorted(map(str, missing)))}")
+    return vals
+
+
 def _evaluator(eq: sp.Expr, var: sp.Symbol, values: Mapping):
     from ..symbolic.compile import evaluate
 
-    vals = {k: v for k, v in values.items() if k != var and k in symbols_of(eq)}
-    missing = symbols_of(eq) - set(vals) - {var}
-    if missing:
-        raise MoesymError(f"no value bound for {', '.join(sorted(map(str, missing)))}")
+    vals = _bound((eq,), var, values)
     return lambda x: evaluate(eq, vals, {var: np.asarray(x, dtype=float)})
 
 
 def _brackets(eq, var, values, lo, hi, integer, scale) -> tuple:
     """(f, [(a, b, f(a) > 0)]): the function scanned and the grid cells where its side changes
     (:func:`sign_changes`' scan, before bisection)."""
-    f0 = _evaluator(eq, var, values)
     if scale is None:
-        f = f0
-    else:
-        g = _evaluator(scale, var, values)
-        f = lambda x: f0(x) - 1e-9 * np.abs(g(x))  # noqa: E731
+        f = _evaluator(eq, var, values)
+    else:  # the two in one function: the scale (compute time) is most of the equation's graph
+        from ..symbolic.compile import evaluate_on
+
+        vals = _bound((eq, scale), var, values)
+
+        def f(x):
+            y, s = (np.asarray(v, dtype=float) for v in evaluate_on((eq, scale), vals, var, x))
+            return np.broadcast_to(y - 1e-9 * np.abs(s), np.shape(x)).copy()
     if integer:
         lo, hi = int(np.ceil(lo)), int(np.floor(hi))
         if hi - lo + 1 <= _MAX_INTEGERS:

@@ -35,6 +35,7 @@ import numpy as np
 import sympy as sp
 
 from ..symbolic.expr import dependents, nodes, substitute, symbols_of
+from ..symbolic.printing import latex, text
 from .regimes import _collapse, branch_at, solve_smooth
 from .rewrite import RELAX_CEILING, apply_rules
 
@@ -68,7 +69,7 @@ def tidy(expr: sp.Basic, digits: int = 6) -> sp.Basic:
 def printed(expr: sp.Basic) -> str:
     """``str(tidy(expr))``, printed once per expression (an answer's JSON shows its smooth form
     twice: ``smooth.sympy`` and ``closed_form``)."""
-    return str(tidy(expr))
+    return text(tidy(expr))
 
 
 def relax(expr: sp.Basic) -> sp.Basic:
@@ -116,7 +117,7 @@ class RegimeForm:
 
     def as_dict(self) -> dict:
         return {"sympy": printed(self.expr) if self.expr is not None else "",
-                "latex": sp.latex(tidy(self.expr)) if self.expr is not None else "",
+                "latex": latex(tidy(self.expr)) if self.expr is not None else "",
                 "skeleton": str(self.skeleton) if self.skeleton is not None else "",
                 "placeholders": {k: {"value": v, "sympy": printed(e)}
                                  for k, (v, e) in self.placeholders.items()},

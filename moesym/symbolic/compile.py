@@ -374,6 +374,13 @@ def evaluate_many(exprs: Sequence[sp.Expr], values: Mapping[sp.Symbol, float], v
     """Each of ``exprs`` at the scalar ``var = x`` with ``values`` bound to every other symbol,
     from one compiled function over their shared graph (each subexpression computed once, with
     the arithmetic :func:`evaluate` does expression by expression)."""
+    return [float(v) for v in evaluate_on(exprs, values, var, x)]
+
+
+def evaluate_on(exprs: Sequence[sp.Expr], values: Mapping[sp.Symbol, float], var: sp.Symbol,
+                x) -> list[np.ndarray]:
+    """:func:`evaluate_many` at ``var = x``, a number or an array: each expression's values,
+    an array of x's shape (or a number where the expression is free of ``var``)."""
     exprs = tuple(sp.sympify(e) for e in exprs)
     if not exprs:
         return []
@@ -381,8 +388,7 @@ def evaluate_many(exprs: Sequence[sp.Expr], values: Mapping[sp.Symbol, float], v
     missing = [s for s in rest if s not in values]
     if missing:
         raise ValueError("missing value(s) for: " + ", ".join(sorted(map(str, missing))))
-    out = fn(np.asarray(x, dtype=float), *(float(values[s]) for s in rest))
-    return [float(v) for v in out]
+    return list(fn(np.asarray(x, dtype=float), *(float(values[s]) for s in rest)))
 
 
 def evaluate(expr: sp.Expr, values: Mapping[sp.Symbol, float], grid: Mapping[sp.Symbol, object]

@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import sympy as sp
+from sympy.logic.boolalg import Boolean
 
 from ..routing.stats import GroupRouting, distinct_destinations, no_hit_probability
 from ..specs.deployment import A2AMode
@@ -298,13 +299,29 @@ def tp_allreduce_custom(D: Dims, tokens, car, bw, lat, group=None) -> Cost:
 
 def _folded(cond):
     """``cond`` as a Piecewise's condition holds it: a Piecewise inside folded out and written
-    as ITE (what SymPy's ExprCondPair does to each condition, a third of a second for the
-    one-shot limit's table; done once here for the three Piecewise that share it)."""
-    from sympy.functions.elementary.piecewise import piecewise_fold
+    as ITE (what SymPy's ExprCondPair does to each condition; done once here for the three
+    Piecewise that share it).
+
+    SymPy's ``rewrite(ITE)`` takes each condition's set (an inequality solve, 0.1-0.35 s for the
+    one-shot limit's table) only to find a condition that covers every real and cut the chain
+    there. A table's conditions are upper bounds ``p <= p'`` on the group size, whose union never
+    covers the reals: for those the chain is built directly, the same expression
+    ``rewrite(ITE)`` returns (``_canonical`` of the nested ITE)."""
+    from sympy.functions.elementary.piecewise import _canonical, piecewise_fold
     from sympy.logic.boolalg import ITE
 
     out = piecewise_fold(cond)
-    return out.rewrite(ITE) if isinstance(out, sp.Piecewise) else out
+    if not isinstance(out, sp.Piecewise):
+        return out
+    *pieces, (last, default) = out.args
+    if default != True or not all(  # noqa: E712 - SymPy's true, as rewrite(ITE) tests it
+            isinstance(c, (sp.LessThan, sp.StrictLessThan)) and c.lhs.is_Symbol
+            and c.rhs.is_Number and c.rhs.is_finite and isinstance(e, Boolean)
+            for e, c in pieces):
+        return out.rewrite(ITE)
+    for e, c in reversed(pieces):
+        last = ITE(c, e, last)
+    return _canonical(last)
 
 
 def tp_allgather(D: Dims, tokens, bw, lat, group=None, elem_bytes=None) -> Cost:
