@@ -589,6 +589,35 @@ def test_backend_fixed_m_block_by_the_kernels_tokens_by_hand():
         [4 * 2 * b * 256 * 7168 / per_sm for b in (16, 64)])
 
 
+
+def test_unaligned_k_loads_at_the_fitted_rate_by_hand():
+    """Triton specializes an integer argument only where it is divisible by 16: a grouped GEMM
+    whose K (the row stride of both operands) is 168 loads at grouped_unaligned_load_frac of the
+    rate one of K 176 does. 32 experts of 3 rows, N 4096, BF16: HBM bytes 32 ((3 K + 4096 K) 2 +
+    3 x 4096 x 2) at 0.8 of 2 TB/s (the per-SM load rate set high so HBM binds), over 0.25 at
+    K 168; K 176 and a calibration without the field keep the aligned time."""
+    c = replace(DEFAULTS, sm_bandwidth_Bps=1e15, grouped_hbm_frac=0.8,
+                grouped_unaligned_load_frac=0.25)
+    kw = dict(sms=132, peak_flops=1e15, hbm_bw_Bps=2e12, op_bytes=2, out_bytes=2, groups=32,
+              layout="contiguous")
+
+    def hbm_s(k):
+        return 32 * ((3 * k + 4096 * k) * 2 + 3 * 4096 * 2) / (2e12 * 0.8)
+
+    assert float(gemm_time(3.0, 4096.0, 168.0, calib=c, **kw).memory_s) == pytest.approx(
+        hbm_s(168) / 0.25)
+    assert float(gemm_time(3.0, 4096.0, 176.0, calib=c, **kw).memory_s) == pytest.approx(
+        hbm_s(176))
+    off = replace(c, grouped_unaligned_load_frac=0.0)
+    assert float(gemm_time(3.0, 4096.0, 168.0, calib=off, **kw).memory_s) == pytest.approx(
+        hbm_s(168))
+    # per-row K (fit rows) and a SymPy M with a numeric K (the step model) agree
+    rows = gemm_time(np.array([3.0, 3.0]), 4096.0, np.array([168.0, 176.0]), calib=c, **kw)
+    assert rows.memory_s.tolist() == pytest.approx([hbm_s(168) / 0.25, hbm_s(176)])
+    M = sp.Symbol("M", positive=True)
+    sym = gemm_time(M, 4096, sp.Integer(168), calib=c, **kw)
+    assert float(sym.memory_s.subs(M, 3)) == pytest.approx(hbm_s(168) / 0.25)
+
 def test_computed_masked_rows_add_their_own_tiles_by_hand():
     """A grid that computes other ranks' rows (SGLang 0.5.10's Triton kernel with filter_expert
     off): 200 masked rows at the 64-row block are ceiling(200 / 64) = 4 more M tiles beside the

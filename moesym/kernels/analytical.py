@@ -63,6 +63,7 @@ __all__ = [
     "gemm_time",
     "grouped_extra_s",
     "grouped_fixed_block",
+    "grouped_load_rate",
     "matvec_time",
 ]
 
@@ -257,6 +258,44 @@ def grouped_fixed_block(calib: KernelCalib, kernel_tokens=None, local_experts=No
     return _below(kernel_tokens / local_experts, 1, few, block)
 
 
+
+_ALIGN_ELEMENTS = 16  # Triton's divisibility specialization of integer arguments (elements)
+
+
+def grouped_load_rate(k, calib: KernelCalib):
+    """Rate of a grouped GEMM's loads relative to aligned operands: ``grouped_unaligned_load_frac``
+    where K, the row stride (in elements) of both K-contiguous operands, is not a multiple of
+    16, else 1 (1 where the field is 0).
+
+    Triton specializes an integer kernel argument only where it is divisible by 16 (triton
+    3.6.0 backends/compiler.py:82-86, ``tt.divisibility`` 16); SGLang's Triton fused_moe passes
+    its strides as plain integers (sglang 0.5.10 srt/layers/moe/fused_moe_triton/
+    fused_moe_triton_kernels.py:347-351; ``stride_am`` = ``stride_bn`` = K for the hidden
+    states, the activations and the weights), so a K that is not a multiple of 16 leaves every
+    row start of unknown alignment: no 16-byte vector loads or asynchronous copies. The
+    AIConfigurator A100 tables show it at every token count on the shapes whose expert width
+    per rank is 58, 84, 116, 168 or 232 (model 20-45% fast there without it).
+
+    >>> from dataclasses import replace
+    >>> c = replace(DEFAULTS, grouped_unaligned_load_frac=0.25)
+    >>> [float(grouped_load_rate(k, c)) for k in (2048, 168, 58)]
+    [1.0, 0.25, 0.25]
+    >>> grouped_load_rate(np.array([2048.0, 84.0]), c).tolist()
+    [1.0, 0.25]
+    >>> float(grouped_load_rate(58, DEFAULTS))
+    1.0
+    """
+    frac = calib.grouped_unaligned_load_frac
+    if not frac:
+        return 1
+    if isinstance(k, np.ndarray):  # fit rows
+        return np.where(np.mod(k, _ALIGN_ELEMENTS) == 0, 1.0, frac)
+    k = sp.sympify(k)
+    if not k.is_number:  # a symbolic width: taken as aligned
+        return 1
+    return 1 if int(k) % _ALIGN_ELEMENTS == 0 else frac
+
+
 def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFAULTS,
               op_bytes=1, out_bytes=2, groups=1, layout: str = "dense",
               hbm_bytes=None, tile_m_min: int = _TILE_M_MIN, unpack_s=0,
@@ -317,6 +356,8 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     total_bytes = gemm_bytes(m, n, k, groups, op_bytes, out_bytes) if hbm_bytes is None else hbm_bytes
     memory = _max(total_bytes / (hbm_bw_Bps * calib.hbm_frac(layout)),
                   waves * tile_bytes / calib.sm_bandwidth_Bps)
+    if grouped and calib.grouped_unaligned_load_frac:  # operand rows not 16-element aligned
+        memory = memory / grouped_load_rate(k, calib)
     if grouped and not calib.mv_grouped:  # kernels that pad to the M block
         extra = grouped_extra_s(n, groups, masked_rows, hbm_bw_Bps=hbm_bw_Bps, calib=calib,
                                 out_bytes=out_bytes, rows=m * groups)

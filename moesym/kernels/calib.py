@@ -126,6 +126,12 @@ grouped_k_block_cols                0        K block each expert's tiles pad to 
 grouped_serial_frac                 0        share of the shorter of a grouped GEMM's tile
                                              time and memory time not hidden under the longer
                                              (time = max + s min; 0: fully overlapped)
+grouped_unaligned_load_frac         0        rate of a grouped GEMM's loads (HBM and per-SM)
+                                             where K, the operands' row stride in elements, is
+                                             not a multiple of 16, as a fraction of the aligned
+                                             rate (0: not used; Triton specializes only
+                                             integer arguments divisible by 16, so such
+                                             strides give no 16-byte vector loads)
 ==================================  =======  ===============================================
 
 A ``[kernel.engines.NAME]`` sub-table holds the same keys for one engine's kernels on that device
@@ -214,6 +220,7 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
     "grouped_n_block_cols": ("grouped_n_block_cols", 1, "flag", 0),
     "grouped_k_block_cols": ("grouped_k_block_cols", 1, "flag", 0),
     "grouped_serial_frac": ("grouped_serial_frac", 1, "nonneg", 0.0),
+    "grouped_unaligned_load_frac": ("grouped_unaligned_load_frac", 1, "nonneg", 0.0),
 }
 _OPTIONAL = ("tile_step_base_us", "tile_step_us", "tile_step_rows", "tile_step_ref_hidden",
              "tile_step_ref_inter")  # written only when used
@@ -230,14 +237,14 @@ _OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us"
                      "grouped_masked_passes", "grouped_row_passes", "grouped_tile_m_min_rows",
                      "grouped_tile_m_rows", "grouped_few_tokens_tile_m_rows",
                      "grouped_n_block_cols", "grouped_k_block_cols",
-                     "grouped_serial_frac")  # written only when not 0
+                     "grouped_serial_frac", "grouped_unaligned_load_frac")  # written only when not 0
 _SWITCHES = ("mv_grouped",)  # 0 or 1
 # the keys a fused-MoE backend's [moe_kernels] entry may set beside grouped_tensor_frac (its
 # mechanisms: moesym.kernels.analytical.gemm_time's grouped layouts)
 MOE_KERNEL_KEYS = ("grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
                    "grouped_masked_passes", "grouped_row_passes", "grouped_tile_m_min_rows",
                    "grouped_tile_m_rows", "grouped_few_tokens_tile_m_rows", "grouped_n_block_cols",
-                   "grouped_k_block_cols", "grouped_serial_frac")
+                   "grouped_k_block_cols", "grouped_serial_frac", "grouped_unaligned_load_frac")
 # record of the fit, read by ``moesym list hardware``, never by the model: ``source`` (free
 # text), ``engine`` (the engine and version whose kernels were timed), ``fit_date``,
 # ``heldout_error`` ({kernel class: median |pred / meas - 1| on held-out shapes})
@@ -304,6 +311,7 @@ class KernelCalib:
     grouped_n_block_cols: int = 0
     grouped_k_block_cols: int = 0
     grouped_serial_frac: float = 0.0
+    grouped_unaligned_load_frac: float = 0.0
     source: str = "moesym defaults (H800 DeepGEMM fit)"
 
     @property
