@@ -63,7 +63,9 @@ grouped layouts):
 - the share of the shorter of tile and memory time not hidden under the longer
   (``grouped_serial_frac``: time = max + s min);
 - on the BF16 tables' Triton rows, the load rate of GEMMs whose K is not a multiple of 16
-  elements (``grouped_unaligned_load_frac``: TRITON_UNALIGNED_PARAMS);
+  elements (``grouped_unaligned_load_frac``: TRITON_UNALIGNED_PARAMS) and a time per step of
+  the K loop, at get_default_config's BLOCK_SIZE_K (``grouped_k_step_us``:
+  TRITON_DEFAULT_K_STEPS);
 - with EP > 1, HBM passes over the output rows of assignments to other ranks' experts, which a
   grid launched over every token x top-k assignment still covers (``grouped_masked_passes``;
   SGLang's Triton writes zeros there: fused_moe_triton_kernels.py ``write_zeros_to_output``).
@@ -330,6 +332,15 @@ TRITON_DEFAULT_M_BLOCKS = {"bfloat16": (64, 16)}
 # 7.3% (p90 33% -> 32%), triton_ep 11.0% -> 10.5% (p90 32% -> 31%). The FP8 Triton tables of the
 # other GPUs are not offered it (not re-fitted with it: their fits are unchanged)
 TRITON_UNALIGNED_PARAMS = ("grouped_unaligned_load_frac",)
+# the K steps (grouped_k_step_cols, grouped_few_tokens_k_step_cols) of the same tables' Triton
+# rows, by table dtype: get_default_config's BLOCK_SIZE_K, 32, or 64 where the tokens are at most
+# the local experts (no FP8: fused_moe_triton_config.py:247-260), and the time per step beyond
+# the MMAs fitted on them (moesym.kernels.analytical.grouped_k_steps): the K loop's unhidden
+# load latency, which the per-SM FLOP and byte rates do not carry (A100 EP: hidden 7168 rows at 1-4
+# tokens came out 12-16% fast without it, 8-9% with it; held out 10.5% -> 9.8%; triton without
+# EP fits no step time)
+TRITON_DEFAULT_K_STEPS = {"bfloat16": (32, 64)}
+TRITON_K_STEP_PARAMS = ("grouped_k_step_s",)
 # SGLang versions whose tables' EP rows are a rank's input after an all-to-all dispatch, timed
 # with a layer of the rank's experts only (AIConfigurator's collector of that version): the tokens
 # with an expert on the rank, min(1, k / EP) of them (a token's k experts on k distinct ranks),
@@ -463,12 +474,17 @@ def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
                                holdout=ho, params=())
                 triton = be.startswith("triton") and dtype in TRITON_DEFAULT_M_BLOCKS
                 fixed = (TRITON_DEFAULT_M_BLOCKS[dtype],) if triton else ()
-                own = _fit_backend(r, hw, calib, ho, MOE_BACKEND_PARAMS + (
+                steps = dict(zip(("grouped_k_step_cols", "grouped_few_tokens_k_step_cols"),
+                                 TRITON_DEFAULT_K_STEPS[dtype])) if triton else {}
+                own = _fit_backend(r, hw, replace(calib, **steps), ho, MOE_BACKEND_PARAMS + (
                     MOE_EP_PARAMS if be.endswith(EP_SUFFIX) else ()) + (
-                    TRITON_UNALIGNED_PARAMS if triton else ()), ((0, 0),) + fixed)
+                    TRITON_UNALIGNED_PARAMS + TRITON_K_STEP_PARAMS if triton else ()),
+                    ((0, 0),) + fixed)
                 # terms the fit drives to ~0 (below 1e-3 in their TOML units) are not used
                 vals = {k: (v if abs(v) >= MOE_TERM_MIN else 0)
                         for k, v in own.calib.to_toml_values().items()}
+                if not vals.get("grouped_k_step_us"):  # no time per step: its columns unused
+                    vals = {k: v for k, v in vals.items() if not k.endswith("k_step_cols")}
                 row("moe", f"{ENGINE_NAMES[fw]} {v}", (~ho).sum(), ho.sum(), exc,
                     {"median": own.test_median, "p90": own.test_p90}, backend=be,
                     grouped_tensor_frac=float(own.calib.grouped_contiguous_tensor_frac),
