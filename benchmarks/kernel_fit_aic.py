@@ -65,6 +65,10 @@ grouped layouts):
 - where the backend's source fixes them (MOE_BACKEND_KERNELS: FlashInfer-TRTLLM), the
   memory-bound kernels it runs beside its GEMMs (``moe_elementwise_launches``) and, its kernels
   being chained with programmatic dependent launch, a time per kernel (``moe_launch_us``);
+- on the BF16 tables' Triton rows, the load rate of GEMMs whose K is not a multiple of 16
+  elements (``grouped_unaligned_load_frac``: TRITON_UNALIGNED_PARAMS) and a time per step of
+  the K loop, at get_default_config's BLOCK_SIZE_K (``grouped_k_step_us``:
+  TRITON_DEFAULT_K_STEPS);
 - with EP > 1, HBM passes over the output rows of assignments to other ranks' experts, which a
   grid launched over every token x top-k assignment still covers (``grouped_masked_passes``;
   SGLang's Triton writes zeros there: fused_moe_triton_kernels.py ``write_zeros_to_output``).
@@ -322,6 +326,24 @@ MOE_BLOCKS = ((0, 0), (256, 128))
 # tables' GPUs (block-FP8 default: 64 rows at any M) have tuned files for most of their shapes
 # and are not offered it
 TRITON_DEFAULT_M_BLOCKS = {"bfloat16": (64, 16)}
+# the load rate of grouped GEMMs whose K (the operands' row stride) is not a multiple of 16
+# elements, fitted on the Triton backends of the tables above (moesym.kernels.analytical.
+# grouped_load_rate: Triton specializes only integer arguments divisible by 16, and SGLang's
+# fused_moe passes its strides as integers). A100 (SGLang 0.5.10, BF16), where the shapes of
+# 58, 84, 116, 168 and 232 expert columns per rank came out 20-45% fast at every token count:
+# fitted 0.32 (triton) and 0.27 (triton_ep) of the aligned rate, held-out median triton 8.4% ->
+# 7.3% (p90 33% -> 32%), triton_ep 11.0% -> 10.5% (p90 32% -> 31%). The FP8 Triton tables of the
+# other GPUs are not offered it (not re-fitted with it: their fits are unchanged)
+TRITON_UNALIGNED_PARAMS = ("grouped_unaligned_load_frac",)
+# the K steps (grouped_k_step_cols, grouped_few_tokens_k_step_cols) of the same tables' Triton
+# rows, by table dtype: get_default_config's BLOCK_SIZE_K, 32, or 64 where the tokens are at most
+# the local experts (no FP8: fused_moe_triton_config.py:247-260), and the time per step beyond
+# the MMAs fitted on them (moesym.kernels.analytical.grouped_k_steps): the K loop's unhidden
+# load latency, which the per-SM FLOP and byte rates do not carry (A100 EP: hidden 7168 rows at 1-4
+# tokens came out 12-16% fast without it, 8-9% with it; held out 10.5% -> 9.8%; triton without
+# EP fits no step time)
+TRITON_DEFAULT_K_STEPS = {"bfloat16": (32, 64)}
+TRITON_K_STEP_PARAMS = ("grouped_k_step_s",)
 # SGLang versions whose tables' EP rows are a rank's input after an all-to-all dispatch, timed
 # with a layer of the rank's experts only (AIConfigurator's collector of that version): the tokens
 # with an expert on the rank, min(1, k / EP) of them (a token's k experts on k distinct ranks),
@@ -469,15 +491,22 @@ def evaluate_gpu(root: Path, gpu: str) -> list[dict]:
                 ho = split_shapes(r, MOE_SHAPE)
                 kept = fit_moe(r, sms=hw.sms, hbm_bw_Bps=hw.hbm_bw_Bps, base=calib,
                                holdout=ho, params=())
-                m_blocks = (TRITON_DEFAULT_M_BLOCKS[dtype],) if (
-                    be.startswith("triton") and dtype in TRITON_DEFAULT_M_BLOCKS) else ()
+                triton = be.startswith("triton") and dtype in TRITON_DEFAULT_M_BLOCKS
+                m_blocks = (TRITON_DEFAULT_M_BLOCKS[dtype],) if triton else ()
+                steps = dict(zip(("grouped_k_step_cols", "grouped_few_tokens_k_step_cols"),
+                                 TRITON_DEFAULT_K_STEPS[dtype])) if triton else {}
                 fixed, extra = MOE_BACKEND_KERNELS.get(be.removesuffix(EP_SUFFIX), ({}, ()))
-                own = _fit_backend(r, hw, replace(calib, **fixed), ho, MOE_BACKEND_PARAMS + extra
-                                   + (MOE_EP_PARAMS if be.endswith(EP_SUFFIX) else ()),
+                own = _fit_backend(r, hw, replace(calib, **fixed, **steps), ho,
+                                   MOE_BACKEND_PARAMS + extra
+                                   + (MOE_EP_PARAMS if be.endswith(EP_SUFFIX) else ())
+                                   + (TRITON_UNALIGNED_PARAMS + TRITON_K_STEP_PARAMS
+                                      if triton else ()),
                                    ((0, 0),) + m_blocks)
                 # terms the fit drives to ~0 (below 1e-3 in their TOML units) are not used
                 vals = {k: (v if abs(v) >= MOE_TERM_MIN else 0)
                         for k, v in own.calib.to_toml_values().items()}
+                if not vals.get("grouped_k_step_us"):  # no time per step: its columns unused
+                    vals = {k: v for k, v in vals.items() if not k.endswith("k_step_cols")}
                 row("moe", f"{ENGINE_NAMES[fw]} {v}", (~ho).sum(), ho.sum(), exc,
                     {"median": own.test_median, "p90": own.test_p90}, backend=be,
                     grouped_tensor_frac=float(own.calib.grouped_contiguous_tensor_frac),

@@ -646,6 +646,60 @@ def test_backend_fixed_m_block_by_the_kernels_tokens_by_hand():
         [4 * 2 * b * 256 * 7168 / per_sm for b in (16, 64)])
 
 
+
+def test_unaligned_k_loads_at_the_fitted_rate_by_hand():
+    """Triton specializes an integer argument only where it is divisible by 16: a grouped GEMM
+    whose K (the row stride of both operands) is 168 loads at grouped_unaligned_load_frac of the
+    rate one of K 176 does. 32 experts of 3 rows, N 4096, BF16: HBM bytes 32 ((3 K + 4096 K) 2 +
+    3 x 4096 x 2) at 0.8 of 2 TB/s (the per-SM load rate set high so HBM binds), over 0.25 at
+    K 168; K 176 and a calibration without the field keep the aligned time."""
+    c = replace(DEFAULTS, sm_bandwidth_Bps=1e15, grouped_hbm_frac=0.8,
+                grouped_unaligned_load_frac=0.25)
+    kw = dict(sms=132, peak_flops=1e15, hbm_bw_Bps=2e12, op_bytes=2, out_bytes=2, groups=32,
+              layout="contiguous")
+
+    def hbm_s(k):
+        return 32 * ((3 * k + 4096 * k) * 2 + 3 * 4096 * 2) / (2e12 * 0.8)
+
+    assert float(gemm_time(3.0, 4096.0, 168.0, calib=c, **kw).memory_s) == pytest.approx(
+        hbm_s(168) / 0.25)
+    assert float(gemm_time(3.0, 4096.0, 176.0, calib=c, **kw).memory_s) == pytest.approx(
+        hbm_s(176))
+    off = replace(c, grouped_unaligned_load_frac=0.0)
+    assert float(gemm_time(3.0, 4096.0, 168.0, calib=off, **kw).memory_s) == pytest.approx(
+        hbm_s(168))
+    # per-row K (fit rows) and a SymPy M with a numeric K (the step model) agree
+    rows = gemm_time(np.array([3.0, 3.0]), 4096.0, np.array([168.0, 176.0]), calib=c, **kw)
+    assert rows.memory_s.tolist() == pytest.approx([hbm_s(168) / 0.25, hbm_s(176)])
+    M = sp.Symbol("M", positive=True)
+    sym = gemm_time(M, 4096, sp.Integer(168), calib=c, **kw)
+    assert float(sym.memory_s.subs(M, 3)) == pytest.approx(hbm_s(168) / 0.25)
+
+
+def test_k_loop_steps_add_their_time_per_wave_by_hand():
+    """SGLang's Triton K loop (BLOCK_SIZE_K 32, 64 where the kernel's tokens are at most its
+    local experts) at 0.1 us a step: 32 experts of 3 rows, N 4096, K 7168 on 132 SMs, fixed
+    64-row block (16 at few tokens): 4 waves of 2 x block x 256 x 7168 FLOPs, each wave plus
+    7168 / 32 = 224 steps (at 33 tokens) or 7168 / 64 = 112 (at 12 tokens) of 0.1 us; without
+    the step time the waves keep only their FLOPs."""
+    c = replace(DEFAULTS, tile_overhead_s=0.0, grouped_contiguous_tensor_frac=0.5,
+                grouped_tile_m_rows=64, grouped_few_tokens_tile_m_rows=16,
+                grouped_k_step_s=0.1e-6, grouped_k_step_cols=32,
+                grouped_few_tokens_k_step_cols=64)
+    per_sm = 1e15 / 132 * 0.5
+    kw = dict(sms=132, peak_flops=1e15, hbm_bw_Bps=4.8e12, groups=32, layout="contiguous",
+              local_experts=32.0)
+    for tokens, block, steps in ((12.0, 16, 112), (33.0, 64, 224)):
+        t = gemm_time(3.0, 4096.0, 7168.0, kernel_tokens=tokens, calib=c, **kw)
+        assert float(t.compute_s) == pytest.approx(
+            4 * (2 * block * 256 * 7168 / per_sm + steps * 0.1e-6))
+    off = replace(c, grouped_k_step_s=0.0)
+    t = gemm_time(3.0, 4096.0, 7168.0, kernel_tokens=33.0, calib=off, **kw)
+    assert float(t.compute_s) == pytest.approx(4 * 2 * 64 * 256 * 7168 / per_sm)
+    # a K that is not a multiple of the step rounds up: 58 columns are 2 steps of 32
+    t = gemm_time(3.0, 4096.0, 58.0, kernel_tokens=33.0, calib=c, **kw)
+    assert float(t.compute_s) == pytest.approx(4 * (2 * 64 * 256 * 58 / per_sm + 2 * 0.1e-6))
+
 def test_computed_masked_rows_add_their_own_tiles_by_hand():
     """A grid that computes other ranks' rows (SGLang 0.5.10's Triton kernel with filter_expert
     off): 200 masked rows at the 64-row block are ceiling(200 / 64) = 4 more M tiles beside the

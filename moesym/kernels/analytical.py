@@ -63,6 +63,8 @@ __all__ = [
     "gemm_time",
     "grouped_extra_s",
     "grouped_fixed_block",
+    "grouped_k_steps",
+    "grouped_load_rate",
     "matvec_time",
 ]
 
@@ -250,11 +252,81 @@ def grouped_fixed_block(calib: KernelCalib, kernel_tokens=None, local_experts=No
     >>> int(grouped_fixed_block(c))  # no token count given: the large block
     64
     """
-    block = calib.grouped_tile_m_rows
-    few = calib.grouped_few_tokens_tile_m_rows
+    return _few_tokens(calib.grouped_tile_m_rows, calib.grouped_few_tokens_tile_m_rows,
+                       kernel_tokens, local_experts)
+
+
+def _few_tokens(value, few, kernel_tokens, local_experts):
+    """A kernel config's ``few`` where its tokens are at most its local experts (SGLang's
+    Triton default config, M <= E), else ``value`` (``value`` where either is not given)."""
     if not few or kernel_tokens is None or local_experts is None:
-        return block
-    return _below(kernel_tokens / local_experts, 1, few, block)
+        return value
+    return _below(kernel_tokens / local_experts, 1, few, value)
+
+
+def grouped_k_steps(k, calib: KernelCalib, kernel_tokens=None, local_experts=None):
+    """Steps of a grouped GEMM thread block's K loop, ``ceiling(K / BLOCK_K)``, with BLOCK_K
+    ``grouped_k_step_cols`` (``grouped_few_tokens_k_step_cols`` where the kernel's tokens are
+    at most its local experts); 0 where ``grouped_k_step_s`` is 0.
+
+    SGLang's Triton fused_moe_kernel walks K in steps of BLOCK_SIZE_K (sglang 0.5.10
+    srt/layers/moe/fused_moe_triton/fused_moe_triton_kernels.py:525, ``for k_start in
+    range(0, K, BLOCK_SIZE_K)``), 32 in get_default_config without FP8, 64 where M <= E
+    (fused_moe_triton_config.py:247-260): each step loads its A and B blocks and waits on the
+    loads the software pipeline has not hidden, a time per step beyond the MMAs
+    (``grouped_k_step_s``, fitted) that the per-SM FLOP and byte rates do not carry.
+
+    >>> from dataclasses import replace
+    >>> c = replace(DEFAULTS, grouped_k_step_s=0.1e-6, grouped_k_step_cols=32,
+    ...             grouped_few_tokens_k_step_cols=64)
+    >>> [int(grouped_k_steps(7168, c, t, 32)) for t in (8, 33)]  # 7168 / 64, 7168 / 32
+    [112, 224]
+    >>> int(grouped_k_steps(58, c))  # no token count given: the large config's 32 columns
+    2
+    """
+    if not calib.grouped_k_step_s:
+        return 0
+    cols = _few_tokens(calib.grouped_k_step_cols, calib.grouped_few_tokens_k_step_cols,
+                       kernel_tokens, local_experts)
+    return _ceil(k / cols)
+
+
+
+_ALIGN_ELEMENTS = 16  # Triton's divisibility specialization of integer arguments (elements)
+
+
+def grouped_load_rate(k, calib: KernelCalib):
+    """Rate of a grouped GEMM's loads relative to aligned operands: ``grouped_unaligned_load_frac``
+    where K, the row stride (in elements) of both K-contiguous operands, is not a multiple of
+    16, else 1 (1 where the field is 0).
+
+    Triton specializes an integer kernel argument only where it is divisible by 16 (triton
+    3.6.0 backends/compiler.py:82-86, ``tt.divisibility`` 16); SGLang's Triton fused_moe passes
+    its strides as plain integers (sglang 0.5.10 srt/layers/moe/fused_moe_triton/
+    fused_moe_triton_kernels.py:347-351; ``stride_am`` = ``stride_bn`` = K for the hidden
+    states, the activations and the weights), so a K that is not a multiple of 16 leaves every
+    row start of unknown alignment: no 16-byte vector loads or asynchronous copies. The
+    AIConfigurator A100 tables show it at every token count on the shapes whose expert width
+    per rank is 58, 84, 116, 168 or 232 (model 20-45% fast there without it).
+
+    >>> from dataclasses import replace
+    >>> c = replace(DEFAULTS, grouped_unaligned_load_frac=0.25)
+    >>> [float(grouped_load_rate(k, c)) for k in (2048, 168, 58)]
+    [1.0, 0.25, 0.25]
+    >>> grouped_load_rate(np.array([2048.0, 84.0]), c).tolist()
+    [1.0, 0.25]
+    >>> float(grouped_load_rate(58, DEFAULTS))
+    1.0
+    """
+    frac = calib.grouped_unaligned_load_frac
+    if not frac:
+        return 1
+    if isinstance(k, np.ndarray):  # fit rows
+        return np.where(np.mod(k, _ALIGN_ELEMENTS) == 0, 1.0, frac)
+    k = sp.sympify(k)
+    if not k.is_number:  # a symbolic width: taken as aligned
+        return 1
+    return 1 if int(k) % _ALIGN_ELEMENTS == 0 else frac
 
 
 def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFAULTS,
@@ -312,11 +384,17 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     _tiles, waves, tile_n = gemm_tiles(m, n_tile, groups, sms, calib, tile_m_min,
                                       m_tile_factor, masked_tiles)
     per_sm_flops = peak_flops / sms * calib.tensor_frac(layout)
-    compute = waves * (2 * tm * tile_n * k_tile / per_sm_flops + calib.tile_overhead_s)
+    tile_s = calib.tile_overhead_s
+    if grouped and calib.grouped_k_step_s:  # the K loop's unhidden load latency, per step
+        steps = grouped_k_steps(k, calib, kernel_tokens, local_experts)
+        tile_s = tile_s + steps * calib.grouped_k_step_s
+    compute = waves * (2 * tm * tile_n * k_tile / per_sm_flops + tile_s)
     tile_bytes = (tm + tile_n) * k_tile * op_bytes + tm * tile_n * out_bytes
     total_bytes = gemm_bytes(m, n, k, groups, op_bytes, out_bytes) if hbm_bytes is None else hbm_bytes
     memory = _max(total_bytes / (hbm_bw_Bps * calib.hbm_frac(layout)),
                   waves * tile_bytes / calib.sm_bandwidth_Bps)
+    if grouped and calib.grouped_unaligned_load_frac:  # operand rows not 16-element aligned
+        memory = memory / grouped_load_rate(k, calib)
     if grouped and not calib.mv_grouped:  # kernels that pad to the M block
         extra = grouped_extra_s(n, groups, masked_rows, hbm_bw_Bps=hbm_bw_Bps, calib=calib,
                                 out_bytes=out_bytes, rows=m * groups)

@@ -149,6 +149,20 @@ moe_launch_us                       0        fixed time per kernel of the fused-
                                              memory-bound kernel's at most
                                              elementwise_launch_us (0: launch_us and
                                              elementwise_launch_us)
+grouped_unaligned_load_frac         0        rate of a grouped GEMM's loads (HBM and per-SM)
+                                             where K, the operands' row stride in elements, is
+                                             not a multiple of 16, as a fraction of the aligned
+                                             rate (0: not used; Triton specializes only
+                                             integer arguments divisible by 16, so such
+                                             strides give no 16-byte vector loads)
+grouped_k_step_us                   0        time per K step of a grouped GEMM's thread block
+                                             beyond its MMAs, per wave: the load latency its
+                                             pipeline leaves unhidden (0: not used)
+grouped_k_step_cols                 0        K columns per step of that loop (SGLang's Triton
+                                             default config: BLOCK_SIZE_K 32 without FP8)
+grouped_few_tokens_k_step_cols      0        the same where the kernel's tokens are at most
+                                             its local experts (0: grouped_k_step_cols;
+                                             SGLang's Triton default: 64 without FP8)
 ==================================  =======  ===============================================
 
 A ``[kernel.engines.NAME]`` sub-table holds the same keys for one engine's kernels on that device
@@ -239,6 +253,10 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
     "grouped_serial_frac": ("grouped_serial_frac", 1, "nonneg", 0.0),
     "moe_launch_us": ("moe_launch_s", 1e-6, "nonneg", 0.0),
     "moe_elementwise_launches": ("moe_elementwise_launches", 1, "flag", 0),
+    "grouped_unaligned_load_frac": ("grouped_unaligned_load_frac", 1, "nonneg", 0.0),
+    "grouped_k_step_us": ("grouped_k_step_s", 1e-6, "nonneg", 0.0),
+    "grouped_k_step_cols": ("grouped_k_step_cols", 1, "flag", 0),
+    "grouped_few_tokens_k_step_cols": ("grouped_few_tokens_k_step_cols", 1, "flag", 0),
 }
 _OPTIONAL = ("tile_step_base_us", "tile_step_us", "tile_step_rows", "tile_step_ref_hidden",
              "tile_step_ref_inter")  # written only when used
@@ -256,7 +274,10 @@ _OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us"
                      "grouped_tile_m_rows", "grouped_few_tokens_tile_m_rows",
                      "grouped_n_block_cols", "grouped_k_block_cols",
                      "grouped_serial_frac", "moe_launch_us",
-                     "moe_elementwise_launches")  # written only when not 0
+                     "moe_elementwise_launches",
+                     "grouped_unaligned_load_frac", "grouped_k_step_us",
+                     "grouped_k_step_cols",
+                     "grouped_few_tokens_k_step_cols")  # written only when not 0
 _SWITCHES = ("mv_grouped",)  # 0 or 1
 # the keys a fused-MoE backend's [moe_kernels] entry may set beside grouped_tensor_frac (its
 # mechanisms: moesym.kernels.analytical.gemm_time's grouped layouts)
@@ -264,7 +285,9 @@ MOE_KERNEL_KEYS = ("grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
                    "grouped_masked_passes", "grouped_row_passes", "grouped_tile_m_min_rows",
                    "grouped_tile_m_rows", "grouped_few_tokens_tile_m_rows", "grouped_n_block_cols",
                    "grouped_k_block_cols", "grouped_serial_frac", "moe_launch_us",
-                   "moe_elementwise_launches")
+                   "moe_elementwise_launches",
+                   "grouped_unaligned_load_frac", "grouped_k_step_us",
+                   "grouped_k_step_cols", "grouped_few_tokens_k_step_cols")
 # record of the fit, read by ``moesym list hardware``, never by the model: ``source`` (free
 # text), ``engine`` (the engine and version whose kernels were timed), ``fit_date``,
 # ``heldout_error`` ({kernel class: median |pred / meas - 1| on held-out shapes})
@@ -333,6 +356,10 @@ class KernelCalib:
     grouped_serial_frac: float = 0.0
     moe_launch_s: float = 0.0
     moe_elementwise_launches: int = 0
+    grouped_unaligned_load_frac: float = 0.0
+    grouped_k_step_s: float = 0.0
+    grouped_k_step_cols: int = 0
+    grouped_few_tokens_k_step_cols: int = 0
     source: str = "moesym defaults (H800 DeepGEMM fit)"
 
     @property

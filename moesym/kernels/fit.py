@@ -62,13 +62,14 @@ _SCALE = {"sm_bandwidth_Bps": 1e9, "launch_s": 1e-6, "tile_overhead_s": 1e-6,
           "attention_decode_unit_overhead_s": 1e-6, "attention_mla_launch_s": 1e-6,
           "attention_mha_decode_flops_per_s": 1e12,
           "attention_gqa_bf16_unit_s": 1e-6, "attention_split_merge_s": 1e-6,
-          "grouped_fixed_s": 1e-6, "grouped_expert_s": 1e-6,
+          "grouped_fixed_s": 1e-6, "grouped_expert_s": 1e-6, "grouped_k_step_s": 1e-6,
           "attention_decode_fill_s": 1e-6, "attention_mha_decode_launch_s": 1e-6,
           "attention_gqa_generic_launch_s": 1e-6, "moe_launch_s": 1e-6}
 # where the fused-MoE fit starts the backend terms that [kernel] leaves at 0 (not used)
 _MOE_START = {"grouped_hbm_frac": 0.8, "grouped_fixed_s": 5e-6, "grouped_expert_s": 0.1e-6,
               "grouped_masked_passes": 1.0, "grouped_row_passes": 1.0, "grouped_serial_frac": 0.3,
-              "moe_launch_s": 3e-6}
+              "moe_launch_s": 3e-6,
+              "grouped_unaligned_load_frac": 0.25, "grouped_k_step_s": 0.1e-6}
 # the fit starts the fixed time at each of these (the cost surface has a minimum at each end:
 # a floor paid per GEMM, or the time spread over the experts' weight reads)
 _MOE_FIXED_STARTS = (0.5e-6, 20e-6)
@@ -93,7 +94,9 @@ _BOUNDS = {"sm_bandwidth_Bps": (1.0, 2000.0), "launch_s": (0.0, 100.0),
            "grouped_hbm_frac": (0.3, 0.95), "grouped_fixed_s": (0.0, 500.0),
            "grouped_expert_s": (0.0, 50.0), "grouped_masked_passes": (0.0, 100.0),
            "grouped_row_passes": (0.0, 100.0),
-           "grouped_serial_frac": (0.0, 1.0), "moe_launch_s": (0.0, 50.0)}
+           "grouped_serial_frac": (0.0, 1.0), "moe_launch_s": (0.0, 50.0),
+           # 1: unaligned rows load as fast as aligned ones; 0.02: a 50th of it
+           "grouped_unaligned_load_frac": (0.02, 1.0), "grouped_k_step_s": (0.0, 5.0)}
 
 
 # attention fields whose 0 means "the shared field's value": where the fit starts them
