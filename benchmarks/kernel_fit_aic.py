@@ -64,7 +64,9 @@ grouped layouts):
   (``grouped_serial_frac``: time = max + s min);
 - where the backend's source fixes them (MOE_BACKEND_KERNELS: FlashInfer-TRTLLM), the
   memory-bound kernels it runs beside its GEMMs (``moe_elementwise_launches``) and, its kernels
-  being chained with programmatic dependent launch, a time per kernel (``moe_launch_us``);
+  being chained with programmatic dependent launch, a time per kernel (``moe_launch_us``),
+  and its default M tile, which follows the launch's assignments per local expert
+  (``grouped_launch_tile_max_rows``);
 - on the BF16 tables' Triton rows, the load rate of GEMMs whose K is not a multiple of 16
   elements (``grouped_unaligned_load_frac``: TRITON_UNALIGNED_PARAMS) and a time per step of
   the K loop, at get_default_config's BLOCK_SIZE_K (``grouped_k_step_us``:
@@ -370,8 +372,18 @@ SGLANG_DISPATCHED_EP = ("0.5.10",)
 # programmatic dependent launch (include/flashinfer/trtllm/fused_moe/DevKernel.h:59, GEMMs
 # with enable_pdl up to SGLANG_TRTLLM_MOE_PDL_MAX_TOKENS = 8192 tokens), so one kernel's launch
 # overlaps the one before: their time per kernel is fitted (moe_launch_us; B300, 1-4 tokens:
-# 17-20 us measured for the six kernels, the host-launch model 31 us)
-MOE_BACKEND_KERNELS = {"flashinfer-trtllm": ({"moe_elementwise_launches": 5}, ("moe_launch_s",))}
+# 17-20 us measured for the six kernels, the host-launch model 31 us). Its M tile (tokens per
+# expert tile) follows the launch: without a tuned tactic (tactic -1, as the tables' kernels are
+# timed outside a server's warmup autotuning) the launcher takes the smallest of the candidate
+# tiles around the first of 8, 16, 32, 64, 128 holding num_tokens x top_k / num_local_experts,
+# the one below it (FlashInfer 0.7.2.post1 csrc/trtllm_fused_moe_kernel_launcher.cu:1061-1090
+# computeSelectedTileN, :1094-1099 selectDefaultTileN, :1116-1119; block-FP8 tiles :4142):
+# half the power of two holding it, 8 to 64 (grouped_launch_tile_max_rows; under EP every rank
+# is launched with all the tokens, so the count is EP times the rank's rows per local expert).
+# Held out, B300: 10.4% -> 9.2%, EP 10.2% -> 9.3%
+MOE_BACKEND_KERNELS = {"flashinfer-trtllm": ({"moe_elementwise_launches": 5,
+                                              "grouped_launch_tile_max_rows": 64},
+                                             ("moe_launch_s",))}
 MOE_TERM_MIN = 1e-3  # a fitted term below this (us, passes or fraction) is written as not used
 EP_SUFFIX = "_ep"  # a kernel's fit on the tables' EP > 1 rows (moesym.engines.EngineKernels)
 # a backend's own fit is written (and used) only where it lowers the held-out median or 90th

@@ -647,6 +647,32 @@ def test_backend_fixed_m_block_by_the_kernels_tokens_by_hand():
 
 
 
+def test_launch_following_m_block_by_hand():
+    """FlashInfer's TRT-LLM-gen MoE without a tuned tactic: of its tiles 8, 16, 32, 64, 128 the
+    one below the first holding the launch's tokens x top-k over its local experts
+    (csrc/trtllm_fused_moe_kernel_launcher.cu:1061-1099). A rank of 32 local experts with 3
+    rows each (96 rows), N 4096, K 7168 on 132 SMs: 32 M tiles, 4 N tiles of 256 each capped
+    at 256 (16 per M tile), 512 tiles in 4 waves of 2 x block x 256 x 7168 FLOPs. EP 1: 3 rows
+    per expert -> first tile holding 3 is 8, none below: 8. EP 8 (672 rows to other ranks'
+    experts): 768 / 32 = 24 -> first holding it 32, below it 16. EP 64: 6144 / 32 = 192 -> none
+    holds it, the last (128) and the one below: 64. The rank's own rows (3) are the same in
+    all three."""
+    c = replace(DEFAULTS, tile_overhead_s=0.0, grouped_contiguous_tensor_frac=0.5,
+                grouped_tile_m_min_rows=8, grouped_launch_tile_max_rows=64)
+    per_sm = 1e15 / 132 * 0.5
+    kw = dict(sms=132, peak_flops=1e15, hbm_bw_Bps=4.8e12, calib=c, groups=32,
+              layout="contiguous")
+    for ep, block in ((1, 8), (8, 16), (64, 64)):
+        t = gemm_time(3.0, 4096.0, 7168.0, masked_rows=96.0 * (ep - 1), local_experts=32.0, **kw)
+        assert float(t.compute_s) == pytest.approx(4 * 2 * block * 256 * 7168 / per_sm)
+    # symbolic masked rows: the block lambdifies to the same numbers
+    X = sp.Symbol("X", nonnegative=True)
+    f = sp.lambdify(X, gemm_time(3.0, 4096.0, 7168.0, masked_rows=X, local_experts=32, **kw)
+                    .compute_s)
+    assert [float(f(96.0 * (ep - 1))) for ep in (1, 8, 64)] == pytest.approx(
+        [4 * 2 * b * 256 * 7168 / per_sm for b in (8, 16, 64)])
+
+
 def test_unaligned_k_loads_at_the_fitted_rate_by_hand():
     """Triton specializes an integer argument only where it is divisible by 16: a grouped GEMM
     whose K (the row stride of both operands) is 168 loads at grouped_unaligned_load_frac of the

@@ -63,6 +63,7 @@ __all__ = [
     "gemm_time",
     "grouped_extra_s",
     "grouped_fixed_block",
+    "grouped_launch_block",
     "grouped_k_steps",
     "grouped_load_rate",
     "matvec_time",
@@ -256,6 +257,30 @@ def grouped_fixed_block(calib: KernelCalib, kernel_tokens=None, local_experts=No
                        kernel_tokens, local_experts)
 
 
+def grouped_launch_block(calib: KernelCalib, launch_rows_per_expert):
+    """The M block of a fused-MoE backend whose tile follows the whole launch's assignments per
+    local expert (``grouped_launch_tile_max_rows``): half the smallest power of two holding them,
+    at least ``grouped_tile_m_min_rows``, at most ``grouped_launch_tile_max_rows``.
+
+    FlashInfer's TRT-LLM-gen MoE without a tuned tactic takes the smallest of its candidate
+    tiles: of its tiles 8, 16, 32, 64, 128 (block FP8), the one below the first that holds
+    ``num_tokens * top_k / num_local_experts`` (FlashInfer 0.7.2.post1
+    csrc/trtllm_fused_moe_kernel_launcher.cu:1061-1090 computeSelectedTileN, :1094-1099
+    selectDefaultTileN, :1116-1119 the fallback for tactic -1; tiles :4142). Under EP every rank
+    is launched with all the tokens, so the count is every rank's assignments over the local
+    experts, EP times the rank's own rows per expert.
+
+    >>> from dataclasses import replace
+    >>> c = replace(DEFAULTS, grouped_tile_m_min_rows=8, grouped_launch_tile_max_rows=64)
+    >>> [int(grouped_launch_block(c, r)) for r in (1, 8, 9, 16, 40, 64, 100, 4096)]
+    [8, 8, 8, 8, 32, 32, 64, 64]
+    """
+    r = _max(launch_rows_per_expert, 1)
+    steps = _ceil(sp.log(r, 2) if _is_sym(r) else np.log2(r))
+    lo = calib.grouped_tile_m_min_rows or _TILE_M_MIN
+    return _min(calib.grouped_launch_tile_max_rows, _max(lo, 2 ** steps / 2))
+
+
 def _few_tokens(value, few, kernel_tokens, local_experts):
     """A kernel config's ``few`` where its tokens are at most its local experts (SGLang's
     Triton default config, M <= E), else ``value`` (``value`` where either is not given)."""
@@ -333,7 +358,7 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
               op_bytes=1, out_bytes=2, groups=1, layout: str = "dense",
               hbm_bytes=None, tile_m_min: int = _TILE_M_MIN, unpack_s=0,
               masked_rows=0, m_tile_factor=1, kernel_tokens=None, local_experts=None,
-              masked_computed=0) -> KernelTime:
+              masked_computed=0, launch_assignments=None) -> KernelTime:
     """Time of ``groups`` GEMMs of M x N x K in one kernel (module docstring formulas).
 
     ``op_bytes`` is bytes per operand element (FP8 = 1, BF16 = 2), ``out_bytes`` per output
@@ -354,6 +379,9 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     srt/layers/moe/fused_moe_triton/fused_moe_triton_kernels.py:440, ``if filter_expert and
     off_experts == -1``; fused_moe.py:226-229, ``filter_expert = num_experts !=
     num_local_experts``).
+    ``launch_assignments``: the assignments the fused kernel is launched with (tokens x top-k,
+    every rank's under EP), whose count per local expert picks the M block of a backend whose
+    tile follows the launch (:func:`grouped_launch_block`; not given: the rows and masked rows).
 
     >>> t = gemm_time(4096, 4096, 4096, sms=132, peak_flops=1979e12, hbm_bw_Bps=3.35e12)
     >>> # per-SM streaming: 8 waves x ((64+256) 4096 + 64 256 2) B / 104 GB/s = 103.3 us, + 6.7 us
@@ -369,6 +397,12 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
         tile_m_min = calib.grouped_tile_m_min_rows
     if grouped and calib.grouped_tile_m_rows:  # a fixed M block: the tile is that block
         tile_m_min = grouped_fixed_block(calib, kernel_tokens, local_experts)
+        calib = replace(calib, tile_m_rows=tile_m_min)
+    if grouped and calib.grouped_launch_tile_max_rows:  # the tile follows the whole launch
+        if launch_assignments is None:
+            launch_assignments = m * groups + masked_rows
+        launch = launch_assignments / (groups if local_experts is None else local_experts)
+        tile_m_min = grouped_launch_block(calib, launch)
         calib = replace(calib, tile_m_rows=tile_m_min)
     # the tiles walk N and K padded to the backend's blocks where set (its HBM bytes do not)
     n_tile, k_tile = n, k

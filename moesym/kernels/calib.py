@@ -117,6 +117,13 @@ grouped_tile_m_rows                 0        the backend's fixed M block: each e
 grouped_few_tokens_tile_m_rows      0        the fixed M block where the kernel's tokens are at
                                              most its local experts (0: grouped_tile_m_rows;
                                              SGLang's Triton default config: 16 without FP8)
+grouped_launch_tile_max_rows        0        the M block follows the launch's assignments per
+                                             local expert (T k / E_local: under EP every rank's,
+                                             as the kernel's routing counts them): half the
+                                             smallest power of two holding them, at least
+                                             grouped_tile_m_min_rows, at most this (0: not used;
+                                             FlashInfer's TRT-LLM-gen MoE without a tuned
+                                             tactic: 64, of its tiles 8-128)
 grouped_n_block_cols                0        N block each expert's grouped-GEMM tiles pad to
                                              (0: none; FlashInfer's TRT-LLM kernels: 256, the
                                              gate and up rows of one 128-row weight tile each)
@@ -248,6 +255,7 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
     "grouped_tile_m_min_rows": ("grouped_tile_m_min_rows", 1, "flag", 0),
     "grouped_tile_m_rows": ("grouped_tile_m_rows", 1, "flag", 0),
     "grouped_few_tokens_tile_m_rows": ("grouped_few_tokens_tile_m_rows", 1, "flag", 0),
+    "grouped_launch_tile_max_rows": ("grouped_launch_tile_max_rows", 1, "flag", 0),
     "grouped_n_block_cols": ("grouped_n_block_cols", 1, "flag", 0),
     "grouped_k_block_cols": ("grouped_k_block_cols", 1, "flag", 0),
     "grouped_serial_frac": ("grouped_serial_frac", 1, "nonneg", 0.0),
@@ -272,7 +280,7 @@ _OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us"
                      "grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
                      "grouped_masked_passes", "grouped_row_passes", "grouped_tile_m_min_rows",
                      "grouped_tile_m_rows", "grouped_few_tokens_tile_m_rows",
-                     "grouped_n_block_cols", "grouped_k_block_cols",
+                     "grouped_launch_tile_max_rows", "grouped_n_block_cols", "grouped_k_block_cols",
                      "grouped_serial_frac", "moe_launch_us",
                      "moe_elementwise_launches",
                      "grouped_unaligned_load_frac", "grouped_k_step_us",
@@ -283,7 +291,8 @@ _SWITCHES = ("mv_grouped",)  # 0 or 1
 # mechanisms: moesym.kernels.analytical.gemm_time's grouped layouts)
 MOE_KERNEL_KEYS = ("grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
                    "grouped_masked_passes", "grouped_row_passes", "grouped_tile_m_min_rows",
-                   "grouped_tile_m_rows", "grouped_few_tokens_tile_m_rows", "grouped_n_block_cols",
+                   "grouped_tile_m_rows", "grouped_few_tokens_tile_m_rows",
+                   "grouped_launch_tile_max_rows", "grouped_n_block_cols",
                    "grouped_k_block_cols", "grouped_serial_frac", "moe_launch_us",
                    "moe_elementwise_launches",
                    "grouped_unaligned_load_frac", "grouped_k_step_us",
@@ -351,6 +360,7 @@ class KernelCalib:
     grouped_tile_m_min_rows: int = 0
     grouped_tile_m_rows: int = 0
     grouped_few_tokens_tile_m_rows: int = 0
+    grouped_launch_tile_max_rows: int = 0
     grouped_n_block_cols: int = 0
     grouped_k_block_cols: int = 0
     grouped_serial_frac: float = 0.0

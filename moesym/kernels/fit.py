@@ -155,7 +155,8 @@ def predict_rows(rows: pd.DataFrame, calib: KernelCalib, *, sms, peak_flops, hbm
         tiles = r.m_tile_factor.to_numpy(float) if "m_tile_factor" in r else 1
         # fused-MoE rows: the tokens and local experts that choose a fixed-block kernel's M block
         launch = ({"kernel_tokens": r.kernel_tokens.to_numpy(float),
-                   "local_experts": r.local_experts.to_numpy(float)}
+                   "local_experts": r.local_experts.to_numpy(float),
+                   "launch_assignments": r.launch_assignments.to_numpy(float)}
                   if "kernel_tokens" in r else {})
         if "masked_computed" in r:  # a grid that computes the masked rows (gemm_time)
             launch["masked_computed"] = r.masked_computed.to_numpy(float)
@@ -416,6 +417,7 @@ def moe_gemm_rows(rows: pd.DataFrame) -> pd.DataFrame:
     # rows measured otherwise carry their own masked rows and launched tokens (columns
     # masked_assignments, masked_computed, kernel_tokens: benchmarks/kernel_fit_aic.py)
     own = {c: rows[c].to_numpy(float) for c in ("masked_computed",) if c in rows}
+    launched = (rows.kernel_tokens if "kernel_tokens" in rows else rows.tokens).to_numpy(float)
     common = {"m": a / g, "groups": g, "layout": "contiguous",
               **({"m_tile_factor": rows.m_tile_factor.to_numpy(float)}
                  if "m_tile_factor" in rows else {}),
@@ -423,8 +425,9 @@ def moe_gemm_rows(rows: pd.DataFrame) -> pd.DataFrame:
                               if "masked_assignments" in rows
                               else a * (rows.ep.to_numpy(float) - 1)),
               **own,
-              "kernel_tokens": (rows.kernel_tokens if "kernel_tokens" in rows
-                                else rows.tokens).to_numpy(float),
+              "kernel_tokens": launched,
+              # every assignment of the launch, whatever the measured rank's share
+              "launch_assignments": launched * rows.topk.to_numpy(float),
               "local_experts": rows.local_experts.to_numpy(float),
               "peak_flops": rows.peak_flops.to_numpy(float),
               "op_bytes": rows.op_bytes.to_numpy(float)}

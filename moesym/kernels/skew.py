@@ -27,17 +27,22 @@ import functools
 
 import numpy as np
 
-from .analytical import _TILE_M_MIN, grouped_fixed_block, tile_m_rows
+from .analytical import _TILE_M_MIN, grouped_fixed_block, grouped_launch_block, tile_m_rows
 from .calib import KernelCalib
 
 __all__ = ["expected_m_tiles", "grouped_tile_m", "padded_m_tiles", "routing_tile_factor",
            "skewed_rows", "tile_factor_table"]
 
 
-def grouped_tile_m(m, calib: KernelCalib, kernel_tokens=None, local_experts=None):
+def grouped_tile_m(m, calib: KernelCalib, kernel_tokens=None, local_experts=None,
+                   launch_rows=None):
     """The M block a fused-MoE backend's grouped GEMM takes at ``m`` mean rows per expert (as
     :func:`moesym.kernels.analytical.gemm_time` picks it for a grouped layout; a backend with
-    fixed blocks: :func:`moesym.kernels.analytical.grouped_fixed_block`)."""
+    fixed blocks: :func:`moesym.kernels.analytical.grouped_fixed_block`; one whose tile follows
+    the launch's assignments per local expert, ``launch_rows``, ``m`` where not given:
+    :func:`moesym.kernels.analytical.grouped_launch_block`)."""
+    if calib.grouped_launch_tile_max_rows:
+        return grouped_launch_block(calib, m if launch_rows is None else launch_rows)
     if calib.grouped_tile_m_rows:
         return grouped_fixed_block(calib, kernel_tokens, local_experts)
     return tile_m_rows(m, calib, calib.grouped_tile_m_min_rows or _TILE_M_MIN)
@@ -84,7 +89,8 @@ def routing_tile_factor(inclusion, tokens: float, calib: KernelCalib) -> float:
     t = float(tokens)
     touched = max(float(np.sum(-np.expm1(t * np.log1p(-np.minimum(pi, 1 - 1e-15))))), 1.0)
     rows = t * float(pi.sum())
-    tm = float(grouped_tile_m(rows / touched, calib))
+    # a launch-following tile at the rank's own assignments per local expert (the EP-1 launch)
+    tm = float(grouped_tile_m(rows / touched, calib, launch_rows=rows / len(pi)))
     return expected_m_tiles(pi, t, tm) / (touched * float(np.ceil(rows / touched / tm)))
 
 
@@ -120,7 +126,8 @@ def skewed_rows(rows, counts_of, calib: KernelCalib, draws: int = 16, seed: int 
         c = memo[key]
         a = c.sum(axis=1).mean()
         g = max((c > 0).sum(axis=1).mean(), 1.0)
-        tm = float(grouped_tile_m(a / g, calib, r.tokens, r.local_experts))
+        tm = float(grouped_tile_m(a / g, calib, r.tokens, r.local_experts,
+                                  r.tokens * r.topk / r.local_experts))
         cols["rank_assignments"].append(a)
         cols["active_experts"].append(g)
         equal = g * np.ceil(a / g / tm)  # 0 only where the rank has no rows in any draw
