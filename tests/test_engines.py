@@ -318,3 +318,23 @@ def test_engine_changes_moe_time_where_the_tables_differ(cli_json):
     h800 = {e: cli_json(argv + ["h800", "--engine", e])["per_layer_s"]["moe_routed"]
             for e in ("sglang", "trtllm")}
     assert h800["sglang"] == h800["trtllm"]
+
+
+def test_autotuned_engines_drop_the_untuned_fallback_tile():
+    """The kernel tables time FlashInfer-TRTLLM's untuned fallback (its M tile follows the
+    launch's assignments per local expert: grouped_launch_tile_max_rows in B300's fit); SGLang
+    and vLLM autotune that kernel at warmup (sglang flashinfer_autotune.py:77-125, vllm
+    config/vllm.py:294-336), so their view of the GPU drops that field and keeps every other
+    fitted one."""
+    from moesym.engines import UNTUNED_MOE_FIELDS, load_engine
+    from moesym.specs.hardware import load_hardware
+
+    hw = load_hardware("b300")
+    raw = hw.moe_kernels["flashinfer-trtllm"]
+    assert raw["grouped_launch_tile_max_rows"] == 64
+    for engine in ("sglang", "vllm"):
+        seen = load_engine(engine).hardware(hw).moe_kernels
+        for name in ("flashinfer-trtllm", "flashinfer-trtllm_ep"):
+            want = {k: v for k, v in hw.moe_kernels[name].items() if k not in UNTUNED_MOE_FIELDS}
+            assert seen[name] == want
+        assert seen["triton"] == hw.moe_kernels["triton"]

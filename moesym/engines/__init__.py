@@ -134,6 +134,9 @@ class EngineKernels:
     moe_deepep: tuple[str, ...] | None = None
     attention: str = ""
     allreduce: str = ""
+    # fused-MoE backends the engine autotunes at warmup (their tactic timed and the fastest
+    # kept): their fits' untuned-fallback fields (UNTUNED_MOE_FIELDS) do not apply to its steps
+    moe_autotuned: tuple[str, ...] = ()
 
     def moe_kernel(self, fitted: Mapping[str, float], *, ep: int, deepep: bool) -> str | None:
         """The fused-MoE fit that times the engine's kernel on a GPU whose ``[moe_kernels]`` is
@@ -202,6 +205,12 @@ class EngineProfile:
         name = self.kernels.allreduce if self.kernels is not None else ""
         if name in hw.allreduce_kernels:
             hw = replace(hw, allreduce=hw.allreduce_kernels[name])
+        tuned = self.kernels.moe_autotuned if self.kernels is not None else ()
+        if any(k.removesuffix("_ep") in tuned for k in hw.moe_kernels):
+            hw = replace(hw, moe_kernels={
+                k: ({f: v for f, v in fit.items() if f not in UNTUNED_MOE_FIELDS}
+                    if k.removesuffix("_ep") in tuned else fit)
+                for k, fit in hw.moe_kernels.items()})
         own = dict(hw.kernel.get(ENGINES_KEY, {}) or {}).get(self.name, {})
         if not own and not self.kernel:
             return hw
@@ -324,7 +333,12 @@ _REQUIRED = ("version", "description", "policy", "mixed_chunk", "chunk_tokens",
 _OPTIONAL = ("runs_on", "step_token_budget", "max_prefill_tokens", "running_requests_rule",
              "kv_memory_rule", *RETRACT_KEYS, "cuda_graph_max_batch_size_tp_below_4",
              "long_prefill_token_threshold", "host_step_us", "kernel", "kernels")
-_KERNEL_KEYS = ("moe", "moe_ep", "moe_deepep", "attention", "allreduce")
+_KERNEL_KEYS = ("moe", "moe_ep", "moe_deepep", "attention", "allreduce", "moe_autotuned")
+# [moe_kernels] fields that describe a backend's untuned fallback, as the kernel tables time it
+# (collected without the engines' warmup autotuning): FlashInfer-TRTLLM's M tile chosen from
+# the launch's assignments per local expert (moesym.kernels.analytical.grouped_launch_block);
+# an autotuned engine's steps take the tile by the rank's own rows instead
+UNTUNED_MOE_FIELDS = ("grouped_launch_tile_max_rows",)
 _RUNNING_KEYS = ("requests_per_context", "min_requests", "max_requests", "kv_tokens_per_request")
 _MIB_KEYS = ("base_mib", "parallel_mib_per_8_gpus", "decode_graph_mib_per_batch",
              "dp_graph_mib_per_batch_rank", "dp_graph_large_mib_per_batch_rank",
@@ -360,7 +374,8 @@ def _kernels(c: _Checker) -> EngineKernels:
 
     return EngineKernels(names("moe"), names("moe_ep"), names("moe_deepep"),
                          s.text("attention") if "attention" in raw else "",
-                         s.text("allreduce") if "allreduce" in raw else "")
+                         s.text("allreduce") if "allreduce" in raw else "",
+                         names("moe_autotuned") or ())
 
 
 def _running_rule(c: _Checker) -> RunningRequestsRule:
