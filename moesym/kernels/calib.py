@@ -268,25 +268,6 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
 }
 _OPTIONAL = ("tile_step_base_us", "tile_step_us", "tile_step_rows", "tile_step_ref_hidden",
              "tile_step_ref_inter")  # written only when used
-_OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us",
-                     "attention_decode_unit_overhead_us", "attention_gqa_bf16_unit_us",
-                     "attention_split_merge_us", "attention_mla_launch_us",
-                     "attention_mla_hbm_frac", "attention_mha_decode_TFLOPs",
-                     "attention_decode_fill_us", "attention_mha_decode_launch_us",
-                     "attention_gqa_generic_launch_us",
-                     "attention_mla_kv_split_tokens", "attention_gqa_unit_dim_slope",
-                     "mv_grouped",
-                     "mv_hbm_frac", "unpack_Gweights_per_s", "dequant_pass_rows",
-                     "grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
-                     "grouped_masked_passes", "grouped_row_passes", "grouped_tile_m_min_rows",
-                     "grouped_tile_m_rows", "grouped_few_tokens_tile_m_rows",
-                     "grouped_launch_tile_max_rows", "grouped_n_block_cols", "grouped_k_block_cols",
-                     "grouped_serial_frac", "moe_launch_us",
-                     "moe_elementwise_launches",
-                     "grouped_unaligned_load_frac", "grouped_k_step_us",
-                     "grouped_k_step_cols",
-                     "grouped_few_tokens_k_step_cols")  # written only when not 0
-_SWITCHES = ("mv_grouped",)  # 0 or 1
 # the keys a fused-MoE backend's [moe_kernels] entry may set beside grouped_tensor_frac (its
 # mechanisms: moesym.kernels.analytical.gemm_time's grouped layouts)
 MOE_KERNEL_KEYS = ("grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
@@ -297,6 +278,17 @@ MOE_KERNEL_KEYS = ("grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
                    "moe_elementwise_launches",
                    "grouped_unaligned_load_frac", "grouped_k_step_us",
                    "grouped_k_step_cols", "grouped_few_tokens_k_step_cols")
+_OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us",
+                     "attention_decode_unit_overhead_us", "attention_gqa_bf16_unit_us",
+                     "attention_split_merge_us", "attention_mla_launch_us",
+                     "attention_mla_hbm_frac", "attention_mha_decode_TFLOPs",
+                     "attention_decode_fill_us", "attention_mha_decode_launch_us",
+                     "attention_gqa_generic_launch_us",
+                     "attention_mla_kv_split_tokens", "attention_gqa_unit_dim_slope",
+                     "mv_grouped",
+                     "mv_hbm_frac", "unpack_Gweights_per_s", "dequant_pass_rows",
+                     *MOE_KERNEL_KEYS)  # written only when not 0
+_SWITCHES = ("mv_grouped",)  # 0 or 1
 # record of the fit, read by ``moesym list hardware``, never by the model: ``source`` (free
 # text), ``engine`` (the engine and version whose kernels were timed), ``fit_date``,
 # ``heldout_error`` ({kernel class: median |pred / meas - 1| on held-out shapes})

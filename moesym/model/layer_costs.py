@@ -24,8 +24,8 @@ from ..terms.routing import (group_limited, group_tokens, imbalance_expr, tile_s
                              touched_local_experts_expr)
 from ..terms.tokens import step_tokens
 
-__all__ = ["dense_layer_costs", "engine_moe_fields", "engine_moe_kernel", "layer_costs", "layer_work", "moe_layer_costs",
-           "quantized", "tile_stepped_experts", "weight_only"]
+__all__ = ["dense_layer_costs", "engine_moe_fields", "engine_moe_kernel", "layer_costs",
+           "layer_work", "moe_layer_costs", "quantized", "tile_stepped_experts", "weight_only"]
 
 
 def layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
