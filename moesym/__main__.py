@@ -1,5 +1,5 @@
 """``python -m moesym``: the command line."""
 
-from .cli import main
+from .cli import run
 
-raise SystemExit(main())
+raise SystemExit(run())

@@ -43,7 +43,7 @@ from .model_root import ModelRoot, closed_form_at, model_root, sign_changes
 from .regime_form import RegimeForm, pin, printed, regime_form, tidy
 from .sensitivity import root_elasticities
 from ..symbolic.expr import smax, substitute, symbols_of
-from ..symbolic.printing import latex, text
+from ..symbolic.printing import latex, session, text
 
 __all__ = ["ClosedForm", "crossover", "attention_overtakes_moe", "max_batch_for_tpot",
            "optimal_ep", "comm_hidden", "ep_min_tpot", "gpus_for_throughput", "solve",
@@ -99,6 +99,10 @@ class ClosedForm:
         return latex(tidy(self.expr)) if self.expr is not None else ""
 
     def as_dict(self) -> dict:
+        with session():  # one printer for the answer's forms, which share subexpressions
+            return self._as_dict()
+
+    def _as_dict(self) -> dict:
         from .regime_form import legend
 
         return {"name": self.name, "latex": self.latex,
@@ -120,6 +124,11 @@ class ClosedForm:
                 "target_range": list(self.target_range) if self.target_range else None,
                 "sensitivity": [{"symbol": str(s), "elasticity": e} for s, e in self.sensitivity],
                 "legend": legend([self.expr, self.smooth.expr if self.smooth else None])}
+
+
+def _first(f, a: float, b: float) -> bool:
+    """``sign_changes``' ``until`` for a caller that uses only the first sign change."""
+    return True
 
 
 def _decode_step(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int) -> StepModel:
@@ -266,7 +275,7 @@ def attention_overtakes_moe(model: ModelSpec, hw: HardwareSpec, dep: Deployment,
                                                   t["moe_weight_load"].total_s)
     eq = attn - moe
     vals = dict(step.values)
-    found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True)
+    found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True, until=_first)
     if not found:
         f1 = float(evaluate(eq, {k: v for k, v in vals.items() if k != S.batch and
                                  k in symbols_of(eq)}, {S.batch: 1.0}))
@@ -520,7 +529,8 @@ def comm_hidden(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: in
     eq = step.layer_s - step.layer_compute_s
     vals = dict(step.values)
     name, title = "comm_hidden", "Batch where communication stops hiding behind compute"
-    found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True, scale=step.layer_compute_s)
+    found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True, scale=step.layer_compute_s,
+                         until=_first)
     fixed = {k: v for k, v in vals.items() if k != S.batch and k in symbols_of(eq)}
     if not found:
         exposed = float(evaluate(eq, fixed, {S.batch: 1.0})) > 0
@@ -557,9 +567,11 @@ def micro_batches_pay(model: ModelSpec, hw: HardwareSpec, dep: Deployment, conte
     eq = t2 - t1
     vals = {k: v for k, v in {**one.values, **two.values}.items() if k != S.micro_batches}
     name, title = "micro_batches_pay", "Batch from which two micro-batches beat one"
-    found = sign_changes(eq, S.batch, vals, 2, b_max, integer=True)
     fixed = {k: v for k, v in vals.items() if k != S.batch and k in symbols_of(eq)}
-    pays = [ab for ab in found if float(evaluate(eq, fixed, {S.batch: ab[1]})) < 0]
+    pays_at = lambda b: float(evaluate(eq, fixed, {S.batch: b})) < 0  # noqa: E731
+    found = sign_changes(eq, S.batch, vals, 2, b_max, integer=True,
+                         until=lambda f, a, b: pays_at(b))
+    pays = [ab for ab in found if pays_at(ab[1])]
     if not pays:
         better = float(evaluate(eq, fixed, {S.batch: 2.0})) < 0
         return ClosedForm(name, title, None, fixed, 2.0 if better else float("inf"), sp.true,
@@ -666,7 +678,7 @@ def max_batch_for_memory(model: ModelSpec, hw: HardwareSpec, dep: Deployment, co
     used = mm.used_expr()
     eq = used - S.hbm_capacity
     vals = {k: float(v) for k, v in mm.values.items() if k != S.batch}
-    found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True)
+    found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True, until=_first)
     title = "Largest batch that fits in GPU memory"
     fixed = {k: v for k, v in vals.items() if k in symbols_of(eq)}
     if not found:

@@ -41,6 +41,7 @@ __all__ = ["ModelRoot", "model_root", "nearest_sign_change", "sign_changes", "st
 
 _GRID = 4096  # points of the geometric scan of a continuous unknown
 _MAX_INTEGERS = 1 << 20  # widest integer scan
+_FIRST_CHUNK = 2048  # integers in the first chunk of a scan that may stop early
 _TOL = 1e-9  # the relative tolerance moesym.kernels.analytical applies inside ceilings
 
 
@@ -86,9 +87,12 @@ def _evaluator(eq: sp.Expr, var: sp.Symbol, values: Mapping):
     return lambda x: evaluate(eq, vals, {var: np.asarray(x, dtype=float)})
 
 
-def _brackets(eq, var, values, lo, hi, integer, scale) -> tuple:
+def _brackets(eq, var, values, lo, hi, integer, scale, until=None) -> tuple:
     """(f, [(a, b, f(a) > 0)]): the function scanned and the grid cells where its side changes
-    (:func:`sign_changes`' scan, before bisection)."""
+    (:func:`sign_changes`' scan, before bisection). With ``until`` (integer scans of every
+    integer), the scan runs over the integers in chunks (2048, then 8 times more each time,
+    the last finite point of one joined to the next) and stops after the first chunk with a
+    cell whose bracket ``(a, b)`` has ``until(f, a, b)``."""
     if scale is None:
         f = _evaluator(eq, var, values)
     else:  # the two in one function: the scale (compute time) is most of the equation's graph
@@ -101,18 +105,41 @@ def _brackets(eq, var, values, lo, hi, integer, scale) -> tuple:
             return np.broadcast_to(y - 1e-9 * np.abs(s), np.shape(x)).copy()
     if integer:
         lo, hi = int(np.ceil(lo)), int(np.floor(hi))
+        if until is not None and hi - lo + 1 <= _MAX_INTEGERS:
+            cells, start, width, last = [], lo, _FIRST_CHUNK, (np.empty(0), np.empty(0))
+            while start <= hi:
+                end = min(hi, start + width - 1)
+                xs, ys = _finite(f, np.arange(start, end + 1, dtype=float))
+                # the last finite point of the chunk before joins this one's first
+                part = _cells(np.concatenate([last[0], xs]), np.concatenate([last[1], ys]))
+                cells += part
+                if any(until(f, *_refine(f, a, b, fa, True)) for a, b, fa in part):
+                    break
+                if len(xs):
+                    last = (xs[-1:], ys[-1:])
+                start, width = end + 1, width * 8
+            return f, cells
         if hi - lo + 1 <= _MAX_INTEGERS:
             xs = np.arange(lo, hi + 1, dtype=float)
         else:  # a geometric grid of integers; each bracket is bisected to adjacent integers
             xs = np.unique(np.round(np.geomspace(max(lo, 1), hi, _MAX_INTEGERS // 16)))
     else:
         xs = np.geomspace(lo, hi, _GRID) if lo > 0 else np.linspace(lo, hi, _GRID)
+    return f, _cells(*_finite(f, xs))
+
+
+def _finite(f, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The points of ``xs`` where ``f`` is finite, and its values there."""
     ys = f(xs)
     ok = np.isfinite(ys)
-    xs, ys = xs[ok], ys[ok]
+    return xs[ok], ys[ok]
+
+
+def _cells(xs: np.ndarray, ys: np.ndarray) -> list:
+    """[(a, b, f(a) > 0)] of the consecutive points where the side of zero changes."""
     side = ys > 0
     idx = np.flatnonzero(side[1:] != side[:-1])
-    return f, [(float(xs[i]), float(xs[i + 1]), side[i]) for i in idx]
+    return [(float(xs[i]), float(xs[i + 1]), side[i]) for i in idx]
 
 
 def _refine(f, a: float, b: float, fa, integer: bool) -> tuple[float, float]:
@@ -137,12 +164,17 @@ def _refine(f, a: float, b: float, fa, integer: bool) -> tuple[float, float]:
 
 
 def sign_changes(eq: sp.Expr, var: sp.Symbol, values: Mapping, lo: float, hi: float,
-                 integer: bool = False, scale: sp.Expr | None = None) -> list[tuple[float, float]]:
+                 integer: bool = False, scale: sp.Expr | None = None,
+                 until=None) -> list[tuple[float, float]]:
     """Brackets ``(a, b)`` with ``f(a)`` and ``f(b)`` on opposite sides of zero, scanning
     [lo, hi] (every integer, or a geometric grid refined by bisection to 1e-12 relative); NaN
     points are skipped. The upper side is ``f > 0``, or ``f > 1e-9 |scale|`` with a ``scale``
-    expression (for a side that is zero over a range: exposed communication, say)."""
-    f, cells = _brackets(eq, var, values, lo, hi, integer, scale)
+    expression (for a side that is zero over a range: exposed communication, say).
+
+    ``until(f, a, b)``: for a caller that wants the brackets only up to the first one it
+    accepts (an integer scan; ``f`` is the scanned function): the scan stops in the chunk
+    where that one is found (:func:`_brackets`), the brackets after it may be missing."""
+    f, cells = _brackets(eq, var, values, lo, hi, integer, scale, until)
     return [_refine(f, a, b, fa, integer) for a, b, fa in cells]
 
 
@@ -224,16 +256,39 @@ def _piecewise_switch(eq, var, vals, a, b):
     return None
 
 
-def closed_form_at(eq: sp.Expr, var: sp.Symbol, values: Mapping, bracket: tuple[float, float],
-                   exact: float, integer: bool = False) -> ModelRoot:
-    """The closed form of the regime at the sign change ``bracket`` of ``eq`` (see the module
-    docstring); ``exact`` is reported as the full model's root."""
-    a, b = bracket
-    vals = {k: v for k, v in values.items() if k != var and k in symbols_of(eq)}
-    steps = steps_of(eq, var)
-    f = _evaluator(eq, var, vals)
+_SAMPLES = 1025  # points of the interval scanned by _jumps_across
+_MARGIN = 1e3  # how far above the zero tolerance every sampled |f| must stay
+_ZERO = 1e-7  # |f| <= _ZERO x (the larger |f| of the two sides): the full model is at zero
+
+
+def _jumps_across(f, a: float, b: float, tol: float) -> bool:
+    """Whether ``f`` changes sign between ``a`` and ``b`` only by a jump (a tile, wave or
+    Piecewise step) and stays far from zero everywhere else: sampled at 1025 points, every
+    ``|f|`` is above ``1000 tol``, with one side change whose two sides, bisected to 1e-12
+    apart, are both above it too. Then no point of [a, b] has ``|f| <= tol``, so no regime's
+    smooth root can be a root of the full model there (:func:`closed_form_at`'s test), and its
+    symbolic solves on the two sides can be skipped. Continuous pieces of the step model are
+    rational in the unknown with a curvature of order ``|f| / x^2``: to reach ``tol`` between
+    two samples 1/1024 apart, one would have to fall by 999 ``tol`` and come back within them.
+    Anything less clear (a near-zero sample, several side changes, a small jump) is False: the
+    full test runs."""
+    xs = np.linspace(a, b, _SAMPLES)
+    ys = np.asarray(f(xs), dtype=float)
+    if not np.all(np.isfinite(ys)) or np.min(np.abs(ys)) <= _MARGIN * tol:
+        return False
+    side = ys > 0
+    cells = np.flatnonzero(side[1:] != side[:-1])
+    if len(cells) != 1:
+        return False
+    i = int(cells[0])
+    lo, hi = _refine(f, float(xs[i]), float(xs[i + 1]), bool(side[i]), False)
+    return min(abs(float(f(lo))), abs(float(f(hi)))) > _MARGIN * tol
+
+
+def _regime_root(eq, var, vals, f, a, b, exact, integer, steps, tried) -> ModelRoot | None:
+    """The closed form of the regime on either side of the bracket when its smooth root is a
+    root of the full model (``kind = "smooth"``), else None with why appended to ``tried``."""
     scale = max(abs(float(f(a))), abs(float(f(b))), 1e-300)
-    tried = []
     for point in (b, a) if integer else (0.5 * (a + b),):
         sv = _step_values(steps, var, vals, point)
         frozen = _freeze(eq, sv)
@@ -247,7 +302,7 @@ def closed_form_at(eq: sp.Expr, var: sp.Symbol, values: Mapping, bracket: tuple[
         # the regime's root counts when the full model is at zero there
         if integer:  # the regime's root must be a root of the full model in the bracket
             inside = a - 1e-9 * max(1.0, abs(a)) <= value <= b + 1e-9 * max(1.0, abs(b))
-            holds = inside and abs(float(f(value))) <= 1e-7 * scale + 1e-15
+            holds = inside and abs(float(f(value))) <= _ZERO * scale + 1e-15
         else:  # the bracket is 1e-12 wide: the regime's root must fall inside it
             holds = abs(value - exact) <= 1e-6 * max(abs(exact), 1e-300)
         if holds:
@@ -257,45 +312,82 @@ def closed_form_at(eq: sp.Expr, var: sp.Symbol, values: Mapping, bracket: tuple[
                 tried.append(f"no closed form of the regime at {point:.6g} ({exc})")
                 continue
             clean = _clean(root)
-            return ModelRoot(var, exact, bracket, clean, _number(clean, vals), "smooth", labels,
-                             cond, "the closed form of the regime is the full model's root")
+            return ModelRoot(var, exact, (a, b), clean, _number(clean, vals), "smooth",
+                             labels, cond, "the closed form of the regime is the full model's root")
         tried.append(f"the regime's own root {value:.6g} lies outside it")
-    # a step between the two sides: a tile / wave count or a Piecewise condition changes there
-    if integer or b - a <= 1e-9 * max(1.0, abs(b)):
-        sa, sb = _step_values(steps, var, vals, a), _step_values(steps, var, vals, b)
-        mid = 0.5 * (a + b)
-        for n in steps:
-            if sa[n] == sb[n]:
-                continue
-            boundary = min(sa[n], sb[n]) if isinstance(n, sp.ceiling) else max(sa[n], sb[n])
-            # the count's argument, with the counts inside it at their values past the step
-            arg = _freeze(n.args[0], _step_values(steps_of(n.args[0], var), var, vals, b))
-            try:
-                root = solve_smooth(arg - boundary, var, vals, mid, general=False)
-                value = _number(root, vals)
-            except (NotImplementedError, ValueError, TypeError, RuntimeError):
-                continue
+    return None
+
+
+def _step_root(eq, var, vals, a, b, exact, steps) -> ModelRoot | None:
+    """The closed form of the step between the bracket's two sides (a tile / wave count or a
+    Piecewise condition that changes there, ``kind = "step"``), else None."""
+    sa, sb = _step_values(steps, var, vals, a), _step_values(steps, var, vals, b)
+    mid = 0.5 * (a + b)
+    for n in steps:
+        if sa[n] == sb[n]:
+            continue
+        boundary = min(sa[n], sb[n]) if isinstance(n, sp.ceiling) else max(sa[n], sb[n])
+        # the count's argument, with the counts inside it at their values past the step
+        arg = _freeze(n.args[0], _step_values(steps_of(n.args[0], var), var, vals, b))
+        try:
+            root = solve_smooth(arg - boundary, var, vals, mid, general=False)
+            value = _number(root, vals)
+        except (NotImplementedError, ValueError, TypeError, RuntimeError):
+            continue
+        if a - 1e-6 * max(1.0, abs(a)) <= value <= b + 1e-6 * max(1.0, abs(b)):
+            clean = _clean(root)
+            label = f"{'ceiling' if isinstance(n, sp.ceiling) else 'floor'} step to " \
+                    f"{int(sb[n])}"
+            return ModelRoot(var, exact, (a, b), clean, _number(clean, vals), "step",
+                             (label,), sp.true,
+                             f"the sign change is a step of the model ({label}): the "
+                             "closed form is where that count changes")
+    sw = _piecewise_switch(eq, var, vals, a, b)
+    if sw is not None:
+        g, label = sw
+        try:
+            root = solve_smooth(g, var, vals, mid, general=False)
+            value = _number(root, vals)
             if a - 1e-6 * max(1.0, abs(a)) <= value <= b + 1e-6 * max(1.0, abs(b)):
                 clean = _clean(root)
-                label = f"{'ceiling' if isinstance(n, sp.ceiling) else 'floor'} step to " \
-                        f"{int(sb[n])}"
-                return ModelRoot(var, exact, bracket, clean, _number(clean, vals), "step",
-                                 (label,), sp.true,
-                                 f"the sign change is a step of the model ({label}): the "
-                                 "closed form is where that count changes")
-        sw = _piecewise_switch(eq, var, vals, a, b)
-        if sw is not None:
-            g, label = sw
-            try:
-                root = solve_smooth(g, var, vals, mid, general=False)
-                value = _number(root, vals)
-                if a - 1e-6 * max(1.0, abs(a)) <= value <= b + 1e-6 * max(1.0, abs(b)):
-                    clean = _clean(root)
-                    return ModelRoot(var, exact, bracket, clean, _number(clean, vals), "step",
-                                     (label,), sp.true,
-                                     f"the sign change is where the model changes form ({label})")
-            except (NotImplementedError, ValueError, TypeError, RuntimeError):
-                pass
+                return ModelRoot(var, exact, (a, b), clean, _number(clean, vals),
+                                 "step", (label,), sp.true,
+                                 f"the sign change is where the model changes form ({label})")
+        except (NotImplementedError, ValueError, TypeError, RuntimeError):
+            pass
+    return None
+
+
+def bracket_of(a: float, b: float) -> tuple[float, float]:
+    return (a, b)
+
+
+def closed_form_at(eq: sp.Expr, var: sp.Symbol, values: Mapping, bracket: tuple[float, float],
+                   exact: float, integer: bool = False) -> ModelRoot:
+    """The closed form of the regime at the sign change ``bracket`` of ``eq`` (see the module
+    docstring); ``exact`` is reported as the full model's root.
+
+    The regime's smooth root is tried first, on either side; then the step between them. When
+    the full model jumps across zero inside an integer bracket (:func:`_jumps_across`), no
+    regime's root can hold there, so the step is looked for first and the two symbolic solves
+    run only if it is not found (for the note)."""
+    a, b = bracket
+    vals = {k: v for k, v in values.items() if k != var and k in symbols_of(eq)}
+    steps = steps_of(eq, var)
+    f = _evaluator(eq, var, vals)
+    stepped = integer or b - a <= 1e-9 * max(1.0, abs(b))
+    jump = integer and _jumps_across(f, a, b, _ZERO * max(abs(float(f(a))), abs(float(f(b))),
+                                                          1e-300) + 1e-15)
+    if jump:
+        found = _step_root(eq, var, vals, a, b, exact, steps)
+        if found is not None:
+            return found
+    tried: list[str] = []
+    found = _regime_root(eq, var, vals, f, a, b, exact, integer, steps, tried)
+    if found is None and stepped and not jump:
+        found = _step_root(eq, var, vals, a, b, exact, steps)
+    if found is not None:
+        return found
     return ModelRoot(var, exact, bracket, None, None, "numeric", (), sp.true,
                      "exact root of the full model only: " + "; ".join(tried or ["no regime"]))
 
@@ -308,7 +400,8 @@ def model_root(eq: sp.Expr, var: sp.Symbol, values: Mapping, lo: float, hi: floa
     ``exact`` is the first integer past the sign change (the side where ``f`` has left the sign
     it had at the bracket's lower end).
     """
-    found = sign_changes(eq, var, values, lo, hi, integer)
+    found = sign_changes(eq, var, values, lo, hi, integer,
+                         until=(lambda f, a, b: True) if which == "first" else None)
     if not found:
         raise MoesymError(f"no root in {var} between {lo:g} and {hi:g}")
     a, b = found[0] if which == "first" else found[-1]

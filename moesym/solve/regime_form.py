@@ -35,7 +35,7 @@ import numpy as np
 import sympy as sp
 
 from ..symbolic.expr import dependents, nodes, substitute, symbols_of
-from ..symbolic.printing import latex, text
+from ..symbolic.printing import latex, session, text
 from .regimes import _collapse, branch_at, solve_smooth
 from .rewrite import RELAX_CEILING, apply_rules
 
@@ -216,17 +216,17 @@ def pin(eq: sp.Expr, var: sp.Symbol, values: Mapping, a: float, b: float,
     exprs = [*counts, *(n.args[0] for n in counts)]
     at_a, at_b = evaluate_many(exprs, vals, var, a), evaluate_many(exprs, vals, var, b)
     out = []
-    for i, n in enumerate(counts):
-        va, vb = at_a[i], at_b[i]
-        if va == vb:
-            continue
-        ga, gb = at_a[len(counts) + i], at_b[len(counts) + i]
-        arg = tidy(relax(n.args[0]))
-        text = str(arg)
-        if len(text) > 90:
-            text = text[:87] + "..."
-        out.append(f"{owners.get(n, 'a tile or wave count')}: {type(n).__name__}({text}) "
-                   f"{va:.0f} -> {vb:.0f} (argument {ga:.4g} -> {gb:.4g})")
+    with session():  # the counts' arguments share subexpressions: each printed once
+        for i, n in enumerate(counts):
+            va, vb = at_a[i], at_b[i]
+            if va == vb:
+                continue
+            ga, gb = at_a[len(counts) + i], at_b[len(counts) + i]
+            arg = text(tidy(relax(n.args[0])))
+            if len(arg) > 90:
+                arg = arg[:87] + "..."
+            out.append(f"{owners.get(n, 'a tile or wave count')}: {type(n).__name__}({arg}) "
+                       f"{va:.0f} -> {vb:.0f} (argument {ga:.4g} -> {gb:.4g})")
     return out
 
 

@@ -19,7 +19,7 @@ from typing import Mapping
 
 import sympy as sp
 
-from ..symbolic.expr import dependents, nodes, substitute, substituter, symbols_of
+from ..symbolic.expr import dependents, nodes, power, substitute, substituter, symbols_of
 from .rewrite import RELAX_CEILING, apply_rules
 
 __all__ = ["Root", "branch_at", "branches", "solve_regimes", "solve_smooth"]
@@ -275,7 +275,7 @@ def _polynomial_roots(e: sp.Expr, var: sp.Symbol) -> list[sp.Expr] | None:
     if poly.degree() == 1:
         return [-c[1] / c[0]]
     a, b, cc = c
-    disc = sp.sqrt(b ** 2 - 4 * a * cc)
+    disc = power(b ** 2 - 4 * a * cc, sp.S.Half)
     return [(-b + disc) / (2 * a), (-b - disc) / (2 * a)]
 
 
@@ -323,6 +323,21 @@ def _collapse(e: sp.Expr, var: sp.Symbol) -> tuple[sp.Expr, dict]:
     return walk(e), back
 
 
+_NO_ROOT = ("no closed-form root in {var} (not a polynomial of degree <= 2, a square-root form "
+            "or one exponential)")
+
+
+def _through_table(e: sp.Expr, var: sp.Symbol) -> bool:
+    """Whether ``e`` holds a tabulated or numerically summed function of ``var``
+    (:data:`moesym.symbolic.special.NO_CLOSED_FORM`): then none of :func:`solve_smooth`'s forms
+    has a root (SymPy's ``Poly`` in ``var`` refuses such a node), and the expansions that would
+    find that out are skipped."""
+    from ..symbolic.special import NO_CLOSED_FORM
+
+    dep = dependents(e, var)
+    return bool(nodes(e, lambda x: isinstance(x, NO_CLOSED_FORM) and x in dep))
+
+
 def solve_smooth(e: sp.Expr, var: sp.Symbol, num: Mapping, x0: float,
                  general: bool = True) -> sp.Expr:
     """The root of the smooth expression ``e`` = 0 nearest to ``x0`` (numbers ``num`` pick it).
@@ -341,6 +356,8 @@ def solve_smooth(e: sp.Expr, var: sp.Symbol, num: Mapping, x0: float,
         raise ValueError(f"the expression does not depend on {var}: no root")
     full_num = num
     e, back = _collapse(e, var)
+    if not general and _through_table(e, var):  # what the forms below would conclude, at once
+        raise ValueError(_NO_ROOT.format(var=var))
     if back:  # numbers for the placeholders (to pick the root nearest x0)
         from ..symbolic.compile import evaluate
 
@@ -361,8 +378,7 @@ def solve_smooth(e: sp.Expr, var: sp.Symbol, num: Mapping, x0: float,
     if not sols and general:
         sols = [s for s in sp.solve(e, var) if s.is_real is not False]
     if not sols:
-        raise ValueError(f"no closed-form root in {var} (not a polynomial of degree <= 2, a "
-                         "square-root form or one exponential)")
+        raise ValueError(_NO_ROOT.format(var=var))
     fnum = {k: sp.Float(v) for k, v in num.items()}
     best = min(sols, key=lambda s: abs(complex(substitute(s, fnum).evalf()) - x0))
     return substitute(best, back) if back else best

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import sympy as sp
 
-__all__ = ["nonnegative", "smax", "smin", "rebuild", "transform", "substitute", "substituter",
+__all__ = ["nonnegative", "smax", "smin", "power", "rebuild", "transform", "substitute", "substituter",
            "nodes", "dependents", "symbols_of", "depends", "sym"]
 
 
@@ -105,7 +105,36 @@ def rebuild(e: sp.Basic, args: tuple) -> sp.Basic:
         return smin(*args)
     if e.func in (sp.ceiling, sp.floor):
         return e.func(args[0]) if args[0].is_Number else e.func(args[0], evaluate=False)
+    if e.func is sp.Pow:
+        return power(*args)
     return e.func(*args)
+
+
+def power(base, exp) -> sp.Expr:
+    """``base ** exp``. A symbolic sum free of infinities raised to a rational power other than
+    0 and 1 is built as SymPy would build it (its ``Add._eval_power`` has nothing for such a
+    sum) without first asking each of the sum's terms whether it is infinite: on the square
+    root of a solved quadratic's large discriminant, that question was most of a regime
+    form's time.
+
+    >>> from moesym.symbolic.symbols import S
+    >>> power(S.batch + S.tokens, sp.S.Half) == sp.sqrt(S.batch + S.tokens)
+    True
+    """
+    base, exp = sym(base), sym(exp)
+    if base.is_Add and exp.is_Rational and exp not in (0, 1) and not base.is_number \
+            and _finite(base):
+        return sp.Pow(base, exp, evaluate=False)
+    return sp.Pow(base, exp)
+
+
+_INFINITE = (sp.S.Infinity, sp.S.NegativeInfinity, sp.S.ComplexInfinity, sp.S.NaN)
+
+
+@lru_cache(maxsize=65536)
+def _finite(e: sp.Basic) -> bool:
+    """No infinity or NaN anywhere in ``e`` (then no term of it is infinite)."""
+    return e not in _INFINITE and all(map(_finite, e.args))
 
 
 def transform(expr: sp.Basic, fn) -> sp.Basic:

@@ -17,11 +17,13 @@ the whole expression), nor calls with printer keywords (a LaTeX function raised 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import sympy as sp
 from sympy.printing.latex import LatexPrinter
 from sympy.printing.str import StrPrinter
 
-__all__ = ["text", "latex"]
+__all__ = ["text", "latex", "session"]
 
 
 class _Remembering:
@@ -45,11 +47,28 @@ class _Latex(_Remembering, LatexPrinter):
     pass
 
 
+_SESSIONS: list = []  # the (str, LaTeX) printers of the innermost open session()
+
+
+@contextmanager
+def session():
+    """Inside it, :func:`text` and :func:`latex` share one printer each, so a subexpression
+    common to several expressions (an answer's closed form, its regime form and the pieces of
+    each) is printed once. The text is the same: a remembered subexpression's text does not
+    depend on where it stands (parentheses are added around it by the printer of the node
+    above)."""
+    _SESSIONS.append((_Str({"order": None}), _Latex({})))
+    try:
+        yield
+    finally:
+        _SESSIONS.pop()
+
+
 def text(expr) -> str:
     """``str(expr)`` (SymPy's ``sstr(expr, order=None)``)."""
-    return _Str({"order": None}).doprint(expr)
+    return (_SESSIONS[-1][0] if _SESSIONS else _Str({"order": None})).doprint(expr)
 
 
 def latex(expr) -> str:
     """``sympy.latex(expr)``."""
-    return _Latex({}).doprint(expr)
+    return (_SESSIONS[-1][1] if _SESSIONS else _Latex({})).doprint(expr)

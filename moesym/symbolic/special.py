@@ -22,6 +22,7 @@ from ..numeric.special import (NUMPY_FUNCTIONS, binomial_cdf, load_cdf, log_inte
 
 __all__ = [
     "NUMPY_FUNCTIONS",
+    "NO_CLOSED_FORM",
     "LogInterp",
     "MaxBinomialMean",
     "PaddedRowsMean",
@@ -78,3 +79,8 @@ class LogInterp(sp.Function):
         if vals is None:
             return None
         return sp.Float(float(log_interp(*vals)), prec)
+
+
+#: the functions above: tabulated or summed numerically, so an equation in x through any of them
+#: has no symbolic root in x (a polynomial in x cannot contain one of them)
+NO_CLOSED_FORM = (MaxBinomialMean, PaddedRowsMean, LogInterp)
