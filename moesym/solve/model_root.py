@@ -34,7 +34,7 @@ import numpy as np
 import sympy as sp
 
 from ..errors import MoesymError
-from ..symbolic.expr import dependents, nodes, substitute, symbols_of
+from ..symbolic.expr import dependents, nodes, substitute, substituter, symbols_of
 from .regimes import branch_at, solve_smooth
 
 __all__ = ["ModelRoot", "model_root", "nearest_sign_change", "sign_changes", "steps_of"]
@@ -239,11 +239,13 @@ def _piecewise_switch(eq, var, vals, a, b):
     """(boundary equation, label) of the first Piecewise condition on ``var`` whose active
     piece differs between a and b, or None."""
     dep = dependents(eq, var)
+    # one substitution per side, remembered across the conditions (they share subexpressions)
+    at = {x: substituter({**{k: sp.Float(v) for k, v in vals.items()}, var: sp.Float(x)})
+          for x in (a, b)}
     for p in nodes(eq, lambda e: isinstance(e, sp.Piecewise) and e in dep):
         def active(x):
-            env = {**{k: sp.Float(v) for k, v in vals.items()}, var: sp.Float(x)}
             for i, (_, c) in enumerate(p.args):
-                cv = substitute(c, env)
+                cv = at[x](c)
                 if cv in (sp.true, True) or (cv not in (sp.false, False) and bool(cv)):
                     return i
             return None

@@ -203,14 +203,15 @@ def nodes(expr: sp.Basic, test) -> list[sp.Basic]:
     return [e for e in reversed(order) if test(e)]
 
 
-def dependents(expr: sp.Basic, x: sp.Basic) -> set:
+@lru_cache(maxsize=256)
+def dependents(expr: sp.Basic, x: sp.Basic) -> frozenset:
     """The nodes of ``expr`` that contain ``x`` (``x`` included), in one pass over the shared
-    graph (see :func:`nodes`)."""
+    graph (see :func:`nodes`); remembered, as a solve asks it of one equation several times."""
     out = set()
     for e in reversed(nodes(expr, lambda e: True)):  # children before parents
         if e == x or any(a in out for a in e.args):
             out.add(e)
-    return out
+    return frozenset(out)
 
 
 @lru_cache(maxsize=512)
