@@ -147,3 +147,22 @@ def test_a_printing_session_prints_what_sympy_does():
     with session():
         got = [(text(e), latex(e)) for e in exprs]
     assert got == [(str(e), sp.latex(e)) for e in exprs]
+
+
+@pytest.mark.parametrize("E,k,ep", [(256, 8, 128), (256, 8, 16), (sp.Symbol("E", positive=True), 8, 64),
+                                    (256, 8, sp.Symbol("e_p", positive=True)),
+                                    (sp.Symbol("E", positive=True), sp.Symbol("k", positive=True),
+                                     sp.Symbol("e_p", positive=True))])
+def test_rank_load_cap_is_sympys_min(monkeypatch, E, k, ep):
+    """The busiest rank's ratio capped at min(ep, E/k), built without SymPy's evaluation of
+    the Min, is the Min SymPy builds (numbers, symbols, and a symbolic token count)."""
+    import moesym.routing.stats as rs
+
+    T = sp.Symbol("T", positive=True)
+    evaluated = sp.Min
+    for tokens in (T, 4096):
+        got = rs.max_rank_load_ratio(E, k, ep, tokens)
+        with monkeypatch.context() as m:  # the ratio's Min evaluated by SymPy in full
+            m.setattr(rs.sp, "Min", lambda *a, evaluate=True: evaluated(*a))
+            want = rs.max_rank_load_ratio(E, k, ep, tokens)
+        assert got == want

@@ -282,7 +282,15 @@ def max_rank_load_ratio(E, k, ep, T, groups=None, topk_groups=None, var_scale=1)
         var = T * rank_load_variance_per_token(E, k, ep, groups, topk_groups) * ep / (ep - 1)
     # a token adds at most min(k, E / ep) to a rank: the ratio cannot pass min(ep, E / k) (the
     # normal approximation does at a token or two)
-    return sp.Min(max_load_ratio(mean, var, ep), ep, E / k)
+    ratio = max_load_ratio(mean, var, ep)
+    if not isinstance(ratio, sp.Piecewise):  # a number: SymPy's Min picks the smallest
+        return sp.Min(ratio, ep, E / k)
+    # a Piecewise of the tokens: SymPy's Min would spend a quarter of a step model's build
+    # failing to order it against the caps; it keeps all three (the smaller cap where both are
+    # numbers), in SymPy's order
+    caps = [c for c in (ep, E / k) if not c.is_Number]
+    caps += [min(c for c in (ep, E / k) if c.is_Number)] if len(caps) < 2 else []
+    return sp.Min(ratio, *caps, evaluate=False)
 
 
 def max_expert_load_ratio(E, k, T) -> sp.Expr:
