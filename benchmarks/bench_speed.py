@@ -121,6 +121,10 @@ def main() -> None:
                     help="derive: the reference and the derive rows only (each derive best of "
                          "--repeat runs with the compiled-model cache warm)")
     args = ap.parse_args()
+    # moesym's bytecode up to date, as `pip install` leaves it: where PYTHONDONTWRITEBYTECODE is
+    # set, a module edited since its last compile is compiled again by every process (0.2 s of
+    # a derive's imports after an edit of the solvers)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "moesym")], check=True)
     tmp = Path(tempfile.mkdtemp(prefix="moesym-bench-"))
     cache_dir = tmp / "cache"
     env = {**os.environ, "MOESYM_CACHE_DIR": str(cache_dir)}

@@ -166,3 +166,23 @@ def test_rank_load_cap_is_sympys_min(monkeypatch, E, k, ep):
             m.setattr(rs.sp, "Min", lambda *a, evaluate=True: evaluated(*a))
             want = rs.max_rank_load_ratio(E, k, ep, tokens)
         assert got == want
+
+
+def test_nodes_with_floats_is_the_graph_sympy_walks():
+    """Floats are walked by identity (their hash is slow) and merged by value: the nodes are
+    SymPy's own preorder traversal's, each value once, every node before the nodes inside it."""
+    from sympy import preorder_traversal
+
+    from moesym.symbolic.expr import nodes
+
+    y = sp.Symbol("y", positive=True)
+    table = LogInterp(x, 0.0, 1.5, 1.0, 2.5, 2.0, 1.5)
+    exprs = [sp.Float(2.5) * x + sp.Float(2.5, 6) * y + table + sp.Max(x, sp.Float(1.5)),
+             sp.Piecewise((sp.Float(0.1) * x, x < 3), (table * sp.Float(0.1), True)) ** 2]
+    for e in exprs:
+        for test in (lambda n: True, lambda n: isinstance(n, sp.Float), lambda n: n.is_Symbol):
+            got = nodes(e, test)
+            assert set(got) == {n for n in preorder_traversal(e) if test(n)}
+            assert len(got) == len(set(got))
+            pos = {n: i for i, n in enumerate(got)}
+            assert all(pos[n] < pos[a] for n in got for a in n.args if a in pos)

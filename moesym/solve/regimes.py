@@ -275,7 +275,7 @@ def _polynomial_roots(e: sp.Expr, var: sp.Symbol) -> list[sp.Expr] | None:
     if poly.degree() == 1:
         return [-c[1] / c[0]]
     a, b, cc = c
-    disc = power(b ** 2 - 4 * a * cc, sp.S.Half)
+    disc = power(power(b, 2) - 4 * a * cc, sp.S.Half)
     return [(-b + disc) / (2 * a), (-b - disc) / (2 * a)]
 
 

@@ -171,8 +171,11 @@ def substituter(mapping):
     """:func:`substitute` as a function of the expression, remembering every subexpression it
     rebuilt across calls (several expressions over one shared graph, one mapping)."""
     memo = {sp.sympify(k): sp.sympify(v) for k, v in dict(mapping).items()}
+    floats = any(isinstance(k, sp.Float) for k in memo)  # else a Float is never looked up
 
     def go(e):
+        if not floats and isinstance(e, sp.Float):
+            return e
         if e in memo:
             return memo[e]
         if e.is_Atom:
@@ -189,18 +192,31 @@ def nodes(expr: sp.Basic, test) -> list[sp.Basic]:
     (a topological order of the shared graph: SymPy's tree walks, ``atoms``, ``has`` and
     ``preorder_traversal``, visit a shared subexpression once per path to it, exponentially
     often on a large model)."""
-    order, seen, stack = [], set(), [(sp.sympify(expr), False)]
+    order, seen, floats, stack = [], set(), set(), [(sp.sympify(expr), False)]
     while stack:
         e, done = stack.pop()
         if done:
             order.append(e)
             continue
-        if e in seen:
+        # a SymPy Float hashes through its float value (microseconds; a tabulated function
+        # holds hundreds): Floats are told apart by identity here, equal ones merged below
+        if isinstance(e, sp.Float):
+            if id(e) in floats:
+                continue
+            floats.add(id(e))
+        elif e in seen:
             continue
-        seen.add(e)
+        else:
+            seen.add(e)
         stack.append((e, True))
-        stack.extend((a, False) for a in e.args if a not in seen)
-    return [e for e in reversed(order) if test(e)]
+        stack.extend((a, False) for a in e.args if isinstance(a, sp.Float) or a not in seen)
+    out = [e for e in reversed(order) if test(e)]
+    if floats and any(isinstance(e, sp.Float) for e in out):
+        # each Float value once: the first one reached, where the walk by value kept it
+        met: set = set()
+        out = [e for e in reversed(out)
+               if not isinstance(e, sp.Float) or not (e in met or met.add(e))][::-1]
+    return out
 
 
 @lru_cache(maxsize=256)
