@@ -186,3 +186,21 @@ def test_nodes_with_floats_is_the_graph_sympy_walks():
             assert len(got) == len(set(got))
             pos = {n: i for i, n in enumerate(got)}
             assert all(pos[n] < pos[a] for n in got for a in n.args if a in pos)
+
+
+def test_a_long_scan_in_slices_is_each_points_own_value():
+    """compile.evaluate takes a long single axis in slices: each value equals the expression
+    evaluated at that point alone (the special functions included)."""
+    from moesym.symbolic.compile import evaluate
+    from moesym.symbolic.special import PaddedRowsMean
+
+    T = sp.Symbol("T", positive=True)
+    e = (sp.Piecewise((MaxBinomialMean(T / 16, sp.Rational(1, 16), 128), T < 400),
+                      (T / 16 + sp.sqrt(T), True))
+         + LogInterp(T, 0.0, 1.0, 10.0, 4.0) + PaddedRowsMean(T, sp.Rational(1, 32), 16) / 8
+         + a * sp.ceiling(T / 64))
+    ts = np.arange(1, 20001, dtype=float)
+    whole = evaluate(e, {a: 0.5}, {T: ts})
+    assert whole.shape == ts.shape
+    for i in (0, 1, 399, 8191, 8192, 8193, 16383, 19999):
+        assert whole[i] == float(evaluate(e, {a: 0.5}, {T: ts[i]}))

@@ -239,11 +239,13 @@ def padded_rows_mean(trials, p, tile):
     # beyond the window: mean plus half a tile of padding (error < tile / 2 out of >> tile rows)
     out[~exact] = mean[~exact] + (tile[~exact] - 1.0) / 2.0
     if exact.any():
-        t, pp, tl, lo_e = trials[exact], p[exact], tile[exact], i_lo[exact]
+        t, pp, tl, lo_e, own = trials[exact], p[exact], tile[exact], i_lo[exact], width[exact]
         total = lo_e.copy()
-        for w in range(int(width[exact].max()) + 1):
+        for w in range(int(own.max()) + 1):
             i = lo_e + w
-            total += 1.0 - binomial_cdf(i * tl, t, pp)
+            # each element sums its own window only: its value never depends on which other
+            # elements share the call (a long scan is evaluated in slices)
+            total += np.where(w <= own, 1.0 - binomial_cdf(i * tl, t, pp), 0.0)
         out[exact] = tl * total
     return out.reshape(shape)
 

@@ -399,8 +399,21 @@ def evaluate(expr: sp.Expr, values: Mapping[sp.Symbol, float], grid: Mapping[sp.
     the expression does not use are ignored here (the step model checks its own bindings).
     """
     fn, args = bind_and_compile(expr, values, tuple(grid))
-    out = fn(*(np.asarray(grid[a], dtype=float) for a in args))
     shape = np.broadcast_shapes(*(np.shape(g) for g in grid.values())) if grid else ()
+    xs = [np.asarray(grid[a], dtype=float) for a in args]
+    if len(shape) == 1 and shape[0] > 2 * _SLICE and all(x.shape in (shape, ()) for x in xs):
+        # one long axis (a scan over every batch): in slices of 64 KB arrays, which the
+        # allocator reuses (whole, the page faults of hundreds of fresh 0.5 MB arrays took a
+        # third of a 65,536-batch scan); every node, the special functions included, gives each
+        # element a value of its own arguments alone, so the values are the same
+        return np.concatenate([
+            np.broadcast_to(np.asarray(fn(*(x[i:i + _SLICE] if x.ndim else x for x in xs)),
+                                       dtype=float), (min(_SLICE, shape[0] - i),))
+            for i in range(0, shape[0], _SLICE)])
+    out = fn(*xs)
     return np.broadcast_to(np.asarray(out, dtype=float), shape).copy()
+
+
+_SLICE = 8192  # points per slice of a long one-axis evaluation
 
 
