@@ -204,3 +204,16 @@ def test_a_long_scan_in_slices_is_each_points_own_value():
     assert whole.shape == ts.shape
     for i in (0, 1, 399, 8191, 8192, 8193, 16383, 19999):
         assert whole[i] == float(evaluate(e, {a: 0.5}, {T: ts[i]}))
+
+
+def test_a_number_through_nested_ceilings_is_evalfs():
+    """model_root._number evaluates a closed form whose exact irrationals stay inside ceilings
+    compiled (SymPy's evalf re-evaluates nested ceilings at each precision): the same value."""
+    c = sp.Min(32, sp.Float(0.08) * sp.sqrt(2) + a)
+    e = a * sp.ceiling(sp.Float(256.0) * c / sp.Max(64, 64 * sp.ceiling(4 * c))) + sp.sqrt(2) * a
+    got = mr._number(e, {a: 1.5})
+    want = float(e.subs(a, sp.Float(1.5)).evalf(30))
+    assert got == pytest.approx(want, rel=1e-12)
+    with pytest.raises(ValueError, match="complex root"):
+        mr._number(sp.sqrt(-a + sp.ceiling(sp.Min(3, sp.sqrt(2) * a, evaluate=False)) - 4),
+                   {a: 1.5})

@@ -229,10 +229,23 @@ def _clean(expr: sp.Expr) -> sp.Expr:
 
 
 def _number(expr: sp.Expr, values: Mapping) -> float:
-    v = complex(substitute(expr, {k: sp.Float(x) for k, x in values.items()}).evalf())
-    if abs(v.imag) > 1e-9 * max(1.0, abs(v.real)):
+    """``expr`` at ``values``: SymPy's number where the substitution leaves one; where exact
+    irrationals stay inside ceilings (``sqrt(2)`` of a load-imbalance constant), the compiled
+    NumPy value, as the model is evaluated (SymPy's ``evalf`` of nested ceilings evaluates the
+    inner ones again at each precision it tries: 13-25 s on one closed form of a DeepSeek-V3
+    step). A complex root is an error."""
+    v = substitute(expr, {k: sp.Float(x) for k, x in values.items()})
+    if not v.is_Number and nodes(v, lambda e: isinstance(e, (sp.ceiling, sp.floor))):
+        from ..symbolic.compile import evaluate
+
+        r = float(evaluate(v, {}, {}))
+        if not np.isfinite(r):
+            raise ValueError("complex root")
+        return r
+    c = complex(v.evalf())
+    if abs(c.imag) > 1e-9 * max(1.0, abs(c.real)):
         raise ValueError("complex root")
-    return v.real
+    return c.real
 
 
 def _piecewise_switch(eq, var, vals, a, b):
