@@ -7,7 +7,8 @@ same run (issue 15). Each figure is the best of ``--repeat`` runs of a fresh pro
 - ``sweep`` of a 1.3 M-point DeepSeek-V3 decode grid to Parquet (cache warm), in points/s;
 - every ``derive`` command for DeepSeek-V3 (decode, H800, 128 GPUs), ``derive sensitivity``
   included (``--only derive``: the reference and these rows alone, each with its answer read
-  back from the cache and, in the note, solved with the compiled models cached);
+  back from the cache and, in the note, solved with the compiled models cached; with them the
+  expert cache on one RTX 4090, the mesh rows on a Tenstorrent Galaxy and the general solver);
 - ``simulate``: 2,000 requests of 1024/1024 at concurrency 64, DeepSeek-V3 on 8 H200 (cache
   warm; the whole process and the simulation alone in a warm process), and ``optimize
   --percentile 90`` (the serving SLA search) on 8 and 64 H200 (``--only serving``: the
@@ -59,6 +60,17 @@ DERIVES = {
     "concurrency": f"derive concurrency {V3} --gpus 128 --ep 128 --weights fp8 --isl 1024 "
                    "--osl 256 --tpot-ms 50 --json",
     "sensitivity": f"derive sensitivity {V3} {DEP} --batch 128 --of tpot --json",
+}
+#: the other derive subcommands on DeepSeek-V3, timed by ``--only derive`` after DERIVES: the
+#: expert cache on one RTX 4090 (seed 003), the mesh rows on a Tenstorrent Galaxy (seed 004) and
+#: the general solver (the RDMA bandwidth where dispatch + combine equal the layer's compute)
+MORE_DERIVES = {
+    "expert-cache": "derive expert-cache deepseek-v3 --hardware rtx-4090 --weights q4_k_m "
+                    "--batch 1 --context 4096 --json",
+    "mesh-rows": "derive mesh-rows deepseek-v3 --hardware wormhole-tg --mesh 4x8 --batch 32 "
+                 "--context 1024 --weights moe=mxfp4,attn=fp8,dense=fp8 --json",
+    "solve": f"derive solve {V3} {DEP} --batch 128 --equal dispatch+combine layer_compute "
+             "--for rdma_bandwidth --json",
 }
 
 
@@ -140,7 +152,7 @@ def main() -> None:
 
     print(f"{rows[0][0]:<44} {ref:8.3f} s", flush=True)
     if args.only == "derive":
-        for name, cmd in DERIVES.items():
+        for name, cmd in {**DERIVES, **MORE_DERIVES}.items():
             _run(_moesym(cmd), env)  # warm the cache
             solved = best(_moesym(cmd), env, args.repeat, lambda: _drop_answers(cache_dir))
             _run(_moesym(cmd), env)  # store the answer again
