@@ -39,7 +39,10 @@ def test_jump_across_zero_is_told_from_a_crossing():
     small = lambda v: np.where(np.asarray(v) > 8.5, 1e-6, -1.0)  # noqa: E731
     assert not mr._jumps_across(small, 8.0, 9.0, 1e-7)
     # two crossings (a dip through zero and back, then the jump) are left to it too
-    dip = lambda v: np.where(np.asarray(v) > 8.9, 1.0, (np.asarray(v) - 8.3) * (np.asarray(v) - 8.6))  # noqa: E501,E731
+    def dip(v):
+        v = np.asarray(v)
+        return np.where(v > 8.9, 1.0, (v - 8.3) * (v - 8.6))
+
     assert not mr._jumps_across(dip, 8.0, 9.0, 1e-7)
 
 
@@ -131,7 +134,8 @@ def test_a_table_free_of_the_unknown_still_solves():
 
 @pytest.mark.parametrize("base,exp", [
     (a + x, sp.S.Half), (a * x - 3 * a ** 2, sp.Rational(-3, 2)), (sp.Float(2.5) * a + 4 * x, 2),
-    (a + x, -1), (a + 1, sp.S.Half), (a + sp.oo, sp.S.Half), (sp.Integer(2) + sp.sqrt(3), sp.S.Half),
+    (a + x, -1), (a + 1, sp.S.Half), (a + sp.oo, sp.S.Half),
+    (sp.Integer(2) + sp.sqrt(3), sp.S.Half),
     (a + x, 0), (a + x, 1), (4 * a ** 2, sp.S.Half), (a + x, sp.Symbol("n")),
 ])
 def test_power_is_sympys_pow(base, exp):
@@ -149,10 +153,11 @@ def test_a_printing_session_prints_what_sympy_does():
     assert got == [(str(e), sp.latex(e)) for e in exprs]
 
 
-@pytest.mark.parametrize("E,k,ep", [(256, 8, 128), (256, 8, 16), (sp.Symbol("E", positive=True), 8, 64),
-                                    (256, 8, sp.Symbol("e_p", positive=True)),
-                                    (sp.Symbol("E", positive=True), sp.Symbol("k", positive=True),
-                                     sp.Symbol("e_p", positive=True))])
+_E, _K, _EP = (sp.Symbol(n, positive=True) for n in ("E", "k", "e_p"))
+
+
+@pytest.mark.parametrize("E,k,ep", [(256, 8, 128), (256, 8, 16), (_E, 8, 64), (256, 8, _EP),
+                                    (_E, _K, _EP)])
 def test_rank_load_cap_is_sympys_min(monkeypatch, E, k, ep):
     """The busiest rank's ratio capped at min(ep, E/k), built without SymPy's evaluation of
     the Min, is the Min SymPy builds (numbers, symbols, and a symbolic token count)."""

@@ -14,8 +14,8 @@ from functools import lru_cache
 
 import sympy as sp
 
-__all__ = ["nonnegative", "smax", "smin", "power", "rebuild", "transform", "substitute", "substituter",
-           "nodes", "dependents", "symbols_of", "depends", "sym"]
+__all__ = ["nonnegative", "smax", "smin", "power", "rebuild", "transform", "substitute",
+           "substituter", "nodes", "dependents", "symbols_of", "depends", "sym"]
 
 
 def _flat(cls, args) -> list:
