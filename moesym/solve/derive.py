@@ -39,7 +39,7 @@ from ..specs.deployment import Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec, expert_weights
 from ..symbolic.symbols import S
-from .model_root import ModelRoot, closed_form_at, model_root, sign_changes
+from .model_root import ModelRoot, closed_form_at, first_change, model_root, sign_changes
 from .regime_form import RegimeForm, pin, printed, regime_form, tidy
 from .sensitivity import root_elasticities
 from ..symbolic.expr import smax, substitute, symbols_of
@@ -124,11 +124,6 @@ class ClosedForm:
                 "target_range": list(self.target_range) if self.target_range else None,
                 "sensitivity": [{"symbol": str(s), "elasticity": e} for s, e in self.sensitivity],
                 "legend": legend([self.expr, self.smooth.expr if self.smooth else None])}
-
-
-def _first(f, a: float, b: float) -> bool:
-    """``sign_changes``' ``until`` for a caller that uses only the first sign change."""
-    return True
 
 
 def _decode_step(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: int) -> StepModel:
@@ -275,7 +270,7 @@ def attention_overtakes_moe(model: ModelSpec, hw: HardwareSpec, dep: Deployment,
                                                   t["moe_weight_load"].total_s)
     eq = attn - moe
     vals = dict(step.values)
-    found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True, until=_first)
+    found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True, until=first_change)
     if not found:
         f1 = float(evaluate(eq, {k: v for k, v in vals.items() if k != S.batch and
                                  k in symbols_of(eq)}, {S.batch: 1.0}))
@@ -530,7 +525,7 @@ def comm_hidden(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: in
     vals = dict(step.values)
     name, title = "comm_hidden", "Batch where communication stops hiding behind compute"
     found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True, scale=step.layer_compute_s,
-                         until=_first)
+                         until=first_change)
     fixed = {k: v for k, v in vals.items() if k != S.batch and k in symbols_of(eq)}
     if not found:
         exposed = float(evaluate(eq, fixed, {S.batch: 1.0})) > 0
@@ -678,7 +673,7 @@ def max_batch_for_memory(model: ModelSpec, hw: HardwareSpec, dep: Deployment, co
     used = mm.used_expr()
     eq = used - S.hbm_capacity
     vals = {k: float(v) for k, v in mm.values.items() if k != S.batch}
-    found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True, until=_first)
+    found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True, until=first_change)
     title = "Largest batch that fits in GPU memory"
     fixed = {k: v for k, v in vals.items() if k in symbols_of(eq)}
     if not found:

@@ -37,7 +37,8 @@ from ..errors import MoesymError
 from ..symbolic.expr import dependents, nodes, substitute, substituter, symbols_of
 from .regimes import branch_at, solve_smooth
 
-__all__ = ["ModelRoot", "model_root", "nearest_sign_change", "sign_changes", "steps_of"]
+__all__ = ["ModelRoot", "first_change", "model_root", "nearest_sign_change", "sign_changes",
+           "steps_of"]
 
 _GRID = 4096  # points of the geometric scan of a continuous unknown
 _MAX_INTEGERS = 1 << 20  # widest integer scan
@@ -176,6 +177,11 @@ def sign_changes(eq: sp.Expr, var: sp.Symbol, values: Mapping, lo: float, hi: fl
     where that one is found (:func:`_brackets`), the brackets after it may be missing."""
     f, cells = _brackets(eq, var, values, lo, hi, integer, scale, until)
     return [_refine(f, a, b, fa, integer) for a, b, fa in cells]
+
+
+def first_change(f, a: float, b: float) -> bool:
+    """:func:`sign_changes`' ``until`` for a caller that uses only the first sign change."""
+    return True
 
 
 def nearest_sign_change(eq: sp.Expr, var: sp.Symbol, values: Mapping, lo: float, hi: float,
@@ -416,7 +422,7 @@ def model_root(eq: sp.Expr, var: sp.Symbol, values: Mapping, lo: float, hi: floa
     it had at the bracket's lower end).
     """
     found = sign_changes(eq, var, values, lo, hi, integer,
-                         until=(lambda f, a, b: True) if which == "first" else None)
+                         until=first_change if which == "first" else None)
     if not found:
         raise MoesymError(f"no root in {var} between {lo:g} and {hi:g}")
     a, b = found[0] if which == "first" else found[-1]
