@@ -1,7 +1,9 @@
 """Capture every ``derive`` subcommand's printed output (text and ``--json``, stdout, stderr and
-exit code) on DeepSeek-V3/H800 (the commands of ``DERIVES`` in bench_speed.py), Qwen3-30B-A3B/H20
-and Mixtral-8x7B/H100, each solved (its stored answer dropped first, the compiled models cached in
-a fresh ``MOESYM_CACHE_DIR``), to check that a speed change leaves every output byte-identical.
+exit code) on DeepSeek-V3/H800 (the commands of ``DERIVES`` and ``MORE_DERIVES`` in
+bench_speed.py: with them the expert cache, the mesh rows and the general solver),
+Qwen3-30B-A3B/H20 and Mixtral-8x7B/H100, each solved (its stored answer dropped first, the
+compiled models cached in a fresh ``MOESYM_CACHE_DIR``), to check that a speed change leaves
+every output byte-identical.
 
     python benchmarks/derive_outputs.py OUT.json              # capture
     python benchmarks/derive_outputs.py OUT.json BEFORE.json  # capture, then compare
@@ -20,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_speed import DERIVES, ROOT, _drop_answers  # noqa: E402
+from bench_speed import DERIVES, MORE_DERIVES, ROOT, _drop_answers  # noqa: E402
 
 QWEN = "qwen3-30b-a3b --hardware h20"
 MIX = "mixtral-8x7b --hardware h100"
@@ -44,7 +46,7 @@ OTHERS = [
 
 
 def commands() -> list[str]:
-    return [c.removesuffix(" --json") for c in DERIVES.values()] + OTHERS
+    return [c.removesuffix(" --json") for c in {**DERIVES, **MORE_DERIVES}.values()] + OTHERS
 
 
 def capture(out: Path) -> dict:

@@ -14,7 +14,7 @@ import sympy as sp
 import moesym.solve.model_root as mr
 from moesym.solve.model_root import closed_form_at, sign_changes
 from moesym.solve.regimes import solve_smooth
-from moesym.symbolic.expr import power, substitute
+from moesym.symbolic.expr import power, substitute, sum_or_product
 from moesym.symbolic.printing import latex, session, text
 from moesym.symbolic.special import LogInterp, MaxBinomialMean
 
@@ -222,3 +222,41 @@ def test_a_number_through_nested_ceilings_is_evalfs():
     with pytest.raises(ValueError, match="complex root"):
         mr._number(sp.sqrt(-a + sp.ceiling(sp.Min(3, sp.sqrt(2) * a, evaluate=False)) - 4),
                    {a: 1.5})
+
+
+_Y, _N = sp.Symbol("y", real=True), sp.Symbol("n", integer=True, positive=True)
+_SUMS = [a + x, x - 2 * _Y, a * x + 3, a + x + _Y, 1 + sp.sqrt(2) * a]
+_EXPS = [-1, -2, sp.S.Half, -sp.S.Half, sp.Rational(3, 2), 2, _N, sp.Float(0.5)]
+_ATOMS = [sp.Integer(2), sp.Integer(-3), sp.Rational(1, 3), sp.Float(1.5), a, x, _Y,
+          sp.Min(a, x), sp.ceiling(x / 4)]
+
+
+def _random_operand(rng, depth=0):
+    """A random operand of a sum or product: numbers, symbols, a Min, a ceiling, sums raised to
+    rational (and other) powers, the sums themselves, and products and sums of such."""
+    sums, exps, atoms = _SUMS, _EXPS, _ATOMS
+    kind = rng.integers(0, 5 if depth < 2 else 3)
+    if kind == 0:
+        return atoms[rng.integers(len(atoms))]
+    if kind == 1:
+        return sp.Pow(sums[rng.integers(len(sums))], exps[rng.integers(len(exps))])
+    if kind == 2:
+        return sums[rng.integers(len(sums))]
+    parts = [_random_operand(rng, depth + 1) for _ in range(rng.integers(2, 4))]
+    return sp.Mul(*parts) if kind == 3 else sp.Add(*parts)
+
+
+@pytest.mark.parametrize("cls", [sp.Add, sp.Mul])
+def test_sum_or_product_is_sympys(cls):
+    """Sums and products built with their powers of sums stood in for are SymPy's own, argument
+    for argument (srepr), on 400 random operand lists: powers that merge (exponents adding up,
+    to 1 or 0 included), the sum itself next to its power, a rational times a sum, terms that
+    combine or cancel, and powers not stood in for (symbolic or float exponents)."""
+    rng = np.random.default_rng(7 if cls is sp.Add else 8)
+    for _ in range(400):
+        args = [_random_operand(rng) for _ in range(rng.integers(1, 5))]
+        assert sp.srepr(sum_or_product(cls, args)) == sp.srepr(cls(*args)), args
+    for args in ([1 / (a + x), a + x], [1 / (a + x), (a + x) ** 2], [sp.sqrt(a + x)] * 2,
+                 [2, 1 / (a + x)], [3, x + 1 / (a + x)], [1 / (a + x), -1 / (a + x)],
+                 [x / (a + x), 2 * x / (a + x)], [(a + x) ** sp.Symbol("n"), 1 / (a + x)]):
+        assert sp.srepr(sum_or_product(cls, args)) == sp.srepr(cls(*args)), args

@@ -10,12 +10,12 @@ Max(1, B)
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cmp_to_key, lru_cache
 
 import sympy as sp
 
-__all__ = ["nonnegative", "smax", "smin", "power", "rebuild", "transform", "substitute",
-           "substituter", "nodes", "dependents", "symbols_of", "depends", "sym"]
+__all__ = ["nonnegative", "smax", "smin", "power", "sum_or_product", "rebuild", "transform",
+           "substitute", "substituter", "nodes", "dependents", "symbols_of", "depends", "sym"]
 
 
 def _flat(cls, args) -> list:
@@ -107,7 +107,94 @@ def rebuild(e: sp.Basic, args: tuple) -> sp.Basic:
         return e.func(args[0]) if args[0].is_Number else e.func(args[0], evaluate=False)
     if e.func is sp.Pow:
         return power(*args)
+    if e.func in (sp.Add, sp.Mul):
+        return sum_or_product(e.func, args)
     return e.func(*args)
+
+
+def _sum_power(e: sp.Basic) -> bool:
+    """``e`` is a power :func:`power` builds directly (a symbolic, infinity-free sum raised to
+    a rational other than 0 and 1)."""
+    return e.is_Pow and e.exp.is_Rational and e.exp is not sp.S.One and e.exp is not sp.S.Zero \
+        and e.base.is_Add and not e.base.is_number and _finite(e.base)
+
+
+class _Fallback(Exception):
+    pass
+
+
+_ORDER = cmp_to_key(sp.Basic.compare)  # the canonical order of Add's and Mul's arguments
+
+
+def sum_or_product(cls, args) -> sp.Expr:
+    """``cls(*args)`` for ``cls`` Add or Mul, equal to SymPy's own result, without SymPy asking
+    whether the terms of a sum are infinite each time it rebuilds a power of that sum (a
+    two-term sum raised to -1 inside a product: on a closed form of a DeepSeek-V3 step,
+    seconds of assumption queries to learn nothing, see :func:`power`).
+
+    Each sum that is the base of such a power where SymPy's flattening rebuilds it (an
+    argument, a factor of a product argument, a term or a term's factor of a sum argument) is
+    stood in for by a symbol while SymPy combines the arguments; the powers of the sums are
+    then put back as :func:`power` builds them, with the arguments of each rebuilt sum and
+    product in SymPy's canonical order. SymPy builds ``cls(*args)`` itself where a stand-in
+    could meet its sum in another form (a product holding the sum itself, or the sum raised
+    to a power not stood in for) or would come back with exponent 1.
+
+    >>> from moesym.symbolic.symbols import S
+    >>> a, b = S.batch, S.hidden
+    >>> sum_or_product(sp.Mul, (2, 1 / (a + b), a)) == sp.Mul(2, 1 / (a + b), a)
+    True
+    """
+    stand: dict = {}
+    seen: list = []  # the other factors of a product (their bases must not be stood in for)
+
+    def hide(x):
+        if _sum_power(x):
+            d = stand.get(x.base)
+            if d is None:
+                d = stand[x.base] = sp.Dummy()
+            return sp.Pow(d, x.exp)
+        seen.append(x)
+        return x
+
+    def factors(x):  # a product with its powers of sums stood in for
+        parts = [hide(f) for f in x.args]
+        return x.func(*parts) if any(p is not f for p, f in zip(parts, x.args)) else x
+
+    def terms(x):  # a sum with its powers of sums (terms or a term's factors) stood in for
+        parts = [hide(t) if t.is_Pow else factors(t) if t.is_Mul else t for t in x.args]
+        return x.func(*parts) if any(p is not t for p, t in zip(parts, x.args)) else x
+
+    args = [sym(a) for a in args]
+    if cls is sp.Mul:
+        hidden = [factors(a) if a.is_Mul else hide(a) for a in args]
+        if not stand or any(f.as_base_exp()[0] in stand for f in seen):
+            return cls(*args)
+    else:
+        hidden = [factors(a) if a.is_Mul else terms(a) if a.is_Add else
+                  hide(a) if a.is_Pow else a for a in args]
+        if not stand:
+            return cls(*args)
+    base = {d: b for b, d in stand.items()}
+
+    def back(x):
+        if x in base:
+            raise _Fallback
+        if x.is_Pow and x.base in base:
+            return power(base[x.base], x.exp)
+        if x.is_Mul or x.is_Add:
+            parts = [back(p) for p in x.args]
+            if all(p is q for p, q in zip(parts, x.args)):
+                return x
+            head = [p for p in parts if p.is_Number]
+            return x.func._from_args(head + sorted((p for p in parts if not p.is_Number),
+                                                   key=_ORDER))
+        return x
+
+    try:
+        return back(cls(*hidden))
+    except _Fallback:
+        return cls(*args)
 
 
 def power(base, exp) -> sp.Expr:
