@@ -42,7 +42,7 @@ from ..symbolic.symbols import S
 from .model_root import ModelRoot, closed_form_at, first_change, model_root, sign_changes
 from .regime_form import RegimeForm, pin, printed, regime_form, tidy
 from .sensitivity import root_elasticities
-from ..symbolic.expr import smax, substitute, symbols_of
+from ..symbolic.expr import restrict, smax, substitute, symbols_of
 from ..symbolic.printing import latex, session, text
 
 __all__ = ["ClosedForm", "crossover", "attention_overtakes_moe", "max_batch_for_tpot",
@@ -181,7 +181,7 @@ def _answer(name: str, title: str, root: ModelRoot, eq: sp.Expr, values: Mapping
     (:func:`~moesym.solve.regime_form.regime_form`)."""
     if regime is None:
         regime = regime_at(step, {var: root.exact}) if step is not None else {}
-    vals = {k: v for k, v in values.items() if k != var and k in symbols_of(eq)}
+    vals = restrict(values, eq, var)
     used = set().union(*(symbols_of(sp.sympify(e)) for _, e in sides)) if sides else set()
     vals.update({k: v for k, v in values.items() if k != var and k in used})
     lhs, rhs = (sides[0][1], sides[1][1]) if len(sides) == 2 else (eq, sp.Integer(0))
@@ -230,7 +230,7 @@ def crossover(model: ModelSpec, hw: HardwareSpec, dep: Deployment, lazy: bool = 
     if not lazy:
         eq = _all_experts_read(eq)
     vals = dict(step.values)
-    fixed = {k: v for k, v in vals.items() if k != S.batch and k in symbols_of(eq)}
+    fixed = restrict(vals, eq, S.batch)
     found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True)
     # memory -> compute flips (the side past the change is compute-bound)
     up = [ab for ab in found if float(evaluate(eq, fixed, {S.batch: ab[1]})) > 0]
@@ -272,8 +272,7 @@ def attention_overtakes_moe(model: ModelSpec, hw: HardwareSpec, dep: Deployment,
     vals = dict(step.values)
     found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True, until=first_change)
     if not found:
-        f1 = float(evaluate(eq, {k: v for k, v in vals.items() if k != S.batch and
-                                 k in symbols_of(eq)}, {S.batch: 1.0}))
+        f1 = float(evaluate(eq, restrict(vals, eq, S.batch), {S.batch: 1.0}))
         raise MoesymError(
             f"attention already takes longer than the MoE layer at one request per GPU at "
             f"context {context}" if f1 >= 0 else
@@ -526,7 +525,7 @@ def comm_hidden(model: ModelSpec, hw: HardwareSpec, dep: Deployment, context: in
     name, title = "comm_hidden", "Batch where communication stops hiding behind compute"
     found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True, scale=step.layer_compute_s,
                          until=first_change)
-    fixed = {k: v for k, v in vals.items() if k != S.batch and k in symbols_of(eq)}
+    fixed = restrict(vals, eq, S.batch)
     if not found:
         exposed = float(evaluate(eq, fixed, {S.batch: 1.0})) > 0
         v = 1.0 if exposed else float("inf")
@@ -562,7 +561,7 @@ def micro_batches_pay(model: ModelSpec, hw: HardwareSpec, dep: Deployment, conte
     eq = t2 - t1
     vals = {k: v for k, v in {**one.values, **two.values}.items() if k != S.micro_batches}
     name, title = "micro_batches_pay", "Batch from which two micro-batches beat one"
-    fixed = {k: v for k, v in vals.items() if k != S.batch and k in symbols_of(eq)}
+    fixed = restrict(vals, eq, S.batch)
     pays_at = lambda b: float(evaluate(eq, fixed, {S.batch: b})) < 0  # noqa: E731
     found = sign_changes(eq, S.batch, vals, 2, b_max, integer=True,
                          until=lambda f, a, b: pays_at(b))
@@ -634,7 +633,7 @@ def expert_cache_hides(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: 
     expr = S.experts - t_c / (S.micro_batches * a * per_cold)
     from ..numbers.bindings import bindings
 
-    vals = {k: v for k, v in bindings(model, hw, dep, wl).items() if k in symbols_of(expr)}
+    vals = restrict(bindings(model, hw, dep, wl), expr)
     vals.update({S.batch: wl.batch, t_c: r["layer_compute_s"]})
     for sym_, v in ((S.mtp, dep.mtp), (S.micro_batches, dep.micro_batches)):
         vals.setdefault(sym_, v)
@@ -675,7 +674,7 @@ def max_batch_for_memory(model: ModelSpec, hw: HardwareSpec, dep: Deployment, co
     vals = {k: float(v) for k, v in mm.values.items() if k != S.batch}
     found = sign_changes(eq, S.batch, vals, 1, b_max, integer=True, until=first_change)
     title = "Largest batch that fits in GPU memory"
-    fixed = {k: v for k, v in vals.items() if k in symbols_of(eq)}
+    fixed = restrict(vals, eq)
     if not found:
         fits = float(evaluate(eq, fixed, {S.batch: 1.0})) <= 0
         if not fits:
@@ -752,7 +751,7 @@ def optimal_ep(model: ModelSpec, hw: HardwareSpec, workload: Workload,
     why = None if expr is not None else RegimeForm(S.ep, None, None, note=_why_ep(
         best[0], ok, base.gpus_per_node))
     return ClosedForm("optimal_ep", "EP degree where more EP stops shortening the MoE layer",
-                      expr, {k: v for k, v in vals.items() if k in symbols_of(eq)},
+                      expr, restrict(vals, eq),
                       float(best[0]), sp.true, f"{note} Closed form: {cnote}.", eq, S.ep, kink,
                       kind, {}, base.timing, smooth=why)
 
@@ -790,7 +789,7 @@ def _instance_time(model: ModelSpec, hw: HardwareSpec, base: Deployment, context
     step = build_step(model, hw, rep, Workload(Phase.DECODE, batch=1, context=context))
     expr = substitute(substitute(step.expr, {S.gpus: S.ep}), {S.batch: per_rank_batch})
     expr = apply_rules(_all_experts_read(expr), [RELAX_CEILING])
-    vals = {k: v for k, v in step.values.items() if k in symbols_of(expr) and k != S.ep}
+    vals = restrict(step.values, expr, S.ep)
     return expr, vals
 
 
@@ -1153,7 +1152,7 @@ def _minimum(term, sym, values, lo, hi, integer, text, var, step, timing) -> Clo
     from . import branch_at, solve_smooth
     from .model_root import _freeze, _step_values, steps_of
 
-    vals = {k: v for k, v in values.items() if k != sym and k in symbols_of(term)}
+    vals = restrict(values, term, sym)
     f = lambda x: evaluate(term, vals, {sym: np.asarray(x, dtype=float)})  # noqa: E731
     if integer:
         xs = np.arange(int(np.ceil(lo)), int(np.floor(hi)) + 1, dtype=float)
@@ -1246,7 +1245,7 @@ def sensitivity(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workloa
     missing = [s for s in symbols_of(y) if s not in values]
     if missing:
         raise MoesymError(f"--of {of}: no value for {', '.join(map(str, missing))}")
-    vals = {k: float(v) for k, v in values.items() if k in symbols_of(y)}
+    vals = {k: float(v) for k, v in restrict(values, y).items()}
     try:
         rows = elasticities(y, vals)
     except ValueError as exc:

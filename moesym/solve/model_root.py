@@ -34,7 +34,7 @@ import numpy as np
 import sympy as sp
 
 from ..errors import MoesymError
-from ..symbolic.expr import dependents, nodes, substitute, substituter, symbols_of
+from ..symbolic.expr import dependents, nodes, restrict, substitute, substituter, symbols_of
 from .regimes import branch_at, solve_smooth
 
 __all__ = ["ModelRoot", "first_change", "model_root", "nearest_sign_change", "sign_changes",
@@ -393,7 +393,7 @@ def closed_form_at(eq: sp.Expr, var: sp.Symbol, values: Mapping, bracket: tuple[
     regime's root can hold there, so the step is looked for first and the two symbolic solves
     run only if it is not found (for the note)."""
     a, b = bracket
-    vals = {k: v for k, v in values.items() if k != var and k in symbols_of(eq)}
+    vals = restrict(values, eq, var)
     steps = steps_of(eq, var)
     f = _evaluator(eq, var, vals)
     stepped = integer or b - a <= 1e-9 * max(1.0, abs(b))

@@ -34,7 +34,7 @@ from typing import Mapping
 import numpy as np
 import sympy as sp
 
-from ..symbolic.expr import dependents, nodes, substitute, symbols_of
+from ..symbolic.expr import dependents, nodes, restrict, substitute, symbols_of
 from ..symbolic.printing import latex, session, text
 from .regimes import _collapse, branch_at, solve_smooth
 from .rewrite import RELAX_CEILING, apply_rules
@@ -133,7 +133,7 @@ def regime_form(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, nea
     regime where it is zero, 0 = 0, with no root in ``var``)."""
     lhs, rhs = relax(sp.sympify(lhs)), relax(sp.sympify(rhs))
     eq = lhs - rhs
-    vals = {k: float(v) for k, v in values.items() if k != var and k in symbols_of(eq)}
+    vals = {k: float(v) for k, v in restrict(values, eq, var).items()}
     try:
         r = _relaxed_root(eq, var, vals, near, span, scale)
     except ValueError as exc:
@@ -148,8 +148,7 @@ def regime_form(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, nea
     skel = substitute(skel, names)
     from ..symbolic.compile import evaluate
 
-    ph = {names[d]: (float(evaluate(x, {k: v for k, v in vals.items() if k in symbols_of(x)},
-                                    {})), x) for d, x in back.items()}
+    ph = {names[d]: (float(evaluate(x, restrict(vals, x), {})), x) for d, x in back.items()}
     num = {**vals, **{c: v for c, (v, _) in ph.items()}}
     try:
         root = solve_smooth(skel, var, num, r, general=False)
@@ -157,7 +156,7 @@ def regime_form(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, nea
         return RegimeForm(var, None, None, relaxed_root=r, branches=labels, equation=eq,
                           note=f"no closed form of this regime: {_why_not(skel, var) or exc}")
     full = substitute(root, {c: x for c, (_, x) in ph.items()})
-    value = float(evaluate(full, {k: v for k, v in vals.items() if k in symbols_of(full)}, {}))
+    value = float(evaluate(full, restrict(vals, full), {}))
     if not np.isfinite(value) or abs(value - r) > 1e-6 * abs(r):
         return RegimeForm(var, None, None, relaxed_root=r, branches=labels, equation=eq,
                           note=f"the regime's closed form evaluates to {value:.6g} in floating "
@@ -167,9 +166,7 @@ def regime_form(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, nea
         root, back = _collapse(full, rhs)
         names = {d: sp.Symbol(f"c{i}", real=True) for i, d in enumerate(back)}
         root = substitute(root, names)
-        ph = {names[d]: (float(evaluate(x, {k: v for k, v in vals.items()
-                                            if k in symbols_of(x)}, {})), x)
-              for d, x in back.items()}
+        ph = {names[d]: (float(evaluate(x, restrict(vals, x), {})), x) for d, x in back.items()}
     used = symbols_of(root)
     return RegimeForm(var, full, tidy(root),
                       {str(c): (v_, e) for c, (v_, e) in ph.items() if c in used},

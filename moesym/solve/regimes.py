@@ -19,7 +19,8 @@ from typing import Mapping
 
 import sympy as sp
 
-from ..symbolic.expr import dependents, nodes, power, substitute, substituter, symbols_of
+from ..symbolic.expr import (dependents, nodes, power, restrict, substitute, substituter,
+                            symbols_of)
 from .rewrite import RELAX_CEILING, apply_rules
 
 __all__ = ["Root", "branch_at", "branches", "solve_regimes", "solve_smooth"]
@@ -361,8 +362,7 @@ def solve_smooth(e: sp.Expr, var: sp.Symbol, num: Mapping, x0: float,
     if back:  # numbers for the placeholders (to pick the root nearest x0)
         from ..symbolic.compile import evaluate
 
-        num = {**num, **{d: float(evaluate(x, {k: v for k, v in full_num.items()
-                                               if k in symbols_of(x)}, {}))
+        num = {**num, **{d: float(evaluate(x, restrict(full_num, x), {}))
                          for d, x in back.items()}}
     q = _root_denominator(e, var)
     sols = None
