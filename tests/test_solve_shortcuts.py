@@ -234,14 +234,13 @@ _ATOMS = [sp.Integer(2), sp.Integer(-3), sp.Rational(1, 3), sp.Float(1.5), a, x,
 def _random_operand(rng, depth=0):
     """A random operand of a sum or product: numbers, symbols, a Min, a ceiling, sums raised to
     rational (and other) powers, the sums themselves, and products and sums of such."""
-    sums, exps, atoms = _SUMS, _EXPS, _ATOMS
     kind = rng.integers(0, 5 if depth < 2 else 3)
     if kind == 0:
-        return atoms[rng.integers(len(atoms))]
+        return _ATOMS[rng.integers(len(_ATOMS))]
     if kind == 1:
-        return sp.Pow(sums[rng.integers(len(sums))], exps[rng.integers(len(exps))])
+        return sp.Pow(_SUMS[rng.integers(len(_SUMS))], _EXPS[rng.integers(len(_EXPS))])
     if kind == 2:
-        return sums[rng.integers(len(sums))]
+        return _SUMS[rng.integers(len(_SUMS))]
     parts = [_random_operand(rng, depth + 1) for _ in range(rng.integers(2, 4))]
     return sp.Mul(*parts) if kind == 3 else sp.Add(*parts)
 

@@ -113,11 +113,11 @@ def rebuild(e: sp.Basic, args: tuple) -> sp.Basic:
     return e.func(*args)
 
 
-def _sum_power(e: sp.Basic) -> bool:
-    """``e`` is a power :func:`power` builds directly (a symbolic, infinity-free sum raised to
-    a rational other than 0 and 1)."""
-    return e.is_Pow and e.exp.is_Rational and e.exp is not sp.S.One and e.exp is not sp.S.Zero \
-        and e.base.is_Add and not e.base.is_number and _finite(e.base)
+def _direct(base: sp.Basic, exp: sp.Basic) -> bool:
+    """``base ** exp`` is a power :func:`power` builds directly: a symbolic, infinity-free sum
+    raised to a rational other than 0 and 1."""
+    return base.is_Add and exp.is_Rational and exp not in (0, 1) and not base.is_number \
+        and _finite(base)
 
 
 class _Fallback(Exception):
@@ -150,7 +150,7 @@ def sum_or_product(cls, args) -> sp.Expr:
     seen: list = []  # the other factors of a product (their bases must not be stood in for)
 
     def hide(x):
-        if _sum_power(x):
+        if x.is_Pow and _direct(x.base, x.exp):
             d = stand.get(x.base)
             if d is None:
                 d = stand[x.base] = sp.Dummy()
@@ -210,8 +210,7 @@ def power(base, exp) -> sp.Expr:
     True
     """
     base, exp = sym(base), sym(exp)
-    if base.is_Add and exp.is_Rational and exp not in (0, 1) and not base.is_number \
-            and _finite(base):
+    if _direct(base, exp):
         return sp.Pow(base, exp, evaluate=False)
     return sp.Pow(base, exp)
 
