@@ -1011,8 +1011,11 @@ def write_heldout(root: Path, gpus: list[str], date: str, write: bool) -> int:
                   "excluded: rows faster than their FLOPs at peak or bytes at peak HBM bandwidth",
            "rows": rows}
     path = data_dir("bench_data") / HELDOUT_JSON
-    if path.exists():  # the GPUs not refit here (--gpu) keep their committed rows
-        kept = [r for r in json.loads(path.read_text())["rows"] if r["gpu"] not in gpus]
+    if path.exists():  # the GPUs not refit here (--gpu) keep their committed rows, and the
+        # keys other fits own (benchmarks/kernel_fit_aiter.py's amd_rows) are carried over
+        old = json.loads(path.read_text())
+        doc.update({k: v for k, v in old.items() if k not in doc})
+        kept = [r for r in old["rows"] if r["gpu"] not in gpus]
         order = list(aic.GPU_FOLDERS)
         doc["rows"] = sorted(kept + rows, key=lambda r: order.index(r["gpu"]))
     path.write_text(json.dumps(doc, indent=1) + "\n")

@@ -24,11 +24,15 @@ from moesym.io.resources import data_dir
 from moesym.specs.hardware import VENDORS, builtin_hardware
 
 # written from each engine's packaging (see the module docstring), not from builtin.toml
-RUNS_ON = {"sglang": {"nvidia", "amd", "apple"}, "vllm": {"nvidia", "amd"},
-           "trtllm": {"nvidia"}, "llama.cpp": {"nvidia", "amd", "apple"},
+RUNS_ON = {"sglang": {"nvidia", "amd", "apple"}, "sglang-0.5.9": {"nvidia", "amd", "apple"},
+           "vllm": {"nvidia", "amd"}, "trtllm": {"nvidia"},
+           # NVIDIA's Dynamo (CUDA images); SGLang with AMD's MoRI and AMD's ATOM: ROCm only
+           "dynamo-trt": {"nvidia"}, "dynamo-sglang": {"nvidia"}, "mori-sglang": {"amd"},
+           "atom": {"amd"}, "llama.cpp": {"nvidia", "amd", "apple"},
            "mlx": {"apple", "nvidia"}, "tt-metal": {"tenstorrent"}}
 MAKER = {"m2-max": "apple", "m2-ultra": "apple", "m3-max": "apple", "m4-max": "apple",
-         "mi300x": "amd", "ryzen-ai-max-395": "amd", "blackhole-p150": "tenstorrent",
+         "mi300x": "amd", "mi325x": "amd", "mi350x": "amd", "mi355x": "amd",
+         "ryzen-ai-max-395": "amd", "blackhole-p150": "tenstorrent",
          "wormhole-n300": "tenstorrent", "wormhole-tg": "tenstorrent"}  # others: NVIDIA
 BASE = ["predict", "qwen3-30b-a3b", "--phase", "decode", "--batch", "1", "--context", "512"]
 

@@ -78,7 +78,7 @@ def _hw(args):
     hw = load_hardware(args.hardware)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the CLI reports the source instead
-        calib = kernel_calib(hw)
+        calib = kernel_calib(hw, args.dtype)  # the GPU's table for that format, if it has one
     if args.dtype not in hw.peaks_flops:
         raise MoesymError(f"--dtype: {hw.name} has no {args.dtype} tensor cores "
                           f"(it has {', '.join(sorted(hw.peaks_flops))})")

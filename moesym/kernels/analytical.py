@@ -67,6 +67,7 @@ __all__ = [
     "grouped_k_steps",
     "grouped_load_rate",
     "matvec_time",
+    "split_k",
 ]
 
 
@@ -188,6 +189,24 @@ def matvec_time(m, n, k, *, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFAULT
     total_bytes = gemm_bytes(m, n, k, groups, op_bytes, out_bytes) if hbm_bytes is None else hbm_bytes
     memory = total_bytes / (hbm_bw_Bps * calib.matvec_hbm_frac) + unpack_s
     return KernelTime(groups * 2 * m * n * k / peak_flops, memory, calib.launch_s)
+
+
+_PARTIAL_BYTES = 4  # a split-K partial sum per output element: FP32
+
+
+def split_k(tiles, sms, calib: KernelCalib = DEFAULTS):
+    """Ways a dense GEMM's K loop is split (``split_k_max`` > 1): the SMs its output tiles
+    leave idle each take a share of a tile's K loop, ``clip(floor(N_SM / tiles), 1, split_k_max)``
+    (AMD's tuned GEMMs: aiter's tuner picks ``splitK`` up to 16 for BF16 where M x N gives few
+    tiles, e.g. MI355X bf16_tuned_gemm.csv N = 256, K = 5120: ``splitK`` 13 at M = 64). The
+    partial sums, FP32, are written and added in HBM (:func:`gemm_time`).
+
+    >>> from dataclasses import replace
+    >>> c = replace(DEFAULTS, split_k_max=8)
+    >>> [int(split_k(t, 256, c)) for t in (16, 64, 200, 300)]
+    [8, 4, 1, 1]
+    """
+    return _max(1, _min(calib.split_k_max, _floor(sms / tiles)))
 
 
 def grouped_extra_s(n, groups, masked_rows, *, hbm_bw_Bps, calib: KernelCalib = DEFAULTS,
@@ -393,6 +412,8 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     (True, ...)
     """
     grouped = layout != "dense"
+    if not grouped and calib.tile_m_min_rows:  # the GPU's dense kernels' smallest M block
+        tile_m_min = min(tile_m_min, calib.tile_m_min_rows)
     if grouped and calib.grouped_tile_m_min_rows:
         tile_m_min = calib.grouped_tile_m_min_rows
     if grouped and calib.grouped_tile_m_rows:  # a fixed M block: the tile is that block
@@ -415,16 +436,23 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     masked_tiles = 0
     if grouped and not (np.isscalar(masked_computed) and not masked_computed):
         masked_tiles = _ceil(masked_rows / tm) * masked_computed
-    _tiles, waves, tile_n = gemm_tiles(m, n_tile, groups, sms, calib, tile_m_min,
-                                      m_tile_factor, masked_tiles)
+    tiles, waves, tile_n = gemm_tiles(m, n_tile, groups, sms, calib, tile_m_min,
+                                     m_tile_factor, masked_tiles)
+    split = 1
+    if not grouped and calib.split_k_max > 1:  # idle SMs take a share of each tile's K loop
+        split = split_k(tiles, sms, calib)
+        waves = _ceil(tiles * split / sms)
+        k_tile = k_tile / split
     per_sm_flops = peak_flops / sms * calib.tensor_frac(layout)
-    tile_s = calib.tile_overhead_s
+    tile_s = (calib.grouped_tile_overhead_s if grouped else 0) or calib.tile_overhead_s
     if grouped and calib.grouped_k_step_s:  # the K loop's unhidden load latency, per step
         steps = grouped_k_steps(k, calib, kernel_tokens, local_experts)
         tile_s = tile_s + steps * calib.grouped_k_step_s
     compute = waves * (2 * tm * tile_n * k_tile / per_sm_flops + tile_s)
     tile_bytes = (tm + tile_n) * k_tile * op_bytes + tm * tile_n * out_bytes
     total_bytes = gemm_bytes(m, n, k, groups, op_bytes, out_bytes) if hbm_bytes is None else hbm_bytes
+    if calib.split_k_max > 1:  # each further split writes and adds an FP32 partial of the output
+        total_bytes = total_bytes + (split - 1) * groups * m * n * _PARTIAL_BYTES
     memory = _max(total_bytes / (hbm_bw_Bps * calib.hbm_frac(layout)),
                   waves * tile_bytes / calib.sm_bandwidth_Bps)
     if grouped and calib.grouped_unaligned_load_frac:  # operand rows not 16-element aligned

@@ -13,6 +13,14 @@ key                                 default  meaning
 tile_m_rows                         64       GEMM output tile rows (M tile; groups pad to it)
 tile_n_max_cols                     256      widest GEMM output tile (columns)
 tile_n_min_cols                     16       narrowest tile; tiles narrow to fill the SMs
+split_k_max                         0        most ways a dense GEMM's K loop is split over the
+                                             SMs its output tiles leave idle, FP32 partials
+                                             added in HBM (0: never; DeepGEMM, cuBLAS as
+                                             fitted; AMD's tuned GEMMs split K, aiter's splitK)
+tile_m_min_rows                     0        smallest M block of dense GEMMs (0: 64 rows, a
+                                             Hopper warpgroup pair; AMD's CK and asm GEMMs
+                                             tile M by 16 at few rows, aiter's tuned kernels
+                                             e.g. a8w8_blockscale_..._256x16x64x256_...)
 gemm_tensor_frac                    0.76     per-SM tensor-core rate achieved, dense GEMM
 grouped_contiguous_tensor_frac      0.66     same, grouped GEMM, contiguous layout
 grouped_masked_tensor_frac          0.56     same, grouped GEMM, masked layout
@@ -130,6 +138,10 @@ grouped_n_block_cols                0        N block each expert's grouped-GEMM 
 grouped_k_block_cols                0        K block each expert's tiles pad to (0: none;
                                              FlashInfer's TRT-LLM kernels: 128, one FP8 scale
                                              block); tiles only, the HBM bytes stay unpadded
+grouped_tile_overhead_us            0        fixed time per tile of the fused-MoE backend's
+                                             grouped GEMMs where its kernels' prologue and
+                                             epilogue differ from the dense GEMMs' (0:
+                                             tile_overhead_us; aiter's MoE stages on MI355X)
 grouped_serial_frac                 0        share of the shorter of a grouped GEMM's tile
                                              time and memory time not hidden under the longer
                                              (time = max + s min; 0: fully overlapped)
@@ -175,6 +187,12 @@ grouped_few_tokens_k_step_cols      0        the same where the kernel's tokens 
 A ``[kernel.engines.NAME]`` sub-table holds the same keys for one engine's kernels on that device
 (llama.cpp's matrix-vector bandwidth, unpack rate, dequantization pass): a deployment with
 ``--engine NAME`` takes them over the table (:meth:`moesym.engines.EngineProfile.hardware`).
+A ``[kernel.dtypes.FORMAT]`` sub-table (FORMAT a tensor-core format: bf16, fp16, fp8, fp4, int8)
+holds the same keys for the GEMMs that compute in that format, where the device's library runs
+another kernel per format (AMD's aiter: BF16, FP8 block-scale and MXFP4 GEMMs and fused MoE,
+each fitted on its own table): :func:`kernel_calib` with ``dtype``, and the kernel time model
+for each GEMM weight class by the format it computes in
+(:meth:`moesym.kernels.timing.KernelTiming.bind`).
 
 >>> from moesym.kernels.calib import parse_kernel_calib
 >>> c = parse_kernel_calib({"tile_m_rows": 64, "launch_us": 4.0}, "x.toml")
@@ -194,14 +212,16 @@ from dataclasses import dataclass, replace
 
 from ..errors import SpecError
 
-__all__ = ["DEFAULTS", "KernelCalib", "MOE_KERNEL_KEYS", "calib_to_toml", "kernel_calib",
-           "moe_kernel_fields", "parse_kernel_calib"]
+__all__ = ["DEFAULTS", "DTYPES_KEY", "KernelCalib", "MOE_KERNEL_KEYS", "calib_to_toml",
+           "dtype_tables", "kernel_calib", "moe_kernel_fields", "parse_kernel_calib"]
 
 # TOML key -> (field name, SI factor, kind, default in TOML units)
 _KEYS: dict[str, tuple[str, float, str, float]] = {
     "tile_m_rows": ("tile_m_rows", 1, "int", 64),
     "tile_n_max_cols": ("tile_n_max_cols", 1, "int", 256),
     "tile_n_min_cols": ("tile_n_min_cols", 1, "int", 16),
+    "tile_m_min_rows": ("tile_m_min_rows", 1, "flag", 0),
+    "split_k_max": ("split_k_max", 1, "flag", 0),
     "gemm_tensor_frac": ("gemm_tensor_frac", 1, "frac", 0.76),
     "grouped_contiguous_tensor_frac": ("grouped_contiguous_tensor_frac", 1, "frac", 0.66),
     "grouped_masked_tensor_frac": ("grouped_masked_tensor_frac", 1, "frac", 0.56),
@@ -259,6 +279,7 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
     "grouped_n_block_cols": ("grouped_n_block_cols", 1, "flag", 0),
     "grouped_k_block_cols": ("grouped_k_block_cols", 1, "flag", 0),
     "grouped_serial_frac": ("grouped_serial_frac", 1, "nonneg", 0.0),
+    "grouped_tile_overhead_us": ("grouped_tile_overhead_s", 1e-6, "nonneg", 0.0),
     "moe_launch_us": ("moe_launch_s", 1e-6, "nonneg", 0.0),
     "moe_elementwise_launches": ("moe_elementwise_launches", 1, "flag", 0),
     "grouped_unaligned_load_frac": ("grouped_unaligned_load_frac", 1, "nonneg", 0.0),
@@ -274,11 +295,12 @@ MOE_KERNEL_KEYS = ("grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
                    "grouped_masked_passes", "grouped_row_passes", "grouped_tile_m_min_rows",
                    "grouped_tile_m_rows", "grouped_few_tokens_tile_m_rows",
                    "grouped_launch_tile_max_rows", "grouped_n_block_cols",
-                   "grouped_k_block_cols", "grouped_serial_frac", "moe_launch_us",
+                   "grouped_k_block_cols", "grouped_serial_frac", "grouped_tile_overhead_us",
+                   "moe_launch_us",
                    "moe_elementwise_launches",
                    "grouped_unaligned_load_frac", "grouped_k_step_us",
                    "grouped_k_step_cols", "grouped_few_tokens_k_step_cols")
-_OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us",
+_OPTIONAL_NONZERO = ("tile_m_min_rows", "split_k_max", "attention_unit_overhead_us", "attention_prefill_launch_us",
                      "attention_decode_unit_overhead_us", "attention_gqa_bf16_unit_us",
                      "attention_split_merge_us", "attention_mla_launch_us",
                      "attention_mla_hbm_frac", "attention_mha_decode_TFLOPs",
@@ -291,11 +313,20 @@ _OPTIONAL_NONZERO = ("attention_unit_overhead_us", "attention_prefill_launch_us"
 _SWITCHES = ("mv_grouped",)  # 0 or 1
 # record of the fit, read by ``moesym list hardware``, never by the model: ``source`` (free
 # text), ``engine`` (the engine and version whose kernels were timed), ``fit_date``,
-# ``heldout_error`` ({kernel class: median |pred / meas - 1| on held-out shapes})
-_INFO_KEYS = {"source", "engine", "fit_date", "heldout_error"}
+# ``heldout_error`` ({kernel class: median |pred / meas - 1| on held-out shapes}),
+# ``transferred`` (the fields not fitted on this GPU's kernels and the rule that set them: a
+# warning names it whenever the calibration is used)
+_INFO_KEYS = {"source", "engine", "fit_date", "heldout_error", "transferred"}
 # [kernel.engines.NAME]: values of one engine's kernels on this device, over the table above when
 # a deployment names that engine (moesym.engines.EngineProfile.hardware); same keys
 ENGINES_KEY = "engines"
+# [kernel.dtypes.FORMAT]: values of the kernels of one tensor-core format (bf16, fp8, fp4, int8)
+# over the table above, for the GEMMs that compute in it (moesym.kernels.timing.KernelTiming:
+# each GEMM weight class by the format its peak is bound to): a device whose kernel library
+# runs another kernel per format (AMD: hipBLASLt / asm BF16, CK block-scale FP8, MXFP4 GEMMs,
+# each fitted on its own aiter table); same keys
+DTYPES_KEY = "dtypes"
+_FORMATS = ("bf16", "fp16", "fp8", "fp4", "int8")
 
 
 @dataclass(frozen=True)
@@ -305,6 +336,8 @@ class KernelCalib:
     tile_m_rows: int = 64
     tile_n_max_cols: int = 256
     tile_n_min_cols: int = 16
+    tile_m_min_rows: int = 0
+    split_k_max: int = 0
     gemm_tensor_frac: float = 0.76
     grouped_contiguous_tensor_frac: float = 0.66
     grouped_masked_tensor_frac: float = 0.56
@@ -356,6 +389,7 @@ class KernelCalib:
     grouped_n_block_cols: int = 0
     grouped_k_block_cols: int = 0
     grouped_serial_frac: float = 0.0
+    grouped_tile_overhead_s: float = 0.0
     moe_launch_s: float = 0.0
     moe_elementwise_launches: int = 0
     grouped_unaligned_load_frac: float = 0.0
@@ -447,12 +481,20 @@ DEFAULTS = KernelCalib()
 def parse_kernel_calib(table: Mapping[str, object], where: str) -> KernelCalib:
     """Parse a ``[kernel]`` table (TOML units) into a :class:`KernelCalib`; missing keys default."""
     vals: dict[str, object] = {}
-    for name, sub in dict(table.get(ENGINES_KEY, {}) or {}).items():
-        if not isinstance(sub, Mapping):
-            raise SpecError(f"{where} [kernel.{ENGINES_KEY}.{name}]: expected a table of [kernel] keys")
-        parse_kernel_calib(sub, f"{where} [kernel.{ENGINES_KEY}.{name}]")
+    for sub_key in (ENGINES_KEY, DTYPES_KEY):
+        subs = table.get(sub_key, {}) or {}
+        if not isinstance(subs, Mapping):
+            raise SpecError(f"{where} [kernel.{sub_key}]: expected tables [kernel.{sub_key}.NAME]")
+        for name, sub in subs.items():
+            if not isinstance(sub, Mapping):
+                raise SpecError(f"{where} [kernel.{sub_key}.{name}]: expected a table of [kernel] "
+                                "keys")
+            if sub_key == DTYPES_KEY and name not in _FORMATS:
+                raise SpecError(f"{where} [kernel.{DTYPES_KEY}.{name}]: not a tensor-core format; "
+                                f"use one of {', '.join(_FORMATS)}")
+            parse_kernel_calib(sub, f"{where} [kernel.{sub_key}.{name}]")
     for key, raw in table.items():
-        if key == ENGINES_KEY:
+        if key in (ENGINES_KEY, DTYPES_KEY):
             continue
         if key == "source":
             vals["source"] = str(raw)
@@ -461,7 +503,7 @@ def parse_kernel_calib(table: Mapping[str, object], where: str) -> KernelCalib:
             continue
         if key not in _KEYS:
             raise SpecError(f"{where} [kernel]: unknown key '{key}'; allowed: "
-                            f"{', '.join(sorted(set(_KEYS) | _INFO_KEYS | {ENGINES_KEY}))}")
+                            f"{', '.join(sorted(set(_KEYS) | _INFO_KEYS | {ENGINES_KEY, DTYPES_KEY}))}")
         fname, factor, kind, _ = _KEYS[key]
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             raise SpecError(f"{where} [kernel] {key}: must be a number, got {raw!r}")
@@ -528,10 +570,19 @@ def transferred(c: KernelCalib, fitted_hw, target_hw, source: str) -> KernelCali
     return replace(c, sm_bandwidth_Bps=c.sm_bandwidth_Bps * scale, source=source)
 
 
-def kernel_calib(hw) -> KernelCalib:
-    """The :class:`KernelCalib` of a :class:`~moesym.specs.hardware.HardwareSpec`.
+def dtype_tables(hw) -> tuple[str, ...]:
+    """The tensor-core formats with a ``[kernel.dtypes.FORMAT]`` table in ``hw``'s file."""
+    return tuple(dict(dict(getattr(hw, "kernel", {}) or {}).get(DTYPES_KEY, {}) or {}))
 
-    Without a ``[kernel]`` table: the defaults (H800 fit), with a warning naming them.
+
+def kernel_calib(hw, dtype: str | None = None) -> KernelCalib:
+    """The :class:`KernelCalib` of a :class:`~moesym.specs.hardware.HardwareSpec`; with
+    ``dtype``, of the GEMMs computing in that tensor-core format: its ``[kernel.dtypes.dtype]``
+    values over ``[kernel]`` where the file has that table, else ``[kernel]``.
+
+    Without a ``[kernel]`` table: the defaults (H800 fit), with a warning naming them. A
+    calibration transferred from another GPU (``source`` "transferred ..."), or with fields
+    transferred by a rule (``transferred``), is used with a warning naming it.
     """
     table = dict(getattr(hw, "kernel", {}) or {})
     if not table:
@@ -542,6 +593,14 @@ def kernel_calib(hw) -> KernelCalib:
     if str(table.get("source", "")).startswith("transferred"):
         warnings.warn(f"hardware {hw.name}: kernel calibration {table['source']}: "
                       f"{hw.name}'s kernels were not measured", stacklevel=2)
+    elif table.get("transferred"):
+        warnings.warn(f"hardware {hw.name}: kernel calibration partly transferred, not measured "
+                      f"on {hw.name}: {table['transferred']}", stacklevel=2)
+    own = dict(table.get(DTYPES_KEY, {}) or {}).get(dtype) if dtype else None
+    if own:
+        base = {k: v for k, v in table.items() if k not in (ENGINES_KEY, DTYPES_KEY)}
+        return parse_kernel_calib({**base, **own}, f"{hw.path or hw.name} [kernel.{DTYPES_KEY}."
+                                                   f"{dtype}]")
     return parse_kernel_calib(table, hw.path or hw.name)
 
 

@@ -57,6 +57,7 @@ _GEMM_PARAMS = ("gemm_tensor_frac", "grouped_contiguous_tensor_frac", "grouped_m
                 "sm_bandwidth_Bps", "gemm_hbm_frac", "launch_s", "tile_overhead_s")
 # scale of each parameter inside the optimiser (keeps variables O(1))
 _SCALE = {"sm_bandwidth_Bps": 1e9, "launch_s": 1e-6, "tile_overhead_s": 1e-6,
+          "grouped_tile_overhead_s": 1e-6,
           "attention_launch_s": 1e-6, "elementwise_launch_s": 1e-6,
           "attention_unit_overhead_s": 1e-6, "attention_prefill_launch_s": 1e-6,
           "attention_decode_unit_overhead_s": 1e-6, "attention_mla_launch_s": 1e-6,
@@ -67,6 +68,7 @@ _SCALE = {"sm_bandwidth_Bps": 1e9, "launch_s": 1e-6, "tile_overhead_s": 1e-6,
           "attention_gqa_generic_launch_s": 1e-6, "moe_launch_s": 1e-6}
 # where the fused-MoE fit starts the backend terms that [kernel] leaves at 0 (not used)
 _MOE_START = {"grouped_hbm_frac": 0.8, "grouped_fixed_s": 5e-6, "grouped_expert_s": 0.1e-6,
+              "grouped_tile_overhead_s": 0.5e-6,
               "grouped_masked_passes": 1.0, "grouped_row_passes": 1.0, "grouped_serial_frac": 0.3,
               "moe_launch_s": 3e-6,
               "grouped_unaligned_load_frac": 0.25, "grouped_k_step_s": 0.1e-6}
@@ -82,6 +84,7 @@ _NO_SPLIT = 1 << 20  # attention_mla_kv_split_tokens of an MLA decode kernel tha
 _NO_SPLIT_GAIN = 0.75  # ... taken where its fit cost is below this fraction of the split one's
 _BOUNDS = {"sm_bandwidth_Bps": (1.0, 2000.0), "launch_s": (0.0, 100.0),
            "tile_overhead_s": (0.0, 100.0), "attention_launch_s": (0.0, 200.0),
+           "grouped_tile_overhead_s": (0.001, 100.0),
            "elementwise_launch_s": (0.0, 50.0), "attention_unit_overhead_s": (0.0, 50.0),
            "attention_prefill_launch_s": (0.1, 200.0),
            "attention_decode_unit_overhead_s": (0.01, 50.0), "attention_mla_launch_s": (0.1, 200.0),
@@ -142,9 +145,17 @@ def predict_rows(rows: pd.DataFrame, calib: KernelCalib, *, sms, peak_flops, hbm
                  op_bytes=1, infersim_masked: bool = True) -> np.ndarray:
     """Model latency (s) of every GEMM row (``m, n, k, groups, layout``)."""
     out = np.empty(len(rows))
-    for layout in rows.layout.unique():
-        sel = (rows.layout == layout).to_numpy()
+    # rows that carry their kernel's own M block (column block_m: aiter's tuned fused-MoE rows
+    # name the block each expert's rows were padded to) are timed group by group with it
+    blocks = rows.block_m.to_numpy(float) if "block_m" in rows else np.zeros(len(rows))
+    for layout, block in dict.fromkeys(zip(rows.layout, blocks)):
+        sel = ((rows.layout == layout).to_numpy() & (blocks == block))
         r = rows[sel]
+        if block and layout != "dense":  # the kernel's M block, whatever the rows per expert
+            calib_r = replace(calib, grouped_tile_m_rows=int(block),
+                              grouped_few_tokens_tile_m_rows=0, grouped_launch_tile_max_rows=0)
+        else:
+            calib_r = calib
         g = r.groups.to_numpy(float)
         if layout == "masked" and infersim_masked:
             g = g * infersim_masked_active(r.m.to_numpy(float))
@@ -161,7 +172,7 @@ def predict_rows(rows: pd.DataFrame, calib: KernelCalib, *, sms, peak_flops, hbm
         if "masked_computed" in r:  # a grid that computes the masked rows (gemm_time)
             launch["masked_computed"] = r.masked_computed.to_numpy(float)
         t = gemm_time(r.m.to_numpy(float), r.n.to_numpy(float), r.k.to_numpy(float), sms=sms,
-                      peak_flops=pk, hbm_bw_Bps=hbm_bw_Bps, calib=calib,
+                      peak_flops=pk, hbm_bw_Bps=hbm_bw_Bps, calib=calib_r,
                       op_bytes=ob, groups=g, layout=layout, masked_rows=masked,
                       m_tile_factor=tiles, **launch)
         out[sel] = t.total_s
@@ -421,6 +432,7 @@ def moe_gemm_rows(rows: pd.DataFrame) -> pd.DataFrame:
     common = {"m": a / g, "groups": g, "layout": "contiguous",
               **({"m_tile_factor": rows.m_tile_factor.to_numpy(float)}
                  if "m_tile_factor" in rows else {}),
+              **({"block_m": rows.block_m.to_numpy(float)} if "block_m" in rows else {}),
               "masked_rows": (rows.masked_assignments.to_numpy(float)
                               if "masked_assignments" in rows
                               else a * (rows.ep.to_numpy(float) - 1)),
@@ -501,7 +513,8 @@ def physical_floor_s(rows: pd.DataFrame, kind: str, hbm_bw_Bps: float) -> np.nda
 def fit_moe(rows: pd.DataFrame, *, sms, hbm_bw_Bps, base: KernelCalib,
             holdout: np.ndarray,
             params=("grouped_contiguous_tensor_frac", "elementwise_launch_s"),
-            tile_m_min=(0,), blocks=((0, 0),), m_blocks=((0, 0),)) -> FitResult:
+            tile_m_min=(0,), blocks=((0, 0),), m_blocks=((0, 0),),
+            predict=None) -> FitResult:
     """Fit the grouped-GEMM fields ``params`` to balanced fused-MoE rows (the GEMM fit's per-SM
     load rate, tile and launch constants kept); ``tile_m_min``: the grouped GEMMs' smallest M
     blocks tried (``grouped_tile_m_min_rows``; 0: the kernel class's) and ``blocks`` the (N, K)
@@ -510,7 +523,10 @@ def fit_moe(rows: pd.DataFrame, *, sms, hbm_bw_Bps, base: KernelCalib,
     ``grouped_few_tokens_tile_m_rows``; (0, 0): none, the tile follows the rows, and the smallest
     M blocks are tried), the choice of the lowest training cost kept. The tables time one fused kernel at every
     token count, so the masked (decode) layout gets the same fraction. ``params=()`` fits nothing: the errors of ``base``
-    on the rows."""
+    on the rows. ``predict``: what a row's model time is (default :func:`predict_moe`, the two
+    grouped GEMMs and the layer's memory-bound kernels; a table that times only the GEMMs,
+    as aiter's tuner does, passes its own: :func:`moesym.kernels.aiter.predict_fused_moe`)."""
+    model = predict_moe if predict is None else predict
     rows = rows.reset_index(drop=True)
     train = rows[~holdout]
     names = list(params)
@@ -534,8 +550,8 @@ def fit_moe(rows: pd.DataFrame, *, sms, hbm_bw_Bps, base: KernelCalib,
             c0s = replace(c0, **start)
 
             def resid(x, c0=c0):
-                return np.log(predict_moe(train, _unpack(c0, names, x), sms=sms,
-                                          hbm_bw_Bps=hbm_bw_Bps) / meas)
+                return np.log(model(train, _unpack(c0, names, x), sms=sms,
+                                    hbm_bw_Bps=hbm_bw_Bps) / meas)
 
             x0 = np.clip(_pack(c0s, names), np.array(lo) + 1e-9, np.array(hi) - 1e-9)
             r = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.2)
@@ -543,7 +559,7 @@ def fit_moe(rows: pd.DataFrame, *, sms, hbm_bw_Bps, base: KernelCalib,
                 best = (r.cost, _unpack(c0, names, r.x))
         calib = best[1]
         calib = replace(calib, grouped_masked_tensor_frac=calib.grouped_contiguous_tensor_frac)
-    pred = predict_moe(rows, calib, sms=sms, hbm_bw_Bps=hbm_bw_Bps)
+    pred = model(rows, calib, sms=sms, hbm_bw_Bps=hbm_bw_Bps)
     rows = rows.assign(table=rows.table_dtype)
     tr = error_stats(pred[~holdout], rows.latency_s.to_numpy()[~holdout])
     te = error_stats(pred[holdout], rows.latency_s.to_numpy()[holdout])

@@ -15,6 +15,10 @@ calibration (tiles, achieved fractions, latencies) enters as numbers from the ha
 - ELEMENTWISE: bytes / (eta_ew W) + launches tau_ew.
 - COMM and OVERHEAD: exactly as RooflineTiming.
 
+Where the hardware file has per-format tables (``[kernel.dtypes.FORMAT]``: AMD's kernel library
+runs another GEMM per tensor-core format), each GEMM weight class takes the table of the format
+its peak is bound to (:meth:`KernelTiming.bind`).
+
 Always analytical (shapes may hold symbols); measured tables sit on top of it in
 :class:`moesym.kernels.table_timing.TableTiming` (``--timing tables:DIR``).
 
@@ -44,37 +48,73 @@ from .time_model import RooflineTiming, TimeModel
 from ..terms.cost import TermTime
 from .analytical import (_below, attention_decode_time, attention_prefill_time, attention_time_from_cost,
                          elementwise_time, gemm_time)
-from .calib import DEFAULTS, KernelCalib, kernel_calib
+from .calib import DEFAULTS, KernelCalib, dtype_tables, kernel_calib
 
 __all__ = ["KernelTiming"]
 
 _ZERO = sp.Integer(0)
 
 
+# each GEMM weight class (a cost's ``component``) and the symbol its tensor-core peak is bound to
+_COMPONENT_PEAKS = (("", S.flops_gemm), ("moe", S.flops_moe), ("dense", S.flops_dense))
+
+
 @dataclass(frozen=True)
 class KernelTiming(TimeModel):
-    """Kernel-model timing with one GPU's calibration (see the module docstring)."""
+    """Kernel-model timing with one GPU's calibration (see the module docstring).
+
+    ``formats``: the GPU's per-format calibrations (``[kernel.dtypes.FORMAT]``) as ``((format,
+    peak FLOP/s, KernelCalib), ...)``; ``bound``: once :meth:`bind` has the numbers, the
+    calibration of each GEMM weight class that computes in one of those formats, ``((component,
+    KernelCalib), ...)``; every other cost takes ``calib``."""
 
     calib: KernelCalib = DEFAULTS
+    formats: tuple = ()
+    bound: tuple = ()
 
     @classmethod
     def from_hardware(cls, hw, moe_kernel: str | None = None) -> KernelTiming:
-        """Calibration from ``hw``'s ``[kernel]`` table (defaults with a warning if absent);
-        ``moe_kernel``: the engine's fused-MoE backend, whose grouped-GEMM fields from the
-        GPU's ``[moe_kernels]`` replace ``[kernel]``'s (None: ``[kernel]``'s)."""
-        t = cls(kernel_calib(hw))
-        if moe_kernel is None:
-            return t
-        return cls(replace(t.calib, **hw.moe_kernels[moe_kernel]))
+        """Calibration from ``hw``'s ``[kernel]`` table (defaults with a warning if absent) and
+        its ``[kernel.dtypes.FORMAT]`` tables; ``moe_kernel``: the engine's fused-MoE backend,
+        whose grouped-GEMM fields from the GPU's ``[moe_kernels]`` replace ``[kernel]``'s (None:
+        ``[kernel]``'s)."""
+        own = dict(hw.moe_kernels[moe_kernel]) if moe_kernel is not None else {}
+        formats = tuple((d, hw.peak_flops(d), replace(kernel_calib(hw, d), **own))
+                        for d in dtype_tables(hw) if d in hw.peaks_flops)
+        return cls(replace(kernel_calib(hw), **own), formats)
+
+    def bind(self, numbers) -> KernelTiming:
+        """Each GEMM weight class timed with the calibration of the tensor-core format its peak
+        is bound to (``[kernel.dtypes.FORMAT]`` where the GPU has that table; unchanged without
+        such tables)."""
+        if not self.formats:
+            return self
+        values = numbers()[0]
+        bound = []
+        for component, peak in _COMPONENT_PEAKS:
+            got = values.get(peak)
+            match = next((c for _d, p, c in self.formats if got is not None and float(got) == p),
+                         None)
+            if match is not None:
+                bound.append((component, match))
+        return replace(self, bound=tuple(bound))
+
+    def calib_of(self, c: Cost) -> KernelCalib:
+        """The calibration that times cost ``c``: its weight class's format's where bound."""
+        return next((k for comp, k in self.bound if comp == c.component), self.calib)
 
     def grouped_serial_share(self) -> float:
-        """The fused-MoE backend's fitted ``grouped_serial_frac`` (0 for [kernel] fits)."""
-        return float(self.calib.grouped_serial_frac)
+        """The fused-MoE backend's fitted ``grouped_serial_frac`` (0 for [kernel] fits): the
+        routed experts' (component ``moe``) calibration's."""
+        return float(next((k for comp, k in self.bound if comp == "moe"),
+                          self.calib).grouped_serial_frac)
 
     def graph_replayed(self, floor_s: float) -> KernelTiming:
         """Elementwise kernels at the CUDA graph's per-kernel floor instead of a host launch
         (GEMM and attention floors are fitted on kernels already timed without host launches)."""
-        return KernelTiming(replace(self.calib, elementwise_launch_s=floor_s))
+        floor = lambda k: replace(k, elementwise_launch_s=floor_s)  # noqa: E731
+        return KernelTiming(floor(self.calib), tuple((d, p, floor(k)) for d, p, k in self.formats),
+                            tuple((c, floor(k)) for c, k in self.bound))
 
     def time(self, c: Cost) -> TermTime:
         """Each kernel is timed once per process (cached): step models of a search share most
@@ -84,7 +124,7 @@ class KernelTiming(TimeModel):
     def _time(self, c: Cost) -> TermTime:
         if c.kind in (KernelClass.COMM, KernelClass.OVERHEAD):
             return RooflineTiming().time(c)
-        k = _backend_calib(c, self.calib)
+        k = _backend_calib(c, self.calib_of(c))
         n = c.launches if c.launches != 0 else sp.Integer(1)  # repetitions of the kernel
         lat = c.launches  # launch latencies actually paid
         if c.kind in (KernelClass.GEMM, KernelClass.GROUPED_GEMM):

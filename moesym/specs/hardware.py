@@ -33,7 +33,8 @@ _TOP_KEYS = {"name", "description", "source", "vendor", "default_engine", "sms",
              "hbm_capacity_GB", "hbm_bandwidth_TBps", "peak_TFLOPs", "interconnect", "efficiency",
              "latency_us", "kernel", "compute_formats", "host", "mesh", "sram_MB", "usable_memory_frac", "allreduce",
              "moe_kernels", "deepep"}
-_INTERCONNECT_KEYS = {"scale_up_GBps", "scale_out_GBps", "scale_up_domain_gpus", "host_link_GBps"}
+_INTERCONNECT_KEYS = {"scale_up_GBps", "scale_out_GBps", "scale_up_domain_gpus", "host_link_GBps",
+                      "scale_up_links"}
 _EFF_KEYS = {"scale_up", "scale_out"}
 # compute and memory efficiencies live in the [kernel] table, read by both time models
 _EFF_MOVED = {"gemm": "gemm_tensor_frac", "grouped_gemm": "grouped_contiguous_tensor_frac",
@@ -162,6 +163,11 @@ class HardwareSpec:
     # DeepEP inside one node ([deepep]): a DeepEPKernel by "ll_dispatch", "ll_combine",
     # "normal_dispatch", "normal_combine"; empty: the [interconnect] rate and [latency_us]
     deepep: Mapping[str, DeepEPKernel] = field(default_factory=dict)
+    # a scale-up domain without a switch ([interconnect] scale_up_links): each GPU has this many
+    # direct links, scale_up_GBps / scale_up_links each, one to every other GPU of the domain,
+    # so a collective among p of them moves over their p - 1 links only
+    # (moesym.terms.comm.link_share); 0: a switch (NVSwitch), every group at scale_up_GBps
+    scale_up_links: int = 0
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; raises if the GPU has no such tensor-core format."""
@@ -318,10 +324,25 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
                              if unified else
                              _positive(host["capacity_GB"], f"{where} [host] capacity_GB") * 1e9
                              if host and "capacity_GB" in host else 0.0),
+        scale_up_links=_links(ic, where),
         moe_kernels=_moe_kernels(raw.get("moe_kernels", {}), where),
         moe_kernels_dtype=_moe_kernels_dtype(raw.get("moe_kernels", {}), where),
         deepep=_deepep(raw.get("deepep"), where),
     )
+
+
+def _links(ic: Mapping, where: str) -> int:
+    """``[interconnect] scale_up_links``: direct links per GPU of a switchless scale-up domain,
+    one to each other GPU of it (so ``scale_up_domain_gpus - 1``); absent: a switched domain."""
+    if "scale_up_links" not in ic:
+        return 0
+    links = _count(ic["scale_up_links"], f"{where} [interconnect] scale_up_links")
+    domain = ic.get("scale_up_domain_gpus")
+    if domain is not None and links != domain - 1:
+        raise SpecError(f"{where} [interconnect] scale_up_links = {links}: a switchless domain "
+                        f"links each GPU directly to the other {domain} - 1; write "
+                        f"{domain - 1}, or leave it out for a switched domain")
+    return links
 
 
 _DEEPEP_OPS = ("ll_dispatch", "ll_combine", "normal_dispatch", "normal_combine")

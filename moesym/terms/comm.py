@@ -10,7 +10,10 @@ Tiers. An EP group of ``ep`` GPUs is laid over scale-up domains of ``G`` GPUs (`
     nodes = max(ep / G, 1)    scale-up domains the EP group spans
 
 Traffic inside a domain moves at the scale-up rate W_up x eta_up (NVLink), traffic between
-domains at W_out x eta_out (RDMA). Both tiers run at once, so a collective takes
+domains at W_out x eta_out (RDMA). A domain without a switch (AMD Instinct's 8-GPU node: seven
+Infinity Fabric links per GPU, one to each other GPU) gives a group of p of its GPUs only the
+links among them, a share min(1, (p - 1) / L) of W_up (:func:`link_share`; the hardware file's
+``scale_up_links`` L). Both tiers run at once, so a collective takes
 max(intra / W_up_eff, inter / W_out_eff) plus a fixed latency per tier it touches: small messages
 are latency-bound, large ones bandwidth-bound.
 
@@ -41,7 +44,7 @@ from .dims import Dims
 from ..specs.mesh import RingFabric
 
 __all__ = ["A2AVolume", "a2a_volume", "combine", "dispatch", "distinct_nodes_per_token",
-           "distinct_ranks_per_token", "ep_tiers", "group_bandwidth", "group_latency",
+           "distinct_ranks_per_token", "ep_tiers", "group_bandwidth", "group_latency", "link_share",
            "ring_dispatch_table", "ring_dispatch_time", "ring_farthest_hops", "tp_allgather",
            "tp_allreduce", "tp_allreduce_custom", "tp_moe_boundary", "tp_reduce_scatter"]
 
@@ -150,8 +153,32 @@ def a2a_volume(D: Dims, tokens, elem_bytes, mode: A2AMode, domain, groups=None) 
                      f"allgather) before costing")
 
 
-def _comm_cost(name: str, D: Dims, vol: A2AVolume, bw_up, bw_out, lat_up, lat_out, domain) -> Cost:
-    """time = max(intra / W_up, inter / W_out) (sum when serial) + tau_up + [ep > G] tau_out."""
+def link_share(p, links) -> sp.Expr:
+    """Share of a GPU's scale-up bandwidth that traffic among ``p`` GPUs of one switchless domain
+    moves over: each GPU has ``links`` direct links (``[interconnect] scale_up_links``), one to
+    every other GPU of the domain, so p GPUs exchange over their p - 1 links:
+    min(1, (p - 1) / L). A switched domain (L = 0: NVSwitch) gives every group the whole rate.
+    One GPU moves nothing; its share is one link's (never 0: a rate that divides no bytes).
+
+    On an 8-GPU AMD Instinct node (7 Infinity Fabric links per GPU, no switch) a pair reaches
+    1/7 of the GPU's scale-up rate, four GPUs 3/7, all eight 7/7.
+
+    >>> link_share(2, 7), link_share(4, 7), link_share(8, 7), link_share(2, 0), link_share(1, 7)
+    (1/7, 3/7, 1, 1, 1/7)
+    """
+    if not links:
+        return sp.Integer(1)
+    return smin(1, smax(sym(p) - 1, 1) / sym(links))
+
+
+def _comm_cost(name: str, D: Dims, vol: A2AVolume, bw_up, bw_out, lat_up, lat_out, domain,
+               links=0) -> Cost:
+    """time = max(intra / W_up, inter / W_out) (sum when serial) + tau_up + [ep > G] tau_out;
+    on a switchless domain (``links``) W_up is the share of the links among the group's g GPUs
+    inside one domain (:func:`link_share`)."""
+    if links:
+        g = vol.tiers[0] if vol.tiers is not None else ep_tiers(D.ep, domain)[0]
+        bw_up = sym(bw_up) * link_share(g, links)
     bw_up, bw_out, lat_up, lat_out, G = (sym(x) for x in (bw_up, bw_out, lat_up, lat_out, domain))
     total = vol.intra_bytes + vol.inter_bytes
     t_up, t_out = vol.intra_bytes / bw_up, vol.inter_bytes / bw_out
@@ -173,11 +200,13 @@ def _comm_cost(name: str, D: Dims, vol: A2AVolume, bw_up, bw_out, lat_up, lat_ou
 
 
 def dispatch(D: Dims, tokens, bw_up, bw_out, lat_up, lat_out, domain,
-             mode: A2AMode = A2AMode.DEEPEP_NORMAL, groups=None) -> Cost:
+             mode: A2AMode = A2AMode.DEEPEP_NORMAL, groups=None, links=0) -> Cost:
     """EP dispatch of ``tokens`` tokens per GPU in FP8 with its scales (b = b_disp).
 
     time = max(intra / W_up, inter / W_out) + tau_up + [ep > G] tau_out, volumes from
-    :func:`a2a_volume`; no traffic when ep = 1. ``bw_*`` are achievable rates (peak x eta).
+    :func:`a2a_volume`; no traffic when ep = 1. ``bw_*`` are achievable rates (peak x eta);
+    ``links``: direct links per GPU of a switchless domain (:func:`link_share`: g GPUs of the
+    group in one domain exchange over their g - 1 links; 0: a switch).
 
     >>> from moesym.terms.dims import symbolic_dims
     >>> from dataclasses import replace
@@ -187,14 +216,15 @@ def dispatch(D: Dims, tokens, bw_up, bw_out, lat_up, lat_out, domain,
     (1500, 100.0)
     """
     vol = a2a_volume(D, tokens, D.dispatch_bytes, mode, domain, groups)
-    return _comm_cost("dispatch", D, vol, bw_up, bw_out, lat_up, lat_out, domain)
+    return _comm_cost("dispatch", D, vol, bw_up, bw_out, lat_up, lat_out, domain, links)
 
 
 def combine(D: Dims, tokens, bw_up, bw_out, lat_up, lat_out, domain,
-            mode: A2AMode = A2AMode.DEEPEP_NORMAL, groups=None) -> Cost:
+            mode: A2AMode = A2AMode.DEEPEP_NORMAL, groups=None, links=0) -> Cost:
     """EP combine: the expert outputs coming back in BF16 (b = b_comb), same paths as dispatch
     (normal mode reduces inside the node before the one RDMA copy per node; low-latency mode
-    returns one message per expert; allgather mode is a reduce-scatter).
+    returns one message per expert; allgather mode is a reduce-scatter; ``links`` as for
+    :func:`dispatch`).
 
     >>> from moesym.terms.dims import symbolic_dims
     >>> from dataclasses import replace
@@ -203,21 +233,24 @@ def combine(D: Dims, tokens, bw_up, bw_out, lat_up, lat_out, domain,
     0
     """
     vol = a2a_volume(D, tokens, D.combine_bytes, mode, domain, groups)
-    return _comm_cost("combine", D, vol, bw_up, bw_out, lat_up, lat_out, domain)
+    return _comm_cost("combine", D, vol, bw_up, bw_out, lat_up, lat_out, domain, links)
 
 
 # --- tensor-parallel collectives ---------------------------------------------------------------
 
-def group_bandwidth(p, domain, bw_up, bw_out) -> sp.Expr:
-    """Rate of a collective over p GPUs: W_up inside one scale-up domain (p <= G), else W_out.
+def group_bandwidth(p, domain, bw_up, bw_out, links=0) -> sp.Expr:
+    """Rate of a collective over p GPUs: W_up inside one scale-up domain (p <= G), else W_out;
+    on a switchless domain of ``links`` direct links per GPU, the share of W_up on the p - 1
+    links among them (:func:`link_share`).
 
-    >>> group_bandwidth(8, 8, 400, 50)
-    400
+    >>> group_bandwidth(8, 8, 400, 50), group_bandwidth(2, 8, 448, 50, links=7)
+    (400, 64)
     """
     p, G = sym(p), sym(domain)
+    up = sym(bw_up) * link_share(p, links) if links else sym(bw_up)
     if p.is_number and G.is_number:
-        return sym(bw_up) if p <= G else sym(bw_out)
-    return sp.Piecewise((sym(bw_up), p <= G), (sym(bw_out), True))
+        return up if p <= G else sym(bw_out)
+    return sp.Piecewise((up, p <= G), (sym(bw_out), True))
 
 
 def group_latency(p, domain, lat_up, lat_out) -> sp.Expr:
