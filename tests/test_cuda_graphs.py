@@ -20,6 +20,7 @@ from moesym.engines import load_engine
 from moesym.errors import SpecError
 from moesym.kernels.calib import kernel_calib
 from moesym.model.predictor import predict
+from moesym.model.step import build_step
 from moesym.report.validation import single_device_cases
 from moesym.serving.engine import scheduler_config
 from moesym.specs.deployment import Deployment, Phase, Workload
@@ -34,6 +35,11 @@ def _step_s(hw, dep, wl=DECODE) -> float:
     return predict(load_model(MODEL), hw, dep, wl, memory=False)["step_time_s"]
 
 
+def _gpu_s(hw, dep, wl=DECODE) -> float:
+    step = build_step(load_model(MODEL), hw, dep, wl)
+    return float(step.evaluate(step.gpu_s))
+
+
 @pytest.mark.parametrize("hw_name, engine, weights", [
     ("rtx-4090", "llama.cpp", "q4_0"), ("h200", "sglang", "bf16")])
 def test_eager_step_is_the_graph_step_at_the_host_launch_floor(hw_name, engine, weights):
@@ -46,18 +52,25 @@ def test_eager_step_is_the_graph_step_at_the_host_launch_floor(hw_name, engine, 
     t2 = _step_s(replace(hw, latency=replace(hw.latency, graph_kernel_s=f2)), dep)
     n = (t2 - t1) / (f2 - f1)
     assert n > 48  # at least one elementwise kernel per layer (48 layers)
-    eager = _step_s(hw, replace(dep, cuda_graphs=False))
+    eager = replace(dep, cuda_graphs=False)
+    gpu = _gpu_s(hw, eager)  # the GPU's side of the eager step
     launch = kernel_calib(hw).elementwise_launch_s
     assert launch > hw.latency.graph_kernel_s
-    assert eager == pytest.approx(_step_s(hw, dep) + n * (launch - hw.latency.graph_kernel_s),
-                                  rel=1e-9)
+    assert gpu == pytest.approx(_gpu_s(hw, dep) + n * (launch - hw.latency.graph_kernel_s),
+                                rel=1e-9)
+    # the host launches every kernel too: the step is never shorter than the GPU's side
+    assert _step_s(hw, eager) >= gpu * (1 - 1e-12)
 
 
-def test_prefill_is_the_same_either_way():
-    """Engines capture decode steps; a prefill step is launched eagerly in both."""
+def test_eager_prefill_is_launched_by_the_host_with_or_without_decode_graphs():
+    """SGLang 0.5.9 prefills eagerly either way (its graphs are decode graphs); SGLang 0.5.23
+    replays prefill graphs unless the server runs without CUDA graphs, when its short prefill
+    is the host's launches."""
     hw = load_hardware("h200")
-    wl = Workload(Phase.PREFILL, tokens=2048, context=2048)
-    assert _step_s(hw, Deployment(), wl) == _step_s(hw, Deployment(cuda_graphs=False), wl)
+    wl = Workload(Phase.PREFILL, tokens=256, context=256)
+    old = Deployment(engine="sglang-0.5.9")
+    assert _step_s(hw, old, wl) == _step_s(hw, replace(old, cuda_graphs=False), wl)
+    assert _step_s(hw, Deployment(cuda_graphs=False), wl) > 2 * _step_s(hw, Deployment(), wl)
 
 
 def test_eager_pads_no_decode_batch():

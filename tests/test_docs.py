@@ -89,6 +89,9 @@ PARSE_ONLY = {
     "moesym validate --cases my_runs.json --fit-serving": "my_runs.json stands for the reader's "
                                                           "own measurements",
     "moesym validate --cases FILE.json": "FILE.json stands for the reader's own measurements",
+    "moesym validate --serving": "simulates all 633 published serving runs (about an hour on "
+                                 "two cores); benchmarks/serving_open_set.py writes its tables, "
+                                 "tests/test_serving_benchmark.py runs one of them",
 }
 # inline mentions the parser refuses that are not synopses: what they are
 FRAGMENTS = {

@@ -15,7 +15,9 @@ MIB = 2**20
 
 
 def test_builtins():
-    assert builtin_engines() == ["sglang", "vllm", "trtllm", "llama.cpp", "mlx", "tt-metal"]
+    assert builtin_engines() == ["sglang", "sglang-0.5.9", "vllm", "trtllm", "dynamo-trt",
+                                 "dynamo-sglang", "mori-sglang", "atom", "llama.cpp", "mlx",
+                                 "tt-metal"]
 
 
 def test_sglang_defaults():
@@ -247,7 +249,7 @@ def test_bad_profile_is_one_line_naming_file_and_key(tmp_path, text, words):
         assert w in msg, msg
 
 
-@pytest.mark.parametrize("arg,words", [("sgl", ["'sgl'", "sglang, vllm, trtllm"]),
+@pytest.mark.parametrize("arg,words", [("sgl", ["'sgl'", "sglang, sglang-0.5.9, vllm, trtllm"]),
                                        ("/no/such/engine.toml", ["no such file"])])
 def test_bad_engine_name(arg, words):
     with pytest.raises(SpecError) as e:

@@ -98,6 +98,16 @@ the rank's 8 experts is still touched (weight reads unchanged), while the busies
 expert (1131 of its 1435 rows) now takes its full share of M tiles (the factor had been taken
 per row against uniform routing's tiles, 27% fewer tiles than the expectation with the default
 kernel calibration): moe_routed 161.18 -> 168.74 us per layer, step 43.418 -> 43.856 ms (+1.0%).
+
+Entries #3, #20 and #21 were re-captured for issue 47 and 48: #3 (H200, TP8 attention with EP8
+experts over the same GPUs, all-gather mode) when the MoE output began to be all-reduced over the
+TP group as SGLang's DeepseekV2MoE does with ep_size = tp_size (the tokens are replicated there;
+it had been all-gathered and reduce-scattered as a mesh's TP-sharded activations are): 31.76 -> 29.10
+ms; #20 (MI300X) when MI300X got its own kernel fit on AMD's aiter tables (it had carried
+H800's) and its Infinity Fabric's direct links: 44.16 -> 79.82 ms, its batched layout padding
+every local expert to capacity at the fused MoE's fitted fraction; #21 (EP 72 on GB200, which
+does not divide DeepSeek's 256 experts) had been refused (exit 2) and now runs with the 32
+redundant expert slots an expert-parallel load balancer adds (288 = 4 x 72), said in a warning.
 """
 
 from __future__ import annotations

@@ -48,15 +48,40 @@ def reference(cfg, ranks, isl, osl, closed_c=None, arrivals=None):
     fin = [None] * n
     sent = min(closed_c, n) if closed_c is not None else n
     t = 0.0
+    t_prev = -math.inf   # start of the step before the one being formed (busy engine)
+    held = 0             # steps new prompts have waited for the DP balance
+    count = 0            # the receive counter (recv_interval > 1)
+    was_prefill = False
+    route = 0
     while any(f is None for f in fin):
-        for i in range(n):
-            if not seen[i] and arr[i] <= t:
-                seen[i] = True
-                waiting[rank[i]].append(i)
+        idle = not any(waiting[r] or pref[r] or dec[r] for r in range(ranks))
+        if not idle:  # the receive counter: a decode step adds 1, a step that prefills K
+            count += cfg.recv_interval if was_prefill else 1
+        if idle or count >= cfg.recv_interval:
+            count = 0
+            # the idle loop spins: everything sent by now is received; a busy engine receives
+            # at its loop before it forms this step: when the last step ended, or (overlap
+            # scheduler) when the one before it did, and a request sent at that very moment
+            # is not there yet (the client's round trip)
+            upto = t if idle else (t_prev if cfg.recv_lag else t)
+            for i in sorted(range(n), key=lambda i: arr[i]):
+                if not seen[i] and (arr[i] <= upto if idle else arr[i] < upto):
+                    seen[i] = True
+                    rank[i] = route % ranks
+                    route += 1
+                    waiting[rank[i]].append(i)
         if not any(waiting[r] or pref[r] or dec[r] for r in range(ranks)):
             t = min(arr[i] for i in range(n) if not seen[i])
+            t_prev, was_prefill = -math.inf, False
             continue
-        times, finished = [], []
+        # the attention-DP balance: new prompts wait while some rank has none waiting and
+        # every rank decodes, for at most dp_balance_steps steps
+        hold = False
+        if cfg.dp_balance_steps and ranks > 1 and any(waiting[r] for r in range(ranks)):
+            hold = (not all(waiting[r] for r in range(ranks))
+                    and all(dec[r] for r in range(ranks)) and held < cfg.dp_balance_steps)
+        held = held + 1 if hold else 0
+        times, finished, pc_any = [], [], []
         for r in range(ranks):
             kv = sum(isl[i] + emitted_decode[i] for i in dec[r]) + sum(isl[i] for i in pref[r])
             reserved = cfg.kv_reserve * sum(steps_left[i] - emitted_decode[i] for i in dec[r])
@@ -69,16 +94,16 @@ def reference(cfg, ranks, isl, osl, closed_c=None, arrivals=None):
                     x = min(isl[i] - done[i], budget)
                     out.append((i, x))
                     budget -= x
-                held = ndec + len(pref[r])
+                nheld = ndec + len(pref[r])
                 nonlocal kv
-                while budget > 0 and waiting[r] and held < cfg.max_running:
+                while budget > 0 and waiting[r] and nheld < cfg.max_running and not hold:
                     i = waiting[r][0]
                     if kv + reserved + isl[i] + cfg.kv_reserve * steps_left[i] > cfg.kv_capacity_tokens:
                         break
                     waiting[r].pop(0)
                     pref[r].append(i)
                     kv += isl[i]
-                    held += 1
+                    nheld += 1
                     x = min(isl[i] - done[i], budget)
                     out.append((i, x))
                     budget -= x
@@ -93,6 +118,7 @@ def reference(cfg, ranks, isl, osl, closed_c=None, arrivals=None):
             b = len(dec[r]) if decode else 0
             kvd = sum(isl[i] + emitted_decode[i] for i in dec[r])
             p = sum(x for _, x in pc)
+            pc_any.append(bool(p))
             L = sum(isl[i] * x for i, x in pc) / p if p else 0.0
             kind = (3 if b else 2) if p else (1 if b else 0)
             bb = _pad(b, cfg.graph_sizes) if (b and not p) else b
@@ -116,6 +142,7 @@ def reference(cfg, ranks, isl, osl, closed_c=None, arrivals=None):
                 if first[i] == ("step", None):
                     first[i] = "pending"
         dt = max(times)
+        t_prev, was_prefill = t, any(pc_any)
         t += dt
         for i in range(n):
             if first[i] == "pending":
@@ -141,7 +168,9 @@ def random_case(rng):
                           chunk_tokens=rng.choice([16, 64, 200]), step_tokens=rng.choice([64, 300]),
                           max_running=rng.choice([2, 5, 1000]),
                           kv_capacity_tokens=rng.choice([math.inf, 2000.0]),
-                          kv_reserve=1.0, graph_sizes=rng.choice([(), (1, 2, 4, 8)]))
+                          kv_reserve=1.0, graph_sizes=rng.choice([(), (1, 2, 4, 8)]),
+                          recv_lag=rng.choice([0, 1]), recv_interval=rng.choice([1, 1, 3]),
+                          dp_balance_steps=rng.choice([0, 0, 2]))
     n = rng.randint(1, 25)
     isl = [rng.randint(1, 300) for _ in range(n)]
     osl = [rng.randint(1, 30) for _ in range(n)]
@@ -450,6 +479,7 @@ def des_disaggregated(cfgs, ranks, replicas, isl, osl, xfer, closed_c=None, arri
              + [("d", EngineState(cfgs[1], ranks[1], isl, osl, prefilled=True))
                 for _ in range(replicas[1])])
     clock = [0.0] * len(sides)
+    last_end = [-math.inf] * len(sides)
     pending = [[] for _ in sides]
     arr, first, fin = np.zeros(n), np.zeros(n), np.zeros(n)
     rr = {"p": 0, "d": 0}
@@ -506,8 +536,9 @@ def des_disaggregated(cfgs, ranks, replicas, isl, osl, xfer, closed_c=None, arri
         kind, st = sides[i]
         clock[i] = c
         for t, rid in sorted(pending[i]):
-            if t <= c:
-                st.admit(rid)
+            if t <= c:  # it came while this side's last step ran, or while it was idle
+                st.arrive(rid, st.step_index - 1 if st.step_index and last_end[i] >= c
+                          else None)
         pending[i] = [(t, rid) for t, rid in pending[i] if t > c]
         row = st.step()
         dt = max(toy_time(x[0], x[2], x[3], x[4], x[5]) for x in row)
@@ -517,7 +548,7 @@ def des_disaggregated(cfgs, ranks, replicas, isl, osl, xfer, closed_c=None, arri
         for rid in range(n):
             if kind == "d" and st.first_step[rid] == st.step_index - 1:
                 first[rid] = c
-        clock[i] = end
+        clock[i] = last_end[i] = end
     return arr, first, fin
 
 
@@ -549,8 +580,9 @@ def test_disaggregated_matches_a_discrete_event_loop(seed):
 
 def test_disaggregated_one_request_at_a_time(qwen_h20):
     """Concurrency 1, one prefill and one decode replica: TTFT = the prompt's prefill step plus
-    its KV transfer (isl x KV bytes per token over the scale-out link at its efficiency, plus
-    its latency), TPOT = the mean of predict's decode steps over the KV lengths it passes."""
+    its KV transfer (isl x KV bytes per token over the link at its efficiency, plus its
+    latency: the two GPUs share one H20 node, so NVLink; across nodes the scale-out link),
+    TPOT = the mean of predict's decode steps over the KV lengths it passes."""
     import moesym as ms
     from moesym.serving import simulate_disaggregated
 
@@ -564,7 +596,7 @@ def test_disaggregated_one_request_at_a_time(qwen_h20):
     kv_per_token = memory_model(model, hw, dep).parts()["kv_per_token"]
     # Qwen3-30B-A3B: 48 layers x 4 KV heads x 128 dims x (K and V) x 2 bytes = 98,304 B/token
     assert kv_per_token == 48 * 4 * 128 * 2 * 2
-    xfer = isl * kv_per_token / (hw.scale_out_Bps * hw.efficiency.scale_out) + hw.latency.scale_out_s
+    xfer = isl * kv_per_token / (hw.scale_up_Bps * hw.efficiency.scale_up) + hw.latency.scale_up_s
     dec = [ms.predict(model, hw, dep, phase="decode", batch=1, context=isl + j)["step_time_s"]
            for j in range(osl - 1)]
     assert r["ttft_ms"]["mean"] == pytest.approx((pre + xfer) * 1e3, rel=1e-9)

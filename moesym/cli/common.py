@@ -132,8 +132,10 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
     g.add_argument("--engine", default=None, metavar="NAME|FILE.toml",
                    help="serving engine whose defaults apply (prompt tokens per step in serve), "
                         "whose scheduler simulate and optimize --percentile run, and whose "
-                        "kernels the hardware file times ([kernel.engines.NAME]): sglang, vllm, "
-                        "trtllm, llama.cpp, mlx, tt-metal or a profile file; one that does not "
+                        "kernels the hardware file times ([kernel.engines.NAME]): sglang, "
+                        "sglang-0.5.9, vllm, trtllm (trt), dynamo-trt, dynamo-sglang, "
+                        "mori-sglang, atom, llama.cpp, mlx, tt-metal or a profile file (moesym "
+                        "list engines); one that does not "
                         "run on the hardware is refused (default: the hardware file's "
                         "default_engine, llama.cpp on Apple silicon and Ryzen AI Max, tt-metal "
                         "on Tenstorrent; else sglang)")
@@ -142,6 +144,11 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
                         "(SGLang --disable-decode-cuda-graph, vLLM --enforce-eager, llama.cpp "
                         "GGML_CUDA_DISABLE_GRAPHS=1); default: decode steps replay as CUDA "
                         "graphs where the engine captures them")
+    g.add_argument("--prefill-graphs", choices=("on", "off"), default=None,
+                   help="prefill and mixed steps replayed as (piecewise) CUDA graphs (on: SGLang "
+                        "--enable-piecewise-cuda-graph, TensorRT-LLM piecewise "
+                        "torch_compile_config) or launched kernel by kernel (off); default: the "
+                        "engine's")
     g.add_argument("--gpus-per-node", type=positive_int, default=None,
                    help="GPUs per node (default: the hardware file's gpus_per_node)")
     if search:
@@ -227,6 +234,10 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
     g.add_argument("--accept", type=probability, default=None, metavar="P",
                    help="acceptance of each draft token (default 0.85: DeepSeek-V3 report "
                         "sec. 5.4.3)")
+    g.add_argument("--accept-length", type=positive_float, default=None, metavar="L",
+                   help="instead of --accept: tokens one verify step emits per request, the "
+                        "accepted drafts plus the bonus token (the 'accept len' engines log), "
+                        "between 1 and --mtp + 1")
     g.add_argument("--memory-option", action="append", default=[], metavar="KEY=VALUE",
                    help="override a serving-engine memory default (repeatable; moesym memory "
                         "--help lists the keys): KV block size, reserve, MTP layers, buffers")
@@ -290,8 +301,12 @@ def inputs_from(args, phase: str | None = None, sharding: bool = True) -> tuple:
     for a searched deployment (optimize, sweep), whose sharding is checked per candidate."""
     from ..specs.checks import check_inputs
 
+    from ..specs.deployment import eplb_slots
+
     model, hw = model_hw_from(args)
     dep, wl = deployment_from(args), workload_from(args, phase)
+    if sharding:
+        dep = eplb_slots(model, dep)
     check_inputs(model, hw, dep, wl, sharding=sharding)
     return model, hw, dep, wl
 
@@ -349,10 +364,25 @@ def deployment_from(args) -> Deployment:
                       prefetch=getattr(args, "prefetch", False),
                       expert_placement=getattr(args, "expert_placement", "stream"),
                       dequant=getattr(args, "dequant", "fused"),
-                      accept=getattr(args, "accept", None),
+                      accept=_accept(args),
                       memory_options=_memory_option_pairs(getattr(args, "memory_option", [])),
                       engine=engine_from(args),
-                      cuda_graphs=not getattr(args, "eager", False))
+                      cuda_graphs=not getattr(args, "eager", False),
+                      prefill_graphs={"on": True, "off": False}.get(
+                          getattr(args, "prefill_graphs", None)))
+
+
+def _accept(args):
+    """--accept, or the acceptance that gives --accept-length tokens per verify step."""
+    length = getattr(args, "accept_length", None)
+    if length is None:
+        return getattr(args, "accept", None)
+    if getattr(args, "accept", None) is not None:
+        raise MoesymError("--accept and --accept-length both set the drafts' acceptance: give "
+                          "one")
+    from ..specs.speculative import accept_from_length
+
+    return accept_from_length(getattr(args, "mtp", 0), length)
 
 
 def _mesh_from(args, tp: int) -> tuple:

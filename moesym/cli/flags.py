@@ -26,9 +26,10 @@ FLAGS = {
     "group_size": "--group-size", "expert_cache": "--expert-cache",
     "cache_policy": "--cache-policy", "prefetch": "--prefetch",
     "expert_placement": "--expert-placement", "dequant": "--dequant", "mtp": "--mtp",
-    "pp": "--pp", "cp": "--cp", "accept": "--accept", "mesh": "--mesh",
+    "pp": "--pp", "cp": "--cp", "accept": "--accept", "accept_length": "--accept-length",
+    "mesh": "--mesh",
     "dispatch_axis": "--dispatch-axis", "engine": "--engine",
-    "cuda_graphs": "--eager",
+    "cuda_graphs": "--eager", "prefill_graphs": "--prefill-graphs",
     # Workload
     "phase": "--phase", "batch": "--batch", "tokens": "--tokens", "context": "--context",
     "chunk": "--chunk", "isl": "--isl", "osl": "--osl", "prefix_hit": "--prefix-hit",

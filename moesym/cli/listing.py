@@ -110,9 +110,10 @@ def run(args) -> int:
         emit_json({args.what: rows})
         return 0
     if args.what == "engines":
+        w = max(len(r["name"]) for r in rows)
         for r in rows:
-            print(f"{r['name']:<10} {r['version']}: {r['description']}")
-            print(f"{'':<10} runs on {', '.join(r['runs_on'])}; timed without --engine on: "
+            print(f"{r['name']:<{w}} {r['version']}: {r['description']}")
+            print(f"{'':<{w}} runs on {', '.join(r['runs_on'])}; timed without --engine on: "
                   f"{', '.join(r['default_on']) or 'none'}")
         return 0
     if args.what == "hardware":

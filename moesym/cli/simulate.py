@@ -15,6 +15,38 @@ __all__ = ["register", "run"]
 _STEPS_WARN = 2_000_000
 
 
+#: the server's launch flags a simulation takes: (flag, moesym.serving.engine.Launch field, type,
+#: metavar, help); each overrides the engine profile's default
+_LAUNCH_FLAGS = (
+    ("--chunk", "chunk", positive_int, "N",
+     "prompt tokens per step per attention DP rank (SGLang --chunked-prefill-size / DP size)"),
+    ("--max-running-requests", "max_running", positive_int, "N", "requests held at once per rank"),
+    ("--max-num-tokens", "step_tokens", positive_int, "N",
+     "tokens (prompt + decode) in one step per rank: vLLM --max-num-batched-tokens, "
+     "TensorRT-LLM max_num_tokens"),
+    ("--scheduler-recv-interval", "recv_interval", positive_int, "K",
+     "SGLang --scheduler-recv-interval: new requests are received once every K decode steps"),
+    ("--mem-fraction", "kv_fraction", probability, "F",
+     "the engine's memory share for its KV pool (SGLang --mem-fraction-static, vLLM "
+     "--gpu-memory-utilization, TensorRT-LLM free_gpu_memory_fraction; of what its profile "
+     "says it covers)"),
+    ("--cuda-graph-max-bs", "cuda_graph_max_bs", positive_int, "B",
+     "the largest decode batch captured as a CUDA graph"),
+    ("--attention-dp-balance", "dp_balance_steps", positive_int, "N",
+     "hold new prompts until every attention-DP rank has one, for at most N steps "
+     "(TensorRT-LLM attention_dp_config enable_balance, timeout_iters N; default off)"),
+)
+
+
+def launch_from(args):
+    """The :class:`moesym.serving.engine.Launch` the flags give."""
+    from ..serving.engine import Launch
+
+    given = {field: getattr(args, field) for _, field, *_ in _LAUNCH_FLAGS
+             if getattr(args, field) is not None}
+    return Launch(**given)
+
+
 def register(sub) -> None:
     p = sub.add_parser("simulate", help=COMMANDS["simulate"])
     add_model_hw(p)
@@ -44,11 +76,9 @@ def register(sub) -> None:
                    help="leave the first N requests sent out of the statistics (default 0: the "
                         "benchmark tools measure every request, the initial burst included)")
     g.add_argument("--seed", type=int, default=0)
-    e = p.add_argument_group("engine")
-    e.add_argument("--chunk", type=positive_int, default=None,
-                   help="prompt tokens per step per attention DP rank (default: the engine's)")
-    e.add_argument("--max-running-requests", type=positive_int, default=None,
-                   help="requests held at once per rank (default: the engine's)")
+    e = p.add_argument_group("engine launch flags (default: the engine profile's)")
+    for flag, field, kind, meta, help_ in _LAUNCH_FLAGS:
+        e.add_argument(flag, dest=field, type=kind, default=None, metavar=meta, help=help_)
     d = p.add_argument_group("disaggregated serving (prefill and decode replicas)")
     d.add_argument("--disaggregate", default=None, metavar="P:D",
                    help="P prefill replicas and D decode replicas; the deployment flags above "
@@ -97,8 +127,10 @@ def run(args) -> int:
     from ..serving import simulate
     from ..serving.clients import Client
 
+    from ..specs.deployment import eplb_slots
+
     model, hw = model_hw_from(args)
-    dep = deployment_from(args)
+    dep = eplb_slots(model, deployment_from(args))
     if dep.pp > 1 or dep.cp > 1:
         raise MoesymError("simulate: --pp and --cp are not simulated (one pipeline stage, no "
                           "context parallelism); use predict --phase serve for them")
@@ -115,8 +147,8 @@ def run(args) -> int:
     _warn_long(args, client, dep)
     limits = {"ttft_s": args.ttft_ms / 1e3 if args.ttft_ms else None,
               "tpot_s": args.tpot_ms / 1e3 if args.tpot_ms else None}
-    kw = dict(engine=dep.engine, seed=args.seed, pairs=args.lengths_file, chunk=args.chunk,
-              max_running=args.max_running_requests,
+    kw = dict(engine=dep.engine, seed=args.seed, pairs=args.lengths_file,
+              launch=launch_from(args),
               limits=limits if any(v is not None for v in limits.values()) else None,
               timeline_points=args.timeline_points, warmup=args.warmup_requests)
     replicas = _replicas(args)
@@ -162,10 +194,14 @@ def _prefill_deployment(args, model, dep):
     """A prefill replica's deployment: the decode replica's with --prefill-* applied."""
     from dataclasses import replace
 
+    from ..specs.deployment import eplb_slots
+
     gpus = args.prefill_gpus or dep.gpus
     out = replace(dep, gpus=gpus, tp=args.prefill_tp or dep.tp,
                   ep=args.prefill_ep or (gpus if args.prefill_gpus else dep.ep),
-                  micro_batches=args.prefill_micro_batches or dep.micro_batches)
+                  micro_batches=args.prefill_micro_batches or dep.micro_batches,
+                  redundant_experts=0)
+    out = eplb_slots(model, out)
     try:
         out.check_model(model)
     except MoesymError as exc:
@@ -194,7 +230,8 @@ def _print(r, model, hw, dep, client) -> None:
     x = r.get("disaggregation")
     chunk = (f"prefill chunk {x['prefill_chunk_tokens']}" if x else f"chunk {e['chunk_tokens']}")
     print(f"{model.name} on {dep.gpus} x {hw.name}  tp={dep.tp} ep={dep.ep} "
-          f"weights={dep.weights}  engine {e['name']} {e['version']} ({e['policy']}, {chunk}, "
+          f"weights={dep.weights}  engine {e['name']}"
+          f"{'' if e['version'] in e['name'] else ' ' + e['version']} ({e['policy']}, {chunk}, "
           f"{e['dp_ranks']} DP rank(s){' per decode replica' if x else ''})")
     skip = f" after {r['warmup_requests']} warm-up" if r["warmup_requests"] else ""
     print(f"  {r['requests']} requests{skip}, {how}, {r['duration_s']:.2f} s simulated "
@@ -206,6 +243,10 @@ def _print(r, model, hw, dep, client) -> None:
                                               for p in ("mean", "p50", "p90", "p99")))
     print(f"  output tok/GPU/s {r['output_tokens_per_gpu_s']:.1f}   input tok/GPU/s "
           f"{r['input_tokens_per_gpu_s']:.1f}   requests/s {r['requests_per_s']:.3g}")
+    parts = r.get("ttft_components_ms") or {}
+    if parts:
+        print("  TTFT mean made of  " + ", ".join(f"{k.replace('_', ' ')} {fmt_s(v / 1e3)}"
+                                                  for k, v in parts.items()))
     if "disaggregation" in r:
         x = r["disaggregation"]
         print(f"  disaggregated    {x['prefill_replicas']} prefill x {x['prefill_gpus']} GPUs + "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import MoesymError
 from ..report.validation import CASES, load_cases, serving_fits, validate, validate_serving
 from . import COMMANDS
 from .common import add_json, add_no_cache, add_timing, emit_json
@@ -26,6 +27,21 @@ def register(sub) -> None:
     p.add_argument("--no-serving", action="store_true",
                    help="skip the serving section (published benchmarks at a concurrency, "
                         "simulated with moesym simulate)")
+    p.add_argument("--serving", action="store_true",
+                   help="print instead the open set of published serving runs (InferenceX, "
+                        "DeepSeek-R1 1024/1024 on nine GPUs, aggregated and disaggregated), each "
+                        "simulated as the benchmark ran it: TPOT, TTFT (mean and median) and "
+                        "tokens/s per GPU against the measured, per GPU and framework (minutes: "
+                        "narrow it with --gpu / --framework / --max-concurrency)")
+    p.add_argument("--gpu", action="append", default=None, metavar="NAME",
+                   help="with --serving: only this GPU's runs (repeatable)")
+    p.add_argument("--framework", action="append", default=None, metavar="NAME",
+                   help="with --serving: only this framework's runs (sglang, trt, dynamo-trt, "
+                        "dynamo-sglang, mori-sglang, atom; repeatable)")
+    p.add_argument("--max-concurrency", type=int, default=None, metavar="C",
+                   help="with --serving: only runs at concurrency C or below")
+    p.add_argument("--rows", action="store_true",
+                   help="with --serving: every run, not only the per-group summary")
     add_json(p)
     add_no_cache(p)
     p.set_defaults(func=run)
@@ -40,6 +56,12 @@ def _shown(case: dict, key: str) -> str:
 def run(args) -> int:
     if args.kernels:
         return _kernels(args)
+    if args.serving:
+        return _open_serving(args)
+    for flag in ("gpu", "framework", "max_concurrency"):
+        if getattr(args, flag):
+            raise MoesymError(f"--{flag.replace('_', '-')} narrows --serving's runs: add "
+                              "--serving")
     cases = validate(args.timing, load_cases(args.cases) if args.cases else CASES)
     fits = serving_fits(cases) if args.fit_serving else None
     serving = [] if args.cases or args.no_serving else validate_serving()
@@ -74,8 +96,9 @@ def run(args) -> int:
 
 
 def _print_serving(rows: list[dict]) -> None:
-    print("\nserving under load (moesym simulate; closed loop, 10 x concurrency prompts; nothing "
-          "fitted on these):")
+    print("\nserving under load (moesym simulate; closed loop, 10 x concurrency prompts, lengths "
+          "in [0.8 N, N]; host launch time and random-prompt acceptance fitted on InferenceX's "
+          "other runs; moesym validate --serving for all of them):")
     print(f"{'case':<36} {'metric':<24} {'measured':>9} {'predicted':>10} {'error':>8}")
     for r in rows:
         print(f"{r['name']:<36} {r['metric']:<24} {r['measured']:>9.1f} {r['predicted']:>10.1f} "
@@ -95,7 +118,8 @@ def _kernels(args) -> int:
     from ..report.validation import kernel_heldout
 
     doc = kernel_heldout()
-    rows = sorted(doc["rows"], key=lambda r: (r["gpu"], _CLASS_ORDER.get(r["class"], 9)))
+    rows = sorted(doc["rows"] + doc.get("amd_rows", []),
+                  key=lambda r: (r["gpu"], _CLASS_ORDER.get(r["class"], 9)))
     if args.json:
         emit_json(doc)
         return 0
@@ -123,4 +147,48 @@ def _kernels(args) -> int:
           "than physics (FLOPs at peak or bytes at peak HBM bandwidth), left out of the fit; "
           "gemm '[kernel.engines.trtllm]': TensorRT-LLM's own GEMM fit (its FP8 input cast timed "
           "apart), what --engine trtllm runs; the default [kernel] keeps DeepGEMM's load rate")
+    return 0
+
+
+def _open_serving(args) -> int:
+    """``validate --serving``: the open serving runs simulated, a table per GPU and framework."""
+    from ..report.inferencex import SOURCE, load_runs, serving_summary, validate_runs
+
+    runs = [r for r in load_runs()
+            if (not args.gpu or r.hardware in args.gpu)
+            and (not args.framework or r.framework in args.framework)
+            and (args.max_concurrency is None or r.conc <= args.max_concurrency)]
+    if not runs:
+        raise MoesymError("validate --serving: no run matches --gpu / --framework / "
+                          "--max-concurrency (moesym list hardware; frameworks: sglang, trt, "
+                          "dynamo-trt, dynamo-sglang, mori-sglang, atom)")
+    rows = validate_runs(runs, progress=not args.json)
+    summary = serving_summary(rows)
+    if args.json:
+        emit_json({"source": SOURCE, "runs": rows, "summary": summary})
+        return 0
+    print(f"published serving runs ({SOURCE}), each simulated as the benchmark ran it; "
+          "median |error| per GPU and framework")
+    head = f"{'GPU framework':<22} {'runs':>5} {'skip':>5}"
+    labels = {"tpot_mean_ms": "TPOT", "ttft_mean_ms": "TTFT mean", "ttft_median_ms": "TTFT p50",
+              "tput_per_gpu": "tok/s/GPU"}
+    print(head + "".join(f" {v:>10}" for v in labels.values()))
+    for g in summary["groups"]:
+        print(f"{g['group']:<22} {g['runs']:>5} {g['skipped']:>5}"
+              + "".join(f" {g['median_abs_error'][k]:>10.1%}" for k in labels))
+    a = summary["all"]
+    print(f"{'all':<22} {a['runs']:>5} {a['skipped']:>5}"
+          + "".join(f" {a['median_abs_error'][k]:>10.1%}" for k in labels))
+    if args.rows:
+        print(f"\n{'id':>4} {'configuration':<52} {'conc':>5}" + "".join(
+            f" {v + ' meas/pred':>22}" for v in labels.values()))
+        for r in rows:
+            if "skipped" in r:
+                print(f"{r['id']:>4} {r['config']:<52} {r['conc']:>5}  skipped: {r['skipped']}")
+                continue
+            print(f"{r['id']:>4} {r['config']:<52} {r['conc']:>5}" + "".join(
+                f" {r[k]['measured']:>9.1f}/{r[k]['predicted']:>8.1f}{r[k]['error']:+5.0%}"
+                for k in labels))
+    for reason, n in summary["skip_reasons"].items():
+        print(f"skipped {n}: {reason}")
     return 0

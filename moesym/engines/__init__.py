@@ -183,6 +183,19 @@ class EngineProfile:
     cuda_graph_max_batch_size_tp_below_4: int | None = None
     long_prefill_token_threshold: int | None = None
     host_step_s: float | None = None
+    # host time per kernel launched from the engine's runtime in a step it does not replay as a
+    # graph, per device maker (fitted per engine on published time to first token; none: 0)
+    host_launch_s: Mapping[str, float] = field(default_factory=dict)
+    # prefill and mixed steps replayed as (piecewise) CUDA graphs, not launched kernel by kernel
+    prefill_graphs: bool = False
+    # the scheduler receives new requests once its counter reaches this (decode step 1, a step
+    # that prefills the whole interval: SGLang's --scheduler-recv-interval); 1: every step
+    recv_interval: int = 1
+    # the overlap scheduler also runs with speculative decoding (SGLang 0.5.9 turns it off
+    # unless SGLANG_ENABLE_SPEC_V2)
+    overlap_with_speculative: bool = True
+    # requests held when speculative decoding runs and the cap is not given (SGLang: 48)
+    max_running_requests_speculative: int | None = None
     kernels: EngineKernels | None = None
     # [ENGINE.kernel]: kernel-model switches of this engine's kernels over the hardware file's
     # [kernel] (moesym.kernels.calib keys; e.g. llama.cpp's per-expert matrix-vector kernels)
@@ -216,6 +229,35 @@ class EngineProfile:
             return hw
         base = {k: v for k, v in hw.kernel.items() if k != ENGINES_KEY}
         return replace(hw, kernel={**base, **own, **self.kernel})
+
+    def eager(self, phase, dep) -> bool:
+        """Whether a step of ``phase`` launches its kernels one by one from the engine's runtime
+        (no CUDA graph replay) on deployment ``dep``: a prefill or mixed step unless the engine
+        captures those (its profile's default, or the deployment's ``prefill_graphs``), a
+        decode step when the engine captures none or the deployment runs without graphs."""
+        from ..specs.deployment import Phase
+
+        if Phase(phase) is Phase.DECODE:
+            return not (dep.cuda_graphs and self.cuda_graph_batch_sizes)
+        graphs = self.prefill_graphs if dep.prefill_graphs is None else dep.prefill_graphs
+        return not (dep.cuda_graphs and graphs)
+
+    def host_launch(self, vendor: str) -> float:
+        """Seconds of host time per eagerly launched kernel on ``vendor``'s devices: the fitted
+        value, another maker's (said in a warning) where this one has none, else 0."""
+        if vendor in self.host_launch_s or not self.host_launch_s:
+            return self.host_launch_s.get(vendor, 0.0)
+        other, value = next(iter(self.host_launch_s.items()))
+        import warnings
+
+        warnings.warn(f"{self.name}: no host launch time fitted on {vendor or 'this'} devices; "
+                      f"{other}'s {value * 1e6:.1f} us per eagerly launched kernel used",
+                      stacklevel=2)
+        return value
+
+    def overlapped(self, speculative: bool = False) -> bool:
+        """Whether the overlap scheduler runs (step i+1 formed while step i runs)."""
+        return self.overlap_scheduler and (self.overlap_with_speculative or not speculative)
 
     def graph_batch_sizes(self, tp: int) -> tuple[int, ...]:
         """The decode batch sizes captured at tensor-parallel size ``tp``."""
@@ -332,7 +374,9 @@ _REQUIRED = ("version", "description", "policy", "mixed_chunk", "chunk_tokens",
              "overlap_scheduler", "prefill_order")
 _OPTIONAL = ("runs_on", "step_token_budget", "max_prefill_tokens", "running_requests_rule",
              "kv_memory_rule", *RETRACT_KEYS, "cuda_graph_max_batch_size_tp_below_4",
-             "long_prefill_token_threshold", "host_step_us", "kernel", "kernels")
+             "long_prefill_token_threshold", "host_step_us", "host_launch_us", "prefill_graphs",
+             "recv_interval", "overlap_with_speculative", "max_running_requests_speculative",
+             "base", "kernel", "kernels")
 _KERNEL_KEYS = ("moe", "moe_ep", "moe_deepep", "attention", "allreduce", "moe_autotuned")
 # [moe_kernels] fields that describe a backend's untuned fallback, as the kernel tables time it
 # (collected without the engines' warmup autotuning): FlashInfer-TRTLLM's M tile chosen from
@@ -484,9 +528,29 @@ def _parse(name: str, raw: Mapping, where: str) -> EngineProfile:
         cuda_graph_max_batch_size_tp_below_4=opt("cuda_graph_max_batch_size_tp_below_4", c.count),
         long_prefill_token_threshold=opt("long_prefill_token_threshold", c.count, 0),
         host_step_s=None if "host_step_us" not in raw else c.number("host_step_us") * 1e-6,
+        host_launch_s=_per_vendor(c, "host_launch_us", 1e-6) if "host_launch_us" in raw else {},
+        prefill_graphs=bool(opt("prefill_graphs", c.flag)),
+        recv_interval=opt("recv_interval", c.count) or 1,
+        overlap_with_speculative=True if "overlap_with_speculative" not in raw
+        else c.flag("overlap_with_speculative"),
+        max_running_requests_speculative=opt("max_running_requests_speculative", c.count),
         kernel=_kernel(c) if "kernel" in raw else {},
         kernels=_kernels(c) if "kernels" in raw else None,
         runs_on=_runs_on(c) if "runs_on" in raw else ())
+
+
+def _per_vendor(c: _Checker, key: str, scale: float) -> dict:
+    """A ``{maker = number}`` table (a plain number: every maker's) scaled to SI."""
+    v = c.raw[key]
+    if not isinstance(v, Mapping):
+        return {m: c.number(key) * scale for m in VENDORS}
+    out = {}
+    for m, x in v.items():
+        if m not in VENDORS or isinstance(x, bool) or not isinstance(x, (int, float)) or x < 0:
+            c.fail(key, f"{m} = {x!r} is not a device maker and a number >= 0",
+                   f"write {{{', '.join(f'{k} = ...' for k in VENDORS)}}}")
+        out[m] = float(x) * scale
+    return out
 
 
 def _runs_on(c: _Checker) -> tuple[str, ...]:
@@ -511,10 +575,29 @@ def _kernel(c: _Checker) -> dict:
 _BUILTIN: dict[str, EngineProfile] = {}
 
 
+def _based(name: str, table: Mapping, tables: Mapping, where: str) -> dict:
+    """``table`` over the table its ``base`` names (an engine at another version, or behind
+    another front end): the base's keys, its sub-tables merged key by key, then this table's."""
+    if "base" not in table:
+        return dict(table)
+    base = table["base"]
+    if base == name or base not in tables or not isinstance(tables[base], Mapping):
+        raise SpecError(f"{where} [{name}].base = {base!r}: names no other engine table; use "
+                        f"one of {', '.join(n for n in tables if n != name)}")
+    out = _based(base, tables[base], tables, where)
+    for k, v in table.items():
+        if k == "base":
+            continue
+        out[k] = {**out[k], **v} if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) \
+            else v
+    return out
+
+
 def _builtin() -> dict[str, EngineProfile]:
     if not _BUILTIN:
         raw = load_toml(Path(__file__).with_name("builtin.toml"))
-        _BUILTIN.update({n: _parse(n, t, "builtin.toml") for n, t in raw.items()})
+        _BUILTIN.update({n: _parse(n, _based(n, t, raw, "builtin.toml"), "builtin.toml")
+                         for n, t in raw.items()})
     return _BUILTIN
 
 
@@ -557,16 +640,20 @@ def default_engine(hw) -> str:
     return name
 
 
-def host_overlapped(engine: str) -> bool:
-    """Whether ``engine`` (a name or profile file) schedules step i+1 on the host while the GPU
-    runs step i (its ``overlap_scheduler``; SGLang, vLLM and TensorRT-LLM all do by default):
-    then a step takes the longer of the GPU's and the host's time, not their sum."""
-    return load_engine(engine).overlap_scheduler
+def host_overlapped(dep) -> bool:
+    """Whether the deployment's engine schedules step i+1 on the host while the GPU runs step i
+    (its ``overlap_scheduler``; SGLang, vLLM and TensorRT-LLM all do by default, SGLang 0.5.9
+    not with speculative decoding): then a step takes the longer of the GPU's and the host's
+    time, not their sum."""
+    return load_engine(dep.engine).overlapped(bool(dep.mtp))
 
 
 def load_engine(name_or_path: str) -> EngineProfile:
     """A built-in engine profile by name, or the one profile table in a TOML file."""
+    from ..specs.deployment import ENGINE_ALIASES
+
     shipped = _builtin()
+    name_or_path = ENGINE_ALIASES.get(name_or_path, name_or_path)
     if name_or_path in shipped:
         return shipped[name_or_path]
     p = Path(name_or_path)
@@ -581,4 +668,5 @@ def load_engine(name_or_path: str) -> EngineProfile:
         raise SpecError(f"{p}: expected exactly one engine table, found {len(raw)} top-level "
                         "entries; keep one [name] table")
     (name, table), = raw.items()
-    return _parse(name, table, str(p))
+    tables = {**load_toml(Path(__file__).with_name("builtin.toml")), name: table}
+    return _parse(name, _based(name, table, tables, str(p)), str(p))

@@ -103,19 +103,27 @@ def moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
             costs["dispatch"], costs["combine"] = _mesh_a2a(model, dep, hw, D, t)
         else:
             ops = _deepep_one_node(hw, dep, a2a)
+            # a switchless domain's direct links (AMD Instinct's Infinity Fabric); DeepEP's
+            # fitted rate already is what the node's links give
+            links = 0 if ops or hw is None else hw.scale_up_links
             for name, term in (("dispatch", comm.dispatch), ("combine", comm.combine)):
                 up, lat = (ops[name].rate_Bps, _deepep_fixed_s(ops[name], D, t_gpu)) if ops \
                     else (bw_up, S.lat_up)
-                c = term(D, t_gpu, up, bw_out, lat, S.lat_out, D.gpus_per_node, a2a, groups)
+                c = term(D, t_gpu, up, bw_out, lat, S.lat_out, D.gpus_per_node, a2a, groups,
+                         links)
                 # the fitted fixed time is the measured kernel's, launch included
                 costs[name] = [replace(c, launches=sp.Integer(0)) if ops else c]
     # attention output all-reduce + seed 004's all-gather before / reduce-scatter after the MoE
     # (on a mesh: ring hops along its TP axis)
-    tp_bw, tp_lat = _tp_link(dep, D, bw_up, bw_out)
+    tp_bw, tp_lat = _tp_link(dep, D, bw_up, bw_out, _links(hw))
     car = _custom_allreduce(hw, dep)
     ar = (comm.tp_allreduce(D, t, tp_bw, tp_lat) if car is None else
           comm.tp_allreduce_custom(D, t, car, tp_bw, tp_lat))
-    if car is not None and dep.ep == 1:  # the engine all-reduces the attention and MoE outputs
+    if car is not None and (dep.ep == 1 or (dep.mesh is None and dep.tp == dep.stage_gpus)):
+        # the engine all-reduces the attention and MoE outputs over the TP group: its tokens are
+        # replicated there, and with experts over EP ranks of the same GPUs each adds its own
+        # experts' share (SGLang's DeepseekV2MoE with ep_size = tp_size ends in
+        # tensor_model_parallel_all_reduce)
         tp = [ar.scaled(2)]
     else:
         tp = [ar] + comm.tp_moe_boundary(D, t, tp_bw, tp_lat)
@@ -171,8 +179,11 @@ def dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     costs["moe_weight_load"] = _tagged([Cost("ffn_weight_load", g_up.kind, hbm_bytes=w_up + w_down,
                                              shape=LoadShape(g_up.shape.m))], "dense", wo, dq)
     car = _custom_allreduce(hw, dep)
-    ar = (comm.tp_allreduce(D, t, S.bw_up * S.eff_up, S.lat_up) if car is None else
-          comm.tp_allreduce_custom(D, t, car, S.bw_up * S.eff_up, S.lat_up))
+    bw = S.bw_up * S.eff_up
+    if _links(hw):  # a switchless domain: the TP group's share of the links
+        bw = bw * comm.link_share(D.tp, _links(hw))
+    ar = (comm.tp_allreduce(D, t, bw, S.lat_up) if car is None else
+          comm.tp_allreduce_custom(D, t, car, bw, S.lat_up))
     costs["tp_comm"] = [ar.scaled(2)] + _cp_ring(model, dep, wl, D, t)
     costs["other"] = [ew.norm_residual(D, t).scaled(2), *compose.elementwise(model, D, t, q["attn"]),
                       ew.swiglu_activation("ffn_act", t, D.dense_inter / D.tp, D.act_bytes)]
@@ -365,12 +376,18 @@ def engine_moe_fields(model: ModelSpec, hw: HardwareSpec | None, dep: Deployment
     return dict(hw.moe_kernels[name]) if name else {}
 
 
-def _tp_link(dep: Deployment, D: Dims, bw_up, bw_out) -> tuple:
+def _links(hw: HardwareSpec | None) -> int:
+    """Direct links per GPU of the hardware's switchless scale-up domain (0: a switch)."""
+    return 0 if hw is None else hw.scale_up_links
+
+
+def _tp_link(dep: Deployment, D: Dims, bw_up, bw_out, links: int = 0) -> tuple:
     """(bandwidth, per-step latency) of the TP collectives: the scale-up or scale-out tier of a
-    GPU cluster, or the link along a mesh's TP axis (ring hops)."""
+    GPU cluster (on a switchless domain, the links among the TP group), or the link along a
+    mesh's TP axis (ring hops)."""
     if dep.mesh is not None:
         return S.mesh_bw_tp * S.eff_up, S.mesh_lat_tp
-    return (comm.group_bandwidth(D.tp, D.gpus_per_node, bw_up, bw_out),
+    return (comm.group_bandwidth(D.tp, D.gpus_per_node, bw_up, bw_out, links),
             comm.group_latency(D.tp, D.gpus_per_node, S.lat_up, S.lat_out))
 
 

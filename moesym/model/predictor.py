@@ -52,13 +52,13 @@ def ep_class(dep: Deployment):
 
 
 def structure(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
-              memory: bool = True) -> str:
+              memory: bool = True, outputs: tuple | None = None) -> str:
     """What fixes a predict model's expressions and fixed numbers (the cache key's input).
 
     The workload enters only through its phase (numeric routing statistics are tabulated
     against the token count inside the model)."""
-    return repr(("predict", memory, model, hw, dep, wl.phase.value, bool(wl.prefix_hit),
-                 *files_of(dep)))
+    key = ("predict", memory, model, hw, dep, wl.phase.value, bool(wl.prefix_hit), *files_of(dep))
+    return repr(key if outputs is None else (*key, "outputs", tuple(outputs)))
 
 
 def files_of(dep: Deployment) -> tuple:
@@ -73,7 +73,7 @@ def files_of(dep: Deployment) -> tuple:
     return schedule, tables
 
 
-def _build(model, hw, dep, wl, memory: bool) -> CompiledModel:
+def _build(model, hw, dep, wl, memory: bool, outputs: tuple | None = None) -> CompiledModel:
     from ..symbolic.compile import compile_model
     from .report import report_expressions
     from .step import build_step
@@ -81,7 +81,10 @@ def _build(model, hw, dep, wl, memory: bool) -> CompiledModel:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         step = build_step(model, hw, dep, wl)
-        parts = [(report_expressions(step), step.values)]
+        exprs = report_expressions(step)
+        if outputs is not None:
+            exprs = {k: exprs[k] for k in outputs}
+        parts = [(exprs, step.values)]
         if memory:
             from ..memory import memory_model
 
@@ -99,11 +102,13 @@ def _build(model, hw, dep, wl, memory: bool) -> CompiledModel:
 
 
 def compiled_predict_model(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
-                           memory: bool = True) -> CompiledModel:
+                           memory: bool = True, outputs: tuple | None = None) -> CompiledModel:
     """The compiled report (and memory) model of this structure: from the disk cache when
-    present, else built, compiled and stored. Warnings of the build are given either way."""
+    present, else built, compiled and stored. Warnings of the build are given either way.
+    ``outputs``: only these report quantities (a serving simulation's step times), no
+    memory."""
     dep.check_model(model)
-    key = cache.key_for(structure(model, hw, dep, wl, memory))
+    key = cache.key_for(structure(model, hw, dep, wl, memory, outputs))
     payload = cache.load(key)
     cm = None
     if payload is not None:
@@ -112,7 +117,7 @@ def compiled_predict_model(model: ModelSpec, hw: HardwareSpec, dep: Deployment, 
         except Exception:  # noqa: BLE001 - a bad entry is rebuilt, never trusted
             cm = None
     if cm is None:
-        cm = _build(model, hw, dep, wl, memory)
+        cm = _build(model, hw, dep, wl, memory and outputs is None, outputs)
         cache.store(key, cm.to_payload())
     for msg in cm.warnings:  # from this one line: the default filter says each message once
         warnings.warn(msg, stacklevel=1)

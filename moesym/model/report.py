@@ -29,6 +29,8 @@ def report_expressions(step) -> dict:
     and each kernel's time over the layer's micro-batches by name (``kernel/KEY/I/NAME``)."""
     out = {"step_time_s": step.expr, "layer_s": step.layer_s,
            "layer_compute_s": step.layer_compute_s}
+    if step.host_s is not None:
+        out["gpu_s"], out["host_s"] = step.gpu_s, step.host_s
     for k, v in step.per_layer_s.items():
         out[f"per_layer_s/{k}"] = v
     from ..symbolic.symbols import S

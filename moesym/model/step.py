@@ -72,6 +72,11 @@ class StepModel:
     # the terms with FP8 GEMMs capped at the SMs communication leaves (a function; None when
     # nothing is capped), for schedules with gemm_sms = "reserve_comm"
     capped_terms: object = field(default=None, repr=False)
+    # the step's GPU time (at the serving efficiency) and its host time (scheduling and, in an
+    # eager step, launching the kernels): the serving simulation times an overlap scheduler's
+    # steps from the two, each step's launches overlapping the previous step's GPU work
+    gpu_s: sp.Expr | None = field(default=None, repr=False)
+    host_s: sp.Expr | None = field(default=None, repr=False)
 
     @property
     def free_symbols(self) -> set[sp.Symbol]:
@@ -229,7 +234,9 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
                                          model, hardware, deployment, workload, D)
     dense_layer, _, _ = layer_time(dense_terms, deployment, workload, n)
     once = _once_s(model, deployment, workload, D, timing, hardware, edges)
-    expr = _served(_layers_s(model, layer, dense_layer) + once, deployment)
+    fixed, launches = _host_s(model, deployment, workload, main_costs, dense_costs, n)
+    gpu = (_layers_s(model, layer, dense_layer) + once) / S.eff_serve
+    expr = _served(gpu, deployment, fixed, launches)
     work = layer_work(main_costs, n)
     if deployment.pp > 1:
         expr, per_layer, work, layer, layer_compute = pipelined(
@@ -238,7 +245,9 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     vals = _bound(numbers(), expr, work, workload)
     return StepModel(model, hardware, deployment, workload, MappingProxyType(main),
                      MappingProxyType(per_layer), layer, layer_compute, dense_layer, once, expr,
-                     MappingProxyType(vals), MappingProxyType(work), capped)
+                     MappingProxyType(vals), MappingProxyType(work), capped,
+                     gpu if deployment.pp == 1 else None,
+                     fixed + launches if deployment.pp == 1 else None)
 
 
 def _checked(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
@@ -340,16 +349,47 @@ def _layers_s(model: ModelSpec, layer, dense_layer) -> sp.Expr:
     return body
 
 
-def _served(gpu_s, dep: Deployment) -> sp.Expr:
-    """The step as a serving engine runs it: at eta_sv of the modeled (isolated-kernel) speed
-    (``[efficiency] serving``, fitted per GPU on end-to-end measurements, moesym.report.validation; 1
-    where none exist), with the host's time per step (scheduling, sampling) after the GPU's, or
-    under it for an engine with an overlap scheduler (it prepares step i+1 while the GPU runs
-    step i: the step takes the longer of the two)."""
+def _served(gpu_s, dep: Deployment, fixed_s, launch_s) -> sp.Expr:
+    """The step as a serving engine runs it: ``gpu_s``, the modeled GPU time at eta_sv of the
+    isolated-kernel speed (``[efficiency] serving``, fitted per GPU on end-to-end measurements,
+    moesym.report.validation; 1 where none exist), and the host's time: its fixed part per step
+    (``fixed_s``: scheduling, sampling) and, in a step not replayed as a CUDA graph, launching
+    its kernels (``launch_s``), which the GPU runs as they come (the longer of the two, not
+    their sum). An engine with an overlap scheduler prepares step i+1 while the GPU runs step
+    i: in the steady state the step takes the longer of the GPU's and the host's whole time
+    (the serving simulation times each step from the previous one's, moesym.serving.simulator);
+    without it the fixed part comes first."""
     from ..engines import host_overlapped
 
-    expr = gpu_s / S.eff_serve
-    return smax(expr, S.t_step) if host_overlapped(dep.engine) else expr + S.t_step / S.eff_serve
+    if host_overlapped(dep):
+        return smax(gpu_s, fixed_s + launch_s)
+    if launch_s == 0:
+        return gpu_s + fixed_s / S.eff_serve
+    return fixed_s / S.eff_serve + smax(gpu_s, launch_s)
+
+
+def _host_s(model: ModelSpec, dep: Deployment, wl: Workload, main_costs, dense_costs, n):
+    """The host's time per step, (fixed, launching): its fixed part (``t_step``) and, where the engine launches the
+    step's kernels one by one from its runtime (a prefill or mixed step, unless the engine
+    captures those in graphs; a decode step without CUDA graphs), ``t_host_launch`` per kernel:
+    every computing kernel of the step's layers (its costs' launches; collectives not
+    counted), per micro-batch. The per-kernel time is the engine profile's ``host_launch_us``,
+    fitted on the time to first token of published serving runs (moesym.engines)."""
+    from ..engines import load_engine
+    from ..terms.cost import KernelClass
+
+    engine = load_engine(dep.engine)
+    if not engine.eager(wl.phase, dep):
+        return S.t_step, sp.Integer(0)
+
+    def kernels(costs) -> sp.Expr:
+        return sp.Add(*[c.launches for v in costs.values() for c in v
+                        if c.kind is not KernelClass.COMM])
+
+    per_step = S.n_dense_layers * kernels(dense_costs)
+    if model.is_moe:
+        per_step += S.n_moe_layers * kernels(main_costs)
+    return S.t_step, n * per_step * S.t_host_launch
 
 
 def _report(timing: TimeModel) -> None:

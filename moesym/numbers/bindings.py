@@ -108,7 +108,8 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
     from ..specs.precision import FORMATS, bytes_per_element, file_type_bytes, storage_format
 
     capacity_bytes = hw.hbm_capacity_bytes
-    hw = load_engine(dep.engine).hardware(hw)  # the engine's kernel switches
+    engine = load_engine(dep.engine)
+    hw = engine.hardware(hw)  # the engine's kernel switches
     calib = kernel_calib(hw)
     recipe, stored, compute = _formats(model, hw, dep)
     for fmt in sorted(recipe.formats()):  # say what runs: the answer is not the one for that format
@@ -152,7 +153,9 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
         S.eff_up: hw.efficiency.scale_up, S.eff_out: hw.efficiency.scale_out,
         S.eff_serve: hw.efficiency.serving,
         S.lat_up: hw.latency.scale_up_s, S.lat_out: hw.latency.scale_out_s,
-        S.t_kernel: hw.latency.kernel_s, S.t_layer: hw.latency.layer_s, S.t_step: hw.latency.step_s,
+        S.t_kernel: hw.latency.kernel_s, S.t_layer: hw.latency.layer_s,
+        S.t_step: hw.latency.step_s if engine.host_step_s is None else engine.host_step_s,
+        S.t_host_launch: engine.host_launch(hw.vendor),
         S.zipf_s: dep.routing.s, S.host_bw: hw.host_link_Bps,
         S.host_dram_bw: hw.host_dram_Bps or 1.0, S.host_flops: hw.host_flops or 1.0,
         S.comm_sms: float(COMM_SMS),

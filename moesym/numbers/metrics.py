@@ -252,7 +252,7 @@ def bound_shares(nums, values, model, deployment) -> dict:
     exposed = float(nums["layer_s"]) - float(nums["layer_compute_s"])
     shares["communication"] += max(exposed, 0.0) * layers
     host = values.get(N.t_step, 0.0)
-    overlapped = host_overlapped(deployment.engine)
+    overlapped = host_overlapped(deployment)
     shares["overhead"] += (0.0 if overlapped else host) + values.get(N.t_layer, 0.0) * layers
     serving = values.get(N.eff_serve, 1.0)
     shares["overhead"] += sum(shares.values()) * (1 / serving - 1)

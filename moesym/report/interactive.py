@@ -421,7 +421,7 @@ def _data(model, hw, dep, wl, argv) -> dict:
         "hwToml": hw_file.read_text(encoding="utf-8") if hw_file else None,
         "layers": model.moe_layers if model.is_moe else model.dense_layers,
         "isMoe": model.is_moe, "pp": dep.pp, "cp": dep.cp,
-        "hostOverlapped": bool(host_overlapped(dep.engine)),
+        "hostOverlapped": bool(host_overlapped(dep)),
         "capacity": hw.hbm_capacity_bytes,
         "chunk": wl.chunk if given_chunk else 0,
         "start": {"work": wl.tokens if prefill else wl.batch, "context": wl.context,

@@ -283,14 +283,17 @@ class ServingCase:
     measured: dict
     source: str = _INFERENCEX
     setup: str = ""
-    num_prompts: int = 0  # 0: 10 x concurrency (the count is not published; assumed)
+    num_prompts: int = 0  # 0: 10 x concurrency (InferenceX's scripts: --num-prompts CONC x 10)
+    # lengths drawn uniformly in [R N, N] (the benchmark's --random-range-ratio; 0: fixed N)
+    range_ratio: float = 0.8
 
 
 def _r1(c: int, measured: dict) -> ServingCase:
     return ServingCase(f"deepseek-r1-h200x8-sglang-c{c}", "deepseek-v3", "h200",
-                       Deployment(gpus=8, tp=8, ep=1, weights="fp8", engine="sglang"), 1024, 1024,
-                       c, measured, setup="DeepSeek-R1-0528 FP8 (DeepSeek-V3 architecture), 8 x "
-                       "H200, SGLang 0.5.7, TP8 EP1, 1024/1024")
+                       Deployment(gpus=8, tp=8, ep=1, weights="fp8", engine="sglang-0.5.9"),
+                       1024, 1024, c, measured, setup="DeepSeek-R1-0528 FP8 (DeepSeek-V3 "
+                       "architecture), 8 x H200, SGLang 0.5.7 (simulated as 0.5.9, the nearest "
+                       "version read), TP8 EP1, 1024/1024, lengths in [0.8 N, N]")
 
 
 def _oss(c: int, measured: dict) -> ServingCase:
@@ -317,13 +320,15 @@ def validate_serving(cases=SERVING_CASES, seed: int = 0) -> list[dict]:
     profile); one row per published metric with the signed relative error. Nothing is
     fitted on these cases."""
     from ..serving import simulate
-    from ..serving.clients import Client
+    from ..serving.clients import Client, range_ratio
 
     rows = []
     for c in cases:
         client = Client(concurrency=c.concurrency, num_prompts=c.num_prompts or 10 * c.concurrency)
+        isl, osl = ((range_ratio(c.isl, c.range_ratio), range_ratio(c.osl, c.range_ratio))
+                    if c.range_ratio else (str(c.isl), str(c.osl)))
         r = simulate(load_model(c.model), load_hardware(c.hardware), c.deployment, client,
-                     str(c.isl), str(c.osl), seed=seed, timeline_points=1)
+                     isl, osl, seed=seed, timeline_points=1)
         for metric, meas in c.measured.items():
             head, _, stat = metric.partition(".")
             pred = r[head][stat] if stat else r[head]

@@ -21,18 +21,19 @@ __all__ = ["DisaggregatedSimulation", "Simulation", "kv_transfer_s", "simulate",
 class Simulation:
     """One replica of ``dep`` running ``engine`` (a name, a profile file or an
     :class:`moesym.engines.EngineProfile`; default the deployment's): its compiled step models are built once and every
-    :meth:`run` reuses them. ``chunk`` / ``max_running``: the user's overrides of the
-    engine's prompt tokens per step and request cap."""
+    :meth:`run` reuses them. ``launch``: the server's launch flags over the engine's defaults
+    (:class:`moesym.serving.engine.Launch`)."""
 
-    def __init__(self, model, hw, dep, engine=None, *, chunk: int | None = None,
-                 max_running: int | None = None):
+    def __init__(self, model, hw, dep, engine=None, *, launch=None):
+        from .engine import Launch
+
         engine = dep.engine if engine is None else engine
         if isinstance(engine, str):
             from ..engines import load_engine
 
             engine = load_engine(engine)
         self.model, self.hw, self.dep, self.profile = model, hw, dep, engine
-        self.chunk, self.max_running = chunk, max_running
+        self.launch = launch or Launch()
         self._timers: dict = {}
         self.cfg = None
 
@@ -61,7 +62,7 @@ class Simulation:
         self.cfg = cfg = scheduler_config(
             self.profile, self.model, self.hw, self.dep,
             mean_len=float(np.mean(isl_a) + np.mean(osl_a) / 2), max_len=int(np.max(isl_a)),
-            chunk=self.chunk, max_running=self.max_running)
+            launch=self.launch)
         timer = self._timers.get(cfg.chunk_tokens)
         if timer is None:
             timer = self._timers[cfg.chunk_tokens] = ModelTimer(self.model, self.hw, self.dep,
@@ -70,7 +71,7 @@ class Simulation:
         return cfg, timer
 
     def run(self, client, isl="1024", osl="1024", *, seed: int = 0, pairs: str | None = None,
-            fold: bool = True):
+            fold: bool = True, itl: bool = True):
         """The :class:`moesym.serving.simulator.Run` of ``client`` sending requests of lengths
         ``isl`` / ``osl`` (as :func:`.clients.lengths`). ``fold``: where every attention DP
         rank runs the same load (a closed loop whose concurrency and prompts split evenly over
@@ -83,11 +84,13 @@ class Simulation:
         isl_a, osl_a, arrivals = self.requests(client, isl, osl, seed, pairs)
         cfg, timer = self.configure(isl_a, osl_a)
         dp, n = self.dep.dp, len(isl_a)
+        times = step_times(cfg, timer)
         if (fold and dp > 1 and client.closed and client.concurrency % dp == 0 and n % dp == 0
                 and (isl_a == isl_a[0]).all() and (osl_a == osl_a[0]).all()):
             one = replace(client, concurrency=client.concurrency // dp, num_prompts=n // dp)
-            return replicate(run(cfg, 1, one, isl_a[:n // dp], osl_a[:n // dp], timer.times), dp)
-        return run(cfg, dp, client, isl_a, osl_a, timer.times, arrivals)
+            return replicate(run(cfg, 1, one, isl_a[:n // dp], osl_a[:n // dp], times,
+                                 itl=itl), dp)
+        return run(cfg, dp, client, isl_a, osl_a, times, arrivals, itl)
 
     def engine_summary(self) -> dict:
         """The engine's numbers as the last run resolved them."""
@@ -101,17 +104,29 @@ class Simulation:
                 "dp_ranks": self.dep.dp}
 
 
-def kv_transfer_s(model, hw, dep_prefill, isl) -> np.ndarray:
+def step_times(cfg, timer):
+    """What times a run's steps: each step's GPU and host time under an overlap scheduler (the
+    simulation runs each step's launches beside the previous step's GPU work), else its
+    time."""
+    return timer.gpu_host if cfg.recv_lag else timer.times
+
+
+def kv_transfer_s(model, hw, dep_prefill, isl, gpus: int | None = None) -> np.ndarray:
     """Seconds to send each prompt's KV from a prefill rank to a decode rank: every GPU of the
-    rank sends its share (``isl`` x its KV bytes per token) over its scale-out link at the
-    link's efficiency, after the link's latency."""
+    rank sends its share (``isl`` x its KV bytes per token) over its link at the link's
+    efficiency, after the link's latency: the scale-up link where all ``gpus`` of the
+    disaggregated deployment fit in one scale-up domain (a GB200 NVL72 rack: NVLink, as NIXL
+    moves it there), else the scale-out link."""
     from ..memory import memory_model
     from ..specs.deployment import Phase, Workload
 
     per_token = memory_model(model, hw, dep_prefill, Workload(Phase.DECODE, batch=1,
                                                                context=1)).parts()["kv_per_token"]
-    rate = hw.scale_out_Bps * hw.efficiency.scale_out
-    return np.asarray(isl, dtype=float) * per_token / rate + hw.latency.scale_out_s
+    if gpus is not None and gpus <= hw.scale_up_domain_gpus:
+        rate, lat = hw.scale_up_Bps * hw.efficiency.scale_up, hw.latency.scale_up_s
+    else:
+        rate, lat = hw.scale_out_Bps * hw.efficiency.scale_out, hw.latency.scale_out_s
+    return np.asarray(isl, dtype=float) * per_token / rate + lat
 
 
 class DisaggregatedSimulation:
@@ -120,13 +135,22 @@ class DisaggregatedSimulation:
     a client and gives the :class:`.simulator.Run` and the run's disaggregation numbers."""
 
     def __init__(self, model, hw, dep_prefill, dep_decode, replicas: tuple, engine=None, *,
-                 chunk: int | None = None, max_running: int | None = None):
-        self.pre = Simulation(model, hw, dep_prefill, engine, chunk=chunk)
-        self.dec = Simulation(model, hw, dep_decode, self.pre.profile, max_running=max_running)
+                 launch=None, launch_prefill=None):
+        from dataclasses import replace
+
+        from .engine import Launch
+
+        launch = launch or Launch()
+        # a prefill replica takes the prompt flags (chunk), a decode replica the rest
+        launch_prefill = launch_prefill or Launch(chunk=launch.chunk)
+        self.pre = Simulation(model, hw, dep_prefill, engine, launch=launch_prefill)
+        self.dec = Simulation(model, hw, dep_decode, self.pre.profile,
+                              launch=replace(launch, chunk=None))
         self.model, self.hw, self.replicas = model, hw, tuple(replicas)
         self.gpus = replicas[0] * dep_prefill.gpus + replicas[1] * dep_decode.gpus
 
-    def run(self, client, isl="1024", osl="1024", *, seed: int = 0, pairs: str | None = None):
+    def run(self, client, isl="1024", osl="1024", *, seed: int = 0, pairs: str | None = None,
+            itl: bool = True):
         from ..specs.deployment import Phase
         from .disagg import run_disaggregated
 
@@ -134,10 +158,11 @@ class DisaggregatedSimulation:
         isl_a, osl_a, arrivals = pre.requests(client, isl, osl, seed, pairs)
         cfg_p, timer_p = pre.configure(isl_a, osl_a, (Phase.PREFILL,))
         cfg_d, timer_d = dec.configure(isl_a, osl_a, (Phase.DECODE,))
-        xfer = kv_transfer_s(self.model, self.hw, pre.dep, isl_a)
+        xfer = kv_transfer_s(self.model, self.hw, pre.dep, isl_a, self.gpus)
         r, info = run_disaggregated((cfg_p, cfg_d), (pre.dep.dp, dec.dep.dp), self.replicas,
-                                    client, isl_a, osl_a, (timer_p.times, timer_d.times), xfer,
-                                    arrivals)
+                                    client, isl_a, osl_a,
+                                    (step_times(cfg_p, timer_p), step_times(cfg_d, timer_d)),
+                                    xfer, arrivals, itl)
         return r, {"prefill_replicas": self.replicas[0], "decode_replicas": self.replicas[1],
                    "prefill_gpus": pre.dep.gpus, "decode_gpus": dec.dep.gpus, "gpus": self.gpus,
                    "prefill_chunk_tokens": cfg_p.chunk_tokens, **info}
@@ -145,17 +170,18 @@ class DisaggregatedSimulation:
 
 def simulate_disaggregated(model, hw, dep_prefill, dep_decode, replicas: tuple, client,
                            isl="1024", osl="1024", *, engine=None, seed: int = 0,
-                           pairs: str | None = None, chunk: int | None = None,
-                           max_running: int | None = None, limits: dict | None = None,
-                           timeline_points: int = 500, warmup: int = 0) -> dict:
+                           pairs: str | None = None, launch=None, launch_prefill=None,
+                           limits: dict | None = None,
+                           timeline_points: int = 500, warmup: int = 0,
+                           itl: bool = True) -> dict:
     """``replicas = (P, D)`` prefill replicas of ``dep_prefill`` and decode replicas of
     ``dep_decode`` (:class:`DisaggregatedSimulation`); the report as :func:`simulate`'s, per
     GPU of all P + D replicas, plus ``disaggregation``."""
     from .stats import report, timeline
 
     sim = DisaggregatedSimulation(model, hw, dep_prefill, dep_decode, replicas, engine,
-                                  chunk=chunk, max_running=max_running)
-    r, info = sim.run(client, isl, osl, seed=seed, pairs=pairs)
+                                  launch=launch, launch_prefill=launch_prefill)
+    r, info = sim.run(client, isl, osl, seed=seed, pairs=pairs, itl=itl)
     out = report(r, sim.gpus, limits, warmup)
     out["timeline"] = timeline(r, timeline_points)
     out["engine"] = sim.dec.engine_summary()
@@ -164,16 +190,17 @@ def simulate_disaggregated(model, hw, dep_prefill, dep_decode, replicas: tuple, 
 
 
 def simulate(model, hw, dep, client, isl="1024", osl="1024", *, engine=None, seed: int = 0,
-             pairs: str | None = None, chunk: int | None = None, max_running: int | None = None,
-             limits: dict | None = None, timeline_points: int = 500, warmup: int = 0) -> dict:
+             pairs: str | None = None, launch=None,
+             limits: dict | None = None, timeline_points: int = 500, warmup: int = 0,
+             itl: bool = True) -> dict:
     """Simulate ``client`` (:class:`moesym.serving.clients.Client`) against one replica of
     ``dep`` running ``engine``; lengths as :func:`.clients.lengths`. Returns the benchmark
     report of :func:`.stats.report` (the first ``warmup`` requests not measured) plus
-    ``timeline`` and ``engine``."""
+    ``timeline`` and ``engine``; ``itl`` False keeps no per-token times (no ITL)."""
     from .stats import report, timeline
 
-    sim = Simulation(model, hw, dep, engine, chunk=chunk, max_running=max_running)
-    r = sim.run(client, isl, osl, seed=seed, pairs=pairs)
+    sim = Simulation(model, hw, dep, engine, launch=launch)
+    r = sim.run(client, isl, osl, seed=seed, pairs=pairs, itl=itl)
     out = report(r, dep.gpus, limits, warmup)
     out["timeline"] = timeline(r, timeline_points)
     out["engine"] = sim.engine_summary()

@@ -33,19 +33,21 @@ __all__ = ["run_disaggregated"]
 
 def _next_finish_steps(st: EngineState) -> float:
     """Fewest decode steps until a request of this decode replica finishes (inf: none held).
-    A waiting request finishes in the step it joins (1), or as it joins when it has no token
-    left to decode (0: a one-token output)."""
+    A waiting (or arrived, not yet received) request finishes in the step it joins (1), or as
+    it joins when it has no token left to decode (0: a one-token output)."""
     best = math.inf
     for rk in st.ranks:
         if rk.heap:
             best = min(best, max(1, rk.heap[0][0] - rk.D))
         for rid in rk.waiting:
             best = min(best, 1 if st.left[rid] else 0)
+    for _, _, rid in st.inbox:  # arrived, not yet received: joins no earlier
+        best = min(best, 1 if st.left[rid] else 0)
     return best
 
 
 def run_disaggregated(cfgs: tuple, ranks: tuple, replicas: tuple, client, isl, osl,
-                      times_fns: tuple, transfer_s, arrivals_s=None) -> tuple:
+                      times_fns: tuple, transfer_s, arrivals_s=None, itl: bool = True) -> tuple:
     """``cfgs``, ``ranks``, ``replicas``, ``times_fns``: (prefill, decode) pairs;
     ``transfer_s``: each request's KV transfer time. Returns (the :class:`Run` as the client
     sees it, with the decode replicas' steps concatenated; per-replica prefill and decode
@@ -54,8 +56,11 @@ def run_disaggregated(cfgs: tuple, ranks: tuple, replicas: tuple, client, isl, o
     (cfg_p, cfg_d), (rp, rd), (np_, nd), (t_p, t_d) = cfgs, ranks, replicas, times_fns
     P = [Side(EngineState(cfg_p, rp, isl, [1] * n), t_p) for _ in range(np_)]
     D = [Side(EngineState(cfg_d, rd, isl, osl, prefilled=True), t_d) for _ in range(nd)]
-    tmin_p = 0.999 * float(t_p(*np.array([[PREFILL], [0], [0], [1], [1]], dtype=float))[0])
-    tmin_d = 0.999 * float(t_d(*np.array([[DECODE], [1], [1], [0], [0]], dtype=float))[0])
+    # the least step of each side (a step is never shorter than its GPU time)
+    tmin_p = 0.999 * float(np.ravel(t_p(*np.array([[PREFILL], [0], [0], [1], [1]],
+                                                  dtype=float)))[0])
+    tmin_d = 0.999 * float(np.ravel(t_d(*np.array([[DECODE], [1], [1], [0], [0]],
+                                                  dtype=float)))[0])
     xfer_min = float(np.min(transfer_s))
     # a request of one output token finishes as it joins a decode replica (no decode step)
     tmin_join = tmin_d if int(np.min(osl)) > 1 else 0.0
@@ -65,8 +70,11 @@ def run_disaggregated(cfgs: tuple, ranks: tuple, replicas: tuple, client, isl, o
     where_d = np.full(n, -1)
     sent = 0
 
+    where_p = np.full(n, -1)
+
     def send_to_prefill(rid, t):
         arrival[rid] = t
+        where_p[rid] = route["p"] % np_
         P[route["p"] % np_].push(t, rid)
         route["p"] += 1
 
@@ -173,9 +181,9 @@ def run_disaggregated(cfgs: tuple, ranks: tuple, replicas: tuple, client, isl, o
         st = side.st
         first[mine] = start[np.asarray(st.first_step)[mine]]
         finish[mine] = (start + dur)[np.asarray(st.finish_step)[mine]]
-        times = _token_times(st, start + dur, first, mine)
-        for rid, tt in zip(mine, times):
-            token_times[rid] = tt
+        if itl:
+            for rid, tt in zip(mine, _token_times(st, start + dur, first, mine)):
+                token_times[rid] = tt
         parts.append((start, dur, steps))
     order = np.argsort(np.concatenate([p[0] for p in parts]), kind="stable")
     start = np.concatenate([p[0] for p in parts])[order]
@@ -183,8 +191,16 @@ def run_disaggregated(cfgs: tuple, ranks: tuple, replicas: tuple, client, isl, o
     width = max(p[2].shape[1] for p in parts)
     steps = np.concatenate([np.pad(p[2], ((0, 0), (0, width - p[2].shape[1]), (0, 0)))
                             for p in parts])[order]
-    r = _result(arrival, first, finish, isl, osl, token_times, start, dur, steps,
+    r = _result(arrival, first, finish, isl, osl, token_times if itl else [], start, dur, steps,
                 sum(s.st.preemptions for s in D))
+    r.received_s, r.started_s = np.zeros(n), np.zeros(n)
+    for j, side in enumerate(P):
+        p_start = side.steps()[0]
+        mine = np.flatnonzero(where_p == j)
+        r.received_s[mine] = p_start[np.asarray(side.st.received_step)[mine]]
+        r.started_s[mine] = p_start[np.asarray(side.st.started_step)[mine]]
+    r.at_decode_s = at_decode
+    r.prefilled_s = at_decode - np.asarray(transfer_s, dtype=float)
     info = {"prefill_steps": [s.st.step_index for s in P],
             "decode_steps": [s.st.step_index for s in D],
             "kv_transfer_ms": {"mean": float(np.mean(transfer_s)) * 1e3,

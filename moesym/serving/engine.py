@@ -19,15 +19,67 @@ simulation schedules by, for one model, GPU and deployment.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from ..errors import MoesymError
 from .scheduler import SchedulerConfig
 
-__all__ = ["scheduler_config", "kv_capacity_tokens"]
+__all__ = ["Launch", "scheduler_config", "kv_capacity_tokens"]
 
 
-def kv_capacity_tokens(model, hw, dep, context: int, profile=None, chunk: int = 0) -> float:
-    """KV tokens one attention DP rank holds (each GPU of the rank holding its share)."""
+@dataclass(frozen=True)
+class Launch:
+    """The server's launch flags that override its engine profile's defaults (None: the
+    profile's): prompt tokens per step (``chunk``: SGLang --chunked-prefill-size / vLLM and
+    TensorRT-LLM chunked prefill), requests held (``max_running``: --max-running-requests,
+    --max-num-seqs, max_batch_size), tokens per step (``step_tokens``: vLLM
+    --max-num-batched-tokens, TensorRT-LLM max_num_tokens), the receive interval (SGLang
+    --scheduler-recv-interval), the memory share of the KV pool (``kv_fraction``: SGLang
+    --mem-fraction-static, vLLM --gpu-memory-utilization, TensorRT-LLM
+    free_gpu_memory_fraction, each of what the profile's kv_memory_basis names) and the largest
+    decode batch captured as a CUDA graph (``cuda_graph_max_bs``), and the attention-DP balance
+    (``dp_balance_steps``: TensorRT-LLM's attention_dp_config enable_balance, its
+    timeout_iters; 0 off)."""
+
+    chunk: int | None = None
+    max_running: int | None = None
+    step_tokens: int | None = None
+    recv_interval: int | None = None
+    kv_fraction: float | None = None
+    cuda_graph_max_bs: int | None = None
+    dp_balance_steps: int = 0
+
+    def __post_init__(self):
+        for name in ("chunk", "max_running", "step_tokens", "recv_interval", "cuda_graph_max_bs"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or int(v) != v or v < 1):
+                raise MoesymError(f"engine launch setting {name} = {v!r}: must be a whole "
+                                  "number >= 1")
+        if isinstance(self.dp_balance_steps, bool) or int(self.dp_balance_steps) != \
+                self.dp_balance_steps or self.dp_balance_steps < 0:
+            raise MoesymError(f"engine launch setting dp_balance_steps = "
+                              f"{self.dp_balance_steps!r}: must be a whole number >= 0")
+        if self.kv_fraction is not None and not 0 < self.kv_fraction <= 1:
+            raise MoesymError(f"engine launch setting kv_fraction = {self.kv_fraction!r}: the "
+                              "memory share must be in (0, 1]")
+
+
+def graph_sizes(profile, dep, launch: Launch = Launch()) -> tuple:
+    """The decode batch sizes the engine captures on this deployment (none without graphs),
+    cut at the launch's largest captured batch."""
+    if not dep.cuda_graphs:
+        return ()
+    sizes = tuple(profile.graph_batch_sizes(dep.tp))
+    if launch.cuda_graph_max_bs is not None:
+        sizes = tuple(b for b in sizes if b <= launch.cuda_graph_max_bs)
+    return sizes
+
+
+def kv_capacity_tokens(model, hw, dep, context: int, profile=None, chunk: int = 0,
+                       launch: Launch = Launch()) -> float:
+    """KV tokens one attention DP rank holds (each GPU of the rank holding its share): the
+    engine's own pool (its share of memory, less what that share must also hold) where an
+    engine ``profile`` is given, else moesym's memory model's."""
     from ..memory import memory_model
     from ..specs.deployment import Phase, Workload
 
@@ -38,25 +90,27 @@ def kv_capacity_tokens(model, hw, dep, context: int, profile=None, chunk: int = 
     pool = p["kv_pool"]
     if profile is not None:
         hbm = hw.hbm_capacity_bytes
-        frac = profile.memory_fraction(hbm, chunk_tokens=chunk * dep.dp, tp=dep.tp, pp=dep.pp,
-                                       attn_dp=dep.dp, mla=bool(model.kv_lora_rank),
-                                       deepep=dep.ep > 1 and dep.ep >= dep.stage_gpus)
+        sizes = graph_sizes(profile, dep, launch)
+        frac = launch.kv_fraction or profile.memory_fraction(
+            hbm, chunk_tokens=chunk * dep.dp, tp=dep.tp, pp=dep.pp, attn_dp=dep.dp,
+            mla=bool(model.kv_lora_rank), deepep=dep.ep > 1 and dep.ep >= dep.stage_gpus,
+            decode_graph_max_batch=sizes[-1] if sizes else 0)
         weights = sum(p["weights"].values())
         used = weights + sum(p["activation"].values()) + sum(p["workspace"].values())
         engine_pool = {"weights-kv": frac * hbm - weights,
                        "weights-kv-activations": frac * hbm - used,
                        "free-after-weights": frac * (hbm - used - sum(p["comm"].values()))
                        }[profile.kv_memory_basis]
-        pool = min(pool, engine_pool)
+        pool = engine_pool
     return max(0.0, pool) / per_token
 
 
 def scheduler_config(profile, model, hw, dep, *, mean_len: float, max_len: int,
-                     chunk: int | None = None, max_running: int | None = None,
-                     step_tokens: int | None = None) -> SchedulerConfig:
-    """The scheduling numbers of ``profile`` on this deployment; explicit ``chunk``,
-    ``max_running`` and ``step_tokens`` (the user's flags) override the profile's.
-    ``mean_len``: the run's mean KV length of a request; ``max_len``: its longest prompt."""
+                     launch: Launch = Launch()) -> SchedulerConfig:
+    """The scheduling numbers of ``profile`` on this deployment, the ``launch`` flags over
+    the profile's defaults. ``mean_len``: the run's mean KV length of a request; ``max_len``:
+    its longest prompt."""
+    chunk, max_running, step_tokens = launch.chunk, launch.max_running, launch.step_tokens
     from ..numbers.metrics import accepted_tokens, engine_chunk
 
     budget = step_tokens or profile.step_token_budget
@@ -67,23 +121,33 @@ def scheduler_config(profile, model, hw, dep, *, mean_len: float, max_len: int,
                               f"{max_len}-token prompt exceeds its {chunk}-token step; pass "
                               "--chunk N (the engine's chunked prefill)")
     budget = budget or chunk
-    cap = kv_capacity_tokens(model, hw, dep, int(mean_len), profile, chunk)
+    cap = kv_capacity_tokens(model, hw, dep, int(mean_len), profile, chunk, launch)
     if cap < max_len + 1:
         raise MoesymError(f"{model.name} on {dep.gpus} x {hw.name}: the KV of one "
                           f"{max_len}-token prompt does not fit beside the weights "
                           f"({cap:.0f} tokens per rank; see moesym memory): add GPUs, "
                           "use --kv fp8 or lower --weights")
-    held = max_running or profile.running_requests(int(cap), int(max(1, mean_len)))
+    held = max_running or (profile.max_running_requests_speculative if dep.mtp else None) \
+        or profile.running_requests(int(cap), int(max(1, mean_len)))
+    interval = launch.recv_interval or profile.recv_interval
+    if interval > 1 and dep.dp > 1:
+        raise MoesymError(f"a receive interval of {interval} steps with {dep.dp} attention "
+                          "data-parallel ranks: SGLang receives every step under DP attention "
+                          "(its recv skipper asserts no DP attention); drop "
+                          "--scheduler-recv-interval or use --tp = --gpus")
     if profile.kv_full == "hold":
         reserve = 1.0
     elif profile.kv_full == "retract":
         reserve = 1.0 if profile.ignore_eos_full_reserve else float(profile.new_token_ratio_init)
     else:
         reserve = 0.0
-    sizes = tuple(profile.graph_batch_sizes(dep.tp)) if dep.cuda_graphs else ()
+    sizes = graph_sizes(profile, dep, launch)
     return SchedulerConfig(policy=profile.policy, mixed_chunk=bool(profile.mixed_chunk),
                            chunk_tokens=int(chunk), step_tokens=int(max(budget, 1)),
                            max_running=int(held), kv_capacity_tokens=cap, kv_reserve=reserve,
                            accepted=accepted_tokens(dep),
                            graph_sizes=sizes if profile.cuda_graph_padding else (),
-                           dp_routing=profile.dp_routing)
+                           dp_routing=profile.dp_routing,
+                           recv_lag=int(profile.overlapped(bool(dep.mtp))),
+                           recv_interval=interval,
+                           dp_balance_steps=int(launch.dp_balance_steps))

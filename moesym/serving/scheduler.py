@@ -24,6 +24,23 @@ step emits per request, speculative decoding's accepted length) and finishes at 
 ``m = ceil((osl - 1) / a)`` (the prefill's last chunk emits the first token), so a step costs
 O(log n) per finishing request, not O(n) per running one.
 
+Arrivals reach a rank's queue when the engine's loop receives them, not when they are sent
+(:meth:`EngineState.admit`): a request that arrives while the engine runs step ``k`` can join
+step ``k + 1`` at the earliest, or step ``k + 2`` under an overlap scheduler (``recv_lag`` 1:
+the engine formed step ``k + 1`` while step ``k`` ran, before the request was there; SGLang
+0.5.9 managers/scheduler.py event_loop_overlap receives, forms and launches batch ``k + 1``
+while batch ``k`` runs); a closed-loop client's replacement for a request that finished in
+step ``s`` arrives during step ``s + 1`` (the client's round trip is not instantaneous). With
+``recv_interval`` K > 1 the engine looks for new requests only once its counter reaches K: a
+decode step adds 1, a step that prefills adds K (SGLang's ``--scheduler-recv-interval``,
+managers/scheduler_recv_skipper.py: decode 1, extend 1000), so arrivals wait up to K decode
+steps. An idle engine's loop spins and receives at once.
+
+Attention-DP balance (``dp_balance_steps`` N > 0, TensorRT-LLM's ``attention_dp_config``
+``enable_balance`` with ``timeout_iters`` N): with several ranks, new prompts wait until every
+rank has one waiting (so the ranks prefill together and no rank's decodes wait for another's
+prefill), unless a rank has nothing to decode, or for at most N steps.
+
 KV admission (``kv_reserve``): a prompt is admitted when the KV in use, plus ``kv_reserve``
 times the decoding requests' remaining output, plus the new prompt and ``kv_reserve`` times its
 output, fits the rank's KV capacity; ``kv_reserve = 1`` never runs out (TensorRT-LLM's
@@ -60,10 +77,15 @@ class SchedulerConfig:
     accepted: float = 1.0                  # tokens one decode step emits per request
     graph_sizes: tuple = ()                # captured decode batch sizes (ascending)
     dp_routing: str = "round-robin"        # or "shortest-queue"
+    recv_lag: int = 0                      # 1: an overlap scheduler formed the next step already
+    recv_interval: int = 1                 # the engine receives once its counter reaches this
+    dp_balance_steps: int = 0              # attention-DP balance: hold new prompts up to this
 
     def __post_init__(self):
         if self.policy not in ("prefill-first", "decode-first"):
             raise ValueError(f"policy {self.policy!r}: prefill-first or decode-first")
+        if self.recv_lag not in (0, 1) or self.recv_interval < 1:
+            raise ValueError("recv_lag is 0 or 1 and recv_interval at least 1")
 
 
 #: the fields of one rank's step, in the order :meth:`EngineState.step` gives them: its kind
@@ -112,13 +134,48 @@ class EngineState:
         self.preemptions = 0
         self.step_index = 0
         self.on_finish = None    # callback(request id, step index): a closed-loop client
+        self.inbox: list = []    # (first step it can join, sequence, request): sent, not received
+        self._seq = 0
+        self._recv_count = 0     # the receive counter (recv_interval > 1)
+        self._held = 0           # steps new prompts have been held for the DP balance
+        self._hold = False
+        self.received_step = [-1] * self.n   # the step whose formation received each request
+        self.started_step = [-1] * self.n    # the step that began its prefill (or, prefilled,
+        # the step it joined the decoding requests)
         self._rr = 0
         self._finished: list = []
         self.finished_at: list[list] = []   # per step: the requests it finished
 
     # -- arrivals --------------------------------------------------------------------------
+    def arrive(self, rid: int, during_step: int | None = None) -> None:
+        """Request ``rid`` reaches the engine while step ``during_step`` runs (None: the engine
+        is idle, or the step about to be formed has not started): it can join the step after
+        that one, or one step later under an overlap scheduler, once the engine receives."""
+        if during_step is None:
+            first = self.step_index
+        else:
+            first = during_step + 1 + self.cfg.recv_lag
+        heapq.heappush(self.inbox, (first, self._seq, rid))
+        self._seq += 1
+
+    def _receive(self, s: int) -> None:
+        """The engine's receive before forming step ``s``: every request it can see joins a
+        rank's queue in arrival order. An idle engine receives every request that has
+        arrived at once (its loop spins); a busy one only when its counter allows."""
+        idle = not any(rk.waiting or rk.prefilling or rk.decoding for rk in self.ranks)
+        if not idle and self.cfg.recv_interval > 1:
+            if self._recv_count < self.cfg.recv_interval:
+                return
+        self._recv_count = 0
+        ready = []
+        while self.inbox and (idle or self.inbox[0][0] <= s):
+            ready.append(heapq.heappop(self.inbox))
+        for _, _, rid in sorted(ready, key=lambda x: x[1]):
+            self.received_step[rid] = s
+            self.admit(rid)
+
     def admit(self, rid: int) -> None:
-        """Request ``rid`` has arrived: route it to a rank's queue."""
+        """Request ``rid`` is received: route it to a rank's queue."""
         if self.cfg.dp_routing == "shortest-queue":
             r = min(range(len(self.ranks)), key=lambda i: self._load(self.ranks[i]))
         else:
@@ -132,7 +189,8 @@ class EngineState:
         return len(rk.waiting) + len(rk.prefilling) + len(rk.decoding)
 
     def busy(self) -> bool:
-        return any(rk.waiting or rk.prefilling or rk.decoding for rk in self.ranks)
+        return bool(self.inbox) or any(rk.waiting or rk.prefilling or rk.decoding
+                                       for rk in self.ranks)
 
     # -- KV --------------------------------------------------------------------------------
     def _kv_decoding(self, rk: _Rank) -> float:
@@ -156,7 +214,12 @@ class EngineState:
         """Run one step on every rank: per rank a tuple of :data:`STEP_FIELDS` (step index
         ``self.step_index``)."""
         s = self.step_index
+        self._receive(s)
+        self._hold = self._balance_hold()
         out = [self._rank_step(rk, r, s) for r, rk in enumerate(self.ranks)]
+        if self.cfg.recv_interval > 1:  # decode (or idle) counts 1, a step that prefills K
+            prefills = any(o[0] in (PREFILL, MIXED) for o in out)
+            self._recv_count += self.cfg.recv_interval if prefills else 1
         self.step_index += 1
         finished, self._finished = self._finished, []
         self.finished_at.append(finished)
@@ -200,6 +263,20 @@ class EngineState:
         return (kind, b, graph, kv_mean, tokens, prompt_len, nd + len(rk.prefilling),
                 len(rk.waiting), rk.A + a * nd * rk.D + rk.prefill_kv)
 
+    def _balance_hold(self) -> bool:
+        """Whether this step holds new prompts back for the attention-DP balance."""
+        if not self.cfg.dp_balance_steps or len(self.ranks) == 1:
+            return False
+        if not any(rk.waiting for rk in self.ranks):
+            self._held = 0
+            return False
+        if (all(rk.waiting for rk in self.ranks) or not all(rk.decoding for rk in self.ranks)
+                or self._held >= self.cfg.dp_balance_steps):
+            self._held = 0
+            return False
+        self._held += 1
+        return True
+
     def _pieces(self, rk: _Rank, budget: int, decoding: int) -> list:
         """Prompt pieces of this step: the prompts in prefill first, then new ones (first come,
         first served) while the budget, the request limit and the KV allow."""
@@ -211,13 +288,15 @@ class EngineState:
             pieces.append((rid, t))
             budget -= t
         held = decoding + len(rk.prefilling)
-        while budget > 0 and rk.waiting and held < self.cfg.max_running:
+        while budget > 0 and rk.waiting and held < self.cfg.max_running and not self._hold:
             rid = rk.waiting[0]
             if not self._fits(rk, rid):
                 break
             rk.waiting.popleft()
             rk.prefilling.append(rid)
             rk.prefill_kv += self.prompt[rid]
+            if self.started_step[rid] < 0:
+                self.started_step[rid] = self.step_index
             held += 1
             t = min(self.prompt[rid] - self.done[rid], budget)
             pieces.append((rid, t))
@@ -235,6 +314,7 @@ class EngineState:
             rk.waiting.popleft()
             if self.first_step[rid] < 0:
                 self.first_step[rid] = s
+                self.started_step[rid] = s
             if self.left[rid] == 0:
                 self._finish(rid, s)
             else:
@@ -305,29 +385,37 @@ class EngineState:
         self._finished.append(rid)
 
     # -- speculation -----------------------------------------------------------------------
+    _PER_REQUEST = ("prompt", "done", "left", "rank_of", "first_step", "finish_step", "d0",
+                    "stamp", "received_step", "started_step")
+
     def snapshot(self):
-        """Everything :meth:`step` and :meth:`admit` change, to roll back a speculative run."""
+        """Everything :meth:`step` and :meth:`admit` change, to roll back a speculative run:
+        the ranks' state, and the per-request records of the requests a step can touch (those
+        queued, prefilling or decoding on a rank, or arrived and not yet received: nothing
+        reaches the engine during a speculative run, so the others stay as they are)."""
         ranks = [(deque(rk.waiting), list(rk.prefilling), list(rk.heap), dict(rk.decoding), rk.D,
                   rk.A, rk.rem, len(rk.decode_steps), rk.prefill_kv) for rk in self.ranks]
-        per_req = (list(self.prompt), list(self.done), list(self.left), list(self.rank_of),
-                   list(self.first_step), list(self.finish_step), list(self.d0),
-                   list(self.stamp), [len(x) for x in self.segments],
-                   [len(x) for x in self.extra_emits])
-        return ranks, per_req, self.preemptions, self.step_index, self._rr
+        live = {rid for rk in self.ranks for rid in (*rk.waiting, *rk.prefilling, *rk.decoding)}
+        live.update(rid for _, _, rid in self.inbox)
+        per_req = {rid: (tuple(getattr(self, a)[rid] for a in self._PER_REQUEST),
+                         len(self.segments[rid]), len(self.extra_emits[rid])) for rid in live}
+        return (ranks, per_req, self.preemptions, self.step_index, self._rr, list(self.inbox),
+                self._seq, self._recv_count, self._held)
 
     def restore(self, snap) -> None:
-        ranks, per_req, self.preemptions, self.step_index, self._rr = snap
+        (ranks, per_req, self.preemptions, self.step_index, self._rr, inbox, self._seq,
+         self._recv_count, self._held) = snap
+        self.inbox = list(inbox)
         del self.finished_at[self.step_index:]
         for rk, (w, p, h, d, D, A, rem, nsteps, pkv) in zip(self.ranks, ranks):
             rk.waiting, rk.prefilling, rk.heap, rk.decoding = deque(w), list(p), list(h), dict(d)
             rk.D, rk.A, rk.rem, rk.prefill_kv = D, A, rem, pkv
             del rk.decode_steps[nsteps:]
-        (self.prompt, self.done, self.left, self.rank_of, self.first_step, self.finish_step,
-         self.d0, self.stamp, nseg, nemit) = (list(x) for x in per_req)
-        for lst, n in zip(self.segments, nseg):
-            del lst[n:]
-        for lst, n in zip(self.extra_emits, nemit):
-            del lst[n:]
+        for rid, (values, nseg, nemit) in per_req.items():
+            for a, v in zip(self._PER_REQUEST, values):
+                getattr(self, a)[rid] = v
+            del self.segments[rid][nseg:]
+            del self.extra_emits[rid][nemit:]
 
 
 def _padded(b: int, sizes: tuple) -> int:

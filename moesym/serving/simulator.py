@@ -47,6 +47,14 @@ class Run:
     waiting: np.ndarray
     kv_used: np.ndarray
     preemptions: int
+    # per request: when the engine took it into a queue (the start of the step it was received
+    # for) and when its prefill began (the start of the step that holds its first piece); the
+    # components of the TTFT (:func:`moesym.serving.stats.ttft_components`)
+    received_s: np.ndarray | None = None
+    started_s: np.ndarray | None = None
+    # disaggregated: when its prefill ended and when its KV reached the decode replica
+    prefilled_s: np.ndarray | None = None
+    at_decode_s: np.ndarray | None = None
 
 
 class Side:
@@ -59,12 +67,17 @@ class Side:
 
         self.st, self.times_fn, self._heap = st, times_fn, heapq
         self.t = 0.0               # end of the last committed step (or idle until)
+        self.last_end = -math.inf  # end of the last committed step
         self.last_start = -math.inf
         self.pending: list = []    # (time, sequence, request)
         self._seq = 0
         self.blocks, self.starts, self.durs = [], [], []
         self.last_step_s = 0.0
         self.late = 0              # arrivals pushed before a committed step's start
+        # an overlap scheduler's host: when it finished launching the last step, and the end of
+        # the step before the last (it launches step i once step i - 2's results are in)
+        self.launched = -math.inf
+        self.end_before = -math.inf
 
     def push(self, time: float, rid: int) -> None:
         if time < self.last_start:
@@ -87,7 +100,9 @@ class Side:
         if self.t >= horizon:  # a step starting now might miss an arrival still to come
             return range(s0, s0)
         while self.pending and self.pending[0][0] <= self.t:
-            st.admit(self._heap.heappop(self.pending)[2])
+            # it arrived while the last committed step ran (or while the engine was idle)
+            during = st.step_index - 1 if st.step_index and self.last_end >= self.t else None
+            st.arrive(self._heap.heappop(self.pending)[2], during)
             self.last_start = max(self.last_start, self.t)  # what arrives later is late
         if not st.busy():
             target = min(self.next_arrival(), horizon)
@@ -108,7 +123,9 @@ class Side:
                 break
             block.append(st.step())
         arr = np.array(block, dtype=float)  # steps x ranks x STEP_FIELDS
-        step_s = _timed(self.times_fn, arr).max(axis=1)
+        timed = _timed(self.times_fn, arr).max(axis=1)
+        state = (self.launched, self.end_before)
+        step_s = self._overlapped(timed, *state) if timed.ndim == 2 else timed
         start = self.t + np.concatenate(([0.0], np.cumsum(step_s)[:-1]))
         keep = len(block)
         if math.isfinite(bound):
@@ -117,13 +134,36 @@ class Side:
                 st.restore(snap)
                 for _ in range(keep):
                     st.step()
+        if timed.ndim == 2:  # the host's state after the kept steps
+            self._overlapped(timed[:keep], *state, commit=True)
         self.blocks.append(arr[:keep])
         self.starts.append(start[:keep])
         self.durs.append(step_s[:keep])
         self.last_start = float(start[keep - 1])
-        self.t = float(start[keep - 1] + step_s[keep - 1])
+        self.t = self.last_end = float(start[keep - 1] + step_s[keep - 1])
         self.last_step_s = float(np.mean(step_s[:keep]))
         return range(s0, s0 + keep)
+
+    def _overlapped(self, gpu_host: np.ndarray, launched: float, end_before: float,
+                    commit: bool = False) -> np.ndarray:
+        """Step durations under an overlap scheduler from each step's GPU and host time: the
+        host launches step i once it has launched step i - 1 and step i - 2 has ended (SGLang's
+        event_loop_overlap launches batch i, then waits for batch i - 1's results), and step i
+        ends when its GPU work, started after step i - 1, is done and its last kernel launched:
+        E_i = max(E_{i-1} + gpu_i, max(E_{i-2}, L_{i-1}) + host_i), L_i = max(E_{i-2},
+        L_{i-1}) + host_i. After an idle spell the host is free at once."""
+        end = self.t
+        if self.last_end < self.t:  # idle (or before the first step): nothing in flight
+            launched = end_before = end
+        out = np.empty(len(gpu_host))
+        for i, (g, h) in enumerate(gpu_host):
+            start_launch = max(end_before, launched) + h
+            new_end = max(end + g, start_launch)
+            out[i] = new_end - end
+            launched, end_before, end = start_launch, end, new_end
+        if commit:
+            self.launched, self.end_before = launched, end_before
+        return out
 
     def steps(self) -> tuple:
         """(start, duration, contents steps x ranks x STEP_FIELDS) of the committed steps."""
@@ -135,11 +175,12 @@ class Side:
 
 
 def run(cfg: SchedulerConfig, ranks: int, client: Client, isl, osl, times_fn,
-        arrivals_s=None) -> Run:
+        arrivals_s=None, itl: bool = True) -> Run:
     """Simulate ``client`` sending requests of lengths ``isl``/``osl`` (arrays, one entry
     per request in sending order) to an engine of ``ranks`` attention DP ranks scheduled by
     ``cfg``; ``times_fn(kind, batch, kv_mean, tokens, prompt_len)`` times rank steps (arrays,
-    steps x ranks). ``arrivals_s``: an open-loop client's arrival times."""
+    steps x ranks). ``arrivals_s``: an open-loop client's arrival times. ``itl`` False: no
+    per-token times kept (no ITL; a long run's memory)."""
     n = len(isl)
     st = EngineState(cfg, ranks, isl, osl)
     side = Side(st, times_fn)
@@ -147,16 +188,16 @@ def run(cfg: SchedulerConfig, ranks: int, client: Client, isl, osl, times_fn,
     arrival_step = np.full(n, -1)  # closed loop: arrives at the end of this step (-1: at 0)
     sent = 0
     if client.closed:
-        def replace(rid, s):
+        def replace(rid, s):  # sent as step s ends, it reaches the engine during step s + 1
             nonlocal sent
             if sent < n:
                 arrival_step[sent] = s
-                st.admit(sent)
+                st.arrive(sent, s + 1)
                 sent += 1
 
         st.on_finish = replace
         for _ in range(min(client.concurrency, n)):
-            st.admit(sent)
+            st.arrive(sent)
             sent += 1
     else:
         arrival[:] = arrivals_s
@@ -169,8 +210,12 @@ def run(cfg: SchedulerConfig, ranks: int, client: Client, isl, osl, times_fn,
     if client.closed:
         arrival = np.where(arrival_step >= 0, end[np.maximum(arrival_step, 0)], 0.0)
     first = end[np.asarray(st.first_step)]
-    return _result(arrival, first, end[np.asarray(st.finish_step)], isl, osl,
-                   _token_times(st, end, first), start, dur, allsteps, st.preemptions)
+    r = _result(arrival, first, end[np.asarray(st.finish_step)], isl, osl,
+                _token_times(st, end, first) if itl else [], start, dur, allsteps,
+                st.preemptions)
+    r.received_s = start[np.asarray(st.received_step)]
+    r.started_s = start[np.asarray(st.started_step)]
+    return r
 
 
 def replicate(r: Run, ranks: int) -> Run:
@@ -180,10 +225,12 @@ def replicate(r: Run, ranks: int) -> Run:
     broadcast views) and its totals ``ranks`` times one rank's."""
     rep = lambda a: np.repeat(a, ranks)  # noqa: E731
     contents = {k: np.broadcast_to(v, (v.shape[0], ranks)) for k, v in r.contents.items()}
+    opt = lambda a: None if a is None else rep(a)  # noqa: E731
     return Run(rep(r.arrival_s), rep(r.first_token_s), rep(r.finish_s), rep(r.isl), rep(r.osl),
                [t for t in r.token_times for _ in range(ranks)], r.step_start_s, r.step_s,
                contents, r.running * ranks, r.waiting * ranks, r.kv_used * ranks,
-               r.preemptions * ranks)
+               r.preemptions * ranks, opt(r.received_s), opt(r.started_s), opt(r.prefilled_s),
+               opt(r.at_decode_s))
 
 
 def _result(arrival, first, finish, isl, osl, token_times, start, dur, allsteps,
@@ -216,14 +263,22 @@ _TIMED = [STEP_FIELDS.index(k) for k in ("kind", "graph_batch", "kv_mean", "toke
 
 
 def _timed(times_fn, arr: np.ndarray) -> np.ndarray:
-    """Each rank step's time; a step whose ranks all run the same content (a symmetric load
-    over attention DP ranks) is evaluated once."""
+    """Each rank step's time (steps x ranks), or its GPU and host time (steps x ranks x 2) from
+    a ``times_fn`` that gives both; a step whose ranks all run the same content (a symmetric
+    load over attention DP ranks) is evaluated once."""
     x = arr[..., _TIMED]
     same = (x == x[:, :1]).all(axis=(1, 2))
-    out = np.empty(arr.shape[:2])
+    parts = None
+    out = None
     if same.any():
-        out[same] = times_fn(*x[same, 0].T)[:, None]
+        v = np.asarray(times_fn(*x[same, 0].T))
+        parts = v.shape[1:]
+        out = np.empty(arr.shape[:2] + parts)
+        out[same] = v[:, None]
     if not same.all():
         rest = x[~same].reshape(-1, len(_TIMED))
-        out[~same] = times_fn(*rest.T).reshape(-1, arr.shape[1])
+        v = np.asarray(times_fn(*rest.T))
+        if out is None:
+            out = np.empty(arr.shape[:2] + v.shape[1:])
+        out[~same] = v.reshape((-1, arr.shape[1]) + v.shape[1:])
     return out

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import MoesymError
 from ..specs.deployment import serve_kv_tokens
+from .engine import Launch
 
 __all__ = ["optimize_sla", "optimize_sla_disaggregated", "percentile_latencies"]
 
@@ -114,7 +115,8 @@ def optimize_sla(model, hw, gpus: int, base, isl: int, osl: int, *, ttft_s=None,
     out = []
     for row in progress_bar(short, "optimize: simulate", progress):
         dep = _deployment(base, gpus, row)
-        sim = Simulation(model, hw, dep, profile, chunk=search.get("chunk") or None)
+        sim = Simulation(model, hw, dep, profile,
+                         launch=Launch(chunk=search.get("chunk") or None))
         seen: dict = {}
 
         def trial(b: int):
@@ -242,7 +244,7 @@ def optimize_sla_disaggregated(model, hw, gpus: int, base, isl: int, osl: int, *
         reps = _replicas(gpus, g_p, g_d, p_row["tokens_per_gpu_s"] * g_p / isl,
                          d_row["tokens_per_gpu_s"] * g_d / osl)
         sim = DisaggregatedSimulation(model, hw, dep_p, dep_d, reps, engine,
-                                      chunk=search.get("chunk") or None)
+                                      launch=Launch(chunk=search.get("chunk") or None))
         ranks = reps[1] * dep_d.dp  # decode ranks: the concurrency is a multiple of them
         seen: dict = {}
 

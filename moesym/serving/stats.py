@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["summary", "report", "PERCENTILES"]
+__all__ = ["summary", "report", "ttft_components", "PERCENTILES"]
 
 PERCENTILES = (50, 90, 99)
 
@@ -51,6 +51,29 @@ def per_request(run, warmup: int = 0) -> dict:
             "finish": finish, "isl": run.isl[sl], "osl": osl}
 
 
+def ttft_components(run, warmup: int = 0) -> dict:
+    """What the requests' TTFT is made of, each a mean over the measured requests (ms): the
+    wait until the engine takes the request into a queue (its receive interval, the step
+    already running or formed under an overlap scheduler), the queue until its prefill starts
+    (earlier prompts, the request cap, KV, a DP balance), the prefill (from its first piece's
+    step to the end of its last), and for disaggregated serving the KV transfer and the wait
+    for the decode replica to take it; they add up to the mean TTFT."""
+    if run.received_s is None and run.prefilled_s is None:
+        return {}
+    sl = slice(warmup, None)
+    arrival, first = run.arrival_s[sl], run.first_token_s[sl]
+    mean = lambda a: float(np.mean(a)) * 1e3 if len(a) else float("nan")  # noqa: E731
+    received, started = run.received_s[sl], run.started_s[sl]
+    out = {"receive": mean(received - arrival), "queue": mean(started - received)}
+    if run.prefilled_s is None:
+        out["prefill"] = mean(first - started)
+        return out
+    prefilled, at_decode = run.prefilled_s[sl], run.at_decode_s[sl]
+    out.update({"prefill": mean(prefilled - started), "kv_transfer": mean(at_decode - prefilled),
+                "decode_admission": mean(first - at_decode)})
+    return out
+
+
 def report(run, gpus: int, limits: dict | None = None, warmup: int = 0) -> dict:
     """The benchmark's numbers (ms for latencies, per GPU per second for throughputs) over the
     requests after the first ``warmup``; the duration runs from the first of them to arrive to
@@ -70,6 +93,7 @@ def report(run, gpus: int, limits: dict | None = None, warmup: int = 0) -> dict:
         "output_tokens_per_gpu_s": float(pr["osl"].sum()) / duration / gpus if duration else 0.0,
         "input_tokens_per_gpu_s": float(pr["isl"].sum()) / duration / gpus if duration else 0.0,
         "steps": len(run.step_s), "preemptions": run.preemptions,
+        "ttft_components_ms": ttft_components(run, warmup),
     })
     if limits:
         ok = np.ones(n, dtype=bool)

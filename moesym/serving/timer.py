@@ -20,7 +20,10 @@ from ..specs.deployment import Deployment, Phase, Workload
 from ..symbolic.symtab import N
 from .scheduler import DECODE, MIXED, PREFILL
 
-__all__ = ["ModelTimer"]
+__all__ = ["ModelTimer", "STEP_OUTPUTS"]
+
+#: what a simulation reads of a step model: its time, and its GPU and host sides
+STEP_OUTPUTS = ("step_time_s", "gpu_s", "host_s")
 
 
 class ModelTimer:
@@ -30,6 +33,7 @@ class ModelTimer:
     def __init__(self, model, hw, dep: Deployment, chunk: int):
         self.model, self.hw, self.dep, self.chunk = model, hw, dep, chunk
         self._cms: dict = {}
+        self.overrides: dict = {}  # symbol -> value over the bound numbers (a fit's trial)
 
     def _cm(self, phase: Phase, mb: int):
         key = (phase, mb)
@@ -43,7 +47,8 @@ class ModelTimer:
                                           chunk=self.chunk),
                   Phase.SERVE: Workload(Phase.SERVE, batch=1, isl=1, osl=1,
                                         chunk=self.chunk)}[phase]
-            self._cms[key] = compiled_predict_model(self.model, self.hw, dep, wl, memory=False)
+            self._cms[key] = compiled_predict_model(self.model, self.hw, dep, wl, memory=False,
+                                                    outputs=STEP_OUTPUTS)
         return self._cms[key]
 
     def prepare(self, phases=(Phase.DECODE, Phase.PREFILL, Phase.SERVE)) -> None:
@@ -53,8 +58,18 @@ class ModelTimer:
             self._cm(phase, self.dep.micro_batches)
 
     def times(self, kind, batch, kv_mean, tokens, prompt_len) -> np.ndarray:
+        """Each rank step's time, the steady state's (its GPU and host time's longer, or their
+        sum without an overlap scheduler)."""
+        return self._evaluate(("step_time_s",), kind, batch, kv_mean, tokens, prompt_len)[..., 0]
+
+    def gpu_host(self, kind, batch, kv_mean, tokens, prompt_len) -> np.ndarray:
+        """Each rank step's GPU time and host time (last axis), for an overlap scheduler's
+        steps timed one from the next (:class:`moesym.serving.simulator.Side`)."""
+        return self._evaluate(("gpu_s", "host_s"), kind, batch, kv_mean, tokens, prompt_len)
+
+    def _evaluate(self, keys, kind, batch, kv_mean, tokens, prompt_len) -> np.ndarray:
         kind = np.asarray(kind)
-        out = np.zeros(kind.shape)
+        out = np.zeros(kind.shape + (len(keys),))
         mb = self.dep.micro_batches
         f = lambda a, m: np.asarray(a, dtype=float)[m]  # noqa: E731
         for k, phase in ((DECODE, Phase.DECODE), (PREFILL, Phase.PREFILL), (MIXED, Phase.SERVE)):
@@ -77,7 +92,9 @@ class ModelTimer:
                     env.update({N.batch: f(batch, use), N.context: f(kv_mean, use),
                                 N.tokens: f(tokens, use), N.isl: f(prompt_len, use)})
                 cm = self._cm(phase, m)
-                out[use] = cm.evaluate(0, {**cm.parts[0]["static"], **env})["step_time_s"]
+                r = cm.evaluate(0, {**cm.parts[0]["static"], **self.overrides, **env})
+                for i, key in enumerate(keys):
+                    out[use, i] = r[key]
                 if mb == 1:
                     break
         return out

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..errors import SpecError
 from .time_models import name_problem
 
-__all__ = ["Phase", "A2AMode", "Routing", "Deployment", "Workload", "serve_kv_tokens",
+__all__ = ["Phase", "A2AMode", "Routing", "Deployment", "Workload", "serve_kv_tokens", "eplb_slots",
            "DTYPE_BYTES", "TOPOLOGY", "VALIDITY", "valid_mask",
            "activation_dispatch_bytes"]
 
@@ -179,7 +179,12 @@ def read_expert_frequencies(path: str) -> tuple:
 
 
 #: the built-in engine profiles (moesym/engines/builtin.toml; a test keeps the two in step)
-ENGINES = ("sglang", "vllm", "trtllm", "llama.cpp", "mlx", "tt-metal")
+ENGINES = ("sglang", "sglang-0.5.9", "vllm", "trtllm", "dynamo-trt", "dynamo-sglang",
+           "mori-sglang", "atom", "llama.cpp", "mlx", "tt-metal")
+
+
+#: other names of built-in engines (InferenceX's framework names)
+ENGINE_ALIASES = {"trt": "trtllm"}
 
 
 def _pos_int(name: str, v) -> int:
@@ -243,17 +248,26 @@ class Deployment:
     # kernel launched by the host (SGLang --disable-decode-cuda-graph, vLLM --enforce-eager, llama.cpp
     # GGML_CUDA_DISABLE_GRAPHS=1, or a build before the engine had graphs)
     cuda_graphs: bool = True
+    # prefill and mixed steps replayed as (piecewise) CUDA graphs: None, the engine's default
+    # (its profile's prefill_graphs); True or False as the server is launched (SGLang
+    # --enable-piecewise-cuda-graph, TensorRT-LLM's piecewise torch_compile_config)
+    prefill_graphs: bool | None = None
     # sizes the user did not give, derived from another flag ("ep" from --gpus, "tp" from
     # --mesh): an error names them as derived (:func:`given_as`); not part of the identity
     derived: frozenset = field(default=frozenset(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _pos_int("gpus", self.gpus)
+        if self.engine in ENGINE_ALIASES:
+            object.__setattr__(self, "engine", ENGINE_ALIASES[self.engine])
         if not str(self.engine).endswith(".toml") and self.engine not in ENGINES:
             raise SpecError(f"`engine` {self.engine!r}: use one of {', '.join(ENGINES)} or an "
                             "engine profile .toml")
         if not isinstance(self.cuda_graphs, bool):
             raise SpecError(f"`cuda_graphs` must be true or false, got {self.cuda_graphs!r}")
+        if self.prefill_graphs is not None and not isinstance(self.prefill_graphs, bool):
+            raise SpecError(f"`prefill_graphs` must be true, false or unset, got "
+                            f"{self.prefill_graphs!r}")
         _pos_int("gpus_per_node", self.gpus_per_node)
         _pos_int("tp", self.tp)
         _pos_int("micro_batches", self.micro_batches)
@@ -537,6 +551,29 @@ VALIDITY = (
      lambda m, d: f"gpus / ep = {d.expert_tp} does not divide the expert intermediate size "
                   f"{m.moe_intermediate_size} of {m.name}"),
 )
+
+
+def eplb_slots(model, dep: Deployment) -> Deployment:
+    """``dep`` with the redundant expert slots an engine's expert-parallel load balancer adds
+    where EP does not divide the model's routed experts and the user gave none: the fewest
+    ``r`` with ``(E + r) % ep == 0`` (SGLang's --ep-num-redundant-experts must make the slots a
+    multiple of EP; DeepSeek's 256 experts over EP 48 take 32 more: 288 slots, 6 per rank), said
+    in a warning, where that is fewer replicas than experts. Any other deployment is returned as
+    it is."""
+    e = model.num_experts
+    if (not model.is_moe or e <= 1 or dep.redundant_experts or dep.mesh is not None
+            or e % dep.ep == 0 or dep.expert_cache is not None):
+        return dep
+    r = -e % dep.ep
+    if r >= e:  # more replicas than experts: not a load balancer's layout (refused as it is)
+        return dep
+    import warnings
+
+    warnings.warn(f"EP {dep.ep} does not divide the {e} experts of {model.name}: {r} redundant "
+                  f"expert slots added ({e + r} = {(e + r) // dep.ep} per rank), as an engine's "
+                  "expert-parallel load balancer places them; give the redundant experts "
+                  "(--redundant-experts) to choose", stacklevel=2)
+    return replace(dep, redundant_experts=r)
 
 
 def valid_mask(model, gpus, ep, tp, redundant: int = 0, a2a=None, gpus_per_node: int = 8):

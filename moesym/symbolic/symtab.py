@@ -83,6 +83,7 @@ TABLE: tuple[tuple[str, str, str, str, str, dict], ...] = (
     ("t_kernel", "tau_k", "s", "fixed time per kernel launch (launch + tail)", "calibration", {"nonnegative": True}),
     ("t_layer", "tau_l", "s", "fixed overhead per layer beyond its kernels", "calibration", {"nonnegative": True}),
     ("t_step", "tau_s", "s", "fixed overhead per step (scheduler, sampling, host)", "calibration", {"nonnegative": True}),
+    ("t_host_launch", "tau_hl", "s", "host time per kernel an engine launches from its runtime in a step not replayed as a CUDA graph (eager prefill)", "calibration", {"nonnegative": True}),
     # --- routing statistics
     ("zipf_s", "s_z", "1", "Zipf exponent of expert popularity", "routing", {"nonnegative": True}),
     ("tile_m", "m_tile", "rows", "grouped-GEMM M tile (rows each expert is padded to)", "calibration", {"positive": True}),

@@ -1,0 +1,243 @@
+"""Fit the two serving constants that published benchmarks pin and no kernel table shows.
+
+    python benchmarks/fit_serving.py host-launch [--engine sglang-0.5.9 ...] [--write]
+    python benchmarks/fit_serving.py accept [--write]
+
+Both are fitted on InferenceX's open DeepSeek-R1 runs (bench_data/serving/, simulated as the
+benchmark ran them by ``moesym.report.inferencex``), one value over many runs, and each launch
+configuration (GPU, framework, weights, speculation, layout) is held out in turn: the value fitted
+on the other configurations predicts its runs, and those held-out errors are what is reported.
+
+* ``host-launch``: an engine's host time per eagerly launched kernel. A step the engine does not
+  replay as a CUDA graph (a prefill in SGLang 0.5.9; TensorRT-LLM without piecewise graphs)
+  launches its kernels one by one from Python; at a short prompt the host's launches, not the
+  GPU, set the step's time (moesym.model.step._host_s: ``t_step`` + kernels x
+  ``t_host_launch``, the longer of that and the GPU time under an overlap scheduler). Fitted per
+  engine profile and device maker on the median time to first token of the aggregated runs with
+  eager prefill (at the profile's version where it names one); ``--write`` stores it as the
+  profile's ``host_launch_us`` in moesym/engines/builtin.toml.
+* ``accept``: the acceptance of a draft token in these benchmarks. Their prompts are random
+  tokens, on which DeepSeek's MTP module accepts far less than its published 85% on text;
+  fitted on the mean TPOT of every aggregated MTP run (one value for all engines: the
+  acceptance is the model's on the benchmark's prompts; what differs by engine is the step's
+  cost); ``--write`` stores it as ``RANDOM_PROMPT_ACCEPT`` in moesym/report/inferencex.py, the
+  ``--accept`` the validation passes for these runs.
+
+Each run is simulated once per grid value; the fit interpolates each run's prediction linearly
+between them and minimises the sum of squared log errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import re
+import sys
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+from statistics import median
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: the run version a versioned profile is fitted on
+VERSIONS = {"sglang-0.5.9": "sglang 0.5.9"}
+#: profiles that take a fitted profile's host launch time (the same runtime launches the
+#: kernels; the newer version captures its prefill steps in graphs where it can)
+TRANSFERS = {"sglang-0.5.9": ("sglang",)}
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    grid: tuple
+    metric: str
+
+    def fine(self) -> np.ndarray:
+        return np.linspace(self.grid[0], self.grid[-1], 2001)
+
+
+HOST_LAUNCH = Parameter("host_launch_us", (0.0, 20.0, 40.0, 60.0, 80.0, 100.0, 130.0),
+                        "ttft_median_ms")
+ACCEPT = Parameter("accept", (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9), "tpot_mean_ms")
+
+
+def _known(name: str, vendor: str | None = None) -> bool:
+    from moesym.errors import SpecError
+    from moesym.specs.hardware import load_hardware
+
+    try:
+        hw = load_hardware(name)
+    except SpecError:
+        return False
+    return vendor is None or hw.vendor == vendor
+
+
+def host_launch_runs(engine: str, vendor: str) -> list:
+    """The engine's aggregated runs with eager prefill on ``vendor``'s GPUs, at the profile's
+    version where it names one (runs of earlier, unrecorded versions are held out of every
+    fit)."""
+    from moesym.report.inferencex import load_runs
+
+    version = VERSIONS.get(engine)
+    return [r for r in load_runs() if not r.disagg and r.engine == engine
+            and r.prefill_graphs is not True and _known(r.hardware, vendor)
+            and (version is None or r.version == version)]
+
+
+def accept_runs() -> list:
+    """Every aggregated MTP run on a GPU moesym has a file for."""
+    from moesym.report.inferencex import load_runs
+
+    return [r for r in load_runs() if not r.disagg and r.spec == "mtp" and _known(r.hardware)]
+
+
+def simulated(run, param: Parameter, value: float) -> float:
+    """The run's simulated ``param.metric`` with the parameter at ``value``."""
+    from moesym.report.inferencex import simulate_run
+    from moesym.serving import timer
+    from moesym.symbolic.symtab import N
+
+    if param is ACCEPT:
+        return simulate_run(run, accept=value)[param.metric]
+    original = timer.ModelTimer._evaluate
+
+    def evaluate(self, *args):
+        self.overrides = {N.t_host_launch: value * 1e-6}
+        return original(self, *args)
+
+    timer.ModelTimer._evaluate = evaluate
+    try:
+        return simulate_run(run)[param.metric]
+    finally:
+        timer.ModelTimer._evaluate = original
+
+
+def _fit(param: Parameter, curves: dict, measured: dict, keys) -> float:
+    fine = param.fine()
+    loss = np.zeros_like(fine)
+    for k in keys:
+        loss += np.log(np.interp(fine, param.grid, curves[k]) / measured[k]) ** 2
+    return float(fine[int(np.argmin(loss))])
+
+
+def fit(param: Parameter, runs: list, label: str, progress: bool = True) -> dict | None:
+    """The value over ``runs``, each launch configuration held out in turn."""
+    if not runs:
+        return None
+    curves, measured, config = {}, {}, {}
+    for i, run in enumerate(runs):
+        curves[run.id] = [simulated(run, param, v) for v in param.grid]
+        measured[run.id] = getattr(run, param.metric)
+        config[run.id] = run.config
+        if progress:
+            print(f"  {label}: {i + 1}/{len(runs)} {run.config} c{run.conc}", file=sys.stderr)
+    ids = list(curves)
+    value = _fit(param, curves, measured, ids)
+    held, per_config = [], {}
+    for cfg in sorted(set(config.values())):
+        inside = [k for k in ids if config[k] != cfg]
+        if not inside:
+            continue
+        v = _fit(param, curves, measured, inside)
+        errs = [float(np.interp(v, param.grid, curves[k])) / measured[k] - 1
+                for k in ids if config[k] == cfg]
+        held += errs
+        per_config[cfg] = {"fit": v, "runs": len(errs),
+                           "median_abs_error": median(abs(e) for e in errs)}
+    train = [float(np.interp(value, param.grid, curves[k])) / measured[k] - 1 for k in ids]
+    return {"label": label, "value": value, "runs": len(ids), "configs": len(per_config),
+            "train_median_abs_error": median(abs(e) for e in train),
+            "heldout_median_abs_error": median(abs(e) for e in held),
+            "per_config": per_config}
+
+
+def _provenance(r: dict, what: str) -> str:
+    return (f"written {datetime.date.today()} by benchmarks/fit_serving.py, fitted on the {what} "
+            f"({r['runs']} InferenceX open runs, {r['configs']} launch configurations, each held "
+            f"out in turn: held-out median |error| {r['heldout_median_abs_error']:.1%}, in fit "
+            f"{r['train_median_abs_error']:.1%})")
+
+
+def write_host_launch(results: list) -> None:
+    """Each engine's fits (one per device maker) as its profile's ``host_launch_us`` table."""
+    path = ROOT / "moesym" / "engines" / "builtin.toml"
+    text = path.read_text(encoding="utf-8")
+    targets = {}
+    for name in dict.fromkeys(r["engine"] for r in results):
+        targets[name] = (name, False)
+        for other in TRANSFERS.get(name, ()):
+            targets[other] = (name, True)
+    for name, (source, transferred) in targets.items():
+        mine = [r for r in results if r["engine"] == source]
+        header = f'["{name}"]' if "." in name or "-" in name else f"[{name}]"
+        start = text.index(header + "\n")
+        end = text.find("\n[", start + 1)
+        block = text[start:end if end >= 0 else len(text)]
+        what = f"{source}'s" if transferred else "this engine's"
+        comment = "".join(f"# {r['vendor']}: "
+                          + (f"transferred from {source}'s fit: " if transferred else "")
+                          + _provenance(r, f"median time to first token of {what} aggregated "
+                                           f"runs on {r['vendor']} GPUs") + "\n"
+                          for r in mine)
+        table = ", ".join(f"{r['vendor']} = {r['value']:.1f}" for r in mine)
+        line = ("# host time per kernel of an eagerly launched (prefill) step, per device maker\n"
+                + comment + f"host_launch_us = {{ {table} }}")
+        new = re.sub(r"(# host time per kernel of an eagerly launched[^\n]*\n(#[^\n]*\n)*)?"
+                     r"host_launch_us = [^\n]*", lambda m: line, block, count=1)
+        if new == block:
+            new = block.rstrip("\n") + "\n" + line + "\n"
+        text = text[:start] + new + text[start + len(block):]
+    path.write_text(text, encoding="utf-8")
+
+
+def write_accept(r: dict) -> None:
+    path = ROOT / "moesym" / "report" / "inferencex.py"
+    text = path.read_text(encoding="utf-8")
+    line = (f"#: {_provenance(r, 'mean TPOT of the aggregated MTP runs')}\n"
+            f"RANDOM_PROMPT_ACCEPT = {r['value']:.3f}")
+    new = re.sub(r"#: written [^\n]*\n(#:? [^\n]*\n)*RANDOM_PROMPT_ACCEPT = [0-9.]+",
+                 lambda m: line, text, count=1)
+    if new == text:
+        raise SystemExit(f"{path}: RANDOM_PROMPT_ACCEPT and its provenance line not found")
+    path.write_text(new, encoding="utf-8")
+
+
+def _print(r: dict, unit: str) -> None:
+    print(f"{r['label']}: {r['value']:.3f}{unit} over {r['runs']} runs ({r['configs']} "
+          f"configurations): median |error| {r['train_median_abs_error']:.1%} in fit, "
+          f"{r['heldout_median_abs_error']:.1%} held out by configuration")
+    for cfg, c in r["per_config"].items():
+        print(f"  held out {cfg:<46} {c['runs']:>3} runs  fit on the rest {c['fit']:8.3f}  "
+              f"median |error| {c['median_abs_error']:.1%}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", choices=("host-launch", "accept"))
+    ap.add_argument("--engine", action="append", default=None)
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    if args.what == "accept":
+        r = fit(ACCEPT, accept_runs(), "accept (random prompts)")
+        _print(r, "")
+        if args.write:
+            write_accept(r)
+        return 0
+    results = []
+    for engine in args.engine or ["sglang-0.5.9", "trtllm"]:
+        for vendor in ("nvidia", "amd"):
+            r = fit(HOST_LAUNCH, host_launch_runs(engine, vendor), f"{engine} on {vendor}")
+            if r is not None:
+                results.append({**r, "engine": engine, "vendor": vendor})
+                _print(r, " us")
+    if args.write:
+        write_host_launch(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

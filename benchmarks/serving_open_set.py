@@ -1,0 +1,109 @@
+"""Simulate every open InferenceX run and write the tables of docs/explanation/validation.md.
+
+    python benchmarks/serving_open_set.py [--json OUT.json] [--from OUT.json] [--write]
+
+Runs ``moesym.report.inferencex.validate_runs`` over bench_data/serving/'s table (each run
+simulated as the benchmark ran it, what ``moesym validate --serving --rows`` prints), and with
+``--write`` replaces the section between the markers ``<!-- serving-open-set -->`` and
+``<!-- /serving-open-set -->`` of docs/explanation/validation.md with the summary per GPU and
+framework and every run, and the one between ``<!-- serving-cases -->`` markers with the table
+of ``moesym validate``'s serving section. ``--json`` keeps the rows; ``--from`` writes from kept rows without
+simulating again. The wall time is printed beside the time of ``python -c "import numpy"``
+measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "explanation" / "validation.md"
+START, END = "<!-- serving-open-set -->", "<!-- /serving-open-set -->"
+LABELS = {"tpot_mean_ms": "TPOT mean", "ttft_mean_ms": "TTFT mean",
+          "ttft_median_ms": "TTFT median", "tput_per_gpu": "tokens/s/GPU"}
+
+
+def _reference_s() -> float:
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import numpy"], check=True)
+    return time.perf_counter() - t
+
+
+def markdown(rows: list, summary: dict) -> str:
+    out = ["| GPU, framework | runs | not run | " + " | ".join(LABELS.values()) + " |",
+           "|---|---|---|" + "---|" * len(LABELS)]
+    for g in summary["groups"] + [{"group": "all", **summary["all"]}]:
+        out.append(f"| {g['group']} | {g['runs']} | {g['skipped']} | "
+                   + " | ".join(f"{g['median_abs_error'][k]:.1%}" for k in LABELS) + " |")
+    out += ["", "Median |error| per GPU and framework. Every run (measured / moesym, signed "
+            "error):", "",
+            "| id | configuration | date, version | conc | "
+            + " | ".join(LABELS.values()) + " |",
+            "|---|---|---|---|" + "---|" * len(LABELS)]
+    for r in rows:
+        head = f"| {r['id']} | {r['config']} | {r['date']} {r['version'] or '-'} | {r['conc']} | "
+        if "skipped" in r:
+            out.append(head + f"not run: {r['skipped']} |" + " |" * (len(LABELS) - 1))
+            continue
+        out.append(head + " | ".join(
+            f"{r[k]['measured']:.1f} / {r[k]['predicted']:.1f} ({r[k]['error']:+.0%})"
+            for k in LABELS) + " |")
+    reasons = [f"- {n} not run: {why}" for why, n in summary["skip_reasons"].items()]
+    return "\n".join(out + ([""] + reasons if reasons else []))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--from", dest="source", default=None)
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    from moesym.report.inferencex import serving_summary, validate_runs
+
+    if args.source:
+        rows = json.loads(Path(args.source).read_text())
+    else:
+        from moesym.report.inferencex import load_runs
+
+        ref = _reference_s()
+        t = time.perf_counter()
+        rows = []
+        for i, run in enumerate(load_runs()):
+            rows += validate_runs([run])
+            print(f"{i + 1}/{len(load_runs())} {run.config} c{run.conc} "
+                  f"{time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+        wall = time.perf_counter() - t
+        print(f"{len(rows)} runs in {wall:.0f} s ({wall / ref:.0f}x python -c 'import numpy', "
+              f"{ref:.2f} s)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows))
+    summary = serving_summary(rows)
+    text = markdown(rows, summary)
+    a = summary["all"]["median_abs_error"]
+    print("all: " + ", ".join(f"{LABELS[k]} {a[k]:.1%}" for k in LABELS)
+          + f" over {summary['all']['runs']} runs ({summary['all']['skipped']} not run)")
+    if args.write:
+        from moesym.report.validation import validate_serving
+
+        cases = ["| case | metric | measured | moesym | error |", "|---|---|---|---|---|"]
+        cases += [f"| {c['name']} | {c['metric']} | {c['measured']:.1f} | {c['predicted']:.1f} | "
+                  f"{c['error']:+.1%} |" for c in validate_serving()]
+        doc = DOC.read_text(encoding="utf-8")
+        for start, end, body in ((START, END, text),
+                                 ("<!-- serving-cases -->", "<!-- /serving-cases -->",
+                                  "\n".join(cases))):
+            i, j = doc.index(start), doc.index(end)
+            doc = doc[:i + len(start)] + "\n" + body + "\n" + doc[j:]
+        DOC.write_text(doc, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
