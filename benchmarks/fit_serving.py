@@ -2,6 +2,7 @@
 
     python benchmarks/fit_serving.py host-launch [--engine sglang-0.5.9 ...] [--write]
     python benchmarks/fit_serving.py accept [--write]
+    python benchmarks/fit_serving.py cold-prefill ROWS.json [--write]
 
 Both are fitted on InferenceX's open DeepSeek-R1 runs (bench_data/serving/, simulated as the
 benchmark ran them by ``moesym.report.inferencex``), one value over many runs, and each launch
@@ -22,6 +23,19 @@ on the other configurations predicts its runs, and those held-out errors are wha
   acceptance is the model's on the benchmark's prompts; what differs by engine is the step's
   cost); ``--write`` stores it as ``RANDOM_PROMPT_ACCEPT`` in moesym/report/inferencex.py, the
   ``--accept`` the validation passes for these runs.
+
+* ``cold-prefill``: an engine's one-time first prefill. The benchmark sends one request to test
+  the server, then its first wave of prompts at once: the engine's first large prefill runs
+  kernels at shapes its startup never ran (Triton and aiter compile per configuration on first
+  use, TensorRT-LLM's autotuner tries its tactics), and every prompt of the first wave waits
+  through it. The median TTFT does not see it; the mean takes it in once per first-wave request
+  (a tenth of the requests). Fitted per engine profile and device maker on what the simulation
+  without it leaves unexplained of each run's mean-over-median TTFT gap,
+  10 x ((measured mean - measured median) - (simulated mean - simulated median)), the median
+  over the runs (robust to the high-concurrency runs where the first wave also queues), from
+  the rows ``benchmarks/serving_open_set.py --json`` wrote with the one-time time at 0;
+  ``--write`` stores it as the profile's ``cold_prefill_ms``. Held out by configuration, its
+  error is that of the mean TTFT the fit predicts (simulated mean + a tenth of the value).
 
 Each run is simulated once per grid value; the fit interpolates each run's prediction linearly
 between them and minimises the sum of squared log errors.
@@ -161,8 +175,9 @@ def _provenance(r: dict, what: str) -> str:
             f"{r['train_median_abs_error']:.1%})")
 
 
-def write_host_launch(results: list) -> None:
-    """Each engine's fits (one per device maker) as its profile's ``host_launch_us`` table."""
+def write_per_vendor(results: list, key: str, what: str, fitted_on: str, digits: int) -> None:
+    """Each engine's fits (one per device maker) as its profile's ``key`` table, with the
+    fit's provenance; the profiles of :data:`TRANSFERS` take their source's values."""
     path = ROOT / "moesym" / "engines" / "builtin.toml"
     text = path.read_text(encoding="utf-8")
     targets = {}
@@ -176,21 +191,82 @@ def write_host_launch(results: list) -> None:
         start = text.index(header + "\n")
         end = text.find("\n[", start + 1)
         block = text[start:end if end >= 0 else len(text)]
-        what = f"{source}'s" if transferred else "this engine's"
+        whose = f"{source}'s" if transferred else "this engine's"
         comment = "".join(f"# {r['vendor']}: "
                           + (f"transferred from {source}'s fit: " if transferred else "")
-                          + _provenance(r, f"median time to first token of {what} aggregated "
-                                           f"runs on {r['vendor']} GPUs") + "\n"
-                          for r in mine)
-        table = ", ".join(f"{r['vendor']} = {r['value']:.1f}" for r in mine)
-        line = ("# host time per kernel of an eagerly launched (prefill) step, per device maker\n"
-                + comment + f"host_launch_us = {{ {table} }}")
-        new = re.sub(r"(# host time per kernel of an eagerly launched[^\n]*\n(#[^\n]*\n)*)?"
-                     r"host_launch_us = [^\n]*", lambda m: line, block, count=1)
+                          + _provenance(r, fitted_on.format(whose=whose, vendor=r["vendor"]))
+                          + "\n" for r in mine)
+        table = ", ".join(f"{r['vendor']} = {r['value']:.{digits}f}" for r in mine)
+        line = f"# {what}\n" + comment + f"{key} = {{ {table} }}"
+        new = re.sub(rf"(# {re.escape(what)}\n(#[^\n]*\n)*)?{key} = [^\n]*",
+                     lambda m: line, block, count=1)
         if new == block:
             new = block.rstrip("\n") + "\n" + line + "\n"
         text = text[:start] + new + text[start + len(block):]
     path.write_text(text, encoding="utf-8")
+
+
+def write_host_launch(results: list) -> None:
+    """Each engine's fits (one per device maker) as its profile's ``host_launch_us`` table."""
+    write_per_vendor(results, "host_launch_us",
+                     "host time per kernel of an eagerly launched (prefill) step, per device maker",
+                     "median time to first token of {whose} aggregated runs on {vendor} GPUs", 1)
+
+
+#: a run's requests that wait through the one-time first prefill: the first wave, concurrency of
+#: the benchmark's 10 x concurrency prompts
+FIRST_WAVE = 0.1
+
+
+def cold_prefill_fits(rows: list) -> list:
+    """Each engine's one-time first prefill per device maker from simulated rows, each launch
+    configuration held out in turn (:func:`fit`'s result keys)."""
+    from moesym.report.inferencex import load_runs
+    from moesym.specs.hardware import load_hardware
+
+    runs = {r.id: r for r in load_runs()}
+    groups: dict = {}
+    for row in rows:
+        if "skipped" in row:
+            continue
+        run = runs[row["id"]]
+        gap = lambda side: row["ttft_mean_ms"][side] - row["ttft_median_ms"][side]  # noqa: E731
+        unexplained_ms = (gap("measured") - gap("predicted")) / FIRST_WAVE
+        groups.setdefault((run.engine, load_hardware(run.hardware).vendor), []).append(
+            (run.config, unexplained_ms, row["ttft_mean_ms"]))
+    out = []
+    for (engine, vendor), items in sorted(groups.items()):
+        value = lambda its: max(0.0, median(u for _, u, _ in its))  # noqa: E731
+
+        def err(its, ms):
+            return [(m["predicted"] + FIRST_WAVE * ms) / m["measured"] - 1 for _, _, m in its]
+
+        held, per_config = [], {}
+        for cfg in sorted({c for c, _, _ in items}):
+            inside = [it for it in items if it[0] != cfg]
+            if not inside:
+                continue
+            v = value(inside)
+            e = err([it for it in items if it[0] == cfg], v)
+            held += e
+            per_config[cfg] = {"fit": v, "runs": len(e),
+                               "median_abs_error": median(abs(x) for x in e)}
+        v = value(items)
+        base = [m["predicted"] / m["measured"] - 1 for _, _, m in items]
+        out.append({"label": f"{engine} on {vendor}", "engine": engine, "vendor": vendor,
+                    "value": v, "runs": len(items), "configs": len(per_config),
+                    "train_median_abs_error": median(abs(x) for x in err(items, v)),
+                    "heldout_median_abs_error": median(abs(x) for x in held) if held
+                    else float("nan"),
+                    "without_median_abs_error": median(abs(x) for x in base),
+                    "per_config": per_config})
+    return out
+
+
+def write_cold_prefill(results: list) -> None:
+    write_per_vendor([r for r in results if r["configs"]], "cold_prefill_ms",
+                     "one-time first prefill (first use of the prefill kernels), per device maker",
+                     "mean-over-median TTFT gap of {whose} runs on {vendor} GPUs", 0)
 
 
 def write_accept(r: dict) -> None:
@@ -216,11 +292,25 @@ def _print(r: dict, unit: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("host-launch", "accept"))
+    ap.add_argument("what", choices=("host-launch", "accept", "cold-prefill"))
+    ap.add_argument("rows", nargs="?", default=None,
+                    help="cold-prefill: the rows benchmarks/serving_open_set.py --json wrote")
     ap.add_argument("--engine", action="append", default=None)
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
+    if args.what == "cold-prefill":
+        import json
+
+        if not args.rows:
+            raise SystemExit("cold-prefill needs the ROWS.json of benchmarks/serving_open_set.py")
+        results = cold_prefill_fits(json.loads(Path(args.rows).read_text()))
+        for r in results:
+            _print(r, " ms")
+            print(f"  mean TTFT median |error| without it: {r['without_median_abs_error']:.1%}")
+        if args.write:
+            write_cold_prefill(results)
+        return 0
     if args.what == "accept":
         r = fit(ACCEPT, accept_runs(), "accept (random prompts)")
         _print(r, "")

@@ -1,6 +1,7 @@
 """Simulate every open InferenceX run and write the tables of docs/explanation/validation.md.
 
     python benchmarks/serving_open_set.py [--json OUT.json] [--from OUT.json] [--write]
+                                          [--conc-max N --above-every K]
 
 Runs ``moesym.report.inferencex.validate_runs`` over bench_data/serving/'s table (each run
 simulated as the benchmark ran it, what ``moesym validate --serving --rows`` prints), and with
@@ -8,7 +9,9 @@ simulated as the benchmark ran it, what ``moesym validate --serving --rows`` pri
 ``<!-- /serving-open-set -->`` of docs/explanation/validation.md with the summary per GPU and
 framework and every run, and the one between ``<!-- serving-cases -->`` markers with the table
 of ``moesym validate``'s serving section. ``--json`` keeps the rows; ``--from`` writes from kept rows without
-simulating again. The wall time is printed beside the time of ``python -c "import numpy"``
+simulating again. The whole set is 5.5 million simulated requests (10 x concurrency per run,
+as the benchmark sends); ``--conc-max N --above-every K`` runs every run up to concurrency N
+and every K-th of the rest (by id), and the tables say so. The wall time is printed beside the time of ``python -c "import numpy"``
 measured in the same run.
 """
 
@@ -63,6 +66,9 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--from", dest="source", default=None)
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--conc-max", type=int, default=None,
+                    help="run every run up to this concurrency, and every K-th above it")
+    ap.add_argument("--above-every", type=int, default=1, metavar="K")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     from moesym.report.inferencex import serving_summary, validate_runs
@@ -75,10 +81,16 @@ def main() -> int:
         ref = _reference_s()
         t = time.perf_counter()
         rows = []
-        for i, run in enumerate(load_runs()):
+        runs = load_runs()
+        if args.conc_max is not None:
+            above = [r for r in runs if r.conc > args.conc_max][::args.above_every]
+            runs = tuple(r for r in runs if r.conc <= args.conc_max or r in above)
+        for i, run in enumerate(runs):
             rows += validate_runs([run])
-            print(f"{i + 1}/{len(load_runs())} {run.config} c{run.conc} "
+            print(f"{i + 1}/{len(runs)} {run.config} c{run.conc} "
                   f"{time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+            if args.json:
+                Path(args.json).write_text(json.dumps(rows))
         wall = time.perf_counter() - t
         print(f"{len(rows)} runs in {wall:.0f} s ({wall / ref:.0f}x python -c 'import numpy', "
               f"{ref:.2f} s)")

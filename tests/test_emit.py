@@ -125,6 +125,8 @@ def _flag_problems(engine: str, command: str, fixture: dict) -> list[str]:
     known, deprecated = set(fixture["flags"]), set(fixture.get("deprecated", ()))
     choices, keys = fixture.get("choices", {}), fixture.get("config_keys", {})
     words = shlex.split(command)
+    while words and "=" in words[0] and not words[0].startswith("-"):  # VAR=value prefixes
+        words = words[1:]
     if words[:2] == ["python", "-m"]:  # python's own -m, not the engine's
         words = words[3:]
     problems = []
@@ -171,6 +173,28 @@ def test_every_emitted_flag_is_in_the_engine_parser(capsys, engine, case):
     launch = json.loads(capsys.readouterr().out)["launch"]
     assert launch["engine"] == engine
     assert _flag_problems(engine, launch["command"], fixture) == []
+
+
+ROCM_DECODE = ["predict", "deepseek-v3", "--hardware", "mi355x", "--weights", "fp8", "--phase",
+               "decode", "--batch", "64", "--context", "2048", "--gpus", "8", "--ep", "8",
+               "--kv", "fp8"]
+
+
+@pytest.mark.parametrize("engine,env,a2a", [
+    ("sglang", "SGLANG_USE_AITER=1", ("--moe-a2a-backend", "mori")),
+    ("vllm", "VLLM_ROCM_USE_AITER=1", ("--all2all-backend", "mori_low_latency"))])
+def test_rocm_lines_run_aiter_and_mori(capsys, engine, env, a2a):
+    """On an AMD GPU the line turns on aiter (the kernels moesym's AMD fits come from) and
+    dispatches over AMD's MoRI instead of DeepEP (a CUDA library); every flag still parses."""
+    assert main([*ROCM_DECODE, "--engine", engine, "--emit", engine, "--json"]) == 0
+    cmd = json.loads(capsys.readouterr().out)["launch"]["command"]
+    assert cmd.startswith(env + " ")
+    assert " ".join(a2a) in cmd and "deepep" not in cmd
+    if engine == "sglang":
+        assert "--attention-backend aiter" in cmd
+    assert _flag_problems(engine, cmd, ENGINE_FLAGS[engine]) == []
+    assert main([*ROCM_DECODE, "--emit", "trtllm"]) == 2
+    assert "does not run on mi355x" in capsys.readouterr().err
 
 
 def test_the_deployments_reach_each_feature(capsys):

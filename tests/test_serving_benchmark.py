@@ -92,6 +92,60 @@ def test_disaggregated_ttft_components_add_up(qwen_h20):
     assert parts["kv_transfer"] == pytest.approx(r["disaggregation"]["kv_transfer_ms"]["mean"])
 
 
+def _toy_times(kind, batch, kv_mean, tokens, prompt_len):
+    """A step time that depends on the step's contents only: 1 ms + 10 us per prompt token
+    and per decode request."""
+    return 1e-3 + 1e-5 * (np.asarray(tokens) + np.asarray(batch))
+
+
+@pytest.mark.parametrize("recv_lag", [0, 1])
+def test_the_first_prefill_delays_the_first_wave_and_no_one_else(recv_lag):
+    """A closed loop of 8 requests in flight out of 80: the scheduler works in steps, so a
+    one-time extra c on the first step that prefills moves every later step by c and changes
+    nothing else. The 8 requests of the first wave (all waiting at t = 0) get exactly c more
+    TTFT; every later request, sent when an earlier one finished, the same TTFT as without it;
+    so the mean TTFT rises by c x 8 / 80, all of it the ``first_use`` component."""
+    from dataclasses import replace
+
+    from moesym.serving.scheduler import SchedulerConfig
+    from moesym.serving.simulator import run
+    from moesym.serving.stats import ttft_components
+
+    cfg = SchedulerConfig(policy="prefill-first", chunk_tokens=4096, recv_lag=recv_lag)
+    isl, osl = [500] * 80, [40] * 80
+    client = Client(concurrency=8, num_prompts=80)
+    times = (lambda *a: np.stack([_toy_times(*a), np.full(len(a[0]), 2e-4)], axis=-1)) \
+        if recv_lag else _toy_times
+    warm = run(cfg, 1, client, isl, osl, times)
+    cold = run(replace(cfg, cold_prefill_s=0.25), 1, client, isl, osl, times)
+    ttft = lambda r: r.first_token_s - r.arrival_s  # noqa: E731
+    np.testing.assert_allclose(ttft(cold)[:8], ttft(warm)[:8] + 0.25, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ttft(cold)[8:], ttft(warm)[8:], rtol=0, atol=1e-12)
+    parts = ttft_components(cold)
+    assert parts["first_use"] == pytest.approx(0.25 * 8 / 80 * 1e3, rel=1e-9)
+    assert sum(parts.values()) == pytest.approx(np.mean(ttft(cold)) * 1e3, rel=1e-9)
+    assert "first_use" not in ttft_components(warm)
+
+
+def test_the_cold_prefill_flag_and_the_profiles_fit(capsys):
+    """``--cold-prefill-ms`` overrides the profile's fitted value; 0 is a warmed-up server."""
+    from moesym.cli import main
+
+    argv = ["simulate", "qwen3-30b-a3b", "--hardware", "h20", "--engine", "sglang-0.5.9",
+            "--concurrency", "4", "--isl", "256", "--osl", "16", "--json"]
+    import json
+
+    means = {}
+    for ms_ in ("0", "400"):
+        assert main(argv + ["--cold-prefill-ms", ms_]) == 0
+        out = json.loads(capsys.readouterr().out)
+        means[ms_] = out["ttft_components_ms"].get("first_use", 0.0)
+    assert means["0"] == 0.0
+    assert means["400"] == pytest.approx(400 * 4 / 40, rel=1e-9)
+    assert main(argv + ["--cold-prefill-ms", "-1"]) == 2
+    assert "--cold-prefill-ms" in capsys.readouterr().err
+
+
 def test_the_receive_interval_makes_an_arrival_wait_for_the_engine(qwen_h20):
     """Requests arrive one at a time, far apart, to an engine that decodes a long request:
     with a receive interval of K decode steps an arrival waits on average (K - 1) / 2 steps

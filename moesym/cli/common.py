@@ -57,6 +57,17 @@ def positive_float(text: str) -> float:
     return v
 
 
+def ms_as_s(text: str) -> float:
+    """A non-negative number of milliseconds, given back in seconds."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected milliseconds >= 0, got {text!r}") from None
+    if not (v >= 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"expected milliseconds >= 0, got {text!r}")
+    return v * 1e-3
+
+
 def add_model_hw(p: argparse.ArgumentParser, model: bool = True) -> None:
     if model:
         p.add_argument("model", help="built-in model name or path to a HuggingFace config.json")

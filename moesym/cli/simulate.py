@@ -7,7 +7,8 @@ from __future__ import annotations
 from ..errors import MoesymError
 from . import COMMANDS
 from .common import (add_deployment, add_json, add_model_hw, deployment_from, emit_json,
-                     engine_from, fmt_s, model_hw_from, positive_float, positive_int, probability)
+                     engine_from, fmt_s, model_hw_from, ms_as_s, positive_float, positive_int,
+                     probability)
 
 __all__ = ["register", "run"]
 
@@ -35,6 +36,10 @@ _LAUNCH_FLAGS = (
     ("--attention-dp-balance", "dp_balance_steps", positive_int, "N",
      "hold new prompts until every attention-DP rank has one, for at most N steps "
      "(TensorRT-LLM attention_dp_config enable_balance, timeout_iters N; default off)"),
+    ("--cold-prefill-ms", "cold_prefill_s", ms_as_s, "MS",
+     "one-time extra time of the server's first prefill step (first use of its prefill kernels "
+     "at the benchmark's shapes; default: the engine profile's fit, 0 for a server warmed up "
+     "at those shapes)"),
 )
 
 

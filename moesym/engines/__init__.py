@@ -186,6 +186,10 @@ class EngineProfile:
     # host time per kernel launched from the engine's runtime in a step it does not replay as a
     # graph, per device maker (fitted per engine on published time to first token; none: 0)
     host_launch_s: Mapping[str, float] = field(default_factory=dict)
+    # one-time seconds the engine's first prefill step takes beyond its time (the first use of
+    # its prefill kernels at shapes startup did not run: JIT compilation, autotuning), per
+    # device maker (fitted per engine on the first wave of published benchmark runs; none: 0)
+    cold_prefill_s: Mapping[str, float] = field(default_factory=dict)
     # prefill and mixed steps replayed as (piecewise) CUDA graphs, not launched kernel by kernel
     prefill_graphs: bool = False
     # the scheduler receives new requests once its counter reaches this (decode step 1, a step
@@ -245,14 +249,23 @@ class EngineProfile:
     def host_launch(self, vendor: str) -> float:
         """Seconds of host time per eagerly launched kernel on ``vendor``'s devices: the fitted
         value, another maker's (said in a warning) where this one has none, else 0."""
-        if vendor in self.host_launch_s or not self.host_launch_s:
-            return self.host_launch_s.get(vendor, 0.0)
-        other, value = next(iter(self.host_launch_s.items()))
+        return self._per_vendor(self.host_launch_s, vendor, "host launch time",
+                                "us per eagerly launched kernel", 1e6)
+
+    def cold_prefill(self, vendor: str) -> float:
+        """Seconds of the one-time first prefill on ``vendor``'s devices: the fitted value,
+        another maker's (said in a warning) where this one has none, else 0."""
+        return self._per_vendor(self.cold_prefill_s, vendor, "one-time first prefill", "s", 1)
+
+    def _per_vendor(self, table: Mapping[str, float], vendor: str, what: str, unit: str,
+                    scale: float) -> float:
+        if vendor in table or not table:
+            return table.get(vendor, 0.0)
+        other, value = next(iter(table.items()))
         import warnings
 
-        warnings.warn(f"{self.name}: no host launch time fitted on {vendor or 'this'} devices; "
-                      f"{other}'s {value * 1e6:.1f} us per eagerly launched kernel used",
-                      stacklevel=2)
+        warnings.warn(f"{self.name}: no {what} fitted on {vendor or 'this'} devices; "
+                      f"{other}'s {value * scale:.3g} {unit} used", stacklevel=3)
         return value
 
     def overlapped(self, speculative: bool = False) -> bool:
@@ -374,7 +387,8 @@ _REQUIRED = ("version", "description", "policy", "mixed_chunk", "chunk_tokens",
              "overlap_scheduler", "prefill_order")
 _OPTIONAL = ("runs_on", "step_token_budget", "max_prefill_tokens", "running_requests_rule",
              "kv_memory_rule", *RETRACT_KEYS, "cuda_graph_max_batch_size_tp_below_4",
-             "long_prefill_token_threshold", "host_step_us", "host_launch_us", "prefill_graphs",
+             "long_prefill_token_threshold", "host_step_us", "host_launch_us", "cold_prefill_ms",
+             "prefill_graphs",
              "recv_interval", "overlap_with_speculative", "max_running_requests_speculative",
              "base", "kernel", "kernels")
 _KERNEL_KEYS = ("moe", "moe_ep", "moe_deepep", "attention", "allreduce", "moe_autotuned")
@@ -529,6 +543,8 @@ def _parse(name: str, raw: Mapping, where: str) -> EngineProfile:
         long_prefill_token_threshold=opt("long_prefill_token_threshold", c.count, 0),
         host_step_s=None if "host_step_us" not in raw else c.number("host_step_us") * 1e-6,
         host_launch_s=_per_vendor(c, "host_launch_us", 1e-6) if "host_launch_us" in raw else {},
+        cold_prefill_s=_per_vendor(c, "cold_prefill_ms", 1e-3) if "cold_prefill_ms" in raw
+        else {},
         prefill_graphs=bool(opt("prefill_graphs", c.flag)),
         recv_interval=opt("recv_interval", c.count) or 1,
         overlap_with_speculative=True if "overlap_with_speculative" not in raw

@@ -57,9 +57,21 @@ _MLX_FORMATS = ("bf16", "f16", "mlx-4bit", "mlx-8bit", "mxfp4")
 
 _DEEPEP_MODE = {A2AMode.AUTO: "auto", A2AMode.DEEPEP_NORMAL: "normal",
                 A2AMode.DEEPEP_LL: "low_latency"}
-# vLLM 0.33 --all2all-backend for the DeepEP mode moesym resolves for the phase
+# vLLM 0.33 --all2all-backend for the DeepEP mode moesym resolves for the phase; on ROCm AMD's
+# MoRI kernels of the same two kinds (the same choices list: mori_high_throughput,
+# mori_low_latency)
 _VLLM_A2A = {A2AMode.DEEPEP_NORMAL: "deepep_high_throughput",
              A2AMode.DEEPEP_LL: "deepep_low_latency"}
+_VLLM_A2A_ROCM = {A2AMode.DEEPEP_NORMAL: "mori_high_throughput",
+                  A2AMode.DEEPEP_LL: "mori_low_latency"}
+# ROCm: the environment that turns on aiter's kernels (the tables moesym's AMD kernel fits come
+# from): SGLang reads SGLANG_USE_AITER (InferenceX's MI300X/MI325X/MI355X SGLang scripts set it,
+# with --attention-backend aiter), vLLM VLLM_ROCM_USE_AITER
+_ROCM_ENV = {"sglang": "SGLANG_USE_AITER=1", "vllm": "VLLM_ROCM_USE_AITER=1"}
+
+
+def _rocm(hw) -> bool:
+    return getattr(hw, "vendor", "") == "amd"
 
 
 def _budget(wl) -> int:
@@ -211,8 +223,10 @@ def _requests(dep: Deployment, wl: Workload) -> int | None:
     return None if wl.phase is Phase.PREFILL else wl.batch * dep.dp
 
 
-def _sglang(model, dep, wl, notes) -> list[str]:
-    cmd = ["python", "-m", "sglang.launch_server", "--model-path",
+def _sglang(model, dep, wl, notes, hw=None) -> list[str]:
+    rocm = _rocm(hw)
+    cmd = [_ROCM_ENV["sglang"]] if rocm else []
+    cmd += ["python", "-m", "sglang.launch_server", "--model-path",
            checkpoint(model, dep.weight_recipe(model.is_moe), notes),
            "--tp-size", str(dep.stage_gpus)]
     if dep.dp > 1:  # SGLang's TP size is the instance; attention runs TP tp_size / attn_dp_size
@@ -221,7 +235,13 @@ def _sglang(model, dep, wl, notes) -> list[str]:
         cmd += ["--pp-size", str(dep.pp)]
     if model.is_moe and dep.ep > 1:
         cmd += ["--ep-size", str(dep.ep)]
-        if dep.a2a in _DEEPEP_MODE and dep.ep == dep.stage_gpus:
+        if dep.a2a in _DEEPEP_MODE and dep.ep == dep.stage_gpus and rocm:
+            # SGLang 0.5.9 server_args.py: --moe-a2a-backend mori runs MoRI's normal dispatch
+            cmd += ["--moe-a2a-backend", "mori"]
+            if dep.resolved_a2a(wl.phase) is A2AMode.DEEPEP_LL:
+                notes.append("MoRI under SGLang dispatches in its normal mode only (SGLang 0.5.9 "
+                             "forces it); moesym timed the low-latency kernels of this phase")
+        elif dep.a2a in _DEEPEP_MODE and dep.ep == dep.stage_gpus:
             cmd += ["--moe-a2a-backend", "deepep", "--deepep-mode", _DEEPEP_MODE[dep.a2a]]
         if dep.redundant_experts:
             cmd += ["--ep-num-redundant-experts", str(dep.redundant_experts), "--enable-eplb"]
@@ -231,6 +251,8 @@ def _sglang(model, dep, wl, notes) -> list[str]:
         notes.append(f"{dep.micro_batches} micro-batches: SGLang overlaps two at most")
     if dep.kv == "fp8":
         cmd += ["--kv-cache-dtype", "fp8_e4m3"]
+    if rocm:
+        cmd += ["--attention-backend", "aiter"]
     if dep.mtp:
         cmd += ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(dep.mtp),
                 "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens",
@@ -242,8 +264,10 @@ def _sglang(model, dep, wl, notes) -> list[str]:
     return cmd + _engine_profile("sglang", dep, wl, notes)
 
 
-def _vllm(model, dep, wl, notes) -> list[str]:
-    cmd = ["vllm", "serve", checkpoint(model, dep.weight_recipe(model.is_moe), notes),
+def _vllm(model, dep, wl, notes, hw=None) -> list[str]:
+    rocm = _rocm(hw)
+    cmd = [_ROCM_ENV["vllm"]] if rocm else []
+    cmd += ["vllm", "serve", checkpoint(model, dep.weight_recipe(model.is_moe), notes),
            "--tensor-parallel-size", str(dep.tp)]
     if dep.dp > 1:
         cmd += ["--data-parallel-size", str(dep.dp)]
@@ -254,7 +278,7 @@ def _vllm(model, dep, wl, notes) -> list[str]:
         if dep.ep != dep.stage_gpus:
             notes.append(f"vLLM's expert parallelism spans tp x dp = {dep.stage_gpus} GPUs; "
                          f"EP {dep.ep} with expert TP has no vLLM flag")
-        backend = _VLLM_A2A.get(dep.resolved_a2a(wl.phase))
+        backend = (_VLLM_A2A_ROCM if rocm else _VLLM_A2A).get(dep.resolved_a2a(wl.phase))
         if backend and dep.ep == dep.stage_gpus:  # DeepEP kernels, as moesym timed them
             cmd += ["--all2all-backend", backend]
         if dep.redundant_experts:
@@ -280,7 +304,7 @@ def _vllm(model, dep, wl, notes) -> list[str]:
     return cmd + _engine_profile("vllm", dep, wl, notes)
 
 
-def _trtllm(model, dep, wl, notes) -> list[str]:
+def _trtllm(model, dep, wl, notes, hw=None) -> list[str]:
     cmd = ["trtllm-serve", checkpoint(model, dep.weight_recipe(model.is_moe), notes),
            "--tp_size", str(dep.stage_gpus)]
     if dep.pp > 1:
@@ -325,7 +349,7 @@ def _context_tokens(wl: Workload) -> int:
     return wl.isl + wl.osl if wl.phase is Phase.SERVE else wl.context
 
 
-def _llamacpp(model, dep, wl, notes) -> tuple[list[str], list[str]]:
+def _llamacpp(model, dep, wl, notes, hw=None) -> tuple[list[str], list[str]]:
     recipe = dep.weight_recipe(model.is_moe)
     repo = checkpoint(model, recipe, notes, gguf=True)
     quant = (recipe.mix or recipe.moe).upper()
@@ -377,7 +401,7 @@ def _llamacpp(model, dep, wl, notes) -> tuple[list[str], list[str]]:
     return server, bench
 
 
-def _mlx(model, dep, wl, notes) -> tuple[list[str], list[str]]:
+def _mlx(model, dep, wl, notes, hw=None) -> tuple[list[str], list[str]]:
     repo = checkpoint(model, dep.weight_recipe(model.is_moe), notes)
     server = ["mlx_lm.server", "--model", repo]
     gen = ["mlx_lm.generate", "--model", repo]
@@ -422,7 +446,7 @@ def launch_command(engine: str, model: ModelSpec, dep: Deployment, wl: Workload,
     if engine == "mlx" and getattr(hw, "vendor", "apple") != "apple":
         notes.append(f"MLX on {hw.name}: its CUDA back end (pip install mlx[cuda12] or "
                      "mlx[cuda13], as mlx-lm 0.32.2 lists it)")
-    cmd = _BUILDERS[engine](model, dep, wl, notes)
+    cmd = _BUILDERS[engine](model, dep, wl, notes, hw)
     out = {"engine": engine}
     if isinstance(cmd, tuple):
         out["command"], out["bench"] = shlex.join(cmd[0]), shlex.join(cmd[1])

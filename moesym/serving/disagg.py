@@ -201,6 +201,7 @@ def run_disaggregated(cfgs: tuple, ranks: tuple, replicas: tuple, client, isl, o
         r.started_s[mine] = p_start[np.asarray(side.st.started_step)[mine]]
     r.at_decode_s = at_decode
     r.prefilled_s = at_decode - np.asarray(transfer_s, dtype=float)
+    r.cold_window_s = np.array([P[j].cold_window for j in where_p], dtype=float).reshape(n, 2)
     info = {"prefill_steps": [s.st.step_index for s in P],
             "decode_steps": [s.st.step_index for s in D],
             "kv_transfer_ms": {"mean": float(np.mean(transfer_s)) * 1e3,

@@ -37,9 +37,10 @@ class Launch:
     --scheduler-recv-interval), the memory share of the KV pool (``kv_fraction``: SGLang
     --mem-fraction-static, vLLM --gpu-memory-utilization, TensorRT-LLM
     free_gpu_memory_fraction, each of what the profile's kv_memory_basis names) and the largest
-    decode batch captured as a CUDA graph (``cuda_graph_max_bs``), and the attention-DP balance
+    decode batch captured as a CUDA graph (``cuda_graph_max_bs``), the attention-DP balance
     (``dp_balance_steps``: TensorRT-LLM's attention_dp_config enable_balance, its
-    timeout_iters; 0 off)."""
+    timeout_iters; 0 off), and the one-time extra seconds of the engine's first prefill
+    (``cold_prefill_s``; 0: a server warmed up at the benchmark's shapes)."""
 
     chunk: int | None = None
     max_running: int | None = None
@@ -48,6 +49,7 @@ class Launch:
     kv_fraction: float | None = None
     cuda_graph_max_bs: int | None = None
     dp_balance_steps: int = 0
+    cold_prefill_s: float | None = None
 
     def __post_init__(self):
         for name in ("chunk", "max_running", "step_tokens", "recv_interval", "cuda_graph_max_bs"):
@@ -59,6 +61,9 @@ class Launch:
                 self.dp_balance_steps or self.dp_balance_steps < 0:
             raise MoesymError(f"engine launch setting dp_balance_steps = "
                               f"{self.dp_balance_steps!r}: must be a whole number >= 0")
+        if self.cold_prefill_s is not None and not 0 <= self.cold_prefill_s < math.inf:
+            raise MoesymError(f"engine launch setting cold_prefill_s = {self.cold_prefill_s!r}: "
+                              "must be a number of seconds >= 0")
         if self.kv_fraction is not None and not 0 < self.kv_fraction <= 1:
             raise MoesymError(f"engine launch setting kv_fraction = {self.kv_fraction!r}: the "
                               "memory share must be in (0, 1]")
@@ -150,4 +155,6 @@ def scheduler_config(profile, model, hw, dep, *, mean_len: float, max_len: int,
                            dp_routing=profile.dp_routing,
                            recv_lag=int(profile.overlapped(bool(dep.mtp))),
                            recv_interval=interval,
-                           dp_balance_steps=int(launch.dp_balance_steps))
+                           dp_balance_steps=int(launch.dp_balance_steps),
+                           cold_prefill_s=profile.cold_prefill(hw.vendor)
+                           if launch.cold_prefill_s is None else float(launch.cold_prefill_s))

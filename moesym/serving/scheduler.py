@@ -80,6 +80,7 @@ class SchedulerConfig:
     recv_lag: int = 0                      # 1: an overlap scheduler formed the next step already
     recv_interval: int = 1                 # the engine receives once its counter reaches this
     dp_balance_steps: int = 0              # attention-DP balance: hold new prompts up to this
+    cold_prefill_s: float = 0.0            # one-time extra of the first step that prefills
 
     def __post_init__(self):
         if self.policy not in ("prefill-first", "decode-first"):

@@ -55,6 +55,9 @@ class Run:
     # disaggregated: when its prefill ended and when its KV reached the decode replica
     prefilled_s: np.ndarray | None = None
     at_decode_s: np.ndarray | None = None
+    # per request (n x 2): the window of the one-time extra of the first prefill step (first
+    # use of the prefill kernels) on the replica that prefilled it (inf, inf: none)
+    cold_window_s: np.ndarray | None = None
 
 
 class Side:
@@ -78,6 +81,10 @@ class Side:
         # the step before the last (it launches step i once step i - 2's results are in)
         self.launched = -math.inf
         self.end_before = -math.inf
+        # the one-time extra seconds of the engine's first step that prefills (first use of its
+        # prefill kernels), while still to come; then the window it took
+        self.cold_left = st.cfg.cold_prefill_s
+        self.cold_window = (math.inf, math.inf)
 
     def push(self, time: float, rid: int) -> None:
         if time < self.last_start:
@@ -124,6 +131,7 @@ class Side:
             block.append(st.step())
         arr = np.array(block, dtype=float)  # steps x ranks x STEP_FIELDS
         timed = _timed(self.times_fn, arr).max(axis=1)
+        cold = self._cold(arr, timed)
         state = (self.launched, self.end_before)
         step_s = self._overlapped(timed, *state) if timed.ndim == 2 else timed
         start = self.t + np.concatenate(([0.0], np.cumsum(step_s)[:-1]))
@@ -136,6 +144,9 @@ class Side:
                     st.step()
         if timed.ndim == 2:  # the host's state after the kept steps
             self._overlapped(timed[:keep], *state, commit=True)
+        if cold is not None and cold < keep:
+            end = float(start[cold] + step_s[cold])
+            self.cold_window, self.cold_left = (end - self.cold_left, end), 0.0
         self.blocks.append(arr[:keep])
         self.starts.append(start[:keep])
         self.durs.append(step_s[:keep])
@@ -143,6 +154,22 @@ class Side:
         self.t = self.last_end = float(start[keep - 1] + step_s[keep - 1])
         self.last_step_s = float(np.mean(step_s[:keep]))
         return range(s0, s0 + keep)
+
+    def _cold(self, arr: np.ndarray, timed: np.ndarray) -> int | None:
+        """The block's first step that prefills while the engine's one-time first-prefill
+        time is still to come, that time added to its GPU time (a kernel compiled on first use
+        runs once compiled; the steps after it wait): the index, or None."""
+        if not self.cold_left:
+            return None
+        prefills = np.flatnonzero((arr[..., _TOKENS] > 0).any(axis=1))
+        if not len(prefills):
+            return None
+        i = int(prefills[0])
+        if timed.ndim == 2:
+            timed[i, 0] += self.cold_left
+        else:
+            timed[i] += self.cold_left
+        return i
 
     def _overlapped(self, gpu_host: np.ndarray, launched: float, end_before: float,
                     commit: bool = False) -> np.ndarray:
@@ -215,6 +242,7 @@ def run(cfg: SchedulerConfig, ranks: int, client: Client, isl, osl, times_fn,
                 st.preemptions)
     r.received_s = start[np.asarray(st.received_step)]
     r.started_s = start[np.asarray(st.started_step)]
+    r.cold_window_s = np.tile(side.cold_window, (n, 1))
     return r
 
 
@@ -230,7 +258,8 @@ def replicate(r: Run, ranks: int) -> Run:
                [t for t in r.token_times for _ in range(ranks)], r.step_start_s, r.step_s,
                contents, r.running * ranks, r.waiting * ranks, r.kv_used * ranks,
                r.preemptions * ranks, opt(r.received_s), opt(r.started_s), opt(r.prefilled_s),
-               opt(r.at_decode_s))
+               opt(r.at_decode_s),
+               None if r.cold_window_s is None else np.repeat(r.cold_window_s, ranks, axis=0))
 
 
 def _result(arrival, first, finish, isl, osl, token_times, start, dur, allsteps,
@@ -259,6 +288,7 @@ def _token_times(st: EngineState, end: np.ndarray, first: np.ndarray, rids=None)
     return out
 
 
+_TOKENS = STEP_FIELDS.index("tokens")
 _TIMED = [STEP_FIELDS.index(k) for k in ("kind", "graph_batch", "kv_mean", "tokens", "prompt_len")]
 
 

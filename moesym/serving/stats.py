@@ -57,20 +57,31 @@ def ttft_components(run, warmup: int = 0) -> dict:
     already running or formed under an overlap scheduler), the queue until its prefill starts
     (earlier prompts, the request cap, KV, a DP balance), the prefill (from its first piece's
     step to the end of its last), and for disaggregated serving the KV transfer and the wait
-    for the decode replica to take it; they add up to the mean TTFT."""
+    for the decode replica to take it; the engine's one-time first prefill (first use of its
+    prefill kernels, ``first_use``) is taken out of the queue or prefill it fell in. They add
+    up to the mean TTFT."""
     if run.received_s is None and run.prefilled_s is None:
         return {}
     sl = slice(warmup, None)
     arrival, first = run.arrival_s[sl], run.first_token_s[sl]
     mean = lambda a: float(np.mean(a)) * 1e3 if len(a) else float("nan")  # noqa: E731
     received, started = run.received_s[sl], run.started_s[sl]
-    out = {"receive": mean(received - arrival), "queue": mean(started - received)}
-    if run.prefilled_s is None:
-        out["prefill"] = mean(first - started)
-        return out
-    prefilled, at_decode = run.prefilled_s[sl], run.at_decode_s[sl]
-    out.update({"prefill": mean(prefilled - started), "kv_transfer": mean(at_decode - prefilled),
-                "decode_admission": mean(first - at_decode)})
+    done = first if run.prefilled_s is None else run.prefilled_s[sl]
+    parts = {"receive": (arrival, received), "queue": (received, started),
+             "prefill": (started, done)}
+    out = {k: mean(b - a) for k, (a, b) in parts.items()}
+    if run.cold_window_s is not None and np.isfinite(run.cold_window_s[sl]).any():
+        lo, hi = run.cold_window_s[sl].T
+        total = 0.0
+        for k, (a, b) in parts.items():
+            inside = mean(np.clip(np.minimum(hi, b) - np.maximum(lo, a), 0.0, None))
+            out[k] -= inside
+            total += inside
+        out["first_use"] = total
+    if run.prefilled_s is not None:
+        at_decode = run.at_decode_s[sl]
+        out.update({"kv_transfer": mean(at_decode - done),
+                    "decode_admission": mean(first - at_decode)})
     return out
 
 
