@@ -342,3 +342,42 @@ def test_heldout_rows_of_every_amd_gpu():
     assert held["fp8_block"]["calibration"] == "[kernel]"
     assert held["bf16"]["calibration"] == "[kernel.dtypes.bf16]"
     assert held["fp4"]["calibration"] == "[kernel.dtypes.fp4]"
+
+
+# -- the engines' custom all-reduce ---------------------------------------------------------------
+def _tp_allreduce_s(hw_name: str, tp: int, tokens: int) -> float:
+    """One all-reduce of a decode step of ``tokens`` on TP ``tp`` (EP 1): the layer's TP
+    communication is two, after attention and after the MoE (seconds)."""
+    import moesym as ms
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = ms.predict("deepseek-v3", hw_name, ms.Deployment(gpus=tp, tp=tp, ep=1, weights="fp8"),
+                       ms.Workload("decode", batch=tokens, context=1024))
+    return r["per_layer_s"]["tp_comm"] / 2
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_rocm_custom_allreduce_reads_peers_over_the_groups_links(tp):
+    """A one-shot all-reduce of M bytes among p GPUs: every GPU reads the other p - 1 buffers,
+    one per direct link, so on a switchless node it takes fixed + M / (one link's rate):
+    fixed + (p - 1) M / (one-shot rate x (p - 1) / 7). 4 tokens of DeepSeek-V3 in BF16 are
+    57 KiB, under every group size's one-shot limit."""
+    hw = load_hardware("mi355x")
+    car = hw.allreduce
+    m = 4 * 7168 * 2
+    want = car.fixed_s + m / (car.oneshot_Bps / 7)
+    assert _tp_allreduce_s("mi355x", tp, 4) == pytest.approx(want, rel=1e-9)
+    assert car.source.startswith("transferred")
+
+
+def test_a_tp_group_across_nvl72_trays_runs_the_custom_allreduce():
+    """On a GB200 NVL72 rack the NVLink domain is 72 GPUs over trays of 4: TP 8 spans two trays
+    and still runs the engine's custom all-reduce (fixed + (p - 1) M / one-shot rate for a
+    small message), not NCCL's ring (2 (p - 1) x 3 us of latency alone)."""
+    hw = load_hardware("gb200")
+    car = hw.allreduce
+    m = 4 * 7168 * 2
+    assert _tp_allreduce_s("gb200", 8, 4) == pytest.approx(car.fixed_s + 7 * m / car.oneshot_Bps,
+                                                            rel=1e-9)
+    assert _tp_allreduce_s("gb200", 8, 4) < 2 * 7 * hw.latency.scale_up_s

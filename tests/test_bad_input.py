@@ -86,6 +86,18 @@ CASES = [
     (["sweep", *Q8, *DEC, "--batch", "8", "--chunk-points", "0", "--out", "{tmp}/s.csv"],
      "--chunk-points"),
     (["sweep", *V3, *DEC, "--batch", "8", "--ep", "3", "--out", "{tmp}/s.csv"], "--ep"),
+    # simulate: a disaggregation whose prefill sizes do not divide, an acceptance length above
+    # the draft, no request in flight, a negative one-time prefill
+    (["simulate", *Q8, "--isl", "256", "--osl", "8", "--concurrency", "2", "--disaggregate",
+      "1:1", "--prefill-gpus", "4", "--prefill-tp", "3"], "--prefill-tp"),
+    (["simulate", *V3, "--weights", "fp8", "--gpus", "16", "--isl", "256", "--osl", "8",
+      "--concurrency", "2", "--disaggregate", "1:1", "--prefill-gpus", "8", "--prefill-ep",
+      "3"], "--prefill-ep"),
+    (["simulate", *V3, "--weights", "fp8", "--gpus", "16", "--isl", "256", "--osl", "8",
+      "--concurrency", "2", "--mtp", "2", "--accept-length", "3.5"], "--accept-length"),
+    (["simulate", *Q8, "--isl", "256", "--osl", "8", "--concurrency", "0"], "--concurrency"),
+    (["simulate", *Q8, "--isl", "256", "--osl", "8", "--concurrency", "2",
+      "--cold-prefill-ms", "-5"], "--cold-prefill-ms"),
     # optimize
     (["optimize", *Q8, "--gpus", "1", *DEC, "--context", "1024", "--ttft-ms", "100"],
      "--ttft-ms"),

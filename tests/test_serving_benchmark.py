@@ -333,3 +333,20 @@ def test_validate_serving_runs_a_gpus_runs_against_what_was_measured(capsys):
         assert abs(r["tpot_mean_ms"]["error"]) < 0.2, r
         assert set(r["ttft_components_ms"]) == {"receive", "queue", "prefill"}
     assert doc["summary"]["all"]["runs"] == 5 and doc["summary"]["all"]["skipped"] == 0
+
+
+def test_a_deployment_the_engine_runs_is_not_refused_by_its_default_share(capsys):
+    """DeepSeek-R1 FP8 on 4 GB200s (169 GB of weights per 186 GB GPU) ran in InferenceX under
+    Dynamo + SGLang, whose default memory share (about 0.85) would leave no KV: the launch set a
+    larger one. moesym says so and uses its memory model's pool; the default share given
+    explicitly (--mem-fraction) is the launch's, and then it truly does not fit."""
+    from moesym.cli import main
+
+    argv = ["simulate", "deepseek-v3", "--hardware", "gb200", "--gpus", "4", "--tp", "4",
+            "--ep", "4", "--weights", "fp8", "--kv", "fp8", "--engine", "dynamo-sglang",
+            "--concurrency", "4", "--isl", "1024", "--osl", "8", "--json"]
+    with pytest.warns(UserWarning, match="default memory share .* leaves no KV room"):
+        assert main(argv) == 0
+    capsys.readouterr()
+    assert main(argv + ["--mem-fraction", "0.85"]) == 2
+    assert "does not fit" in capsys.readouterr().err

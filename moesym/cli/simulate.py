@@ -202,15 +202,16 @@ def _prefill_deployment(args, model, dep):
     from ..specs.deployment import eplb_slots
 
     gpus = args.prefill_gpus or dep.gpus
-    out = replace(dep, gpus=gpus, tp=args.prefill_tp or dep.tp,
-                  ep=args.prefill_ep or (gpus if args.prefill_gpus else dep.ep),
-                  micro_batches=args.prefill_micro_batches or dep.micro_batches,
-                  redundant_experts=0)
-    out = eplb_slots(model, out)
     try:
+        out = replace(dep, gpus=gpus, tp=args.prefill_tp or dep.tp,
+                      ep=args.prefill_ep or (gpus if args.prefill_gpus else dep.ep),
+                      micro_batches=args.prefill_micro_batches or dep.micro_batches,
+                      redundant_experts=0)
+        out = eplb_slots(model, out)
         out.check_model(model)
     except MoesymError as exc:
-        raise MoesymError(f"prefill replica: {exc}") from None
+        raise MoesymError(f"prefill replica (--prefill-gpus/--prefill-tp/--prefill-ep): "
+                          f"{exc}") from None
     return out
 
 

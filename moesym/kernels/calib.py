@@ -594,8 +594,11 @@ def kernel_calib(hw, dtype: str | None = None) -> KernelCalib:
         warnings.warn(f"hardware {hw.name}: kernel calibration {table['source']}: "
                       f"{hw.name}'s kernels were not measured", stacklevel=2)
     elif table.get("transferred"):
+        car = getattr(hw, "allreduce", None)
+        also = (f"; custom all-reduce {car.source}" if car is not None
+                and car.source.startswith("transferred") else "")
         warnings.warn(f"hardware {hw.name}: kernel calibration partly transferred, not measured "
-                      f"on {hw.name}: {table['transferred']}", stacklevel=2)
+                      f"on {hw.name}: {table['transferred']}{also}", stacklevel=2)
     own = dict(table.get(DTYPES_KEY, {}) or {}).get(dtype) if dtype else None
     if own:
         base = {k: v for k, v in table.items() if k not in (ENGINES_KEY, DTYPES_KEY)}

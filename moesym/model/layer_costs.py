@@ -116,7 +116,7 @@ def moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     # attention output all-reduce + seed 004's all-gather before / reduce-scatter after the MoE
     # (on a mesh: ring hops along its TP axis)
     tp_bw, tp_lat = _tp_link(dep, D, bw_up, bw_out, _links(hw))
-    car = _custom_allreduce(hw, dep)
+    car = _custom_allreduce(hw, dep, D)
     ar = (comm.tp_allreduce(D, t, tp_bw, tp_lat) if car is None else
           comm.tp_allreduce_custom(D, t, car, tp_bw, tp_lat))
     if car is not None and (dep.ep == 1 or (dep.mesh is None and dep.tp == dep.stage_gpus)):
@@ -178,7 +178,7 @@ def dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
                                   "dense", wo, dq)
     costs["moe_weight_load"] = _tagged([Cost("ffn_weight_load", g_up.kind, hbm_bytes=w_up + w_down,
                                              shape=LoadShape(g_up.shape.m))], "dense", wo, dq)
-    car = _custom_allreduce(hw, dep)
+    car = _custom_allreduce(hw, dep, D)
     bw = S.bw_up * S.eff_up
     if _links(hw):  # a switchless domain: the TP group's share of the links
         bw = bw * comm.link_share(D.tp, _links(hw))
@@ -391,12 +391,21 @@ def _tp_link(dep: Deployment, D: Dims, bw_up, bw_out, links: int = 0) -> tuple:
             comm.group_latency(D.tp, D.gpus_per_node, S.lat_up, S.lat_out))
 
 
-def _custom_allreduce(hw: HardwareSpec | None, dep: Deployment):
-    """The hardware's custom all-reduce (``[allreduce]``) where the TP group is one NVLink node
-    of a GPU cluster, else None (NCCL's ring)."""
+def _custom_allreduce(hw: HardwareSpec | None, dep: Deployment, D: Dims | None = None):
+    """The hardware's custom all-reduce (``[allreduce]``) where the TP group is inside one
+    scale-up domain (an NVLink node, a GB200 NVL72 rack's NVLink domain, an Infinity Fabric
+    node), else None (NCCL's ring). On a switchless domain (direct links) a group of p GPUs
+    reads its peers over its p - 1 links: the rates scale by :func:`comm.link_share`."""
     if hw is None or hw.allreduce is None or dep.mesh is not None:
         return None
-    return hw.allreduce if dep.tp <= hw.gpus_per_node else None
+    if dep.tp > max(hw.gpus_per_node, hw.scale_up_domain_gpus):
+        return None
+    car = hw.allreduce
+    if _links(hw) and D is not None:
+        share = comm.link_share(D.tp, _links(hw))
+        car = replace(car, oneshot_Bps=car.oneshot_Bps * share,
+                      twoshot_Bps=car.twoshot_Bps * share)
+    return car
 
 
 def tile_stepped_experts(hw: HardwareSpec | None, dep: Deployment) -> bool:

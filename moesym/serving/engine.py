@@ -106,7 +106,20 @@ def kv_capacity_tokens(model, hw, dep, context: int, profile=None, chunk: int = 
                        "weights-kv-activations": frac * hbm - used,
                        "free-after-weights": frac * (hbm - used - sum(p["comm"].values()))
                        }[profile.kv_memory_basis]
-        pool = engine_pool
+        if engine_pool < per_token * max(1, context) and launch.kv_fraction is None \
+                and pool >= per_token * max(1, context):
+            # the engine's default share leaves no room for one request: a server that runs
+            # this deployment was launched with a larger share than the default
+            import warnings
+
+            warnings.warn(f"{profile.name}: its default memory share ({frac:.3f} of "
+                          f"{hbm / 1e9:.0f} GB) leaves no KV room beside "
+                          f"{weights / 1e9:.1f} GB of weights on {dep.gpus} x {hw.name}, so a "
+                          "server running this deployment sets a larger one; moesym's memory "
+                          "model's KV pool used (pass --mem-fraction F for the launch's)",
+                          stacklevel=2)
+        else:
+            pool = engine_pool
     return max(0.0, pool) / per_token
 
 

@@ -96,6 +96,9 @@ class CustomAllReduce:
     twoshot_Bps: float
     oneshot_max_bytes: tuple[tuple[int, float], ...]
     max_bytes: tuple[tuple[int, float], ...]
+    # where the numbers come from; "transferred ..." when not measured on this GPU (said in a
+    # warning where a model uses it)
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -472,7 +475,7 @@ def _allreduce(raw, where: str, table: str = "allreduce") -> CustomAllReduce | N
     v = {k: (_by_group(_req(raw, k, ctx), k, ctx) if k in _ALLREDUCE_BY_GROUP else
              _positive(_req(raw, k, ctx), f"{ctx} {k}") * f) for k, f in _ALLREDUCE_KEYS.items()}
     return CustomAllReduce(v["fixed_us"], v["oneshot_GBps"], v["twoshot_GBps"],
-                           v["oneshot_max_KiB"], v["max_MiB"])
+                           v["oneshot_max_KiB"], v["max_MiB"], str(raw.get("source", "")))
 
 
 def _allreduce_kernels(raw, where: str) -> Mapping[str, CustomAllReduce]:
