@@ -1,7 +1,7 @@
 """Simulate every open InferenceX run and write the tables of docs/explanation/validation.md.
 
     python benchmarks/serving_open_set.py [--json OUT.json] [--from OUT.json] [--write]
-                                          [--conc-max N --above-every K]
+                                          [--conc-max N --above-every K] [--shard I/N]
 
 Runs ``moesym.report.inferencex.validate_runs`` over bench_data/serving/'s table (each run
 simulated as the benchmark ran it, what ``moesym validate --serving --rows`` prints), and with
@@ -11,7 +11,9 @@ framework and every run, and the one between ``<!-- serving-cases -->`` markers 
 of ``moesym validate``'s serving section. ``--json`` keeps the rows; ``--from`` writes from kept rows without
 simulating again. The whole set is 5.5 million simulated requests (10 x concurrency per run,
 as the benchmark sends); ``--conc-max N --above-every K`` runs every run up to concurrency N
-and every K-th of the rest (by id), and the tables say so. The wall time is printed beside the time of ``python -c "import numpy"``
+and every K-th of the rest (by id), and the tables say so; ``--shard I/N`` runs the I-th of N
+interleaved parts (one process per core), and ``--from A.json,B.json`` joins the parts. The wall
+time is printed beside the time of ``python -c "import numpy"``
 measured in the same run.
 """
 
@@ -69,12 +71,14 @@ def main() -> int:
     ap.add_argument("--conc-max", type=int, default=None,
                     help="run every run up to this concurrency, and every K-th above it")
     ap.add_argument("--above-every", type=int, default=1, metavar="K")
+    ap.add_argument("--shard", default="0/1", metavar="I/N")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     from moesym.report.inferencex import serving_summary, validate_runs
 
     if args.source:
-        rows = json.loads(Path(args.source).read_text())
+        rows = sorted((r for f in args.source.split(",") for r in json.loads(Path(f).read_text())),
+                      key=lambda r: r["id"])
     else:
         from moesym.report.inferencex import load_runs
 
@@ -85,6 +89,8 @@ def main() -> int:
         if args.conc_max is not None:
             above = [r for r in runs if r.conc > args.conc_max][::args.above_every]
             runs = tuple(r for r in runs if r.conc <= args.conc_max or r in above)
+        i, n = (int(x) for x in args.shard.split("/"))
+        runs = runs[i::n]
         for i, run in enumerate(runs):
             rows += validate_runs([run])
             print(f"{i + 1}/{len(runs)} {run.config} c{run.conc} "
@@ -98,6 +104,13 @@ def main() -> int:
         Path(args.json).write_text(json.dumps(rows))
     summary = serving_summary(rows)
     text = markdown(rows, summary)
+    if args.conc_max is not None:
+        from moesym.report.inferencex import load_runs
+
+        text = (f"{len(rows)} of the {len(load_runs())} open runs simulated: every run up to "
+                f"concurrency {args.conc_max} and every {args.above_every}-th of those above "
+                f"(by id; `python benchmarks/serving_open_set.py --conc-max {args.conc_max} "
+                f"--above-every {args.above_every}`).\n\n" + text)
     a = summary["all"]["median_abs_error"]
     print("all: " + ", ".join(f"{LABELS[k]} {a[k]:.1%}" for k in LABELS)
           + f" over {summary['all']['runs']} runs ({summary['all']['skipped']} not run)")
