@@ -23,8 +23,8 @@ from ..io.resources import data_dir
 from ..io.toml import load_toml
 from ..errors import SpecError
 
-__all__ = ["HardwareSpec", "CustomAllReduce", "Efficiency", "Latency", "VENDORS", "load_hardware",
-           "builtin_hardware"]
+__all__ = ["HardwareSpec", "CustomAllReduce", "Efficiency", "Latency", "PowerSpec", "PriceSpec",
+           "VENDORS", "load_hardware", "builtin_hardware"]
 
 #: device makers a hardware file's ``vendor`` names (an engine profile's ``runs_on`` lists them)
 VENDORS = {"nvidia": "NVIDIA", "amd": "AMD", "apple": "Apple silicon", "tenstorrent": "Tenstorrent"}
@@ -32,7 +32,7 @@ VENDORS = {"nvidia": "NVIDIA", "amd": "AMD", "apple": "Apple silicon", "tenstorr
 _TOP_KEYS = {"name", "description", "source", "vendor", "default_engine", "sms", "gpus_per_node",
              "hbm_capacity_GB", "hbm_bandwidth_TBps", "peak_TFLOPs", "interconnect", "efficiency",
              "latency_us", "kernel", "compute_formats", "host", "mesh", "sram_MB", "usable_memory_frac", "allreduce",
-             "moe_kernels", "deepep"}
+             "moe_kernels", "deepep", "power", "price"}
 _INTERCONNECT_KEYS = {"scale_up_GBps", "scale_out_GBps", "scale_up_domain_gpus", "host_link_GBps",
                       "scale_up_links"}
 _EFF_KEYS = {"scale_up", "scale_out"}
@@ -99,6 +99,31 @@ class CustomAllReduce:
     # where the numbers come from; "transferred ..." when not measured on this GPU (said in a
     # warning where a model uses it)
     source: str = ""
+
+
+@dataclass(frozen=True)
+class PowerSpec:
+    """``[power]`` in watts: the board at full load (datasheet TDP / TBP) and at idle, the
+    node's own draw per GPU (CPUs, NICs, switches, fans; the rack's share on an NVL72 system),
+    the facility PUE a serving answer assumes unless ``--pue`` is given; ``source``: where the
+    figures come from; ``assumed``: what was assumed where no published figure exists (said in
+    one warning line wherever power is reported). :mod:`moesym.numbers.economics` uses them."""
+
+    board_W: float
+    idle_W: float
+    node_W: float
+    pue: float
+    source: str = ""
+    assumed: str = ""
+
+
+@dataclass(frozen=True)
+class PriceSpec:
+    """``[price]``: a public list price per GPU-hour, with its source and date."""
+
+    usd_per_gpu_hour: float
+    source: str
+    date: str
 
 
 @dataclass(frozen=True)
@@ -171,6 +196,9 @@ class HardwareSpec:
     # so a collective among p of them moves over their p - 1 links only
     # (moesym.terms.comm.link_share); 0: a switch (NVSwitch), every group at scale_up_GBps
     scale_up_links: int = 0
+    # the power model ([power]) and a public list price ([price]); None: the file has none
+    power: PowerSpec | None = None
+    price: PriceSpec | None = None
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; raises if the GPU has no such tensor-core format."""
@@ -331,7 +359,57 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
         moe_kernels=_moe_kernels(raw.get("moe_kernels", {}), where),
         moe_kernels_dtype=_moe_kernels_dtype(raw.get("moe_kernels", {}), where),
         deepep=_deepep(raw.get("deepep"), where),
+        power=_power(raw.get("power"), where),
+        price=_price(raw.get("price"), where),
     )
+
+
+_POWER_KEYS = {"board_W", "idle_W", "node_W", "pue", "source", "assumed"}
+
+
+def _text(t: Mapping, key: str, ctx: str, required: bool = True) -> str:
+    if key not in t:
+        if required:
+            raise SpecError(f"{ctx}: missing key '{key}'")
+        return ""
+    if not isinstance(t[key], str) or not t[key].strip():
+        raise SpecError(f"{ctx} {key}: must be a non-empty string, got {t[key]!r}")
+    return t[key]
+
+
+def _table(raw, name: str, where: str) -> Mapping | None:
+    if raw is not None and not isinstance(raw, Mapping):
+        raise SpecError(f"{where} {name}: must be a table ([{name}]), got {raw!r}")
+    return raw
+
+
+def _power(raw, where: str) -> PowerSpec | None:
+    """``[power]``: ``board_W``, ``idle_W`` (<= board_W), ``node_W`` (>= 0), ``pue`` (>= 1)
+    and ``source`` required; ``assumed`` optional."""
+    if _table(raw, "power", where) is None:
+        return None
+    ctx = f"{where} [power]"
+    _check_keys(raw, _POWER_KEYS, ctx)
+    board = _positive(_req(raw, "board_W", ctx), f"{ctx} board_W")
+    idle = _nonneg(_req(raw, "idle_W", ctx), f"{ctx} idle_W")
+    if idle > board:
+        raise SpecError(f"{ctx} idle_W = {idle:g}: above board_W = {board:g}; idle power is at "
+                        "most the board's full-load power")
+    pue = _positive(_req(raw, "pue", ctx), f"{ctx} pue")
+    if pue < 1:
+        raise SpecError(f"{ctx} pue = {pue:g}: facility power over IT power is at least 1")
+    return PowerSpec(board, idle, _nonneg(_req(raw, "node_W", ctx), f"{ctx} node_W"), pue,
+                     _text(raw, "source", ctx), _text(raw, "assumed", ctx, required=False))
+
+
+def _price(raw, where: str) -> PriceSpec | None:
+    """``[price]``: ``usd_per_gpu_hour``, ``source`` and ``date``, all required."""
+    if _table(raw, "price", where) is None:
+        return None
+    ctx = f"{where} [price]"
+    _check_keys(raw, {"usd_per_gpu_hour", "source", "date"}, ctx)
+    return PriceSpec(_positive(_req(raw, "usd_per_gpu_hour", ctx), f"{ctx} usd_per_gpu_hour"),
+                     _text(raw, "source", ctx), _text(raw, "date", ctx))
 
 
 def _links(ic: Mapping, where: str) -> int:
