@@ -273,6 +273,24 @@ CASES = [
     (["optimize", *V3, "--gpus", "8", *DEC, "--context", "1024", "--max-size", "1000000000"],
      "--max-points"),
     (["optimize", *Q8, *DEC, "--context", "1024", "--max-points", "10"], "--max-points 10"),
+    # cost and power of serving answers (issue 49): a price of 0 or below, a PUE under 1, no
+    # years, owned hardware without all three of its flags, both a price and owned hardware
+    (["predict", *Q8, "--phase", "serve", "--isl", "64", "--osl", "8", "--price", "0"], "--price"),
+    (["predict", *Q8, "--phase", "serve", "--isl", "64", "--osl", "8", "--price", "-1"],
+     "--price"),
+    (["predict", *Q8, "--phase", "serve", "--isl", "64", "--osl", "8", "--pue", "0.5"], "--pue"),
+    (["predict", *Q8, "--phase", "serve", "--isl", "64", "--osl", "8", "--capex", "9000",
+      "--years", "0", "--power-price", "0.1"], "--years"),
+    (["predict", *Q8, "--phase", "serve", "--isl", "64", "--osl", "8", "--capex", "9000"],
+     "--years"),
+    (["simulate", *Q8, "--isl", "64", "--osl", "8", "--concurrency", "1", "--price", "0"],
+     "--price"),
+    (["simulate", *Q8, "--isl", "64", "--osl", "8", "--concurrency", "1", "--pue", "0.99"],
+     "--pue"),
+    (["optimize", *Q8, "--phase", "serve", "--isl", "64", "--osl", "8", "--price", "-3"],
+     "--price"),
+    (["optimize", *Q8, "--phase", "serve", "--isl", "64", "--osl", "8", "--price", "2",
+      "--capex", "9000", "--years", "4", "--power-price", "0.1"], "--price"),
 ]
 
 

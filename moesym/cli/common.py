@@ -14,7 +14,7 @@ from ..specs.model import ModelSpec, load_model
 
 __all__ = ["add_model_hw", "add_deployment", "add_workload", "add_json", "deployment_from",
            "workload_from", "model_hw_from", "inputs_from", "emit_json", "positive_int", "positive_float",
-           "fmt_s", "add_serve_lengths", "add_timing", "timing_name"]
+           "fmt_s", "add_serve_lengths", "add_timing", "timing_name", "add_cost", "pricing_from"]
 
 
 def positive_int(text: str) -> int:
@@ -47,14 +47,19 @@ def probability(text: str) -> float:
     return v
 
 
-def positive_float(text: str) -> float:
+def _finite(text: str, ok, what: str) -> float:
+    """A finite number for which ``ok`` holds, else argparse's error 'expected ``what``'."""
     try:
         v = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not (v > 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        v = math.nan
+    if not (math.isfinite(v) and ok(v)):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
     return v
+
+
+def positive_float(text: str) -> float:
+    return _finite(text, lambda v: v > 0, "a positive number")
 
 
 def ms_as_s(text: str) -> float:
@@ -296,6 +301,53 @@ def add_serve_lengths(g, chunk_help: str = "serve: ") -> None:
                    help="serve: input (prompt) tokens per request")
     g.add_argument("--osl", type=positive_int, default=None,
                    help="serve: output tokens per request")
+
+
+def nonneg_float(text: str) -> float:
+    return _finite(text, lambda v: v >= 0, "a number >= 0")
+
+
+def pue_value(text: str) -> float:
+    return _finite(text, lambda v: v >= 1, "a PUE >= 1 (facility power over IT power)")
+
+
+#: the cost and power flags of a serving answer: (flag, type, metavar, help)
+_COST_FLAGS = (
+    ("--price", positive_float, "USD_PER_GPU_HOUR",
+     "price per GPU-hour (default: the hardware file's [price] list price, if any; else cost "
+     "keys are null with 'no price: pass --price')"),
+    ("--capex", positive_float, "USD_PER_GPU",
+     "owned hardware: purchase price per GPU (with --years and --power-price): USD per "
+     "GPU-hour = capex / (years x 8760) + all-in watts per GPU x power price / 1000"),
+    ("--years", positive_float, "N", "owned hardware: years the purchase is spread over"),
+    ("--power-price", nonneg_float, "USD_PER_KWH", "owned hardware: electricity price"),
+    ("--pue", pue_value, "PUE",
+     "facility power usage effectiveness (>= 1; default: the hardware file's [power] pue, 1.3 "
+     "for data-center GPUs, 1.0 for desk-side machines)"),
+)
+
+
+def add_cost(p: argparse.ArgumentParser) -> None:
+    """Cost and power of a serving answer (moesym.numbers.economics)."""
+    g = p.add_argument_group("cost and power (serving answers)")
+    for flag, kind, meta, help_ in _COST_FLAGS:
+        g.add_argument(flag, type=kind, default=None, metavar=meta, help=help_)
+
+
+def pricing_from(args, applies: bool = True):
+    """The :class:`moesym.numbers.economics.Pricing` the cost flags give; where the answer is
+    not a serving one (``applies`` False) a given flag is said to have no effect."""
+    from ..numbers.economics import Pricing
+
+    pricing = Pricing(getattr(args, "price", None), getattr(args, "capex", None),
+                      getattr(args, "years", None), getattr(args, "power_price", None),
+                      getattr(args, "pue", None))
+    if pricing.given and not applies:
+        import warnings
+
+        warnings.warn("--price, --capex, --years, --power-price and --pue cost a serving "
+                      "answer and have no effect here (use --phase serve)", stacklevel=2)
+    return pricing
 
 
 def add_json(p: argparse.ArgumentParser) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from ..engines.emit import ENGINES
 from ..search.optimize import disaggregate, optimize
 from . import COMMANDS
-from .common import (add_deployment, add_json, add_model_hw, add_serve_lengths, deployment_from,
-                     emit_json, fmt_s, print_launch,
+from .common import (add_cost, add_deployment, add_json, add_model_hw, add_serve_lengths,
+                     deployment_from, emit_json, fmt_s, print_launch, pricing_from,
                      model_hw_from, positive_float, positive_int, probability)
 
 __all__ = ["register"]
@@ -50,6 +50,7 @@ def register(sub) -> None:
     p.add_argument("--max-points", type=positive_int, default=MAX_POINTS, metavar="N",
                    help=f"refuse a search of more points (candidate deployments x sizes up to "
                         f"--max-size) than N before it starts (default {MAX_POINTS:,})")
+    add_cost(p)
     add_json(p)
     p.set_defaults(func=run)
 
@@ -141,8 +142,9 @@ def run(args) -> int:
             if getattr(args, flag) is not None:
                 raise MoesymError(f"--{flag} sets --phase serve; a {args.phase} search takes "
                                   "--context")
+    pricing = pricing_from(args, applies=args.phase == "serve")
     if args.percentile is not None:
-        return _run_sla(args)
+        return _run_sla(args, pricing)
     io = None
     if args.disaggregate:  # checked before the search, which takes seconds
         try:
@@ -181,6 +183,8 @@ def run(args) -> int:
                  expert_caches=args.expert_cache, prefix_hit=args.prefix_hit,
                  lengths=lengths, pps=args.pp, cps=args.cp)
     out = {"best": r.best, "pareto": r.pareto}
+    if args.phase == "serve":
+        _cost(out, args, model, hw, base, pricing)
     if args.plot:
         from ..report.plots import pareto_plot
 
@@ -213,6 +217,9 @@ def run(args) -> int:
         print(f"      input {b['input_tokens_per_gpu_s']:.1f} tokens/GPU/s  TPOT "
               f"{fmt_s(b['tpot_s'])}  TTFT {fmt_s(b['ttft_s'])} (queueing ignored)  chunk "
               f"{b['chunk_tokens']}")
+        from ..numbers.economics import text_line
+
+        print(f"      {text_line(b)}")
     print("pareto front (tokens/GPU/s vs tokens/user/s):")
     for p in r.pareto:
         cache = (f" pp={p['pp']}" if "pp" in p else "") + (f" cp={p['cp']}" if "cp" in p else "") + (
@@ -232,6 +239,36 @@ def run(args) -> int:
                   f"requests/GPU/s; disaggregated / aggregated = "
                   f"{d['disaggregated_over_aggregated']:.2f}")
     return 0
+
+
+#: the cost and power keys an optimize answer also gives at its top level (the best's)
+_COST_KEYS = ("usd_per_million_output_tokens", "usd_per_million_tokens", "gpu_watts",
+              "all_in_watts_per_gpu", "joules_per_output_token", "output_tokens_per_s_per_mw")
+
+
+def _cost(out: dict, args, model, hw, base, pricing, power: bool = True) -> None:
+    """Cost and power (moesym.numbers.economics) of the best serving deployment, from
+    predict's steady state at its batch (``power`` False: cost only), into ``best`` and the
+    answer's top level; each Pareto point's cost where the price per GPU-hour does not depend
+    on its power (not --capex)."""
+    from ..numbers.economics import economics, serve_busy_share
+
+    b = out["best"]
+    rate = lambda p, k: p.get(k, p["tokens_per_gpu_s"] if k.startswith("output") else 0.0)  # noqa: E731
+    u = None
+    if power:
+        from ..model.predictor import predict
+
+        dep, wl = _best_deployment(args, model, base, b)
+        u = serve_busy_share(predict(model, hw, dep, wl, memory=False))
+    b.update(economics(hw, rate(b, "output_tokens_per_gpu_s"), rate(b, "input_tokens_per_gpu_s"),
+                       u, pricing))
+    out.update({k: b[k] for k in _COST_KEYS})
+    if not pricing.owned:
+        for p in out.get("pareto", ()):
+            e = economics(hw, rate(p, "output_tokens_per_gpu_s"),
+                          rate(p, "input_tokens_per_gpu_s"), None, pricing)
+            p.update({k: e[k] for k in _COST_KEYS[:2]})
 
 
 def _best_deployment(args, model, base, best: dict):
@@ -264,7 +301,7 @@ def _launch(args, model, hw, base, best: dict) -> dict:
     return launch_command(args.emit, model, dep, wl, hw)
 
 
-def _run_sla(args) -> int:
+def _run_sla(args, pricing) -> int:
     """``--percentile``: the steady state's short list simulated (moesym.serving.sla)."""
     from ..errors import MoesymError
     from ..serving.sla import optimize_sla, optimize_sla_disaggregated
@@ -294,6 +331,8 @@ def _run_sla(args) -> int:
                micro_batches=tuple(args.micro_batches or (1, 2)), a2a_modes=args.a2a,
                tps=args.tp, eps=args.ep, max_size=args.max_size, chunk=args.chunk or 0,
                pps=args.pp)
+    # the disaggregated pools' power is not modeled here: their cost only
+    _cost(r, args, model, hw, base, pricing, power=not args.disaggregate)
     if args.json:
         emit_json(r)
         return 0
@@ -322,6 +361,9 @@ def _print_sla(r: dict, describe) -> int:
     print(f"      TTFT {q} {fmt_s(b[f'ttft_{q}_s'])} (mean {fmt_s(b['ttft_mean_s'])}{xfer})  TPOT "
           f"{q} {fmt_s(b[f'tpot_{q}_s'])} (mean {fmt_s(b['tpot_mean_s'])})  binding: "
           f"{', '.join(b['binding'])}")
+    from ..numbers.economics import text_line
+
+    print(f"      {text_line(b)}")
     print("short list (steady state, then simulated):")
     for c in r["candidates"]:
         if c["meets"]:

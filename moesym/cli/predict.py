@@ -5,8 +5,8 @@ from __future__ import annotations
 from ..engines.emit import ENGINES
 from ..model.report import BREAKDOWN_KEYS
 from . import COMMANDS
-from .common import (add_deployment, add_json, add_model_hw, add_workload, emit_json, fmt_s,
-                     inputs_from, print_launch)
+from .common import (add_cost, add_deployment, add_json, add_model_hw, add_workload, emit_json,
+                     fmt_s, inputs_from, pricing_from, print_launch)
 
 __all__ = ["register"]
 
@@ -16,6 +16,7 @@ def register(sub) -> None:
     add_model_hw(p)
     add_workload(p)
     add_deployment(p)
+    add_cost(p)
     add_json(p)
     p.add_argument("--show-expr", action="store_true", help="print each term's SymPy expression")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="write a breakdown bar chart")
@@ -41,7 +42,13 @@ def run(args) -> int:
         from ..engines.emit import check_engine
 
         check_engine(args.emit, hw, dep, model)
+    pricing = pricing_from(args, applies="serve" == wl.phase.value)
     r = predict(model, hw, dep, wl)
+    if "serve" in r:  # cost and power of the steady state (moesym.numbers.economics)
+        from ..numbers.economics import economics, serve_busy_share
+
+        r.update(economics(hw, r["output_tokens_per_gpu_s"], r["input_tokens_per_gpu_s"],
+                           serve_busy_share(r), pricing))
     if dep.layout in ("per-token", "grouped", "fused") and model.is_moe:  # seed 003's granularity
         from ..model.dispatch import dispatch_parallelism
 
@@ -97,6 +104,9 @@ def run(args) -> int:
         print(f"  mixed steps      {sv['mixed_step_share']:.1%} of steps, "
               f"{sv['mixed_step_tokens']:.0f} prefill tokens each, "
               f"{fmt_s(r['mixed_step']['step_time_s'])}")
+        from ..numbers.economics import text_line
+
+        print(f"  cost, power      {text_line(r)}")
     else:
         print(f"  step time        {fmt_s(r['step_time_s'])}")
         print(f"  tokens/GPU/s     {r['tokens_per_gpu_s']:.1f}")

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from ..errors import MoesymError
 from . import COMMANDS
-from .common import (add_deployment, add_json, add_model_hw, deployment_from, emit_json,
-                     engine_from, fmt_s, model_hw_from, ms_as_s, positive_float, positive_int,
-                     probability)
+from .common import (add_cost, add_deployment, add_json, add_model_hw, deployment_from,
+                     emit_json, engine_from, fmt_s, model_hw_from, ms_as_s, positive_float,
+                     positive_int, pricing_from, probability)
 
 __all__ = ["register", "run"]
 
@@ -98,6 +98,7 @@ def register(sub) -> None:
     s = p.add_argument_group("service level")
     s.add_argument("--ttft-ms", type=positive_float, default=None, help="goodput: TTFT limit")
     s.add_argument("--tpot-ms", type=positive_float, default=None, help="goodput: TPOT limit")
+    add_cost(p)
     add_json(p)
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="draw the time series (running, queue, KV use, prefill tokens)")
@@ -134,6 +135,7 @@ def run(args) -> int:
 
     from ..specs.deployment import eplb_slots
 
+    pricing = pricing_from(args)
     model, hw = model_hw_from(args)
     dep = eplb_slots(model, deployment_from(args))
     if dep.pp > 1 or dep.cp > 1:
@@ -164,6 +166,10 @@ def run(args) -> int:
 
         r = simulate_disaggregated(model, hw, _prefill_deployment(args, model, dep), dep,
                                    replicas, client, isl, osl, **kw)
+    from ..numbers.economics import economics
+
+    r.update(economics(hw, r["output_tokens_per_gpu_s"], r["input_tokens_per_gpu_s"],
+                       r["gpu_utilization"], pricing))
     if args.plot:
         from ..report.plots import serving_timeline
 
@@ -249,6 +255,9 @@ def _print(r, model, hw, dep, client) -> None:
                                               for p in ("mean", "p50", "p90", "p99")))
     print(f"  output tok/GPU/s {r['output_tokens_per_gpu_s']:.1f}   input tok/GPU/s "
           f"{r['input_tokens_per_gpu_s']:.1f}   requests/s {r['requests_per_s']:.3g}")
+    from ..numbers.economics import text_line
+
+    print(f"  cost, power      {text_line(r)}")
     parts = r.get("ttft_components_ms") or {}
     if parts:
         print("  TTFT mean made of  " + ", ".join(f"{k.replace('_', ' ')} {fmt_s(v / 1e3)}"

@@ -512,6 +512,8 @@ def serve_report(point: dict, rates: dict, chunk, kv_tokens, mixed: dict, decode
     and the mixed and decode steps' reports (:func:`report_from_numbers`). ``per_layer_s`` and
     the bounds are the mixed step's; the bound is that of the step that takes most of the
     time."""
+    from .economics import busy_share
+
     mixed_busy = point["mixed_share"] * mixed["step_time_s"]
     main = mixed if mixed_busy >= rates["step_time_s"] - mixed_busy else decode
     return {**rates, "tokens_per_gpu_s": rates["output_tokens_per_gpu_s"],
@@ -526,6 +528,8 @@ def serve_report(point: dict, rates: dict, chunk, kv_tokens, mixed: dict, decode
                       "mixed_step_tokens": point["mixed_tokens"],
                       "mixed_step_share": point["mixed_share"],
                       "queueing": "ignored: TTFT is the prompt's own chunks"},
-            "mixed_step": {k: mixed[k] for k in ("step_time_s", "bound", "bound_term")},
-            "decode_step": {k: decode[k] for k in ("step_time_s", "bound", "bound_term",
-                                                   "per_layer_s")}}
+            "mixed_step": {**{k: mixed[k] for k in ("step_time_s", "bound", "bound_term")},
+                           "busy_share": busy_share(mixed)},
+            "decode_step": {**{k: decode[k] for k in ("step_time_s", "bound", "bound_term",
+                                                      "per_layer_s")},
+                            "busy_share": busy_share(decode)}}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["DisaggregatedSimulation", "Simulation", "kv_transfer_s", "simulate",
-           "simulate_disaggregated"]
+           "simulate_disaggregated", "run_busy_share"]
 
 
 class Simulation:
@@ -104,6 +104,37 @@ class Simulation:
                 "dp_ranks": self.dep.dp}
 
 
+def run_busy_share(run, timer, t0: float, t1: float, ranks: int | None = None) -> tuple:
+    """(utilization, busy rank-seconds) of a run's ranks from ``t0`` to ``t1``
+    (:mod:`moesym.numbers.economics`): the steps that start in the window, each kind (decode,
+    prefill, mixed) at the busy share of its rank-steps' time-weighted mean contents, over
+    ``ranks`` (default: the run's) x the window; idle rank-steps and the time between steps
+    count as idle."""
+    from ..numbers.economics import mix_busy_share
+    from .scheduler import DECODE, MIXED, PREFILL
+
+    keep = (run.step_start_s >= t0) & (run.step_start_s < t1)
+    kinds = run.contents["kind"][keep]
+    ranks = ranks or kinds.shape[1]
+    w = np.broadcast_to(run.step_s[keep][:, None], kinds.shape)
+    parts = []
+    for k in (DECODE, PREFILL, MIXED):
+        sel = kinds == k
+        t = float(w[sel].sum())
+        if t > 0:
+            mean = [float((run.contents[f][keep][sel] * w[sel]).sum()) / t
+                    for f in ("graph_batch", "kv_mean", "tokens", "prompt_len")]
+            parts.append((t, timer.busy_share(k, *mean)))
+    busy = sum(t for t, _ in parts)
+    parts.append((max((t1 - t0) * ranks - busy, 0.0), 0.0))
+    return mix_busy_share(parts), sum(t * u for t, u in parts)
+
+
+def _window(run, warmup: int) -> tuple:
+    """The report's window: from the first measured request's arrival to the last finish."""
+    return float(run.arrival_s[warmup:].min()), float(run.finish_s[warmup:].max())
+
+
 def step_times(cfg, timer):
     """What times a run's steps: each step's GPU and host time under an overlap scheduler (the
     simulation runs each step's launches beside the previous step's GPU work), else its
@@ -186,7 +217,30 @@ def simulate_disaggregated(model, hw, dep_prefill, dep_decode, replicas: tuple, 
     out["timeline"] = timeline(r, timeline_points)
     out["engine"] = sim.dec.engine_summary()
     out["disaggregation"] = info
+    out["gpu_utilization"] = _disaggregated_busy_share(sim, r, info, *_window(r, warmup))
     return out
+
+
+def _disaggregated_busy_share(sim, r, info, t0: float, t1: float) -> float:
+    """The utilization of a disaggregated run's GPUs: the decode replicas' from their steps
+    (:func:`run_busy_share`), the prefill replicas' from their step counts, each step taken as
+    a whole chunk of the mean prompt (an upper bound: a step may hold less)."""
+    from .scheduler import PREFILL
+
+    pre, dec = sim.pre, sim.dec
+    p_reps, d_reps = sim.replicas
+    span = max(t1 - t0, 1e-30)
+    u_d, _ = run_busy_share(r, dec._timers[dec.cfg.chunk_tokens], t0, t1,
+                            d_reps * dec.dep.dp)
+    timer = pre._timers[pre.cfg.chunk_tokens]
+    chunk, isl = float(pre.cfg.chunk_tokens), float(np.mean(r.isl))
+    tokens = min(chunk, isl)
+    t_step = float(np.ravel(timer.times(np.array([PREFILL]), np.array([0.0]), np.array([0.0]),
+                                        np.array([tokens]), np.array([isl])))[0])
+    busy_p = min(1.0, sum(info["prefill_steps"]) * t_step / (p_reps * span))
+    u_p = busy_p * timer.busy_share(PREFILL, 0.0, 0.0, tokens, isl)
+    g_p, g_d = p_reps * pre.dep.gpus, d_reps * dec.dep.gpus
+    return (g_p * u_p + g_d * u_d) / (g_p + g_d)
 
 
 def simulate(model, hw, dep, client, isl="1024", osl="1024", *, engine=None, seed: int = 0,
@@ -204,4 +258,8 @@ def simulate(model, hw, dep, client, isl="1024", osl="1024", *, engine=None, see
     out = report(r, dep.gpus, limits, warmup)
     out["timeline"] = timeline(r, timeline_points)
     out["engine"] = sim.engine_summary()
+    # the run's step mix, per GPU (every rank holds the same GPUs): cost and power
+    # (moesym.numbers.economics, applied by the command line with the price flags)
+    out["gpu_utilization"] = run_busy_share(r, sim._timers[sim.cfg.chunk_tokens],
+                                            *_window(r, warmup), dep.dp)[0]
     return out

@@ -35,21 +35,48 @@ class ModelTimer:
         self._cms: dict = {}
         self.overrides: dict = {}  # symbol -> value over the bound numbers (a fit's trial)
 
-    def _cm(self, phase: Phase, mb: int):
-        key = (phase, mb)
+    def _workload(self, phase: Phase) -> Workload:
+        return {Phase.DECODE: Workload(Phase.DECODE, batch=1, context=1),
+                Phase.PREFILL: Workload(Phase.PREFILL, tokens=self.chunk, context=self.chunk,
+                                        chunk=self.chunk),
+                Phase.SERVE: Workload(Phase.SERVE, batch=1, isl=1, osl=1,
+                                      chunk=self.chunk)}[phase]
+
+    def _cm(self, phase: Phase, mb: int, outputs=STEP_OUTPUTS):
+        key = (phase, mb, outputs)
         if key not in self._cms:
             from ..model.predictor import compiled_predict_model
 
             dep = replace(self.dep, micro_batches=mb)
             dep.check_overlap(phase)
-            wl = {Phase.DECODE: Workload(Phase.DECODE, batch=1, context=1),
-                  Phase.PREFILL: Workload(Phase.PREFILL, tokens=self.chunk, context=self.chunk,
-                                          chunk=self.chunk),
-                  Phase.SERVE: Workload(Phase.SERVE, batch=1, isl=1, osl=1,
-                                        chunk=self.chunk)}[phase]
-            self._cms[key] = compiled_predict_model(self.model, self.hw, dep, wl, memory=False,
-                                                    outputs=STEP_OUTPUTS)
+            self._cms[key] = compiled_predict_model(self.model, self.hw, dep,
+                                                    self._workload(phase), memory=False,
+                                                    outputs=outputs)
         return self._cms[key]
+
+    def busy_share(self, kind: int, batch: float, kv_mean: float, tokens: float,
+                   prompt_len: float) -> float:
+        """The utilization (:func:`moesym.numbers.economics.busy_share`) of one rank step of
+        these contents: the compute and memory seconds of its kernels, from the whole report
+        model of its phase (built or loaded once), over its time."""
+        from ..numbers.economics import busy_share
+        from ..numbers.metrics import report_from_numbers
+
+        phase = {DECODE: Phase.DECODE, PREFILL: Phase.PREFILL, MIXED: Phase.SERVE}[kind]
+        mb = min(self.dep.micro_batches, max(1, int(batch if kind == DECODE else tokens)))
+        cm = self._cm(phase, mb, None)
+        env = {N.chunk: min(float(self.chunk), prompt_len)}
+        if kind == DECODE:
+            env.update({N.batch: batch, N.context: kv_mean})
+        elif kind == PREFILL:
+            env.update({N.tokens: tokens, N.context: prompt_len})
+        else:
+            env.update({N.batch: batch, N.context: kv_mean, N.tokens: tokens, N.isl: prompt_len})
+        values = {**cm.parts[0]["static"], **self.overrides, **env, N.micro_batches: mb}
+        nums = {k: float(v) for k, v in cm.evaluate(0, values).items()}
+        dep = replace(self.dep, micro_batches=mb)
+        return busy_share(report_from_numbers(nums, values, self.model, dep,
+                                              self._workload(phase)))
 
     def prepare(self, phases=(Phase.DECODE, Phase.PREFILL, Phase.SERVE)) -> None:
         """Build (or load) the models a run needs before the run starts (a disaggregated
