@@ -34,8 +34,9 @@ on the other configurations predicts its runs, and those held-out errors are wha
   10 x ((measured mean - measured median) - (simulated mean - simulated median)), the median
   over the runs (robust to the high-concurrency runs where the first wave also queues), from
   the rows ``benchmarks/serving_open_set.py --json`` wrote with the one-time time at 0;
-  ``--write`` stores it as the profile's ``cold_prefill_ms``. Held out by configuration, its
-  error is that of the mean TTFT the fit predicts (simulated mean + a tenth of the value).
+  ``--write`` stores it as the profile's ``cold_prefill_ms`` where, held out by configuration,
+  the mean TTFT it predicts (simulated mean + a tenth of the value) is closer than without it
+  (elsewhere the engine keeps 0).
 
 Each run is simulated once per grid value; the fit interpolates each run's prediction linearly
 between them and minimises the sum of squared log errors.
@@ -175,7 +176,8 @@ def _provenance(r: dict, what: str) -> str:
             f"{r['train_median_abs_error']:.1%})")
 
 
-def write_per_vendor(results: list, key: str, what: str, fitted_on: str, digits: int) -> None:
+def write_per_vendor(results: list, key: str, what: str, fitted_on: str, digits: int,
+                     note=lambda r: "") -> None:
     """Each engine's fits (one per device maker) as its profile's ``key`` table, with the
     fit's provenance; the profiles of :data:`TRANSFERS` take their source's values."""
     path = ROOT / "moesym" / "engines" / "builtin.toml"
@@ -195,7 +197,7 @@ def write_per_vendor(results: list, key: str, what: str, fitted_on: str, digits:
         comment = "".join(f"# {r['vendor']}: "
                           + (f"transferred from {source}'s fit: " if transferred else "")
                           + _provenance(r, fitted_on.format(whose=whose, vendor=r["vendor"]))
-                          + "\n" for r in mine)
+                          + note(r) + "\n" for r in mine)
         table = ", ".join(f"{r['vendor']} = {r['value']:.{digits}f}" for r in mine)
         line = f"# {what}\n" + comment + f"{key} = {{ {table} }}"
         new = re.sub(rf"(# {re.escape(what)}\n(#[^\n]*\n)*)?{key} = [^\n]*",
@@ -263,10 +265,25 @@ def cold_prefill_fits(rows: list) -> list:
     return out
 
 
+def kept(r: dict) -> bool:
+    """A fit is kept where, held out by configuration, it predicts the mean TTFT better than
+    no one-time prefill at all (as the kernel fits keep a backend's own fit only where it
+    lowers the held-out error)."""
+    return r["configs"] > 0 and r["heldout_median_abs_error"] < r["without_median_abs_error"]
+
+
 def write_cold_prefill(results: list) -> None:
-    write_per_vendor([r for r in results if r["configs"]], "cold_prefill_ms",
+    """Each fit where kept, else 0 (so that a profile does not inherit its base's), with both
+    held-out errors said."""
+    out = [{**r, "fitted": r["value"], "value": r["value"] if kept(r) else 0.0}
+           for r in results if r["configs"]]
+    write_per_vendor(out, "cold_prefill_ms",
                      "one-time first prefill (first use of the prefill kernels), per device maker",
-                     "mean-over-median TTFT gap of {whose} runs on {vendor} GPUs", 0)
+                     "mean-over-median TTFT gap of {whose} runs on {vendor} GPUs", 0,
+                     lambda r: (f"; mean TTFT held out {r['heldout_median_abs_error']:.1%} "
+                                f"against {r['without_median_abs_error']:.1%} without it"
+                                + ("" if kept(r) else f": the fit ({r['fitted']:.0f} ms) is not "
+                                   "kept, 0")))
 
 
 def write_accept(r: dict) -> None:
@@ -307,7 +324,8 @@ def main() -> int:
         results = cold_prefill_fits(json.loads(Path(args.rows).read_text()))
         for r in results:
             _print(r, " ms")
-            print(f"  mean TTFT median |error| without it: {r['without_median_abs_error']:.1%}")
+            print(f"  mean TTFT median |error| without it: {r['without_median_abs_error']:.1%}"
+                  f" -> {'kept' if kept(r) else 'not kept (0)'}")
         if args.write:
             write_cold_prefill(results)
         return 0
