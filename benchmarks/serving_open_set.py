@@ -8,7 +8,8 @@ simulated as the benchmark ran it, what ``moesym validate --serving --rows`` pri
 ``--write`` replaces the section between the markers ``<!-- serving-open-set -->`` and
 ``<!-- /serving-open-set -->`` of docs/explanation/validation.md with the summary per GPU and
 framework and every run, and the one between ``<!-- serving-cases -->`` markers with the table
-of ``moesym validate``'s serving section. ``--json`` keeps the rows; ``--from`` writes from kept rows without
+of ``moesym validate``'s serving section. The README's ``<!-- serving-open-set-summary -->`` section gets the summary per GPU and
+framework. ``--json`` keeps the rows; ``--from`` writes from kept rows without
 simulating again. The whole set is 5.5 million simulated requests (10 x concurrency per run,
 as the benchmark sends); ``--conc-max N --above-every K`` runs every run up to concurrency N
 and every K-th of the rest (by id), and the tables say so; ``--shard I/N`` runs the I-th of N
@@ -40,12 +41,18 @@ def _reference_s() -> float:
     return time.perf_counter() - t
 
 
-def markdown(rows: list, summary: dict) -> str:
+def summary_table(summary: dict) -> list[str]:
+    """Median |error| per GPU and framework, and over every run, as markdown lines."""
     out = ["| GPU, framework | runs | not run | " + " | ".join(LABELS.values()) + " |",
            "|---|---|---|" + "---|" * len(LABELS)]
     for g in summary["groups"] + [{"group": "all", **summary["all"]}]:
         out.append(f"| {g['group']} | {g['runs']} | {g['skipped']} | "
                    + " | ".join(f"{g['median_abs_error'][k]:.1%}" for k in LABELS) + " |")
+    return out
+
+
+def markdown(rows: list, summary: dict) -> str:
+    out = summary_table(summary)
     out += ["", "Median |error| per GPU and framework. Every run (measured / moesym, signed "
             "error):", "",
             "| id | configuration | date, version | conc | "
@@ -120,13 +127,18 @@ def main() -> int:
         cases = ["| case | metric | measured | moesym | error |", "|---|---|---|---|---|"]
         cases += [f"| {c['name']} | {c['metric']} | {c['measured']:.1f} | {c['predicted']:.1f} | "
                   f"{c['error']:+.1%} |" for c in validate_serving()]
-        doc = DOC.read_text(encoding="utf-8")
-        for start, end, body in ((START, END, text),
-                                 ("<!-- serving-cases -->", "<!-- /serving-cases -->",
-                                  "\n".join(cases))):
-            i, j = doc.index(start), doc.index(end)
-            doc = doc[:i + len(start)] + "\n" + body + "\n" + doc[j:]
-        DOC.write_text(doc, encoding="utf-8")
+        readme = ROOT / "README.md"
+        for path, parts in ((DOC, ((START, END, text),
+                                   ("<!-- serving-cases -->", "<!-- /serving-cases -->",
+                                    "\n".join(cases)))),
+                            (readme, (("<!-- serving-open-set-summary -->",
+                                       "<!-- /serving-open-set-summary -->",
+                                       "\n".join(summary_table(summary))),))):
+            doc = path.read_text(encoding="utf-8")
+            for start, end, body in parts:
+                i, j = doc.index(start), doc.index(end)
+                doc = doc[:i + len(start)] + "\n" + body + "\n" + doc[j:]
+            path.write_text(doc, encoding="utf-8")
     return 0
 
 
