@@ -64,13 +64,7 @@ def positive_float(text: str) -> float:
 
 def ms_as_s(text: str) -> float:
     """A non-negative number of milliseconds, given back in seconds."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected milliseconds >= 0, got {text!r}") from None
-    if not (v >= 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"expected milliseconds >= 0, got {text!r}")
-    return v * 1e-3
+    return _finite(text, lambda v: v >= 0, "milliseconds >= 0") * 1e-3
 
 
 def add_model_hw(p: argparse.ArgumentParser, model: bool = True) -> None:

@@ -249,15 +249,15 @@ class EngineProfile:
     def host_launch(self, vendor: str) -> float:
         """Seconds of host time per eagerly launched kernel on ``vendor``'s devices: the fitted
         value, another maker's (said in a warning) where this one has none, else 0."""
-        return self._per_vendor(self.host_launch_s, vendor, "host launch time",
+        return self._by_vendor(self.host_launch_s, vendor, "host launch time",
                                 "us per eagerly launched kernel", 1e6)
 
     def cold_prefill(self, vendor: str) -> float:
         """Seconds of the one-time first prefill on ``vendor``'s devices: the fitted value,
         another maker's (said in a warning) where this one has none, else 0."""
-        return self._per_vendor(self.cold_prefill_s, vendor, "one-time first prefill", "s", 1)
+        return self._by_vendor(self.cold_prefill_s, vendor, "one-time first prefill", "s", 1)
 
-    def _per_vendor(self, table: Mapping[str, float], vendor: str, what: str, unit: str,
+    def _by_vendor(self, table: Mapping[str, float], vendor: str, what: str, unit: str,
                     scale: float) -> float:
         if vendor in table or not table:
             return table.get(vendor, 0.0)
