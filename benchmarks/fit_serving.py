@@ -3,6 +3,7 @@
     python benchmarks/fit_serving.py host-launch [--engine sglang-0.5.9 ...] [--write]
     python benchmarks/fit_serving.py accept [--write]
     python benchmarks/fit_serving.py cold-prefill ROWS.json [--write]
+    python benchmarks/fit_serving.py pd-handoff ROWS.json [--write]
 
 Both are fitted on InferenceX's open DeepSeek-R1 runs (bench_data/serving/, simulated as the
 benchmark ran them by ``moesym.report.inferencex``), one value over many runs, and each launch
@@ -37,6 +38,18 @@ on the other configurations predicts its runs, and those held-out errors are wha
   ``--write`` stores it as the profile's ``cold_prefill_ms`` where, held out by configuration,
   the mean TTFT it predicts (simulated mean + a tenth of the value) is closer than without it
   (elsewhere the engine keeps 0).
+
+* ``pd-handoff``: a disaggregated request's hand-off from prefill to decode beyond its KV's
+  transfer: the engine's path between the two servers (SGLang's prefill-side transfer queue and
+  decode-side pre-allocation and transfer queues, each polled once per scheduler loop with a CPU
+  all-reduce over the TP ranks; the router's second hop), which no kernel or link table times.
+  At low load it adds the same seconds to every request's TTFT, so it is fitted per engine
+  profile and device maker on the median TTFT of the disaggregated runs the simulation shows
+  without queueing (its mean queue under a tenth of its mean TTFT): the median over those runs
+  of measured median - (simulated median - the hand-off it was simulated with), at least 0.
+  ``--write`` stores it as the profile's ``pd_handoff_ms`` where, held out by configuration, it
+  predicts the median TTFT of all the engine's disaggregated runs better than none (elsewhere
+  0).
 
 Each run is simulated once per grid value; the fit interpolates each run's prediction linearly
 between them and minimises the sum of squared log errors.
@@ -265,6 +278,52 @@ def cold_prefill_fits(rows: list) -> list:
     return out
 
 
+def pd_handoff_fits(rows: list) -> list:
+    """Each engine's prefill-to-decode hand-off per device maker from simulated disaggregated
+    rows, each launch configuration held out in turn (:func:`fit`'s result keys)."""
+    from moesym.report.inferencex import load_runs
+    from moesym.specs.hardware import load_hardware
+
+    runs = {r.id: r for r in load_runs()}
+    groups: dict = {}
+    for row in rows:
+        run = runs[row["id"]]
+        if "skipped" in row or not run.disagg:
+            continue
+        med = dict(row["ttft_median_ms"])
+        med["predicted"] -= row.get("pd_handoff_ms", 0.0)  # as simulated without a hand-off
+        low = row["ttft_components_ms"].get("queue", 0.0) < 0.1 * row["ttft_mean_ms"]["predicted"]
+        groups.setdefault((run.engine, load_hardware(run.hardware).vendor), []).append(
+            (run.config, low, med["measured"] - med["predicted"], med))
+    out = []
+    for (engine, vendor), items in sorted(groups.items()):
+        value = lambda its: max(0.0, median([u for _, low, u, _ in its if low] or [0.0]))  # noqa: E731
+
+        def err(its, ms):
+            return [(m["predicted"] + ms) / m["measured"] - 1 for *_, m in its]
+
+        held, per_config = [], {}
+        for cfg in sorted({c for c, *_ in items}):
+            inside = [it for it in items if it[0] != cfg]
+            if not inside:
+                continue
+            v = value(inside)
+            e = err([it for it in items if it[0] == cfg], v)
+            held += e
+            per_config[cfg] = {"fit": v, "runs": len(e),
+                               "median_abs_error": median(abs(x) for x in e)}
+        v = value(items)
+        out.append({"label": f"{engine} on {vendor}", "engine": engine, "vendor": vendor,
+                    "value": v, "runs": len(items), "configs": len(per_config),
+                    "low_load_runs": sum(low for _, low, *_ in items),
+                    "train_median_abs_error": median(abs(x) for x in err(items, v)),
+                    "heldout_median_abs_error": median(abs(x) for x in held) if held
+                    else float("nan"),
+                    "without_median_abs_error": median(abs(x) for x in err(items, 0.0)),
+                    "per_config": per_config})
+    return out
+
+
 def kept(r: dict) -> bool:
     """A fit is kept where, held out by configuration, it predicts the mean TTFT better than
     no one-time prefill at all (as the kernel fits keep a backend's own fit only where it
@@ -281,6 +340,21 @@ def write_cold_prefill(results: list) -> None:
                      "one-time first prefill (first use of the prefill kernels), per device maker",
                      "mean-over-median TTFT gap of {whose} runs on {vendor} GPUs", 0,
                      lambda r: (f"; mean TTFT held out {r['heldout_median_abs_error']:.1%} "
+                                f"against {r['without_median_abs_error']:.1%} without it"
+                                + ("" if kept(r) else f": the fit ({r['fitted']:.0f} ms) is not "
+                                   "kept, 0")))
+
+
+def write_pd_handoff(results: list) -> None:
+    """Each fit where kept, else 0, with both held-out errors said."""
+    out = [{**r, "fitted": r["value"], "value": r["value"] if kept(r) else 0.0}
+           for r in results if r["configs"]]
+    write_per_vendor(out, "pd_handoff_ms",
+                     "prefill-to-decode hand-off beyond the KV transfer (disaggregated), per "
+                     "device maker",
+                     "median TTFT of {whose} disaggregated runs on {vendor} GPUs (the value: "
+                     "those without queueing)", 0,
+                     lambda r: (f"; median TTFT held out {r['heldout_median_abs_error']:.1%} "
                                 f"against {r['without_median_abs_error']:.1%} without it"
                                 + ("" if kept(r) else f": the fit ({r['fitted']:.0f} ms) is not "
                                    "kept, 0")))
@@ -309,25 +383,30 @@ def _print(r: dict, unit: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("host-launch", "accept", "cold-prefill"))
+    ap.add_argument("what", choices=("host-launch", "accept", "cold-prefill", "pd-handoff"))
     ap.add_argument("rows", nargs="?", default=None,
-                    help="cold-prefill: the rows benchmarks/serving_open_set.py --json wrote")
+                    help="cold-prefill, pd-handoff: the rows (comma-separated files) "
+                         "benchmarks/serving_open_set.py --json wrote")
     ap.add_argument("--engine", action="append", default=None)
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
-    if args.what == "cold-prefill":
+    if args.what in ("cold-prefill", "pd-handoff"):
         import json
 
         if not args.rows:
-            raise SystemExit("cold-prefill needs the ROWS.json of benchmarks/serving_open_set.py")
-        results = cold_prefill_fits(json.loads(Path(args.rows).read_text()))
+            raise SystemExit(f"{args.what} needs the ROWS.json of "
+                             "benchmarks/serving_open_set.py")
+        rows = [r for f in args.rows.split(",") for r in json.loads(Path(f).read_text())]
+        cold = args.what == "cold-prefill"
+        results = (cold_prefill_fits if cold else pd_handoff_fits)(rows)
         for r in results:
             _print(r, " ms")
-            print(f"  mean TTFT median |error| without it: {r['without_median_abs_error']:.1%}"
-                  f" -> {'kept' if kept(r) else 'not kept (0)'}")
+            print(f"  {'mean' if cold else 'median'} TTFT median |error| without it: "
+                  f"{r['without_median_abs_error']:.1%} -> "
+                  f"{'kept' if kept(r) else 'not kept (0)'}")
         if args.write:
-            write_cold_prefill(results)
+            (write_cold_prefill if cold else write_pd_handoff)(results)
         return 0
     if args.what == "accept":
         r = fit(ACCEPT, accept_runs(), "accept (random prompts)")

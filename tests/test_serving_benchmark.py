@@ -93,6 +93,33 @@ def test_disaggregated_ttft_components_add_up(qwen_h20):
     assert parts["kv_transfer"] == pytest.approx(r["disaggregation"]["kv_transfer_ms"]["mean"])
 
 
+def test_the_prefill_to_decode_hand_off_delays_each_request_by_its_seconds(qwen_h20, capsys):
+    """One request at a time (concurrency 1): nothing queues, so a hand-off of c seconds between
+    a prompt's prefill and its decode rank (the engine's path beside the KV transfer) moves
+    every request's first token by exactly c, and leaves its decode untouched. The flag
+    overrides the profile's fit; the fitted engine profiles carry theirs per device maker."""
+    model, hw = qwen_h20
+    dep = ms.Deployment(engine="dynamo-sglang")
+    runs = {c: simulate_disaggregated(model, hw, dep, dep, (1, 1),
+                                      Client(concurrency=1, num_prompts=6), "512", "32",
+                                      launch=Launch(pd_handoff_s=c), timeline_points=1)
+            for c in (0.0, 0.05)}
+    for q in ("mean", "p50", "p90", "p99"):
+        assert runs[0.05]["ttft_ms"][q] - runs[0.0]["ttft_ms"][q] == pytest.approx(50.0, abs=1e-6)
+    assert runs[0.05]["tpot_ms"]["mean"] == pytest.approx(runs[0.0]["tpot_ms"]["mean"], rel=1e-12)
+    assert runs[0.05]["disaggregation"]["pd_handoff_ms"] == pytest.approx(50.0)
+    from moesym.engines import load_engine
+
+    assert load_engine("dynamo-sglang").pd_handoff("nvidia") > 0
+    assert load_engine("sglang").pd_handoff("nvidia") == 0.0
+    from moesym.cli import main
+
+    argv = ["simulate", "qwen3-30b-a3b", "--hardware", "h20", "--disaggregate", "1:1",
+            "--concurrency", "1", "--num-prompts", "2", "--isl", "64", "--osl", "4"]
+    assert main(argv + ["--pd-handoff-ms", "-5"]) == 2
+    assert "--pd-handoff-ms" in capsys.readouterr().err
+
+
 def _toy_times(kind, batch, kv_mean, tokens, prompt_len):
     """A step time that depends on the step's contents only: 1 ms + 10 us per prompt token
     and per decode request."""

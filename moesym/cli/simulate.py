@@ -49,6 +49,10 @@ def launch_from(args):
 
     given = {field: getattr(args, field) for _, field, *_ in _LAUNCH_FLAGS
              if getattr(args, field) is not None}
+    ("--pd-handoff-ms", "pd_handoff_s", ms_as_s, "MS",
+     "disaggregated: a request's hand-off from prefill to decode beyond its KV transfer (the "
+     "engine's transfer queues, their polling, the router's second hop; default: the engine "
+     "profile's fit, 0 where none)"),
     return Launch(**given)
 
 
@@ -266,7 +270,9 @@ def _print(r, model, hw, dep, client) -> None:
         x = r["disaggregation"]
         print(f"  disaggregated    {x['prefill_replicas']} prefill x {x['prefill_gpus']} GPUs + "
               f"{x['decode_replicas']} decode x {x['decode_gpus']} GPUs ({x['gpus']} GPUs; per "
-              f"GPU rates over all), KV transfer {x['kv_transfer_ms']['mean']:.2f} ms mean")
+              f"GPU rates over all), KV transfer {x['kv_transfer_ms']['mean']:.2f} ms mean"
+              + (f" (a {x['pd_handoff_ms']:.0f} ms hand-off in it)" if x["pd_handoff_ms"]
+                 else ""))
     if "goodput" in r:
         g = r["goodput"]
         print(f"  goodput          {g['share_meeting_slo']:.1%} of requests meet the limits, "

@@ -190,6 +190,11 @@ class EngineProfile:
     # its prefill kernels at shapes startup did not run: JIT compilation, autotuning), per
     # device maker (fitted per engine on the first wave of published benchmark runs; none: 0)
     cold_prefill_s: Mapping[str, float] = field(default_factory=dict)
+    # seconds a disaggregated request spends between its prefill's end and its decode rank
+    # beyond the KV's own transfer (the engine's hand-off path: the prefill and decode servers'
+    # transfer queues, their polling, the router's second hop), per device maker (fitted per
+    # engine on published disaggregated runs at low load; none: 0)
+    pd_handoff_s: Mapping[str, float] = field(default_factory=dict)
     # prefill and mixed steps replayed as (piecewise) CUDA graphs, not launched kernel by kernel
     prefill_graphs: bool = False
     # the scheduler receives new requests once its counter reaches this (decode step 1, a step
@@ -256,6 +261,12 @@ class EngineProfile:
         """Seconds of the one-time first prefill on ``vendor``'s devices: the fitted value,
         another maker's (said in a warning) where this one has none, else 0."""
         return self._by_vendor(self.cold_prefill_s, vendor, "one-time first prefill", "s", 1)
+
+    def pd_handoff(self, vendor: str) -> float:
+        """Seconds of a disaggregated request's hand-off from prefill to decode beyond the KV
+        transfer on ``vendor``'s devices: the fitted value, another maker's (said in a warning)
+        where this one has none, else 0."""
+        return self._by_vendor(self.pd_handoff_s, vendor, "prefill-to-decode hand-off", "s", 1)
 
     def _by_vendor(self, table: Mapping[str, float], vendor: str, what: str, unit: str,
                     scale: float) -> float:
@@ -388,6 +399,7 @@ _REQUIRED = ("version", "description", "policy", "mixed_chunk", "chunk_tokens",
 _OPTIONAL = ("runs_on", "step_token_budget", "max_prefill_tokens", "running_requests_rule",
              "kv_memory_rule", *RETRACT_KEYS, "cuda_graph_max_batch_size_tp_below_4",
              "long_prefill_token_threshold", "host_step_us", "host_launch_us", "cold_prefill_ms",
+             "pd_handoff_ms",
              "prefill_graphs",
              "recv_interval", "overlap_with_speculative", "max_running_requests_speculative",
              "base", "kernel", "kernels")
@@ -545,6 +557,7 @@ def _parse(name: str, raw: Mapping, where: str) -> EngineProfile:
         host_launch_s=_per_vendor(c, "host_launch_us", 1e-6) if "host_launch_us" in raw else {},
         cold_prefill_s=_per_vendor(c, "cold_prefill_ms", 1e-3) if "cold_prefill_ms" in raw
         else {},
+        pd_handoff_s=_per_vendor(c, "pd_handoff_ms", 1e-3) if "pd_handoff_ms" in raw else {},
         prefill_graphs=bool(opt("prefill_graphs", c.flag)),
         recv_interval=opt("recv_interval", c.count) or 1,
         overlap_with_speculative=True if "overlap_with_speculative" not in raw

@@ -252,10 +252,13 @@ def simulate_run(run: ServingRun, seed: int = 0, accept: float = RANDOM_PROMPT_A
                                    engine=engine, seed=seed, launch=replace(launch, chunk=None),
                                    launch_prefill=replace(type(launch)(), chunk=launch.chunk),
                                    timeline_points=1, itl=False)
-    return {"ttft_mean_ms": r["ttft_ms"]["mean"], "ttft_median_ms": r["ttft_ms"]["p50"],
-            "tpot_mean_ms": r["tpot_ms"]["mean"],
-            "tput_per_gpu": r["output_tokens_per_gpu_s"] + r["input_tokens_per_gpu_s"],
-            "ttft_components_ms": r.get("ttft_components_ms", {})}
+    out = {"ttft_mean_ms": r["ttft_ms"]["mean"], "ttft_median_ms": r["ttft_ms"]["p50"],
+           "tpot_mean_ms": r["tpot_ms"]["mean"],
+           "tput_per_gpu": r["output_tokens_per_gpu_s"] + r["input_tokens_per_gpu_s"],
+           "ttft_components_ms": r.get("ttft_components_ms", {})}
+    if replicas is not None:  # the hand-off it ran with (benchmarks/fit_serving.py pd-handoff)
+        out["pd_handoff_ms"] = r["disaggregation"]["pd_handoff_ms"]
+    return out
 
 
 #: the metrics compared, measured column -> what it is
@@ -284,6 +287,8 @@ def validate_runs(runs=None, *, progress: bool = False, seed: int = 0) -> list[d
             row[k] = {"measured": meas, "predicted": pred[k],
                       "error": pred[k] / meas - 1 if meas else math.nan}
         row["ttft_components_ms"] = pred["ttft_components_ms"]
+        if "pd_handoff_ms" in pred:
+            row["pd_handoff_ms"] = pred["pd_handoff_ms"]
         rows.append(row)
     return rows
 

@@ -172,8 +172,10 @@ class DisaggregatedSimulation:
         from .engine import Launch
 
         launch = launch or Launch()
-        # a prefill replica takes the prompt flags (chunk), a decode replica the rest
-        launch_prefill = launch_prefill or Launch(chunk=launch.chunk)
+        # a prefill replica takes the prompt flags (chunk) and the hand-off, a decode replica
+        # the rest
+        launch_prefill = launch_prefill or Launch(chunk=launch.chunk,
+                                                  pd_handoff_s=launch.pd_handoff_s)
         self.pre = Simulation(model, hw, dep_prefill, engine, launch=launch_prefill)
         self.dec = Simulation(model, hw, dep_decode, self.pre.profile,
                               launch=replace(launch, chunk=None))
@@ -189,14 +191,17 @@ class DisaggregatedSimulation:
         isl_a, osl_a, arrivals = pre.requests(client, isl, osl, seed, pairs)
         cfg_p, timer_p = pre.configure(isl_a, osl_a, (Phase.PREFILL,))
         cfg_d, timer_d = dec.configure(isl_a, osl_a, (Phase.DECODE,))
-        xfer = kv_transfer_s(self.model, self.hw, pre.dep, isl_a, self.gpus)
+        handoff = pre.launch.pd_handoff_s if pre.launch.pd_handoff_s is not None \
+            else pre.profile.pd_handoff(self.hw.vendor)
+        xfer = kv_transfer_s(self.model, self.hw, pre.dep, isl_a, self.gpus) + handoff
         r, info = run_disaggregated((cfg_p, cfg_d), (pre.dep.dp, dec.dep.dp), self.replicas,
                                     client, isl_a, osl_a,
                                     (step_times(cfg_p, timer_p), step_times(cfg_d, timer_d)),
                                     xfer, arrivals, itl)
         return r, {"prefill_replicas": self.replicas[0], "decode_replicas": self.replicas[1],
                    "prefill_gpus": pre.dep.gpus, "decode_gpus": dec.dep.gpus, "gpus": self.gpus,
-                   "prefill_chunk_tokens": cfg_p.chunk_tokens, **info}
+                   "prefill_chunk_tokens": cfg_p.chunk_tokens, "pd_handoff_ms": handoff * 1e3,
+                   **info}
 
 
 def simulate_disaggregated(model, hw, dep_prefill, dep_decode, replicas: tuple, client,

@@ -39,8 +39,10 @@ class Launch:
     free_gpu_memory_fraction, each of what the profile's kv_memory_basis names) and the largest
     decode batch captured as a CUDA graph (``cuda_graph_max_bs``), the attention-DP balance
     (``dp_balance_steps``: TensorRT-LLM's attention_dp_config enable_balance, its
-    timeout_iters; 0 off), and the one-time extra seconds of the engine's first prefill
-    (``cold_prefill_s``; 0: a server warmed up at the benchmark's shapes)."""
+    timeout_iters; 0 off), the one-time extra seconds of the engine's first prefill
+    (``cold_prefill_s``; 0: a server warmed up at the benchmark's shapes) and, disaggregated,
+    the seconds of a request's hand-off from prefill to decode beyond its KV transfer
+    (``pd_handoff_s``)."""
 
     chunk: int | None = None
     max_running: int | None = None
@@ -50,6 +52,7 @@ class Launch:
     cuda_graph_max_bs: int | None = None
     dp_balance_steps: int = 0
     cold_prefill_s: float | None = None
+    pd_handoff_s: float | None = None
 
     def __post_init__(self):
         for name in ("chunk", "max_running", "step_tokens", "recv_interval", "cuda_graph_max_bs"):
@@ -61,9 +64,11 @@ class Launch:
                 self.dp_balance_steps or self.dp_balance_steps < 0:
             raise MoesymError(f"engine launch setting dp_balance_steps = "
                               f"{self.dp_balance_steps!r}: must be a whole number >= 0")
-        if self.cold_prefill_s is not None and not 0 <= self.cold_prefill_s < math.inf:
-            raise MoesymError(f"engine launch setting cold_prefill_s = {self.cold_prefill_s!r}: "
-                              "must be a number of seconds >= 0")
+        for name in ("cold_prefill_s", "pd_handoff_s"):
+            v = getattr(self, name)
+            if v is not None and not 0 <= v < math.inf:
+                raise MoesymError(f"engine launch setting {name} = {v!r}: must be a number of "
+                                  "seconds >= 0")
         if self.kv_fraction is not None and not 0 < self.kv_fraction <= 1:
             raise MoesymError(f"engine launch setting kv_fraction = {self.kv_fraction!r}: the "
                               "memory share must be in (0, 1]")
