@@ -88,7 +88,7 @@ def test_derive_halves_the_context_that_fills_memory_when_phi_doubles(registered
     fixed bytes F (weights, activations, buffers: none depend on the context) plus the KV,
     B N phi L 2 h_kv d_h b_kv, so L* = (M - F) / (B N phi 2 h_kv d_h b_kv): doubling phi halves
     L* (its closed form, not rounded to whole tokens)."""
-    from moesym.solve.derive import solve
+    from moesym.derive.solve import solve
 
     hw, dep = ms.load_hardware("h200"), ms.Deployment()
     wl = Workload("decode", batch=64, context=4096)

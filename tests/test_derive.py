@@ -12,7 +12,14 @@ import pytest
 import sympy as sp
 
 import moesym as ms
-from moesym.solve import derive as dv
+from moesym.derive.attention import attention_overtakes_moe
+from moesym.derive.comm_hidden import comm_hidden
+from moesym.derive.crossover import crossover
+from moesym.derive.ep_min_tpot import ep_min_tpot
+from moesym.derive.gpus_for_throughput import gpus_for_throughput
+from moesym.derive.micro_batches import micro_batches_pay
+from moesym.derive.solve import solve
+from moesym.derive.tpot import max_batch_for_tpot
 from moesym.symbolic.compile import evaluate
 from moesym.errors import MoesymError
 from moesym.model.predictor import predict
@@ -48,7 +55,7 @@ def test_crossover_is_where_predicts_routed_expert_bound_flips(model, hw, gpus):
     m, h = ms.load_model(model), ms.load_hardware(hw)
     dep = ms.Deployment(gpus=gpus, ep=gpus, weights="fp8")
     try:
-        cf = dv.crossover(m, h, dep)
+        cf = crossover(m, h, dep)
     except MoesymError as exc:  # then predict must agree at every batch it names
         assert "compute-bound from the first request" in str(exc)
         for b in (1, 2, 3, 8, 64, 512):
@@ -72,7 +79,7 @@ def test_crossover_is_where_predicts_routed_expert_bound_flips(model, hw, gpus):
 def test_tpot_is_the_largest_batch_whose_predict_meets_the_target(model, hw, gpus, tpot_ms):
     m, h = ms.load_model(model), ms.load_hardware(hw)
     dep = ms.Deployment(gpus=gpus, ep=gpus, weights="fp8", micro_batches=2 if gpus > 8 else 1)
-    cf = dv.max_batch_for_tpot(m, h, dep, 4096, tpot_ms / 1e3)
+    cf = max_batch_for_tpot(m, h, dep, 4096, tpot_ms / 1e3)
     assert _predict(m, h, dep, cf.value)["tpot_s"] <= tpot_ms / 1e3
     for b in range(int(cf.value) + 1, int(cf.value) + 65):  # none above it meets the target
         assert _predict(m, h, dep, b)["tpot_s"] > tpot_ms / 1e3
@@ -92,7 +99,7 @@ def test_tpot_with_speculative_decoding_is_predicts_tpot_not_its_step():
     dep = ms.Deployment(gpus=4, ep=4, mtp=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no MTP layers: an EAGLE-style head, said once
-        cf = dv.max_batch_for_tpot(m, h, dep, 4096, 0.05)
+        cf = max_batch_for_tpot(m, h, dep, 4096, 0.05)
         assert _predict(m, h, dep, cf.value)["tpot_s"] <= 0.05 < _predict(m, h, dep, cf.value + 1)["tpot_s"]
         assert _predict(m, h, dep, cf.value)["step_time_s"] > 0.05  # the step alone is over it
 
@@ -101,7 +108,7 @@ def test_tpot_with_speculative_decoding_is_predicts_tpot_not_its_step():
 def test_tpot_of_the_issue_case_is_what_predict_allows():
     # issue 17: the roofline closed form said 184.6 requests where predict allowed 68
     m, h = ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20")
-    cf = dv.max_batch_for_tpot(m, h, ms.Deployment(), 4096, 0.05)
+    cf = max_batch_for_tpot(m, h, ms.Deployment(), 4096, 0.05)
     assert _predict(m, h, ms.Deployment(), cf.value)["tpot_s"] <= 0.05
     assert _predict(m, h, ms.Deployment(), cf.value + 1)["tpot_s"] > 0.05
 
@@ -112,7 +119,7 @@ def test_roofline_crossover_without_lazy_loading_is_seed_000_r_over_2s():
     # Balanced routing (no imbalance), every expert read, one micro-batch: the regime's root.
     m, h = ms.load_model("deepseek-v3"), ms.load_hardware("h800")
     dep = ms.Deployment(gpus=128, ep=128, weights="fp8", timing="roofline", routing="balanced")
-    cf = dv.crossover(m, h, dep, lazy=False)
+    cf = crossover(m, h, dep, lazy=False)
     # the achieved fractions are the [kernel] table's (one set per GPU, read by both time models)
     from moesym.kernels.calib import kernel_calib
 
@@ -129,7 +136,7 @@ def test_roofline_crossover_without_lazy_loading_is_seed_000_r_over_2s():
 def test_comm_hidden_is_where_predict_exposes_communication():
     m, h = ms.load_model("deepseek-v3"), ms.load_hardware("h100")
     dep = ms.Deployment(gpus=32, ep=32, weights="fp8", micro_batches=2)
-    cf = dv.comm_hidden(m, h, dep, 4096)
+    cf = comm_hidden(m, h, dep, 4096)
 
     def exposed(b):
         r = _predict(m, h, dep, b)
@@ -144,7 +151,7 @@ def test_attention_overtakes_moe_against_predicts_breakdown():
     m, h = ms.load_model("deepseek-v3"), ms.load_hardware("h800")
     dep = ms.Deployment(gpus=32, ep=32, weights="fp8", timing="roofline")
     for ctx in (2048, 8192):
-        cf = dv.attention_overtakes_moe(m, h, dep, ctx)
+        cf = attention_overtakes_moe(m, h, dep, ctx)
 
         def gap(b):
             p = _predict(m, h, dep, b, ctx)["per_layer_s"]
@@ -159,7 +166,7 @@ def test_solve_context_crossover_substitutes_back():
     m, h = ms.load_model("deepseek-v3"), ms.load_hardware("h800")
     dep = ms.Deployment(gpus=128, ep=128, weights="fp8")
     wl = Workload(Phase.DECODE, batch=64, context=4096)
-    cf = dv.solve(m, h, dep, wl, "context", equal=("attention_core", "moe_weight_load"))
+    cf = solve(m, h, dep, wl, "context", equal=("attention_core", "moe_weight_load"))
     f = lambda L: float(evaluate(cf.equation, cf.values, {S.context: L}))  # noqa: E731
     assert f(cf.value - 1) <= 0 < f(cf.value)
     assert cf.kind == "smooth" and _substituted(cf) < 1e-6
@@ -169,9 +176,9 @@ def test_solve_rejects_bad_terms_and_variables():
     m, h = ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20")
     wl = Workload(Phase.DECODE, batch=8, context=4096)
     with pytest.raises(MoesymError, match="term 'nonsense_term'"):
-        dv.solve(m, h, ms.Deployment(), wl, "batch", equal=("nonsense_term", "step"))
+        solve(m, h, ms.Deployment(), wl, "batch", equal=("nonsense_term", "step"))
     with pytest.raises(MoesymError, match="--for 'warp_speed'"):
-        dv.solve(m, h, ms.Deployment(), wl, "warp_speed", equal=("step", "0.05"))
+        solve(m, h, ms.Deployment(), wl, "warp_speed", equal=("step", "0.05"))
 
 
 @pytest.mark.slow  # 512 predicts
@@ -179,7 +186,7 @@ def test_solve_minimize_finds_the_full_models_minimum():
     # tokens per GPU per second is largest where -throughput is smallest: the scan is exact
     m, h = ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20")
     wl = Workload(Phase.DECODE, batch=8, context=4096)
-    cf = dv.solve(m, h, ms.Deployment(), wl, "batch", minimize="step / batch",
+    cf = solve(m, h, ms.Deployment(), wl, "batch", minimize="step / batch",
                   span=(1, 512))
     per_token = [_predict(m, h, ms.Deployment(), b)["step_time_s"] / b for b in range(1, 513)]
     assert cf.value == 1 + int(np.argmin(per_token))
@@ -195,7 +202,7 @@ def test_solve_over_a_deployment_count_is_predicts_best_valid_value(var, values)
     m, h = ms.load_model("deepseek-v3"), ms.load_hardware("h200")
     base = ms.Deployment(gpus=16, ep=16, weights="fp8")
     wl = Workload(Phase.DECODE, batch=32, context=4096)
-    cf = dv.solve(m, h, base, wl, var, minimize="step")
+    cf = solve(m, h, base, wl, var, minimize="step")
     steps = {}
     for v in values:
         d = base.with_(**{var: v})
@@ -278,7 +285,7 @@ def test_ep_min_tpot_is_predicts_best_ep_and_the_square_root_of_the_regime():
 
     m, h = ms.load_model("deepseek-v3"), ms.load_hardware("h800")
     dep = ms.Deployment(weights="fp8", a2a="allgather")
-    cf = dv.ep_min_tpot(m, h, 4096, 4096, dep)
+    cf = ep_min_tpot(m, h, 4096, 4096, dep)
     # the value: predict's shortest step over the power-of-two EPs that fit
     steps = {}
     for e in (1, 2, 4, 8, 16, 32, 64, 128, 256):
@@ -304,7 +311,7 @@ def test_ep_min_tpot_is_predicts_best_ep_and_the_square_root_of_the_regime():
 
 @pytest.mark.slow
 def test_ep_min_tpot_without_growing_latency_falls_to_the_largest_ep():
-    cf = dv.ep_min_tpot(ms.load_model("deepseek-v3"), ms.load_hardware("h800"), 4096, 4096,
+    cf = ep_min_tpot(ms.load_model("deepseek-v3"), ms.load_hardware("h800"), 4096, 4096,
                         ms.Deployment(weights="fp8", a2a="deepep-ll"))
     assert cf.expr is None and "monotone" in cf.assumptions
     assert cf.value == 256
@@ -315,7 +322,7 @@ def test_gpus_for_throughput_is_predicts_smallest_instance_and_the_roofline_root
     X, tau = 200_000.0, 0.05
     m, h = ms.load_model("deepseek-v3"), ms.load_hardware("h800")
     dep = ms.Deployment(weights="fp8", a2a="deepep-ll")
-    cf = dv.gpus_for_throughput(m, h, X, tau, 4096, dep)
+    cf = gpus_for_throughput(m, h, X, tau, 4096, dep)
     e = int(cf.value)
     ok = _instance_predict(m, h, dep, e, math.ceil(X * tau / e))
     assert ok["step_time_s"] <= tau and ok["fits"]
@@ -336,7 +343,7 @@ def test_micro_batches_pay_where_predict_says_two_beat_one():
     sides of it."""
     m, h = ms.load_model("deepseek-v3"), ms.load_hardware("h100")
     dep = ms.Deployment(gpus=72, ep=72, redundant_experts=32, a2a="deepep-ll", weights="fp8")
-    cf = dv.micro_batches_pay(m, h, dep, 2048)
+    cf = micro_batches_pay(m, h, dep, 2048)
     b = int(cf.value)
     assert 32 < b < 256
 

@@ -18,7 +18,7 @@ import pytest
 from scipy.optimize import brentq
 
 import moesym as ms
-from moesym.solve import derive as dv
+from moesym.derive.concurrency import max_concurrency
 from moesym.cli import main
 from moesym.symbolic.compile import evaluate
 from moesym.specs.deployment import Phase, Workload
@@ -63,7 +63,7 @@ def qwen():
 def tpot_answer(qwen):
     """``derive concurrency qwen3-30b-a3b --hardware h20 --isl 1024 --osl 256 --tpot-ms 50``:
     the answer and its ``--json`` object."""
-    cf = dv.max_concurrency(*qwen, ISL, OSL, tpot_s=0.050)
+    cf = max_concurrency(*qwen, ISL, OSL, tpot_s=0.050)
     return cf, json.loads(json.dumps(cf.as_dict(), allow_nan=False))
 
 
@@ -100,7 +100,7 @@ def test_every_concurrency_meeting_the_target_answers_where_the_rank_saturates(q
     answer is the concurrency from which the rank is prefill-bound (the decoding requests at
     their cap chunk OSL / ISL = 2048), past which predict's TPOT no longer changes."""
     m, h, dep = qwen
-    cf = dv.max_concurrency(m, h, dep, ISL, OSL, tpot_s=10.0)
+    cf = max_concurrency(m, h, dep, ISL, OSL, tpot_s=10.0)
     assert cf.value == SATURATION and cf.kind == "numeric" and "prefill-bound" in cf.assumptions
     at, before = _serve(m, h, dep, SATURATION), _serve(m, h, dep, SATURATION - 1)
     assert at["serve"]["decoding_requests"] == pytest.approx(8192 * OSL / ISL, rel=1e-12)
@@ -112,7 +112,7 @@ def test_every_concurrency_meeting_the_target_answers_where_the_rank_saturates(q
 def test_ttft_binds_when_it_is_the_tighter_target(qwen, tpot_answer):
     m, h, dep = qwen
     tpot, ttft = 0.050, 0.098  # TTFT 94.9 ms at one request, above 98 ms before TPOT binds
-    cf = dv.max_concurrency(m, h, dep, ISL, OSL, tpot_s=tpot, ttft_s=ttft)
+    cf = max_concurrency(m, h, dep, ISL, OSL, tpot_s=tpot, ttft_s=ttft)
     a = int(cf.value)
     last, after = _last_meeting(m, h, dep, a, lambda x: x["tpot_s"] <= tpot
                                 and x["ttft_s"] <= ttft)
@@ -138,7 +138,7 @@ def test_smooth_form_equals_the_relaxed_root(dense, which, target):
     and TTFT (two chunks of the mixed step) linear, both with the target in their root."""
     m, h, dep = dense
     lengths = {"isl": 8192, "osl": OSL, "chunk": 4096}
-    cf = dv.max_concurrency(m, h, dep, 8192, OSL, chunk=4096, **{f"{which}_s": target})
+    cf = max_concurrency(m, h, dep, 8192, OSL, chunk=4096, **{f"{which}_s": target})
     a = int(cf.value)
     last, after = _last_meeting(m, h, dep, a, lambda x: x[f"{which}_s"] <= target, **lengths)
     assert last == a and after[0][f"{which}_s"] > target

@@ -21,7 +21,13 @@ from hypothesis import strategies as st
 from scipy.optimize import brentq
 
 import moesym as ms
-from moesym.solve import derive as dv
+from moesym.derive.comm_hidden import comm_hidden
+from moesym.derive.crossover import crossover
+from moesym.derive.decode_point import decode_step
+from moesym.derive.memory_batch import max_batch_for_memory
+from moesym.derive.micro_batches import micro_batches_pay
+from moesym.derive.sensitivity import sensitivity
+from moesym.derive.tpot import max_batch_for_tpot
 from moesym.symbolic.compile import evaluate
 from moesym.model.predictor import predict
 from moesym.solve.regime_form import regime_form, relax, tidy
@@ -136,7 +142,7 @@ def _step():
         from moesym.symbolic.compile import compile_expr
 
         m, h = ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20")
-        step = dv._decode_step(m, h, ms.Deployment(), 4096)
+        step = decode_step(m, h, ms.Deployment(), 4096)
         args = tuple(sorted(symbols_of(step.expr), key=str))
         fn = compile_expr(step.expr, args)
         _STEP.update(step=step, f=lambda env: float(np.ravel(fn(*(env[a] for a in args)))[0]))
@@ -201,7 +207,7 @@ def test_tpot_layers(model, hw, gpus, tpot_ms):
     m, h = ms.load_model(model), ms.load_hardware(hw)
     dep = ms.Deployment(gpus=gpus, ep=gpus, weights="fp8")
     target = tpot_ms / 1e3
-    cf = dv.max_batch_for_tpot(m, h, dep, 4096, target)
+    cf = max_batch_for_tpot(m, h, dep, 4096, target)
     # exact: predict meets the target at the answer, not at the next batch
     assert _predict_tpot(m, h, dep, cf.value) <= target < _predict_tpot(m, h, dep, cf.value + 1)
     # the smooth form keeps the target and equals the relaxed model's root; where the regime
@@ -218,8 +224,8 @@ def test_tpot_layers(model, hw, gpus, tpot_ms):
     above = [_predict_tpot(m, h, dep, b) for b in range(int(cf.value) + 1, int(cf.value) + 33)]
     assert min(above) >= high * (1 - 1e-9)
     # a target just under the high end gives the same answer; just over, a larger one
-    assert dv.max_batch_for_tpot(m, h, dep, 4096, high * (1 - 1e-7)).value == cf.value
-    assert dv.max_batch_for_tpot(m, h, dep, 4096, high * (1 + 1e-7)).value > cf.value
+    assert max_batch_for_tpot(m, h, dep, 4096, high * (1 - 1e-7)).value == cf.value
+    assert max_batch_for_tpot(m, h, dep, 4096, high * (1 + 1e-7)).value > cf.value
     assert cf.pin and len(cf.sensitivity) > 3
     assert {str(s) for s, _ in cf.sensitivity[:3]}
 
@@ -233,7 +239,7 @@ CROSS_CASES = [("qwen3-30b-a3b", "h20", 1), ("deepseek-v3", "h800", 32),
 def test_crossover_layers(model, hw, gpus):
     m, h = ms.load_model(model), ms.load_hardware(hw)
     dep = ms.Deployment(gpus=gpus, ep=gpus)
-    cf = dv.crossover(m, h, dep)
+    cf = crossover(m, h, dep)
     roof = lambda b: predict(m, h, dep, Workload(Phase.DECODE, batch=int(b), context=4096),  # noqa
                              memory=False)["bounds"]["routed_experts"]["roofline"]
     assert (roof(cf.value - 1), roof(cf.value)) == ("memory", "compute")
@@ -250,7 +256,7 @@ def test_crossover_layers(model, hw, gpus):
 def test_micro_batches_layers(model, hw, gpus):
     m, h = ms.load_model(model), ms.load_hardware(hw)
     dep = ms.Deployment(gpus=gpus, ep=gpus, weights="fp8", micro_batches=2)
-    cf = dv.micro_batches_pay(m, h, dep, 4096)
+    cf = micro_batches_pay(m, h, dep, 4096)
     assert "0000000" not in str(tidy(cf.expr)) if cf.expr is not None else True
     if cf.smooth is not None and cf.smooth.expr is not None:
         assert cf.smooth.value == pytest.approx(_independent_relaxed_root(cf), rel=1e-9)
@@ -274,7 +280,7 @@ def test_sensitivity_command_ranks_every_parameter(cli_json):
 def test_memory_batch_is_predicts_last_fitting_batch(model, hw, gpus):
     m, h = ms.load_model(model), ms.load_hardware(hw)
     dep = ms.Deployment(gpus=gpus, ep=gpus, weights="fp8")
-    cf = dv.max_batch_for_memory(m, h, dep, 4096)
+    cf = max_batch_for_memory(m, h, dep, 4096)
 
     def fits(b):
         return predict(m, h, dep, Workload(Phase.DECODE, batch=int(b), context=4096),
@@ -302,8 +308,8 @@ def test_memory_batch_sensitivity_is_a_finite_difference_of_its_relaxed_root():
     m, h = ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20")
     dep = ms.Deployment(gpus=8, ep=8, weights="fp8")
     wl = ms.Workload(ms.Phase.DECODE, batch=64, context=4096)
-    r = dv.sensitivity(m, h, dep, wl, "memory-batch")
-    cf = dv.max_batch_for_memory(m, h, dep, 4096)
+    r = sensitivity(m, h, dep, wl, "memory-batch")
+    cf = max_batch_for_memory(m, h, dep, 4096)
     assert r["value"] == cf.smooth.relaxed_root and r["exact_answer"] == cf.value
     eq = cf.smooth.equation
     vals = {k: v for k, v in cf.values.items() if k in symbols_of(eq)}
@@ -330,7 +336,7 @@ def test_comm_hidden_smooth_form_is_where_relaxed_communication_shows():
     exceeds it just above. (Its regime was once taken where the two paths tie, the compute
     branch of the maximum, which leaves 0 = 0: no smooth form.)"""
     m, h = ms.load_model("deepseek-v3"), ms.load_hardware("h800")
-    cf = dv.comm_hidden(m, h, ms.Deployment(gpus=128, ep=128, weights="fp8", micro_batches=2),
+    cf = comm_hidden(m, h, ms.Deployment(gpus=128, ep=128, weights="fp8", micro_batches=2),
                         4096)
     f = cf.smooth
     assert f.expr is not None, f.note

@@ -40,7 +40,8 @@ STAGES = (
     ("moesym.numbers",),  # bindings (specs -> numbers) and the metrics layer (numbers -> metrics)
     ("moesym.memory",),  # per-rank memory
     ("moesym.model",),  # layer and step models, compiled predict
-    ("moesym.solve",),  # closed forms: crossovers, regimes, sensitivities, derive's answers
+    ("moesym.solve",),  # generic solving: regimes, roots, rewrites, elasticities
+    ("moesym.derive",),  # derive's answers: one module each, and their registry
     ("moesym.search",),  # sweeps and the deployment optimizer
     ("moesym.serving",),  # request-level serving simulation and SLA search
     ("moesym.report",),  # HTML and interactive pages, derivation pages, validation

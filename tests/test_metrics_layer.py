@@ -60,7 +60,7 @@ def _optimize_row(phase, dep, size, **kw):
 def _derived(step, term, **at):
     """``derive solve``'s term ``term`` at the numbers it binds (``at`` overriding some)."""
     from moesym.symbolic.compile import evaluate
-    from moesym.solve.derive import solve_terms
+    from moesym.derive.solve import solve_terms
     from moesym.symbolic.symbols import by_name
 
     terms, mem_values = solve_terms(step)
@@ -100,7 +100,7 @@ def test_decode_batch_one_two_micro_batches_agree_everywhere(cli_json):
     _same(float(one.evaluate()), t, "built for one micro-batch")
     assert t < 0.9 * float(step.evaluate(micro_batches=2, batch=2))  # two requests, two batches
     # derive's TPOT and throughput terms, evaluated as the step model evaluates
-    from moesym.solve.derive import solve_terms
+    from moesym.derive.solve import solve_terms
 
     run = micro_batches_run(dep.micro_batches, wl.batch)
     _same(_derived(step, "tpot", micro_batches=run), ref["tpot_s"], "derive tpot")

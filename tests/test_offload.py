@@ -127,12 +127,12 @@ def test_derive_expert_cache_is_where_the_streamed_tier_fits_under_compute():
     # Qwen3-30B-A3B BF16 on one H100 (PCIe host link), batch 256, uniform routing, static cache:
     # a pass activates each cold expert with a = 1 - (1 - 8/128)^256 and streams
     # 3 x 2048 x 768 x 2 bytes for it, so the tier costs (E - C) a bytes / W_host, by hand.
-    from moesym.solve import derive as dv
+    from moesym.derive.expert_cache import expert_cache_hides
 
     m, h = load_model("qwen3-30b-a3b"), load_hardware("h100")
     dep = Deployment(prefetch=True, expert_cache=0)
     wl = Workload("decode", batch=256, context=2048)
-    cf = dv.expert_cache_hides(m, h, dep, wl)
+    cf = expert_cache_hides(m, h, dep, wl)
     per_expert_s = 3 * 2048 * 768 * 2 / h.host_link_Bps
     a = 1 - (1 - 8 / 128) ** 256
     t_c = predict(m, h, dep.with_(expert_cache=100), wl)["layer_compute_s"]

@@ -178,7 +178,7 @@ def test_the_timeline_and_sensitivities_are_the_step_models(tmp_path, argv):
     period), and the page's elasticities of the step time to each hardware number (central
     differences) equal ``derive sensitivity``'s exact ones summed over the symbols the number
     sets (1e-6, relative to the largest elasticity of the point)."""
-    from moesym.solve import derive as dv
+    from moesym.derive.sensitivity import sensitivity
     from moesym.model.step import build_step
     from moesym.schedules import resolve_name
 
@@ -212,7 +212,7 @@ def test_the_timeline_and_sensitivities_are_the_step_models(tmp_path, argv):
                     {k: b[k] for k in ("name", "stream", "micro_batch", "layer")}, p
                 for k in ("start_s", "end_s"):
                     assert abs(a[k] - b[k]) <= 1e-9 * period, (p, a, b)
-        rows = {str(s): e for s, e in dv.sensitivity(model, hw, dep, wl, "step_time")["rows"]}
+        rows = {str(s): e for s, e in sensitivity(model, hw, dep, wl, "step_time")["rows"]}
         top = max(abs(e) for e in rows.values())
         for h in data["hardware"]:
             want = sum(rows.get(s, 0.0) for s in h["symbols"])

@@ -1,155 +1,109 @@
-"""``moesym derive``: closed forms printed as LaTeX and SymPy, with their value."""
+"""``moesym derive``: one subcommand per answer of :mod:`moesym.derive`'s registry, printed as
+its exact value, closed forms (LaTeX and SymPy) and elasticities.
+
+The registry (:data:`moesym.derive.registry.ANSWERS`) says what each answer takes; here each kind
+of input (a decode point, a serving steady state, one step) becomes its flags and its checks,
+and each kind of answer (a closed form, elasticities, a mesh table) its printing. An answer's
+module, which imports SymPy, is imported only when the answer is solved, not when a stored one
+is read back (:func:`answered`)."""
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Callable
 
+from ..derive.registry import ANSWERS, Answer
 from ..errors import MoesymError
+from ..io.progress import status
+from ..model.predictor import files_of
+from ..numeric import cache
+from ..specs.checks import check_inputs, check_lengths
+from ..specs.deployment import Phase, Workload
 from . import COMMANDS
 from .common import (add_deployment, add_json, add_model_hw, add_serve_lengths, add_workload,
                      deployment_from, emit_json, model_hw_from, plain, positive_float,
-                     positive_int, probability)
+                     positive_int, probability, workload_from)
 
-__all__ = ["register"]
-
-
-def _closed_form(s, name: str, help: str, func):
-    """A ``derive`` subcommand taking every model, hardware, workload and deployment flag
-    ``predict`` takes (the step model it solves is the one ``predict`` evaluates)."""
-    p = s.add_parser(name, help=help)
-    add_model_hw(p)
-    add_workload(p, phase=False)
-    add_deployment(p)
-    add_json(p)
-    p.add_argument("--show-expr", action="store_true",
-                   help="print the whole closed form however long (JSON always has it)")
-    p.add_argument("--all-sensitivities", action="store_true",
-                   help="print the answer's elasticity to every parameter (default: top three)")
-    p.set_defaults(func=func)
-    return p
-
-
-def _step_parser(s, name: str, help: str):
-    """A subcommand on one prefill or decode step (--phase, default decode), with every
-    model, hardware, workload and deployment flag predict takes."""
-    p = s.add_parser(name, help=help)
-    add_model_hw(p)
-    add_workload(p, phase=True, required_phase=False)
-    add_deployment(p)
-    add_json(p)
-    return p
+__all__ = ["register", "answered", "show"]
 
 
 def register(sub) -> None:
     p = sub.add_parser("derive", help=COMMANDS["derive"])
     s = p.add_subparsers(dest="what", parser_class=type(p))
-
-    c = _closed_form(s, "crossover", "decode batch per GPU where routed experts turn compute-bound",
-                     _crossover)
-    c.add_argument("--no-lazy", action="store_true", help="every local expert is read each step")
-    c.add_argument("--plot", default=None, metavar="FILE.png",
-                   help="roofline of each term against batch with the crossover marked")
-
-    _closed_form(s, "attention", "batch where attention's KV read overtakes the MoE layer",
-                 _attention)
-
-    t = _closed_form(s, "tpot", "largest decode batch that meets a TPOT target", _tpot)
-    t.add_argument("--tpot-ms", type=positive_float, required=True)
-
-    c = s.add_parser("concurrency", help="largest serving concurrency per rank whose "
-                                         "steady-state TPOT (and TTFT) meets the targets")
-    add_model_hw(c)
-    g = c.add_argument_group("workload")
-    add_serve_lengths(g, "the mixed steps' chunk (")
-    g.add_argument("--prefix-hit", type=probability, default=0.0, metavar="F",
-                   help="prefill, serve: share of each prompt found in the prefix cache (not "
-                        "recomputed; attention still reads its KV)")
-    add_deployment(c)
-    add_json(c)
-    c.add_argument("--tpot-ms", type=positive_float, default=None,
-                   help="mean TPOT target of the steady state")
-    c.add_argument("--ttft-ms", type=positive_float, default=None,
-                   help="mean TTFT target of the steady state (no queueing)")
-    c.add_argument("--percentile", type=positive_float, default=None, metavar="P",
-                   help="refused: the steady state gives means; moesym optimize --percentile P "
-                        "simulates percentile SLAs")
-    c.add_argument("--show-expr", action="store_true",
-                   help="print the whole closed form however long (JSON always has it)")
-    c.add_argument("--all-sensitivities", action="store_true",
-                   help="print the answer's elasticity to every parameter (default: top three)")
-    c.set_defaults(func=_concurrency)
-
-    _closed_form(s, "memory-batch", "largest decode batch whose memory per GPU fits in HBM",
-                 _memory_batch)
-
-    o = _closed_form(s, "optimal-ep", "EP degree where more EP stops shortening the MoE layer",
-                     _optimal_ep)
-    o.add_argument("--max-ep", type=positive_int, default=None)
-    o.add_argument("--no-memory-limit", action="store_true",
-                   help="ignore whether the deployment fits in GPU memory")
-
-    _closed_form(s, "comm-hidden", "batch where communication stops hiding behind compute",
-                 _comm_hidden)
-
-    _closed_form(s, "micro-batches", "batch from which two micro-batches beat one",
-                 _micro_batches)
-
-    m = _closed_form(s, "ep-min-tpot",
-                     "EP that minimizes TPOT for a fixed number of requests (square-root form)",
-                     _ep_min_tpot)
-    m.add_argument("--total-batch", type=positive_int, required=True,
-                   help="decode requests in flight across the whole instance")
-    m.add_argument("--max-ep", type=positive_int, default=None)
-
-    x = _closed_form(s, "gpus-for-throughput",
-                     "smallest instance (GPUs = EP) reaching a decode throughput at a TPOT",
-                     _gpus_for_throughput)
-    x.add_argument("--tokens-per-s", type=positive_float, required=True,
-                   help="decode throughput target of the instance (tokens/s)")
-    x.add_argument("--tpot-ms", type=positive_float, required=True)
-    x.add_argument("--max-gpus", type=positive_int, default=4096)
-
-    _closed_form(s, "expert-cache",
-                 "smallest expert cache (experts per layer on the device) whose tier traffic "
-                 "hides under the layer's compute", _expert_cache)
-
-    _closed_form(s, "mesh-rows",
-                 "devices along a mesh's dispatch axis where the longer ring costs more than "
-                 "fewer experts per device save (--mesh RxC)", _mesh_rows)
-
-    v = _step_parser(s, "solve", "any equation over the step model: TERM_A = TERM_B, or the "
-                                 "minimum of a TERM, as one variable varies")
-    what = v.add_mutually_exclusive_group(required=True)
-    what.add_argument("--equal", nargs=2, metavar=("TERM_A", "TERM_B"),
-                      help="a term name (step, tpot, layer, layer_compute, exposed_comm, a "
-                           "breakdown key, routed_compute, routed_memory, tokens_per_gpu_s, "
-                           "memory_used, memory_free), a number, or a SymPy expression over "
-                           "terms and symbols")
-    what.add_argument("--minimize", metavar="TERM")
-    v.add_argument("--for", dest="var", required=True, metavar="VAR",
-                   help="batch, tokens, context, chunk, ep, tp, gpus, micro_batches, "
-                        "rdma_bandwidth, nvlink_bandwidth, hbm_bandwidth, flops, or any symbol "
-                        "(attribute or printed name, e.g. bw_out or W_out)")
-    v.add_argument("--range", default=None, metavar="LO:HI",
-                   help="where to look (default: the variable's natural range, or 1/1000 to "
-                        "1000 times its value)")
-    v.add_argument("--show-expr", action="store_true",
-                   help="print the whole closed form however long (JSON always has it)")
-    v.set_defaults(func=_solve)
-
-    e = _step_parser(s, "sensitivity", "elasticity d ln y / d ln x of a quantity (or a derive "
-                                       "answer) to every parameter, ranked")
-    e.add_argument("--of", default="step_time", metavar="QUANTITY",
-                   help="step_time (default), tokens_per_gpu_s, tpot (decode), ttft (prefill), "
-                        "a derive solve term, or a derive answer: crossover, attention, "
-                        "comm-hidden, micro-batches, memory-batch")
-    e.add_argument("--top", type=positive_int, default=None,
-                   help="print only the N largest (default: every parameter)")
-    e.set_defaults(func=_sensitivity)
+    for a in ANSWERS:
+        q = s.add_parser(a.command, help=a.help)
+        inputs = _INPUTS[a.inputs]
+        inputs.flags(q)
+        add_json(q)
+        if not inputs.printing_first:
+            _own_flags(q, a)
+        for name, kw in _VIEWS[a.shows].flags:
+            q.add_argument(name, **kw)
+        if inputs.printing_first:
+            _own_flags(q, a)
+        if a.plot:
+            q.add_argument("--plot", default=None, metavar="FILE.png",
+                           help=f"roofline of each term against batch with the {a.command} "
+                                "marked")
+        q.set_defaults(func=partial(_ask, a))
 
     g = s.add_parser("pages", help="regenerate the derivations/ markdown pages")
     g.add_argument("--out", default="derivations", help="folder to write (default: derivations)")
     g.set_defaults(func=_pages, out_is_folder=True)
+
+
+_TYPES = {"positive_float": positive_float, "positive_int": positive_int}
+
+
+def _own_flags(p, a: Answer) -> None:
+    """The answer's own flags (:class:`moesym.derive.registry.Flag`) as argparse arguments."""
+    group = None
+    for f in a.flags:
+        kw = {k: v for k, v in (("help", f.help), ("default", f.default), ("metavar", f.metavar),
+                                ("nargs", f.nargs), ("dest", f.dest)) if v is not None}
+        if f.type == "switch":
+            kw["action"] = "store_true"
+        elif f.type in _TYPES:
+            kw["type"] = _TYPES[f.type]
+        if f.required:
+            kw["required"] = True
+        if f.exclusive:
+            group = group or p.add_mutually_exclusive_group(required=True)
+            group.add_argument(f.name, **kw)
+        else:
+            p.add_argument(f.name, **kw)
+
+
+# ------------------------------------------------------------------ inputs: flags and checks
+
+def _decode_flags(p) -> None:
+    """A decode point: every model, hardware, workload and deployment flag predict takes (the
+    step model an answer solves is the one predict evaluates)."""
+    add_model_hw(p)
+    add_workload(p, phase=False)
+    add_deployment(p)
+
+
+def _serve_flags(p) -> None:
+    """The steady state of aggregated serving: the request lengths and the prefix cache."""
+    add_model_hw(p)
+    g = p.add_argument_group("workload")
+    add_serve_lengths(g, "the mixed steps' chunk (")
+    g.add_argument("--prefix-hit", type=probability, default=0.0, metavar="F",
+                   help="prefill, serve: share of each prompt found in the prefix cache (not "
+                        "recomputed; attention still reads its KV)")
+    add_deployment(p)
+
+
+def _step_flags(p) -> None:
+    """One prefill or decode step (--phase, default decode), with every model, hardware,
+    workload and deployment flag predict takes."""
+    add_model_hw(p)
+    add_workload(p, phase=True, required_phase=False)
+    add_deployment(p)
 
 
 def _one_step_only(args) -> None:
@@ -167,43 +121,95 @@ def _one_step_only(args) -> None:
                           "moesym predict's (and sweep's)")
 
 
-def _deployment(args):
-    """The deployment of the flags; closed forms are decode questions, so a pinned overlap
-    schedule must run the deployment's micro-batch count in decode, and prefill flags are said
-    to have no effect rather than ignored in silence."""
-    from ..specs.deployment import Phase
-
+def _decode_question(args, a: Answer) -> tuple:
+    """(model, hardware, deployment, workload) of a decode question; prefill flags are said to
+    have no effect rather than ignored in silence, and a pinned overlap schedule must run the
+    deployment's micro-batch count (the answer's own, where it sets one) in decode."""
+    m, h = model_hw_from(args)
     _one_step_only(args)
-
     for flag in ("tokens", "chunk"):
         if getattr(args, flag, None) is not None:
-            import warnings
-
             warnings.warn(f"--{flag} has no effect: derive {args.what} is a decode question "
                           "(batch, context); derive solve --phase prefill answers prefill "
                           "steps", stacklevel=2)
-
-    dep = deployment_from(args)
-    _check(args, dep)
+    dep = deployment_from(args).with_(**dict(a.sets))
+    _check(args, dep, m, h)
     dep.check_overlap(Phase.DECODE)
-    from ..io.progress import status
-
-    status(f"derive {args.what}: building and solving the step model", not args.json)
-    return dep
+    return m, h, dep, Workload(Phase.DECODE, batch=args.batch or 1, context=args.context)
 
 
-def _check(args, dep, model=None, hw=None) -> None:
+def _serve_question(args, a: Answer) -> tuple:
+    """(model, hardware, deployment, workload) of a serving steady state."""
+    for flag in ("isl", "osl"):
+        if getattr(args, flag) is None:
+            raise MoesymError(f"--{flag} is missing: derive {args.what} needs the request "
+                              "lengths (--isl N --osl N)")
+    m, h = model_hw_from(args)
+    dep = deployment_from(args)
+    _check(args, dep, m, h)
+    check_lengths(m, "serve", isl=args.isl, osl=args.osl)
+    return m, h, dep, Workload(Phase.SERVE, batch=1, isl=args.isl, osl=args.osl,
+                               chunk=args.chunk or 0, prefix_hit=args.prefix_hit)
+
+
+def _step_question(args, a: Answer) -> tuple:
+    """(model, hardware, deployment, workload) of one prefill or decode step."""
+    _one_step_only(args)
+    m, h = model_hw_from(args)
+    dep = deployment_from(args)
+    _check(args, dep, m, h)
+    return m, h, dep, workload_from(args)
+
+
+def _check(args, dep, model, hw) -> None:
     """The validation stage (:func:`moesym.specs.checks.check_inputs`) on the deployment and
     the lengths given (derive's questions search batch and EP themselves)."""
-    from ..specs.checks import check_inputs, check_lengths
-
-    if model is None:
-        model, hw = model_hw_from(args)
     check_inputs(model, hw, dep, sharding=False)
     context = getattr(args, "context", None)
     if context:
         check_lengths(model, getattr(args, "phase", None) or "decode", context=context)
 
+
+@dataclass(frozen=True)
+class _Inputs:
+    """A kind of input: its flags, its question (the checked model, hardware, deployment and
+    workload), and whether --help lists the printing flags before the answer's own."""
+
+    flags: Callable
+    question: Callable
+    printing_first: bool = False
+
+
+_INPUTS = {"decode": _Inputs(_decode_flags, _decode_question, printing_first=True),
+           "serve": _Inputs(_serve_flags, _serve_question),
+           "step": _Inputs(_step_flags, _step_question)}
+
+
+def _ask(a: Answer, args) -> int:
+    """One derive subcommand: its question checked, its answer (solved, or read back from the
+    cache), an optional plot, and the answer printed."""
+    m, h, dep, wl = _INPUTS[a.inputs].question(args, a)
+    status(f"derive {a.command}: " + a.status.format(**vars(args)), not args.json)
+    view = _VIEWS[a.shows]
+    rec = answered(args, m, h, dep, lambda: a.load().ask(m, h, dep, wl, args), view.record)
+    if a.plot and args.plot:
+        _plot(a, rec, args, m, h, dep)
+    return view.show(rec, args, m, h)
+
+
+def _plot(a: Answer, rec: dict, args, m, h, dep) -> None:
+    """Each term's roofline against batch with the answer marked. The step model (SymPy) and
+    the plots (matplotlib) are imported on this path only: a stored answer is read back
+    without them."""
+    from ..model.step import build_step
+    from ..report.plots import term_roofline
+
+    step = build_step(m, h, dep, Workload(Phase.DECODE, batch=1, context=args.context))
+    value = rec["answer"]["value"]
+    term_roofline(step, args.plot, marks={} if value is None else {a.command: value * dep.tp})
+
+
+# ------------------------------------------------------------------ answers: stored and printed
 
 _SHORT = 400  # characters of a closed form printed without --show-expr
 
@@ -219,14 +225,8 @@ def _elasticity_rows(rows) -> list[str]:
     return [f"{s:>10} {e:+9.4f}  {meaning}" for s, e, meaning in rows]
 
 
-def _dv():
-    """moesym.solve.derive, imported when an answer is solved (not when it is read back)."""
-    from ..solve import derive
-
-    return derive
-
-
 def _meanings(symbols) -> list[str]:
+    # the symbols' table imports SymPy: read on a fresh solve only, never on a read back
     from ..symbolic.symbols import INFO
 
     return [INFO[s].meaning if s in INFO else "" for s in symbols]
@@ -243,11 +243,6 @@ def answered(args, model, hw, dep, solve, record=None) -> dict:
     model, hardware and deployment, the files the deployment names and the package's source.
     Warnings given while solving are kept with the answer and said again either way; an error
     is never stored."""
-    import warnings
-
-    from ..model.predictor import files_of
-    from ..numeric import cache
-
     question = {k: v for k, v in sorted(vars(args).items()) if k not in _PRINTING}
     key = cache.key_for(repr(("derive", question, model, hw, dep, *files_of(dep))))
     entry = cache.load(key)
@@ -272,7 +267,7 @@ def _record(cf) -> dict:
             "has_expr": cf.expr is not None, "meanings": _meanings(s for s, _ in cf.sensitivity)}
 
 
-def show(rec: dict, args) -> int:
+def show(rec: dict, args, model=None, hw=None) -> int:
     """The three layers of a derive answer (a :func:`_record`): the exact answer on predict's
     model, the regime's smooth closed form with the target in it (and the gap between them),
     what pins the exact answer on a step; then the answer's top sensitivities and a legend of
@@ -331,13 +326,28 @@ def _kind_text(kind: str) -> str:
             "numeric": "no closed form"}.get(kind, kind)
 
 
-def _mesh_rows(args) -> int:
-    from ..solve.mesh_rows import mesh_rows
-    from ..specs.deployment import Phase, Workload
+def _elasticity_record(r: dict) -> dict:
+    """``derive sensitivity``'s answer as plain data, each elasticity with its meaning."""
+    return {"of": r["of"], "value": r["value"],
+            "rows": [[str(s), e, meaning] for (s, e), meaning in
+                     zip(r["rows"], _meanings(s for s, _ in r["rows"]))]}
 
-    m, h = model_hw_from(args)
-    dep = _deployment(args)
-    r = mesh_rows(m, h, dep, Workload(Phase.DECODE, batch=args.batch or 1, context=args.context))
+
+def _show_elasticities(r: dict, args, m, h) -> int:
+    rows = r["rows"][:args.top] if args.top else r["rows"]
+    if args.json:
+        emit_json({"of": r["of"], "value": r["value"],
+                   "elasticities": [{"symbol": s, "elasticity": e} for s, e, _ in rows]})
+        return 0
+    print(f"elasticity d ln {r['of']} / d ln x for {m.name} on {h.name} "
+          f"({r['of']} = {r['value']:.6g} here; each maximum on its active branch, tile and wave "
+          "counts held)")
+    for row in _elasticity_rows(rows):
+        print("  " + row)
+    return 0
+
+
+def _show_mesh_rows(r: dict, args, m, h) -> int:
     if args.json:
         emit_json(r)
         return 0
@@ -353,170 +363,38 @@ def _mesh_rows(args) -> int:
     return 0
 
 
-def _crossover(args) -> int:
-    m, h = model_hw_from(args)
-    dep = _deployment(args)
-    rec = answered(args, m, h, dep,
-                   lambda: _dv().crossover(m, h, dep, lazy=not args.no_lazy, context=args.context))
-    if args.plot:
-        from ..model.step import build_step
-        from ..report.plots import term_roofline
-        from ..specs.deployment import Phase, Workload
+@dataclass(frozen=True)
+class _View:
+    """How one kind of answer is stored (``record``: the answer as plain data) and printed
+    (``show``), and the flags that only change its printing."""
 
-        step = build_step(m, h, dep, Workload(Phase.DECODE, batch=1, context=args.context))
-        term_roofline(step, args.plot, marks={"crossover": rec["answer"]["value"] * dep.tp})
-    return show(rec, args)
+    record: Callable
+    show: Callable
+    flags: tuple = ()
 
 
-def _attention(args) -> int:
-    m, h = model_hw_from(args)
-    dep = _deployment(args)
-    return show(answered(args, m, h, dep,
-                         lambda: _dv().attention_overtakes_moe(m, h, dep, args.context)), args)
-
-
-def _tpot(args) -> int:
-    m, h = model_hw_from(args)
-    dep = _deployment(args)
-    return show(answered(args, m, h, dep, lambda: _dv().max_batch_for_tpot(
-        m, h, dep, args.context, args.tpot_ms / 1e3)), args)
-
-
-def _concurrency(args) -> int:
-    if args.percentile is not None:
-        raise MoesymError(f"--percentile {args.percentile:g}: derive concurrency solves the "
-                          "steady state, which gives mean TPOT and TTFT; for a percentile SLA "
-                          "run moesym optimize --phase serve --percentile P (a simulation)")
-    for flag in ("isl", "osl"):
-        if getattr(args, flag) is None:
-            raise MoesymError(f"--{flag} is missing: derive concurrency needs the request "
-                              "lengths (--isl N --osl N)")
-    if args.tpot_ms is None and args.ttft_ms is None:
-        raise MoesymError("no target: give --tpot-ms and/or --ttft-ms")
-    m, h = model_hw_from(args)
-    dep = deployment_from(args)
-    _check(args, dep, m, h)
-    from ..specs.checks import check_lengths
-
-    check_lengths(m, "serve", isl=args.isl, osl=args.osl)
-    from ..io.progress import status
-
-    status("derive concurrency: building and solving the serve model", not args.json)
-    return show(answered(args, m, h, dep, lambda: _dv().max_concurrency(
-        m, h, dep, args.isl, args.osl, args.tpot_ms / 1e3 if args.tpot_ms else None,
-        args.ttft_ms / 1e3 if args.ttft_ms else None, chunk=args.chunk or 0,
-        prefix_hit=args.prefix_hit)), args)
-
-
-def _memory_batch(args) -> int:
-    m, h = model_hw_from(args)
-    dep = _deployment(args)
-    return show(answered(args, m, h, dep,
-                         lambda: _dv().max_batch_for_memory(m, h, dep, args.context)), args)
-
-
-def _optimal_ep(args) -> int:
-    from ..specs.deployment import Phase, Workload
-
-    m, h = model_hw_from(args)
-    wl = Workload(Phase.DECODE, batch=args.batch or 1, context=args.context)
-    dep = _deployment(args)
-    return show(answered(args, m, h, dep, lambda: _dv().optimal_ep(
-        m, h, wl, dep, max_ep=args.max_ep, memory_limit=not args.no_memory_limit)), args)
-
-
-def _micro_batches(args) -> int:
-    m, h = model_hw_from(args)
-    dep = deployment_from(args).with_(micro_batches=2)  # --overlap names the two-batch schedule
-    return show(answered(args, m, h, dep, lambda: _dv().micro_batches_pay(m, h, dep, args.context)),
-                args)
-
-
-def _expert_cache(args) -> int:
-    from ..specs.deployment import Phase, Workload
-
-    m, h = model_hw_from(args)
-    wl = Workload(Phase.DECODE, batch=args.batch or 1, context=args.context)
-    dep = _deployment(args)
-    return show(answered(args, m, h, dep, lambda: _dv().expert_cache_hides(m, h, dep, wl)), args)
-
-
-def _comm_hidden(args) -> int:
-    m, h = model_hw_from(args)
-    dep = _deployment(args)
-    return show(answered(args, m, h, dep, lambda: _dv().comm_hidden(m, h, dep, args.context)), args)
-
-
-def _ep_min_tpot(args) -> int:
-    m, h = model_hw_from(args)
-    dep = _deployment(args)
-    return show(answered(args, m, h, dep, lambda: _dv().ep_min_tpot(
-        m, h, args.total_batch, args.context, dep, max_ep=args.max_ep)), args)
-
-
-def _gpus_for_throughput(args) -> int:
-    m, h = model_hw_from(args)
-    dep = _deployment(args)
-    return show(answered(args, m, h, dep, lambda: _dv().gpus_for_throughput(
-        m, h, args.tokens_per_s, args.tpot_ms / 1e3, args.context, dep,
-        max_gpus=args.max_gpus)), args)
-
-
-def _solve(args) -> int:
-    from .common import workload_from
-
-    span = None
-    if args.range is not None:
-        try:
-            lo, hi = (float(x) for x in args.range.split(":"))
-        except ValueError:
-            raise MoesymError(f"--range {args.range!r}: use LO:HI, e.g. 1e9:1e12") from None
-        span = (lo, hi)
-    _one_step_only(args)
-    m, h = model_hw_from(args)
-    dep = deployment_from(args)
-    _check(args, dep, m, h)
-    from ..io.progress import status
-
-    status(f"derive solve: building the step model and solving for {args.var}", not args.json)
-    return show(answered(args, m, h, dep, lambda: _dv().solve(
-        m, h, dep, workload_from(args), args.var, equal=args.equal, minimize=args.minimize,
-        span=span)), args)
-
-
-def _sensitivity(args) -> int:
-    from ..io.progress import status
-    from .common import workload_from
-
-    _one_step_only(args)
-    m, h = model_hw_from(args)
-    dep = deployment_from(args)
-    status(f"derive sensitivity: building the step model and differentiating {args.of}",
-           not args.json)
-    r = answered(args, m, h, dep,
-                 lambda: _dv().sensitivity(m, h, dep, workload_from(args), args.of),
-                 lambda r: {"of": r["of"], "value": r["value"],
-                            "rows": [[str(s), e, meaning] for (s, e), meaning in
-                                     zip(r["rows"], _meanings(s for s, _ in r["rows"]))]})
-    rows = r["rows"][:args.top] if args.top else r["rows"]
-    if args.json:
-        emit_json({"of": r["of"], "value": r["value"],
-                   "elasticities": [{"symbol": s, "elasticity": e} for s, e, _ in rows]})
-        return 0
-    print(f"elasticity d ln {r['of']} / d ln x for {m.name} on {h.name} "
-          f"({r['of']} = {r['value']:.6g} here; each maximum on its active branch, tile and wave "
-          "counts held)")
-    for row in _elasticity_rows(rows):
-        print("  " + row)
-    return 0
+_SHOW_EXPR = ("--show-expr", {"action": "store_true", "help": "print the whole closed form "
+                                                              "however long (JSON always has it)"})
+_VIEWS = {
+    "closed_form": _View(_record, show, (_SHOW_EXPR, (
+        "--all-sensitivities", {"action": "store_true", "help": "print the answer's elasticity "
+                                "to every parameter (default: top three)"}))),
+    "elasticities": _View(_elasticity_record, _show_elasticities, (
+        ("--top", {"type": positive_int, "default": None,
+                   "help": "print only the N largest (default: every parameter)"}),)),
+    "mesh_rows": _View(lambda r: r, _show_mesh_rows),
+}
 
 
 def _pages(args) -> int:
+    # the pages solve every answer and draw with matplotlib: imported on this path only
     from ..report.pages import write_all
 
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise MoesymError(f"--out {out} is not a folder")
+    out = Path(args.out).expanduser()
+    above = next(p for p in (out, *out.parents) if p.exists())  # the folder, or what holds it
+    if not above.is_dir():
+        raise MoesymError(f"--out {args.out}: {above} is a file; name a folder to write the "
+                          "pages in")
     for p in write_all(out, progress=True):
         print(p)
     return 0

@@ -114,7 +114,7 @@ def _sweep(model, hw, dep, wl) -> tuple[str, list]:
 
 def _closed_forms(model, hw, dep, wl) -> tuple[str, list]:
     """derive crossover on the kernel model and the roofline (decode, MoE); '' where none."""
-    from ..solve import derive as dv
+    from ..derive.crossover import crossover
 
     if wl.phase is not Phase.DECODE or not model.is_moe:
         return ("<p class='note'>The closed forms of <code>moesym derive</code> answer decode "
@@ -123,7 +123,7 @@ def _closed_forms(model, hw, dep, wl) -> tuple[str, list]:
     for timing, title in (("kernel", "Kernel model (what predict evaluates)"),
                           ("roofline", "Roofline with the same fitted fractions (teaching form)")):
         try:
-            cf = dv.crossover(model, hw, dep.with_(timing=timing), context=wl.context)
+            cf = crossover(model, hw, dep.with_(timing=timing), context=wl.context)
         except MoesymError as exc:
             out.append(f"<h3>{escape(title)}</h3><p class='note'>{escape(str(exc))}</p>")
             continue
@@ -158,12 +158,12 @@ def _layers(cf) -> str:
 
 def _sensitivity(model, hw, dep, wl) -> str:
     """Bar chart of the largest elasticities of TPOT (decode) or TTFT (prefill)."""
-    from ..solve import derive as dv
+    from ..derive.sensitivity import sensitivity
     from ..symbolic.symbols import INFO
 
     of = "tpot" if wl.phase is Phase.DECODE else "ttft"
     try:
-        r = dv.sensitivity(model, hw, dep, wl, of)
+        r = sensitivity(model, hw, dep, wl, of)
     except MoesymError as exc:
         return f"<p class='note'>{escape(str(exc))}</p>"
     rows = [(s, e) for s, e in r["rows"] if e][:14]

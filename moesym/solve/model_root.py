@@ -38,7 +38,7 @@ from ..symbolic.expr import dependents, nodes, restrict, substitute, substituter
 from .regimes import branch_at, solve_smooth
 
 __all__ = ["ModelRoot", "first_change", "model_root", "nearest_sign_change", "sign_changes",
-           "steps_of"]
+           "stationary_form", "steps_of"]
 
 _GRID = 4096  # points of the geometric scan of a continuous unknown
 _MAX_INTEGERS = 1 << 20  # widest integer scan
@@ -428,3 +428,23 @@ def model_root(eq: sp.Expr, var: sp.Symbol, values: Mapping, lo: float, hi: floa
     a, b = found[0] if which == "first" else found[-1]
     exact = b if integer else 0.5 * (a + b)
     return closed_form_at(eq, var, values, (a, b), exact, integer)
+
+
+def stationary_form(term: sp.Expr, var: sp.Symbol, values: Mapping, x: float,
+                    integer: bool = False) -> tuple:
+    """The closed form of where ``term`` is smallest, at the full model's interior minimum
+    ``x``: (expression or None, its number or None, kind, a note). A stationary point of the
+    regime that holds at ``x`` (the root of its derivative, tile and wave counts frozen at
+    ``x``) when it lands on ``x`` (within one for an integer unknown); otherwise the minimum
+    sits at a kink or step of the model and there is none."""
+    try:
+        sv = _step_values(steps_of(term, var), var, values, x)
+        branch, _, _ = branch_at(_freeze(term, sv), var, {**values, var: x})
+        cand = solve_smooth(sp.diff(branch, var), var, values, x, general=False)
+        cv = float(substitute(cand, {k: sp.Float(v) for k, v in values.items()}).evalf())
+    except (ValueError, TypeError, NotImplementedError, RuntimeError) as exc:
+        return None, None, "numeric", f"no closed form of the regime's stationary point ({exc})"
+    if abs(cv - x) <= 1e-6 * max(1.0, abs(x)) + (1.0 if integer else 0.0):
+        return _clean(cand), cv, "smooth", "a stationary point of the regime at the minimum"
+    return (None, None, "numeric",
+            "the minimum is at a kink or step of the model, not a stationary point")

@@ -1,4 +1,4 @@
-"""How many devices along a mesh's dispatch axis (``moesym derive mesh-rows``, issue 20).
+"""How many devices along a mesh's dispatch axis (``moesym derive mesh-rows``).
 
 More rows spread a column's experts over more devices (each reads fewer expert weights) but
 lengthen the ring every dispatch and combine travels. The value: the row count whose MoE layer
@@ -27,11 +27,14 @@ from dataclasses import replace
 import sympy as sp
 
 from ..errors import MoesymError
+from ..model.step import build_step
+from ..numbers.bindings import bindings
 from ..specs.deployment import Deployment, Workload
-from ..specs.model import expert_weights
+from ..specs.hardware import HardwareSpec
+from ..specs.model import ModelSpec, expert_weights
 from ..symbolic.symbols import S
 
-__all__ = ["mesh_rows"]
+__all__ = ["mesh_rows", "ask", "PAGES"]
 
 
 def _candidates(experts: int, cols: int) -> list[int]:
@@ -45,8 +48,6 @@ def _candidates(experts: int, cols: int) -> list[int]:
 
 def mesh_rows(model, hw, dep: Deployment, wl: Workload) -> dict:
     """The fastest dispatch-axis length for ``dep``'s mesh (see the module docstring)."""
-    from ..model.step import build_step
-
     if dep.mesh is None or hw.mesh is None:
         raise MoesymError("derive mesh-rows needs --mesh RxC on a mesh hardware file "
                           "(wormhole-tg)")
@@ -80,8 +81,6 @@ def mesh_rows(model, hw, dep: Deployment, wl: Workload) -> dict:
     tiled = S.t_gemm_base in v
     smooth = sp.sqrt(A / (2 * h * S.mc_hop))
     expr = sp.Min(smooth, A / S.t_gemm_base) if tiled else smooth
-    from ..numbers.bindings import bindings
-
     allv = bindings(model, hw, dep, wl)
     val = lambda e: float(e.xreplace({s: allv[s] for s in e.free_symbols}))  # noqa: E731
     num = val(expr)
@@ -92,3 +91,11 @@ def mesh_rows(model, hw, dep: Deployment, wl: Workload) -> dict:
                        "dispatch": "farthest hop of the batch"},
             "note": f"{cols} devices across (TP); rows = devices along the dispatch axis "
                     f"({rows_axis}, {'ring' if wrap else 'line'}); same requests per row"}
+
+
+def ask(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload, flags) -> dict:
+    """``moesym derive mesh-rows`` at the decode point (each row count is its own deployment)."""
+    return mesh_rows(model, hw, dep, wl)
+
+
+PAGES = ()
