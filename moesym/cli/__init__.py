@@ -83,8 +83,11 @@ def _check_outputs(args) -> None:
         flag = "--" + name.replace("_", "-")
         path = Path(value).expanduser()
         if getattr(args, "out_is_folder", False) and name == "out":  # derive pages: a folder
-            if path.exists() and not path.is_dir():
-                raise MoesymError(f"{flag} {value}: a file; name a folder to write the pages in")
+            above = next(p for p in (path, *path.parents) if p.exists())  # or what would hold it
+            if not above.is_dir():
+                raise MoesymError(f"{flag} {value}: " + ("a file" if above == path else
+                                                          f"{above} is a file")
+                                  + "; name a folder to write the pages in")
             continue
         if value.endswith(("/", "\\")) or path.is_dir():
             raise MoesymError(f"{flag} {value}: a folder; name a file in it")

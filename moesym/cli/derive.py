@@ -390,11 +390,7 @@ def _pages(args) -> int:
     # the pages solve every answer and draw with matplotlib: imported on this path only
     from ..report.pages import write_all
 
-    out = Path(args.out).expanduser()
-    above = next(p for p in (out, *out.parents) if p.exists())  # the folder, or what holds it
-    if not above.is_dir():
-        raise MoesymError(f"--out {args.out}: {above} is a file; name a folder to write the "
-                          "pages in")
-    for p in write_all(out, progress=True):
+    # --out was checked before any work (moesym.cli._check_outputs: a folder, or where one can be)
+    for p in write_all(Path(args.out).expanduser(), progress=True):
         print(p)
     return 0
