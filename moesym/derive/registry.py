@@ -62,10 +62,10 @@ class Answer:
     ``inputs``: the flags it takes besides its own: ``decode`` (a decode point: model,
     hardware, workload and deployment as ``predict`` takes them), ``serve`` (the steady
     state's request lengths) or ``step`` (one prefill or decode step, ``--phase``).
-    ``shows``: how its answer prints: ``closed_form`` (a :class:`~moesym.derive.closed_form.
-    ClosedForm`), ``elasticities`` or ``mesh_rows`` (a table). ``sets``: deployment fields the
-    answer fixes itself (micro-batches: two, so ``--overlap`` names the two-batch schedule).
-    ``differentiable``: ``derive sensitivity --of`` can name it (it needs no target beyond the
+    ``shows``: how its answer prints: ``closed_form`` (a
+    :class:`~moesym.derive.closed_form.ClosedForm`), ``elasticities`` or ``mesh_rows`` (a
+    table). ``sets``: deployment fields the answer fixes itself (micro-batches: two, so
+    ``--overlap`` names the two-batch schedule). ``differentiable``: ``derive sensitivity --of`` can name it (it needs no target beyond the
     decode point and has a smooth form). ``plot``: it takes ``--plot`` (each term's roofline
     against batch, the answer marked). ``status``: what the command says it is doing (a
     format over the flags)."""
