@@ -26,6 +26,7 @@ COMMANDS = {
     "sweep": "grid of step times (CSV or Parquet)",
     "optimize": "best TP/EP/micro-batch/batch under TPOT/TTFT and memory",
     "simulate": "a serving benchmark simulated request by request: TTFT/TPOT percentiles",
+    "fleet": "replicas per hour for a day of traffic behind a router: cost, megawatts",
     "validate": "error against published end-to-end measurements",
     "report": "one self-contained HTML page of a prediction (charts, timeline, formulas)",
     "list": "built-in models, GPUs and engines: their sources, calibration state and where each engine runs",
@@ -38,7 +39,20 @@ _MODULES = {"list": "listing"}
 
 
 class _Parser(argparse.ArgumentParser):
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)  # for error()
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str):  # one line, exit 2, no usage dump
+        import re
+
+        m = re.match(r"argument (--[\w-]+).*: expected one argument", message)
+        given = getattr(self, "_given", [])
+        if m and m.group(1) in given:  # a value that begins with '-' is read as a flag
+            i = given.index(m.group(1))
+            value = given[i + 1] if i + 1 < len(given) else ""
+            if re.match(r"-\.?\d", value):
+                raise MoesymError(f"{m.group(1)} {value}: a negative value; give a positive one")
         raise MoesymError(f"{self.prog}: {message}")
 
 
@@ -48,7 +62,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = _Parser(prog="moesym", description="Symbolic performance models of MoE inference.")
     p.add_argument("--version", action="version", version=f"moesym {__version__}")
     p.add_argument("--no-cache", action="store_true",
-                   help="neither read nor write the compiled-model cache (see README)")
+                   help="neither read nor write the compiled-model cache (docs/explanation/speed.md)")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no warnings (given anywhere on the command line)")
     p.add_argument("-v", "--verbose", action="store_true",
@@ -140,8 +154,14 @@ def run() -> int:
         gc.freeze()
 
 
+# Python's own way of saying a warning (to stderr); catch_warnings(record=True) swaps the second
+_SAYS = (warnings.showwarning, getattr(warnings, "_showwarnmsg_impl", None))
+
+
 def main(argv: list[str] | None = None) -> int:
-    warnings.simplefilter("default")
+    if (warnings.showwarning, getattr(warnings, "_showwarnmsg_impl", None)) == _SAYS:
+        warnings.simplefilter("default")  # the program itself: every warning said once
+    # else a caller records warnings (a test, a notebook's catch_warnings): its filters stand
     said: set[str] = set()
     held: list[str] = []  # calibration provenance: said after the answer, never before an error
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -183,6 +203,11 @@ def main(argv: list[str] | None = None) -> int:
         return rc
     except MoesymError as exc:
         print(f"moesym: error: {exc.named(flags(cmd))}", file=sys.stderr)
+        return 2
+    except UnicodeDecodeError as exc:  # a file read without moesym.io.text (which names it)
+        print(f"moesym: error: a file named on the command line is not UTF-8 text (byte "
+              f"0x{exc.object[exc.start]:02x} at offset {exc.start}); save it as UTF-8",
+              file=sys.stderr)
         return 2
     except BrokenPipeError:  # pragma: no cover
         return 0
