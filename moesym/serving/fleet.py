@@ -178,6 +178,7 @@ def _replica(m: ReplicaModel, pre, osl, need, first, finish, acc, hours: int):
     h, h_end, ds, dbs, ps, pts = 0, HOUR_S if last else _INF, 0.0, 0.0, 0.0, 0.0
     T, extra, i = yield None
     while True:
+        used = 0  # steps of the arrival's wait already run
         while t < T:
             if t >= h_end:
                 acc[0][h] += ds
@@ -259,9 +260,12 @@ def _replica(m: ReplicaModel, pre, osl, need, first, finish, acc, hours: int):
                 if t + k * s > T:
                     if extra < 0:
                         break
-                    n = int(-((t - T) // s))  # ceil((T - t) / s): the step running at T ends
-                    if n < k:
-                        k = n
+                    # the step running at T ends after ceil((T - t) / s) steps; the arrival
+                    # then waits ``extra`` more, run here while nothing else happens
+                    n = int(-((t - T) // s))
+                    if n + extra < k:
+                        k = n + extra
+                    used = k - n
                 dt = k * s
                 ds += dt
                 dbs += B * dt
@@ -280,7 +284,7 @@ def _replica(m: ReplicaModel, pre, osl, need, first, finish, acc, hours: int):
             break
         if i >= 0:
             wait.append(i)
-            ready.append(S + extra if t > T else S)
+            ready.append(S + extra - used if t > T and extra > used else S)
             out += 1
         elif T == _INF:  # the end: this hour's busy time into the table
             acc[0][h] += ds
