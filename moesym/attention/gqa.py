@@ -58,6 +58,16 @@ def _validate(m, where: str) -> None:
     from ..errors import SpecError
 
     positive(m, where, "num_kv_heads", "head_dim")
+    if m.head_dim % 2 or m.head_dim > 1024:
+        raise SpecError(f"{where}: head_dim {m.head_dim} is not a head size attention runs: "
+                        "rotary embeddings rotate pairs of dimensions (an even size) and "
+                        "attention kernels take sizes up to 256-1024 in multiples of 8")
+    if m.head_dim % 8:
+        import warnings
+
+        warnings.warn(f"{where}: head_dim {m.head_dim} is not a multiple of 8: attention "
+                      "kernels (FlashAttention, FlashInfer) pad it to the next multiple; timed "
+                      "at the size given", stacklevel=4)
     if m.num_heads % m.num_kv_heads:
         raise SpecError(f"{where}: num_heads ({m.num_heads}) is not a multiple of "
                         f"num_kv_heads ({m.num_kv_heads})")

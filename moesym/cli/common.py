@@ -17,22 +17,31 @@ __all__ = ["add_model_hw", "add_deployment", "add_workload", "add_json", "deploy
            "fmt_s", "add_serve_lengths", "add_timing", "timing_name", "add_cost", "pricing_from"]
 
 
-def positive_int(text: str) -> int:
+def _integer(text: str) -> int | None:
+    """``text`` as an integer: digits, or a finite number with no fraction written with an
+    exponent (``1e8``); None otherwise."""
     try:
-        v = int(text)
+        return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v <= 0:
+        pass
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    # within float's exact integers: a larger one is a typo, not a count
+    return int(v) if math.isfinite(v) and v.is_integer() and abs(v) <= 2**53 else None
+
+
+def positive_int(text: str) -> int:
+    v = _integer(text)
+    if v is None or v <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return v
 
 
 def nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if v < 0:
+    v = _integer(text)
+    if v is None or v < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
     return v
 
@@ -188,7 +197,7 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
                    help="a 2D device mesh of a hardware file with a [mesh] section (rows x "
                         "columns, e.g. 4x8): --gpus = R x C, TP along the non-dispatch axis, EP "
                         "over every device, --a2a ring-mcast")
-    g.add_argument("--dispatch-axis", choices=("rows", "cols"), default="rows",
+    g.add_argument("--dispatch-axis", choices=("rows", "cols"), default=None,
                    help="mesh axis the experts are dispatched along (DP / EP; default rows, as "
                         "Tenstorrent's DeepSeek-V3 mesh study); TP runs along the other")
     g.add_argument("--weights", default="bf16", metavar="FORMAT",
@@ -197,7 +206,7 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
                         "users' names, any case: GGUF types (Q4_0, Q8_0, Q4_K, Q6_K, IQ4_XS, F16 "
                         "...) and llama.cpp file types (Q4_K_M, Q5_K_S ...), mlx-4bit, mlx-8bit, "
                         "awq, gptq, modelopt-fp8, modelopt-nvfp4; or per component: "
-                        "moe=fp4,attn=fp8,dense=bf16 (README: Weight precision)")
+                        "moe=fp4,attn=fp8,dense=bf16 (docs/explanation/precision.md)")
     g.add_argument("--group-size", type=positive_int, default=None, metavar="N",
                    help="scale group of fp4, w4a16, w4a8, int8, awq, gptq or mlx weights "
                         "(default: the format's: 32 fp4, 128 w4a16/w4a8/awq/gptq, 64 mlx, per "
@@ -214,7 +223,7 @@ def add_deployment(p: argparse.ArgumentParser, search: bool = False) -> None:
     g.add_argument("--overlap", default="auto", metavar="SCHEDULE",
                    help="overlap schedule: auto (sbo for one micro-batch, tbo-sglang for two), "
                         "none, sbo, tbo-sglang, deepseek, ideal, or a schedule .toml "
-                        "(README: Overlap schedules)")
+                        "(docs/explanation/overlap.md)")
     add_timing(g)
     g.add_argument("--layout", choices=LAYOUTS, default="auto",
                    help="expert activation layout (auto: masked after DeepEP low-latency "
@@ -344,6 +353,13 @@ def pricing_from(args, applies: bool = True):
     return pricing
 
 
+def stages(d) -> str:
+    """`` pp=N`` and `` cp=N`` of a deployment (an object or a result's dict) where set above
+    1, for result headers ("" otherwise)."""
+    get = (lambda k: d.get(k, 1)) if isinstance(d, dict) else (lambda k: getattr(d, k, 1))
+    return "".join(f" {k}={get(k)}" for k in ("pp", "cp") if (get(k) or 1) > 1)
+
+
 def add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -393,9 +409,10 @@ def engine_from(args, hardware: str | None = None) -> str:
     the first of --hardware)."""
     if getattr(args, "engine", None):
         return args.engine
-    from ..engines import default_engine
+    from ..engines.support import engine_for_format
 
-    return default_engine(load_hardware(hardware or args.hardware.split(",")[0].strip()))
+    return engine_for_format(load_hardware(hardware or args.hardware.split(",")[0].strip()),
+                             getattr(args, "weights", None))
 
 
 def deployment_from(args) -> Deployment:
@@ -405,9 +422,9 @@ def deployment_from(args) -> Deployment:
     mesh, gpus, tp = _mesh_from(args, one(args.tp, 1))
     _cache_flags_need_a_cache(args)
     derived = {"tp"} if mesh is not None and tp != one(args.tp, 1) else set()
-    return Deployment(gpus=gpus, derived=frozenset(derived), gpus_per_node=node_gpus(args, args.hardware.split(",")[0].strip()),
+    dep = Deployment(gpus=gpus, derived=frozenset(derived), gpus_per_node=node_gpus(args, args.hardware.split(",")[0].strip()),
                       tp=tp, mesh=mesh,
-                      dispatch_axis=getattr(args, "dispatch_axis", "rows"),
+                      dispatch_axis=getattr(args, "dispatch_axis", None) or "rows",
                       ep=one(args.ep, None), micro_batches=one(args.micro_batches, 1),
                       pp=one(getattr(args, "pp", 1), 1), cp=one(getattr(args, "cp", 1), 1),
                       weights=args.weights, group_size=getattr(args, "group_size", None) or 0,
@@ -427,6 +444,11 @@ def deployment_from(args) -> Deployment:
                       cuda_graphs=not getattr(args, "eager", False),
                       prefill_graphs={"on": True, "off": False}.get(
                           getattr(args, "prefill_graphs", None)))
+    from ..engines import load_engine
+    from ..engines.support import check_format
+
+    check_format(load_engine(dep.engine).name, dep.weights)  # what the engine loads
+    return dep
 
 
 def _accept(args):
@@ -448,13 +470,19 @@ def _mesh_from(args, tp: int) -> tuple:
     deployment in one line)."""
     text = getattr(args, "mesh", None)
     if text is None:
+        if getattr(args, "dispatch_axis", None) is not None:
+            import warnings
+
+            warnings.warn(f"--dispatch-axis {args.dispatch_axis} has no effect without --mesh "
+                          "(it names the axis of a 2D device mesh the experts are dispatched "
+                          "along)", stacklevel=3)
         return None, args.gpus, tp
     from ..specs.mesh import parse_shape
 
     r, c = parse_shape(text)
     gpus = r * c if args.gpus == 1 else args.gpus
     if tp == 1:
-        tp = c if getattr(args, "dispatch_axis", "rows") == "rows" else r
+        tp = c if (getattr(args, "dispatch_axis", None) or "rows") == "rows" else r
     return (r, c), gpus, tp
 
 

@@ -15,6 +15,7 @@ from .common import (
     add_workload,
     emit_json,
     inputs_from,
+    stages,
 )
 
 __all__ = ["register", "run"]
@@ -86,8 +87,8 @@ def run(args) -> int:
         out.update({k: v for k, v in r.items() if k not in out})
         emit_json(out)
         return 0
-    print(f"{model.name} on {dep.gpus} x {hw.name}  {wl.phase.value}  tp={dep.tp} ep={dep.ep} "
-          f"weights={dep.weights} (experts as {r['formats']['routed_experts']}) kv={dep.kv} "
+    print(f"{model.name} on {dep.gpus} x {hw.name}  {wl.phase.value}  tp={dep.tp} ep={dep.ep}"
+          f"{stages(dep)} weights={dep.weights} (experts as {r['formats']['routed_experts']}) kv={dep.kv} "
           f"a2a={r['a2a']}")
     print(f"  per GPU, {r['requests']} request(s) per attention-DP rank at context {r['context']}:")
     print(f"    {'HBM':<22}{_gb(r['hbm_bytes'])}")

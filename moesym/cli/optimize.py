@@ -7,7 +7,7 @@ from ..search.optimize import disaggregate, optimize
 from . import COMMANDS
 from .common import (add_cost, add_deployment, add_json, add_model_hw, add_serve_lengths,
                      deployment_from, emit_json, fmt_s, print_launch, pricing_from,
-                     model_hw_from, positive_float, positive_int, probability)
+                     model_hw_from, positive_float, positive_int, probability, stages)
 
 __all__ = ["register"]
 
@@ -80,10 +80,14 @@ def _bound(args, model) -> None:
                   * len(args.pp or (1,)) * len(args.cp or (1,)) * n_cache)
     points = candidates * args.max_size
     if points > args.max_points:
-        raise MoesymError(f"--gpus {g} and --max-size {args.max_size} give up to {points:,} "
-                          f"points ({candidates:,} candidate deployments x {args.max_size:,} "
-                          f"sizes), beyond --max-points {args.max_points:,}; list --tp / --ep, "
-                          "lower --max-size or raise --max-points")
+        argv = getattr(args, "argv", ())
+        said = lambda flag: flag if any(a == flag or a.startswith(flag + "=")  # noqa: E731
+                                        for a in argv) else f"the default {flag}"
+        raise MoesymError(f"--gpus {g} with {said('--max-size')} {args.max_size:,} gives up to "
+                          f"{points:,} points ({candidates:,} candidate deployments x "
+                          f"{args.max_size:,} sizes), beyond {said('--max-points')} "
+                          f"{args.max_points:,}; list --tp / --ep, lower --max-size or raise "
+                          "--max-points")
 
 
 def _check(args, model, base) -> None:
@@ -211,7 +215,7 @@ def run(args) -> int:
     what = "output tokens/GPU/s" if args.phase == "serve" else "tokens/GPU/s"
     cache = (f" pp={b['pp']}" if "pp" in b else "") + (f" cp={b['cp']}" if "cp" in b else "") + (
         f" expert-cache={b['expert_cache']}" if "expert_cache" in b else "")
-    print(f"best: tp={b['tp']} ep={b['ep']} micro-batches={b['micro_batches']} a2a={b['a2a']}{cache} "
+    print(f"best: tp={b['tp']} ep={b['ep']}{stages(b)} micro-batches={b['micro_batches']} a2a={b['a2a']}{cache} "
           f"{size}={b[size]}  {b['tokens_per_gpu_s']:.1f} {what}  step {fmt_s(b['step_time_s'])}")
     if args.phase == "serve":
         print(f"      input {b['input_tokens_per_gpu_s']:.1f} tokens/GPU/s  TPOT "

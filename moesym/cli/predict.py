@@ -6,7 +6,7 @@ from ..engines.emit import ENGINES
 from ..model.report import BREAKDOWN_KEYS
 from . import COMMANDS
 from .common import (add_cost, add_deployment, add_json, add_model_hw, add_workload, emit_json,
-                     fmt_s, inputs_from, pricing_from, print_launch)
+                     fmt_s, inputs_from, pricing_from, print_launch, stages)
 
 __all__ = ["register"]
 
@@ -86,8 +86,8 @@ def run(args) -> int:
     if args.json:
         emit_json(r)
         return 0
-    print(f"{model.name} on {dep.gpus} x {hw.name}  {wl.phase.value}  tp={dep.tp} ep={dep.ep} "
-          f"micro-batches={dep.micro_batches} weights={dep.weights}"
+    print(f"{model.name} on {dep.gpus} x {hw.name}  {wl.phase.value}  tp={dep.tp} ep={dep.ep}"
+          f"{stages(dep)} micro-batches={dep.micro_batches} weights={dep.weights}"
           + (f" mesh={dep.mesh[0]}x{dep.mesh[1]} (dispatch along {dep.dispatch_axis}, "
              f"{r['mesh']['a2a']})" if dep.mesh is not None else "")
           + ("  eager (no CUDA graphs)" if not dep.cuda_graphs else ""))

@@ -7,13 +7,22 @@ from __future__ import annotations
 from ..errors import MoesymError
 from . import COMMANDS
 from .common import (add_cost, add_deployment, add_json, add_model_hw, deployment_from,
-                     emit_json, engine_from, fmt_s, model_hw_from, ms_as_s, positive_float,
+                     emit_json, engine_from, fmt_s, model_hw_from, ms_as_s, nonneg_int,
+                     positive_float,
                      positive_int, pricing_from, probability)
 
 __all__ = ["register", "run"]
 
-#: a run longer than this many simulated steps is said up front (about a minute of wall time)
-_STEPS_WARN = 2_000_000
+#: the bounds of one simulation on a workstation: refused beyond them before any work
+_MAX_BYTES, _MAX_WALL_S, _SAY_WALL_S = 2e9, 600.0, 60.0
+#: what one run costs, measured on this project's 2-core machine (closed loops of 100 to 65,536
+#: requests, 1 to 256 in flight): bytes and seconds per output token a request emits (its
+#: token times, the scheduler's lists), per simulated rank-step and per request
+_TOKEN_B, _STEP_B, _REQUEST_B = 48.0, 250.0, 1000.0
+_TOKEN_S, _STEP_S = 0.6e-6, 15e-6
+#: arrivals spread over more simulated seconds than this leave a float clock too coarse for a
+#: step (1e9 s: 1e-7 s resolution at the end; about 32 years of arrivals)
+_MAX_SPAN_S = 1e9
 
 
 #: the server's launch flags a simulation takes: (flag, moesym.serving.engine.Launch field, type,
@@ -40,6 +49,10 @@ _LAUNCH_FLAGS = (
      "one-time extra time of the server's first prefill step (first use of its prefill kernels "
      "at the benchmark's shapes; default: the engine profile's fit, 0 for a server warmed up "
      "at those shapes)"),
+    ("--pd-handoff-ms", "pd_handoff_s", ms_as_s, "MS",
+     "disaggregated: a request's hand-off from prefill to decode beyond its KV transfer (the "
+     "engine's transfer queues, their polling, the router's second hop; default: the engine "
+     "profile's fit, 0 where none)"),
 )
 
 
@@ -49,10 +62,6 @@ def launch_from(args):
 
     given = {field: getattr(args, field) for _, field, *_ in _LAUNCH_FLAGS
              if getattr(args, field) is not None}
-    ("--pd-handoff-ms", "pd_handoff_s", ms_as_s, "MS",
-     "disaggregated: a request's hand-off from prefill to decode beyond its KV transfer (the "
-     "engine's transfer queues, their polling, the router's second hop; default: the engine "
-     "profile's fit, 0 where none)"),
     return Launch(**given)
 
 
@@ -81,10 +90,10 @@ def register(sub) -> None:
                         "(SGLang: uniform in [R x N, N]; vLLM: [(1-R) N, (1+R) N])")
     g.add_argument("--lengths-file", default=None, metavar="CSV",
                    help="isl,osl pairs, one request per line (repeated in order)")
-    g.add_argument("--warmup-requests", type=int, default=0, metavar="N",
+    g.add_argument("--warmup-requests", type=nonneg_int, default=0, metavar="N",
                    help="leave the first N requests sent out of the statistics (default 0: the "
                         "benchmark tools measure every request, the initial burst included)")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=nonneg_int, default=0)
     e = p.add_argument_group("engine launch flags (default: the engine profile's)")
     for flag, field, kind, meta, help_ in _LAUNCH_FLAGS:
         e.add_argument(flag, dest=field, type=kind, default=None, metavar=meta, help=help_)
@@ -155,7 +164,7 @@ def run(args) -> int:
     check_inputs(model, hw, dep)
     if args.isl is not None and args.osl is not None:  # fixed lengths (a distribution: sampled)
         check_lengths(model, "serve", isl=args.isl, osl=args.osl)
-    _warn_long(args, client, dep)
+    _check_work(args, client, dep, isl, osl)
     limits = {"ttft_s": args.ttft_ms / 1e3 if args.ttft_ms else None,
               "tpot_s": args.tpot_ms / 1e3 if args.tpot_ms else None}
     kw = dict(engine=dep.engine, seed=args.seed, pairs=args.lengths_file,
@@ -225,18 +234,90 @@ def _prefill_deployment(args, model, dep):
     return out
 
 
-def _warn_long(args, client, dep) -> None:
+def _mean_lengths(args, isl: str, osl: str) -> tuple[float, float]:
+    """Mean prompt and output lengths of the run (a sample of 1,000 of a distribution)."""
+    from ..serving.clients import lengths
+
+    a, b = lengths(1000, isl, osl, seed=args.seed, pairs=args.lengths_file)
+    return float(a.mean()), float(b.mean())
+
+
+def work_estimate(client, dp: int, isl_mean: float, osl_mean: float) -> dict:
+    """The size of a simulation before it runs: ``requests``, output ``tokens`` (request-steps),
+    ``steps`` (rank-steps), ``bytes`` and wall ``seconds`` (the measured costs above), and the
+    simulated ``span_s`` of an open loop's arrivals. Steps: a closed loop's ranks each hold up to
+    ``concurrency / dp`` requests (at most 1,024, an engine's usual cap); an open loop's hold
+    about ``rate x osl x 20 ms`` (Little's law at a typical 20 ms decode step), at least one."""
+    rate = client.request_rate
+    if client.closed:
+        n = float(client.num_prompts or 10 * client.concurrency)
+        held = client.concurrency / dp
+        span = 0.0
+    else:
+        n = float(client.num_prompts) if client.num_prompts else rate * client.duration_s
+        held = rate * osl_mean * 0.02 / dp
+        span = n / rate if client.num_prompts else client.duration_s
+    tokens = n * osl_mean
+    steps = tokens / max(1.0, min(held, 1024.0)) + n * isl_mean / 8192.0
+    return {"requests": n, "tokens": tokens, "steps": steps, "span_s": span,
+            "bytes": tokens * _TOKEN_B + steps * _STEP_B + n * _REQUEST_B,
+            "seconds": tokens * _TOKEN_S + steps * _STEP_S}
+
+
+def _check_work(args, client, dep, isl: str, osl: str) -> None:
+    """Refuse, in one line with the estimate and the flag to change, a run that would not
+    finish in :data:`_MAX_WALL_S` or fit in :data:`_MAX_BYTES` (or whose arrivals span more than
+    :data:`_MAX_SPAN_S`); say up front one that takes over a minute."""
     import warnings
 
-    n = args.num_prompts or (10 * client.concurrency if client.closed else
-                             client.request_rate * client.duration_s)
-    osl = args.osl or 1024
-    per_step = client.concurrency if client.closed else max(1.0, n / 10)
-    steps = n * osl / max(1.0, min(per_step, n)) * max(1, dep.dp)
-    if steps > _STEPS_WARN:
-        warnings.warn(f"about {steps:.2g} rank-steps to simulate (over a minute): fewer "
-                      "--num-prompts (or a shorter --duration) gives the same percentiles "
+    isl_mean, osl_mean = _mean_lengths(args, isl, osl)
+    w = work_estimate(client, dep.dp, isl_mean, osl_mean)
+    if client.closed:
+        fix = ("--num-prompts" if client.num_prompts else
+               "--concurrency (--num-prompts defaults to 10 x --concurrency) or give --num-prompts")
+    else:
+        fix = "--num-prompts" if client.num_prompts else "--duration or --request-rate"
+    if w["span_s"] > _MAX_SPAN_S:
+        given = (f"--request-rate {client.request_rate:g} with --num-prompts "
+                 f"{client.num_prompts}" if client.num_prompts else
+                 f"--duration {client.duration_s:g}")
+        raise MoesymError(f"{given}: arrivals would span {w['span_s']:.3g} s of simulated "
+                          f"time, beyond {_MAX_SPAN_S:g} s (about 32 years), where the "
+                          "simulation's clock no longer resolves a step; "
+                          + ("raise --request-rate" if client.num_prompts else
+                             "shorten --duration"))
+    what = (f"about {w['requests']:.3g} requests x {osl_mean:.4g} output tokens "
+            f"({w['tokens']:.3g} request-steps, {w['steps']:.3g} rank-steps): about "
+            f"{_amount(w['bytes'], 'B')} of memory and {_duration(w['seconds'])}")
+    if not (w["bytes"] <= _MAX_BYTES and w["seconds"] <= _MAX_WALL_S):
+        raise MoesymError(f"simulate: {what}, beyond this command's bounds "
+                          f"({_amount(_MAX_BYTES, 'B')}, {_duration(_MAX_WALL_S)}); lower {fix} "
+                          "(a few thousand requests give stable percentiles)")
+    if w["seconds"] > _SAY_WALL_S:
+        warnings.warn(f"simulate: {what}; fewer requests ({fix}) give the same percentiles "
                       "sooner", stacklevel=2)
+
+
+def _amount(x: float, unit: str) -> str:
+    """``x`` with an SI prefix (2.1 GB); an infinite or NaN amount as 'unbounded'."""
+    import math
+
+    if not math.isfinite(x):
+        return "unbounded " + unit
+    for p, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if x >= scale:
+            return f"{x / scale:.3g} {p}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def _duration(s: float) -> str:
+    import math
+
+    if not math.isfinite(s):
+        return "unbounded time"
+    if s >= 3600:
+        return f"{s / 3600:.3g} h"
+    return f"{s / 60:.3g} min" if s >= 60 else f"{s:.3g} s"
 
 
 def _print(r, model, hw, dep, client) -> None:

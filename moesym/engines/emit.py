@@ -41,7 +41,8 @@ from ..io.toml import load_toml
 from ..errors import MoesymError
 from ..specs.deployment import A2AMode, Deployment, Phase, Workload
 from ..specs.model import ModelSpec
-from ..specs.precision import GGUF_TYPES, WeightRecipe, canonical
+from ..specs.precision import WeightRecipe
+from .support import is_gguf
 
 __all__ = ["ENGINES", "GPU_ENGINES", "TOOLS", "check_engine", "checkpoint", "launch_command"]
 
@@ -53,7 +54,6 @@ TOOLS = {"sglang": ("sglang.launch_server",), "vllm": ("vllm serve",),
          "mlx": ("mlx_lm.server", "mlx_lm.generate")}
 _NAMES = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM", "llama.cpp": "llama.cpp",
           "mlx": "MLX"}
-_MLX_FORMATS = ("bf16", "f16", "mlx-4bit", "mlx-8bit", "mxfp4")
 
 _DEEPEP_MODE = {A2AMode.AUTO: "auto", A2AMode.DEEPEP_NORMAL: "normal",
                 A2AMode.DEEPEP_LL: "low_latency"}
@@ -94,18 +94,13 @@ def _checkpoints() -> dict:
     return load_toml(Path(__file__).with_name("checkpoints.toml"))
 
 
-def _is_gguf(recipe: WeightRecipe) -> bool:
-    """A llama.cpp file type or GGUF block types (F16 aside: any engine loads 16-bit weights)."""
-    return recipe.mix not in ("", "f16") or recipe.formats() <= set(GGUF_TYPES)
-
-
 def _format_key(recipe: WeightRecipe) -> str:
     """The checkpoints.toml key of a recipe: ``gguf`` for llama.cpp file and block types, a
     format's name where one format holds the routed experts and FP8 or it the rest (an FP4 MoE
     checkpoint), else the recipe spelled per component."""
     if recipe.mix == "f16":
         return "bf16"
-    if _is_gguf(recipe):
+    if is_gguf(recipe):
         return "gguf"
     if len(recipe.formats()) == 1 or {recipe.attn, recipe.dense} == {"fp8"}:
         return recipe.moe
@@ -153,23 +148,9 @@ def check_engine(engine: str, hw, dep: Deployment, model: ModelSpec | None = Non
         raise MoesymError(f"--emit {engine}: --expert-cache {dep.expert_cache} keeps experts in "
                           f"host memory, which {name} does not; use --emit llama.cpp "
                           "(--n-cpu-moe)")
-    recipe = WeightRecipe.parse(dep.weights)
-    gguf = _is_gguf(recipe)
-    mlx = recipe.formats() <= {"mlx-4bit", "mlx-8bit"}
-    if engine in GPU_ENGINES and gguf:
-        raise MoesymError(f"--emit {engine}: --weights {dep.weights} is a GGUF (llama.cpp) "
-                          "format; use --emit llama.cpp, or a format the engine loads (awq, "
-                          "gptq, fp8, nvfp4, ...)")
-    if engine in GPU_ENGINES and mlx:
-        raise MoesymError(f"--emit {engine}: --weights {dep.weights} is an MLX format; use "
-                          "--emit mlx on Apple silicon, or awq / gptq on a GPU")
-    if engine == "llama.cpp" and not (gguf or recipe.formats() <= {"bf16", "f16", "mxfp4"}
-                                      or canonical(dep.weights) == "mxfp4"):
-        raise MoesymError(f"--emit llama.cpp: llama.cpp loads GGUF files; give --weights a "
-                          f"GGUF type (q4_k_m, q8_0, q4_0, ..., f16, mxfp4), not {dep.weights}")
-    if engine == "mlx" and not (mlx or recipe.formats() <= set(_MLX_FORMATS)):
-        raise MoesymError(f"--emit mlx: MLX loads its own quantization; give --weights mlx-4bit, "
-                          f"mlx-8bit, mxfp4 or bf16, not {dep.weights}")
+    from .support import check_format
+
+    check_format(engine, dep.weights, "--emit")
     if engine in ("llama.cpp", "mlx") and dep.nodes > 1:
         raise MoesymError(f"--emit {engine}: {name} runs on one machine; this deployment spans "
                           f"{dep.nodes} nodes (use --emit sglang or vllm)")

@@ -19,7 +19,9 @@ def load_toml(path: Path) -> dict:
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
-    except FileNotFoundError:
-        raise SpecError(f"{path}: file not found") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: malformed TOML ({exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:  # missing, a folder, unreadable, not UTF-8
+        from .text import file_problem
+
+        raise file_problem(path, exc) from None

@@ -590,7 +590,12 @@ def kernel_calib(hw, dtype: str | None = None) -> KernelCalib:
                       f"default kernel calibration ({DEFAULTS.source})",
                       stacklevel=2)
         return DEFAULTS
-    if str(table.get("source", "")).startswith("transferred"):
+    if not set(table) - {ENGINES_KEY, DTYPES_KEY} - _INFO_KEYS:
+        subs = " and ".join(f"[kernel.{k}.*]" for k in (ENGINES_KEY, DTYPES_KEY) if k in table)
+        warnings.warn(f"hardware {hw.name}: the [kernel] table in {hw.path or 'its file'} holds "
+                      f"only {subs or 'its source'}, no values of its own; using the default "
+                      f"kernel calibration ({DEFAULTS.source}) under them", stacklevel=2)
+    elif str(table.get("source", "")).startswith("transferred"):
         warnings.warn(f"hardware {hw.name}: kernel calibration {table['source']}: "
                       f"{hw.name}'s kernels were not measured", stacklevel=2)
     elif table.get("transferred"):

@@ -66,8 +66,8 @@ def read_csv_table(path: Path | str, columns: tuple[str, ...]) -> pd.DataFrame:
     """
     path = Path(path)
     try:
-        first = path.read_text().splitlines()[0].split(",")
-    except (OSError, IndexError):
+        first = path.read_text(encoding="utf-8").splitlines()[0].split(",")
+    except (OSError, IndexError, UnicodeDecodeError):
         raise MoesymError(f"kernel table {path}: cannot read or empty") from None
     has_header = any(c.strip() in set(columns) | set(_TOKEN_COLS) for c in first)
     if has_header:

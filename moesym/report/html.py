@@ -276,8 +276,9 @@ def report_html(model, hw, dep, wl, argv=(), optimize_result=None, progress=None
     say = progress or (lambda name: None)
     say("prediction")
     r = predict(model, hw, dep, wl)
-    title = (f"{model.name} on {dep.gpus} x {hw.name}, {wl.phase.value}, tp={dep.tp} ep={dep.ep} "
-             f"micro-batches={dep.micro_batches} weights={dep.weights}")
+    stages = "".join(f" {k}={getattr(dep, k)}" for k in ("pp", "cp") if getattr(dep, k) > 1)
+    title = (f"{model.name} on {dep.gpus} x {hw.name}, {wl.phase.value}, tp={dep.tp} ep={dep.ep}"
+             f"{stages} micro-batches={dep.micro_batches} weights={dep.weights}")
     html = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>moesym: "
             f"{escape(title)}</title><style>{_CSS}</style></head><body>",
             f"<h1>{escape(title)}</h1>",

@@ -220,9 +220,11 @@ def load_cases(path) -> tuple[Case, ...]:
     (tokens_per_gpu_s, step_time_s, tpot_s or ttft_s), ``source`` and ``setup``."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise SpecError(f"--cases {p}: no such file; pass a JSON list of cases") from None
+        from ..io.text import read_text
+
+        data = json.loads(read_text(p))
+    except SpecError as exc:
+        raise SpecError(f"--cases {exc}; pass a JSON list of cases") from None
     except json.JSONDecodeError as exc:
         raise SpecError(f"--cases {p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(data, list) or not data:

@@ -417,8 +417,15 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
                 rows += [row(tp, ep, mb, mode, s, {k: v[i] for k, v in fo.items()}, True, cache,
                              pp, cp) for i, s in enumerate(front) if fo["ok"][i]]
     if not rows:
-        raise MoesymError("no deployment meets the latency limit and fits in memory; relax "
-                          "--tpot-ms / --ttft-ms or add GPUs")
+        given = [f"--{k.removesuffix('_s')}-ms {v * 1e3:g}" for k, v in limits.items()
+                 if v is not None]
+        if given:
+            raise MoesymError(f"no deployment of {model.name} on {gpus} x {hw.name} meets "
+                              f"{' and '.join(given)} and fits in memory; relax "
+                              f"{' / '.join(g.split()[0] for g in given)} or add GPUs (--gpus)")
+        raise MoesymError(f"no deployment of {model.name} on {gpus} x {hw.name} fits in "
+                          "memory at any size (see moesym memory for the numbers): add GPUs "
+                          "(--gpus), lower --weights or --kv, or shorten --context")
     for r in rows:
         r["tokens_per_user_s"] = tokens_per_user_s(ph, r[lat_key], r.get("tokens"))
     best = max((r for r in rows if not r["_front_only"]), key=lambda r: r["tokens_per_gpu_s"])

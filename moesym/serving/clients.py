@@ -121,13 +121,18 @@ def _sample(text: str, n: int, rng: np.random.Generator, flag: str) -> np.ndarra
     if kind not in ("fixed", "uniform", "lognormal") and Path(t).is_file():
         vals = _column(Path(t), 0, flag)
         return rng.choice(vals, n)
+    if kind not in ("fixed", "uniform", "lognormal") and ("/" in t or Path(t).suffix):
+        raise MoesymError(f"{flag} {t}: no such file; give a file of lengths, or N, fixed:N, "
+                          "uniform:A:B, lognormal:MEAN:SIGMA")
     raise MoesymError(f"{flag} {text!r}: use N, fixed:N, uniform:A:B (0 < A <= B), "
                       "lognormal:MEAN:SIGMA (0 <= SIGMA < 5) or a file of lengths")
 
 
 def _column(path: Path, col: int, flag: str) -> np.ndarray:
     vals = []
-    for i, line in enumerate(path.read_text().splitlines()):
+    from ..io.text import read_text
+
+    for i, line in enumerate(read_text(path).splitlines()):
         cells = [c.strip() for c in line.split(",")]
         if not cells[0]:
             continue

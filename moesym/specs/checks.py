@@ -52,6 +52,10 @@ def check_inputs(model, hw, dep, wl=None, sharding: bool = True) -> None:
                       f"{hw.gpus_per_node} (its file's gpus_per_node): a hypothetical node, timed "
                       f"with its {dep.gpus_per_node} GPUs on one scale-up fabric", stacklevel=3)
     check_pipeline(model, dep.pp)
+    if dep.expert_cache is not None and not model.is_moe:
+        warnings.warn(f"--expert-cache {dep.expert_cache} has no effect on {model.name}: a "
+                      "dense model has no routed experts to cache (every weight stays on the "
+                      "device)", stacklevel=3)
     _draft_tokens(dep)
     _redundant_experts(model, dep)
     _group_size(model, dep)

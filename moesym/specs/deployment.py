@@ -16,6 +16,7 @@ from enum import Enum
 from pathlib import Path
 
 from ..errors import SpecError
+from ..io.text import read_text
 from .time_models import name_problem
 
 __all__ = ["Phase", "A2AMode", "Routing", "Deployment", "Workload", "serve_kv_tokens", "eplb_slots",
@@ -138,9 +139,9 @@ def read_expert_frequencies(path: str) -> tuple:
     where = f"`routing` freq:{path}"
     p = Path(path).expanduser()
     try:
-        lines = [ln.strip() for ln in p.read_text().splitlines() if ln.strip()]
-    except OSError:
-        raise SpecError(f"{where}: cannot read the file") from None
+        lines = [ln.strip() for ln in read_text(p).splitlines() if ln.strip()]
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
     rows = {}  # expert id -> (line, count)
     for n, ln in enumerate(lines):
         cells = [c.strip() for c in ln.split(",")]

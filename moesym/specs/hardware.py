@@ -582,7 +582,8 @@ def load_hardware(name_or_path: str | Path) -> HardwareSpec:
     p = Path(text)
     if text.endswith(".toml") or p.is_file():
         if not p.is_file():
-            raise SpecError(f"hardware file {text} not found")
+            raise SpecError(f"hardware file {text}: " + ("a folder, not a file" if p.is_dir()
+                                                         else "not found"))
         return _parse(load_toml(p), str(p))
     path = data_dir("hardware") / f"{text.lower()}.toml"
     if not path.is_file():

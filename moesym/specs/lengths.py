@@ -66,7 +66,9 @@ def representative(text: str, flag: str = "--context-dist") -> tuple[int, ...]:
     p = Path(t)
     if p.is_file():
         vals = []
-        for i, line in enumerate(p.read_text().splitlines()):
+        from ..io.text import read_text
+
+        for i, line in enumerate(read_text(p).splitlines()):
             cell = line.split(",")[0].strip()
             if not cell:
                 continue
@@ -82,5 +84,9 @@ def representative(text: str, flag: str = "--context-dist") -> tuple[int, ...]:
         if len(vals) <= 4 * POINTS:
             return tuple(vals)
         return tuple(vals[int(q * len(vals))] for q in mids)
+    if kind not in ("fixed", "uniform", "lognormal") and ("/" in t or "\\" in t or p.suffix):
+        raise SpecError(f"{flag} {t}: no such file" + (" (a folder)" if p.is_dir() else "")
+                        + "; give a file of lengths, or fixed:N, uniform:A:B, "
+                        "lognormal:MEAN:SIGMA")
     raise SpecError(f"{flag} {t!r}: use fixed:N, uniform:A:B, lognormal:MEAN:SIGMA or a file of "
                     "lengths")

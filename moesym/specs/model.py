@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..io.text import read_text
 from ..io.toml import load_toml
 from ..errors import SpecError
 from .precision import FORMATS as _DTYPES  # a checkpoint's weights: any --weights format
@@ -241,12 +242,32 @@ class ModelSpec:
         return asdict(self)
 
 
+#: sizes no model comes near (the largest today: hidden 16,384-25,600, 128-200 layers, 384
+#: experts, vocabularies of 262,144): a value beyond them is a typo or a unit slip, and would
+#: make every answer a runaway (a 1e18-layer model) or a nonsense number
+_BOUNDS = {"hidden_size": 2**20, "num_layers": 10_000, "num_heads": 2**16, "vocab_size": 2**26,
+           "num_experts": 2**20, "moe_intermediate_size": 2**22,
+           "dense_intermediate_size": 2**22, "shared_intermediate_size": 2**22,
+           "max_positions": 2**34}
+_BOUND_WHY = "a bound far above the largest models"
+
+
+def _check_bounds(sizes: Mapping[str, Any], where: str) -> None:
+    """Refuse a size of :data:`_BOUNDS` beyond its bound (before any loop over the layers)."""
+    for name, top in _BOUNDS.items():
+        v = sizes.get(name, 0)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > top:
+            raise SpecError(f"{where}: '{name}' {v:g} is beyond any model's ({top:,}, "
+                            f"{_BOUND_WHY}); check the config")
+
+
 def _validate(m: ModelSpec) -> None:
     from ..attention.base import positive
     from ..attention.catalog import base
 
     where = f"model {m.name}"
     positive(m, where, "hidden_size", "vocab_size", "num_layers", "num_heads")
+    _check_bounds({name: getattr(m, name, 0) for name in _BOUNDS}, where)
     for f in fields(m):
         v = getattr(m, f.name)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
@@ -338,7 +359,7 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
         if p.suffix == ".toml":
             return _from_own_toml(load_toml(p), str(p))
         try:
-            raw = json.loads(p.read_text())
+            raw = json.loads(read_text(p))
         except json.JSONDecodeError as exc:
             raise SpecError(f"{p}: malformed JSON ({exc.msg} at line {exc.lineno})") from None
         if not isinstance(raw, dict):
@@ -503,6 +524,7 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
     heads = c.int("num_attention_heads")
     kw: dict[str, Any] = dict(name=name, source=source, hidden_size=d, vocab_size=c.int("vocab_size"),
                               num_layers=n_layers, num_heads=heads)
+    _check_bounds(kw, where)  # before anything loops over the layers
     # the layers' own attention: the first base variant of moesym.attention.catalog whose
     # parser finds its fields (DeepSeek-V4's compressed, MLA, else GQA), plus the indexer
     for v in _attention_variants(base=True):
@@ -538,6 +560,7 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
                      "DeepseekV3Config" if k else "every layer MoE")
             c = _Cfg({**c.raw, "first_k_dense_replace": k}, where)
         dense_idx = _dense_layer_indices(c, n_layers, where)
+        _check_pattern(c, n_exp, dense_idx, n_layers, where)
         kw.update(num_experts=n_exp, experts_per_token=topk, moe_intermediate_size=moe_inter,
                   shared_intermediate_size=shared, dense_layers=len(dense_idx),
                   expert_groups=c.int("n_group", default=1) or 1,
@@ -570,6 +593,9 @@ def _positions(c: _Cfg, raw: Mapping[str, Any], top: Mapping[str, Any], where: s
     ``original_max_position_embeddings``, linear and dynamic ``max_position_embeddings``; su,
     longrope and llama3 configs give the extended length as ``max_position_embeddings``."""
     n = c.int("max_position_embeddings", default=0)
+    if c.has("max_position_embeddings") and n <= 0:
+        raise SpecError(f"{where}: field 'max_position_embeddings' must be positive (the longest "
+                        f"sequence the model takes), got {n}")
     rope = raw.get("rope_scaling") or raw.get("rope_parameters") or top.get("rope_scaling")
     if not n or not isinstance(rope, Mapping):
         return {"max_positions": n}
@@ -615,5 +641,24 @@ def _dense_layer_indices(c: _Cfg, n_layers: int, where: str) -> list[int]:
                                                 for i in moe):
             raise SpecError(f"{where}: field 'moe_layers' must be a list of layer indices, got "
                             f"{moe!r}")
+        if any(not 0 <= i < n_layers for i in moe):
+            raise SpecError(f"{where}: field 'moe_layers' lists layers outside 0..{n_layers - 1} "
+                            f"(num_hidden_layers {n_layers})")
         return [i for i in range(n_layers) if i not in moe]
     return []
+
+
+#: the config fields that place the MoE layers among the layers
+_PATTERN_FIELDS = ("first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step",
+                   "mlp_only_layers", "interleave_moe_layer_step", "moe_layers")
+
+
+def _check_pattern(c: "_Cfg", n_exp: int, dense_idx: list, n_layers: int, where: str) -> None:
+    """An MoE config whose layer pattern leaves no MoE layer is inconsistent (its experts would
+    be counted in the weights and never run): refused, naming the fields."""
+    if n_exp and len(dense_idx) >= n_layers:
+        given = ", ".join(f"{f} {c.get(f)!r}" for f in _PATTERN_FIELDS if c.has(f))
+        raise SpecError(f"{where}: its layer pattern ({given}) leaves none of the "
+                        f"{n_layers} layers (num_hidden_layers) an MoE layer, though it names "
+                        f"{n_exp} experts; fix the pattern field, or drop the experts for a "
+                        "dense model")
