@@ -26,6 +26,7 @@ COMMANDS = {
     "sweep": "grid of step times (CSV or Parquet)",
     "optimize": "best TP/EP/micro-batch/batch under TPOT/TTFT and memory",
     "simulate": "a serving benchmark simulated request by request: TTFT/TPOT percentiles",
+    "fleet": "replicas per hour for a day of traffic behind a router: cost, megawatts",
     "validate": "error against published end-to-end measurements",
     "report": "one self-contained HTML page of a prediction (charts, timeline, formulas)",
     "list": "built-in models, GPUs and engines: their sources, calibration state and where each engine runs",
