@@ -25,11 +25,6 @@ QWEN_1GPU = ["qwen3-30b-a3b", "--hardware", "h100", "--gpus", "1", "--tp", "1", 
 H100 = dict(board=700.0, idle=70.0, node=575.0, pue=1.3)
 
 
-def _json(capsys, argv) -> dict:
-    assert main([*argv, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
-
-
 def _error(capsys, argv) -> str:
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
@@ -273,7 +268,7 @@ def test_the_plot_is_written(small):
     assert plot.stat().st_size > 10_000
 
 
-def test_power_is_bounded_and_an_idle_hour_draws_idle_power(tmp_path, capsys):
+def test_power_is_bounded_and_an_idle_hour_draws_idle_power(tmp_path, cli_json):
     """A trace with an hour of no requests: that hour's GPUs are idle (utilization 0) and the
     fleet draws GPUs x (idle + node) x PUE; no hour draws more than GPUs x (board + node) x
     PUE, and without the facility (PUE 1) the peak is within GPUs x (board + node)."""
@@ -281,8 +276,8 @@ def test_power_is_bounded_and_an_idle_hour_draws_idle_power(tmp_path, capsys):
     rows = ["arrival_s,input_tokens,output_tokens"] + [f"{t},1024,128" for t in
                                                        (0, 1, 2, 3, 7300, 7301)]
     trace.write_text("\n".join(rows) + "\n")
-    r = _json(capsys, ["fleet", *QWEN_1GPU, "--trace", str(trace), "--ttft-ms", "2000",
-                       "--tpot-ms", "50", "--pue", "1"])
+    r = cli_json(["fleet", *QWEN_1GPU, "--trace", str(trace), "--ttft-ms", "2000",
+                  "--tpot-ms", "50", "--pue", "1"])
     c = r["candidates"][0]
     assert len(c["hours"]) == 3
     idle = c["hours"][1]
@@ -401,9 +396,9 @@ def test_fleet_agrees_with_simulate_on_a_data_parallel_replica():
     assert all(abs(v) < 0.10 for v in d.values()), d
 
 
-def test_contract_command_json_keys(capsys):
+def test_contract_command_json_keys(cli_json):
     """CONTRACT item 23, the exact command."""
-    r = _json(capsys, ["fleet", "qwen3-30b-a3b", "--hardware", "h100,h200", "--rate", "5",
+    r = cli_json(["fleet", "qwen3-30b-a3b", "--hardware", "h100,h200", "--rate", "5",
                        "--duration", "600", "--isl", "1024", "--osl", "256", "--ttft-ms", "2000",
                        "--tpot-ms", "50"])
     assert [c["name"] for c in r["candidates"]] == ["h100", "h200"]
@@ -419,13 +414,13 @@ def test_contract_command_json_keys(capsys):
 
 
 @pytest.mark.slow
-def test_dask_backend_gives_the_local_answer(capsys):
+def test_dask_backend_gives_the_local_answer(cli_json):
     """Each candidate a task of an in-process dask cluster: the same answer as run here."""
     pytest.importorskip("distributed")
     argv = ["fleet", "qwen3-30b-a3b", "--hardware", "h100,h200", "--rate", "3", "--duration",
             "600", "--isl", "1024", "--osl", "256", "--ttft-ms", "2000", "--tpot-ms", "50",
             "--gpus", "1", "--tp", "1", "--ep", "1"]
-    assert _json(capsys, [*argv, "--backend", "dask"]) == _json(capsys, argv)
+    assert cli_json([*argv, "--backend", "dask"]) == cli_json(argv)
 
 
 def test_scheduler_needs_the_dask_backend(capsys):

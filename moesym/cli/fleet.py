@@ -60,12 +60,11 @@ def register(sub) -> None:
                    help="mean requests per second (Poisson arrivals)")
     t.add_argument("--duration", type=positive_float, default=None, metavar="S",
                    help="seconds of traffic at --rate (default 86400: a day)")
-    t.add_argument("--isl", type=positive_int, default=None, help="prompt tokens per request")
-    t.add_argument("--osl", type=positive_int, default=None, help="output tokens per request")
-    t.add_argument("--isl-dist", default=None, metavar="DIST",
-                   help="prompt lengths drawn from fixed:N, uniform:A:B, lognormal:MEAN:SIGMA "
-                        "or a file of lengths")
-    t.add_argument("--osl-dist", default=None, metavar="DIST", help="output lengths, as --isl-dist")
+    t.add_argument("--isl", default=None, metavar="N|DIST",
+                   help="prompt tokens per request: N, or lengths drawn from fixed:N, "
+                        "uniform:A:B, lognormal:MEAN:SIGMA or a file of lengths (as simulate's "
+                        "--isl-dist)")
+    t.add_argument("--osl", default=None, metavar="N|DIST", help="output tokens, as --isl")
     t.add_argument("--diurnal", type=positive_float, default=None, metavar="P",
                    help="a day's shape: the peak rate P times the trough's, sinusoidal, --rate "
                         "its mean")
@@ -122,8 +121,8 @@ def register(sub) -> None:
 def _traffic(args):
     from ..serving.traffic import poisson_traffic, read_trace
 
-    rate_flags = [f for f in ("rate", "duration", "isl", "osl", "isl_dist", "osl_dist",
-                              "diurnal") if getattr(args, f) is not None]
+    rate_flags = [f for f in ("rate", "duration", "isl", "osl", "diurnal")
+                  if getattr(args, f) is not None]
     if args.trace is not None:
         if rate_flags:
             raise MoesymError(f"--trace gives the requests: drop "
@@ -132,15 +131,11 @@ def _traffic(args):
     if args.rate is None:
         raise MoesymError("fleet needs traffic: --rate R --isl N --osl N [--duration S] or "
                           "--trace FILE")
-    lens = []
-    for name in ("isl", "osl"):
-        n, dist = getattr(args, name), getattr(args, f"{name}_dist")
-        if n is not None and dist is not None:
-            raise MoesymError(f"--{name} and --{name}-dist: give one")
-        if n is None and dist is None:
-            raise MoesymError(f"--rate needs --{name} N (or --{name}-dist DIST)")
-        lens.append(dist or str(n))
-    return poisson_traffic(args.rate, args.duration or 86400.0, lens[0], lens[1],
+    missing = [f"--{f}" for f in ("isl", "osl") if getattr(args, f) is None]
+    if missing:
+        raise MoesymError(f"--rate needs {' and '.join(missing)} (N tokens, or a distribution "
+                          "such as lognormal:2048:1)")
+    return poisson_traffic(args.rate, args.duration or 86400.0, args.isl, args.osl,
                            diurnal=args.diurnal, peak_hour=args.peak_hour, seed=args.seed)
 
 
@@ -307,29 +302,31 @@ def _print(out: dict) -> None:
           f"{t['duration_s']:g} s (ISL {t['isl_mean']:.0f}, OSL {t['osl_mean']:.0f} mean); "
           f"{q} {limits}; router {out['router']}")
     print(f"  {'candidate':<10} {'replica':<24} {'replicas':>9} {q + ' TTFT':>10} "
-          f"{q + ' TPOT':>10} {'$/day':>10} {'$/M out':>8} {'avg MW':>7} {'peak MW':>8}")
+          f"{q + ' TPOT':>10} {'$/day':>10} {'$/M out':>8} {'avg MW':>8} {'peak MW':>8}")
     for c in out["candidates"]:
         if c.get("replicas") is None:
             print(f"  {c['name']:<10} misses: {c.get('reason', '')}")
             continue
         d = c["deployment"]
-        rep = f"{d['gpus']} GPUs tp={d['tp']} ep={d['ep']} mb={d['micro_batches']}"
+        rep = (f"{d['gpus']} GPU{'s' if d['gpus'] > 1 else ''} tp={d['tp']} ep={d['ep']} "
+               f"mb={d['micro_batches']}")
         by_hour = c["replicas_by_hour"]
         n = (f"{c['replicas']}" if c["fixed"] or len(set(by_hour)) == 1
              else f"{min(by_hour)}-{c['replicas']}")
         money = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
-        mw = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+        mw = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
         flag = "" if c["meets"] else "  (misses)"
         print(f"  {c['name']:<10} {rep:<24} {n:>9} {fmt_s(c['ttft_ms'][q] / 1e3):>10} "
               f"{fmt_s(c['tpot_ms'][q] / 1e3):>10} {money(c['usd_per_day'], ',.0f'):>10} "
-              f"{money(c['usd_per_million_output_tokens'], '.3f'):>8} {mw(c['avg_mw']):>7} "
+              f"{money(c['usd_per_million_output_tokens'], '.3f'):>8} {mw(c['avg_mw']):>8} "
               f"{mw(c['peak_mw']):>8}{flag}")
     if out["best"] is not None:
         b = next(c for c in out["candidates"] if c["name"] == out["best"])
-        print(f"best: {b['name']}, {b['replicas']} x {b['deployment']['gpus']} GPUs at peak, "
+        g = b["deployment"]["gpus"]
+        print(f"best: {b['name']}, {b['replicas']} x {g} GPU{'s' if g > 1 else ''} at peak, "
               f"${b['usd_per_day']:,.0f} per day, ${b['usd_per_million_output_tokens']:.3f} per "
               f"M output tokens (${b['usd_per_million_tokens']:.3f} per M tokens), "
-              + (f"{b['avg_mw']:.3f} MW average, {b['peak_mw']:.3f} MW peak"
+              + (f"{b['avg_mw']:.3g} MW average, {b['peak_mw']:.3g} MW peak"
                  if b.get("avg_mw") is not None else "no power model"))
     else:
         print(f"best: none priced ({out.get('best_note', '')})")

@@ -179,7 +179,15 @@ def _replica(m: ReplicaModel, pre, osl, need, first, finish, acc, hours: int):
     T, extra, i = yield None
     while True:
         used = 0  # steps of the arrival's wait already run
-        while t < T:
+        while True:
+            while heap and heap[0][0] <= D:  # the last step finished these
+                j = pop(heap)[1]
+                finish[j] = t
+                held -= 1
+                kv -= need[j]
+                out -= 1
+            if t >= T:
+                break
             if t >= h_end:
                 acc[0][h] += ds
                 acc[1][h] += dbs
@@ -228,18 +236,10 @@ def _replica(m: ReplicaModel, pre, osl, need, first, finish, acc, hours: int):
                     if dec[B] > dt:
                         dt = dec[B]
                     share += 1.0 - pieces / dp  # of the decoding requests, on average
-                    t += dt
                     if share >= 1.0:
                         share -= 1.0
                         D += 1
-                        while heap and heap[0][0] <= D:
-                            j = pop(heap)[1]
-                            finish[j] = t
-                            held -= 1
-                            kv -= need[j]
-                            out -= 1
-                else:
-                    t += dt
+                t += dt
                 for j in done:
                     first[j] = t
                     o = osl[j]
@@ -272,12 +272,6 @@ def _replica(m: ReplicaModel, pre, osl, need, first, finish, acc, hours: int):
                 t += dt
                 D += k
                 S += k
-                while heap and heap[0][0] <= D:
-                    j = pop(heap)[1]
-                    finish[j] = t
-                    held -= 1
-                    kv -= need[j]
-                    out -= 1
                 continue
             if T != _INF:  # idle until T
                 t = T
