@@ -365,3 +365,154 @@ def test_optimize_writes_the_page_of_the_best_deployment(tmp_path):
     data = json.loads(re.search(r"const D = (\{.*\});\n", html).group(1))
     assert data["base"][:2] == ["predict", "qwen3-30b-a3b"]
     assert not {"--tpot-ms", "--report", "--interactive"} & set(data["base"])
+
+
+# ------------------------------------------------------------------ inputs the CLI refuses (issue 51)
+
+_NODE_DOM = """
+const ELS = {};
+globalThis.document = {getElementById: id => ELS[id] || (ELS[id] = {id: id, value: "",
+  textContent: "", innerHTML: "", dataset: {}, addEventListener() {}})};
+"""
+
+_NODE_INPUTS = """
+const cases = JSON.parse(process.argv[2]);
+const out = cases.map(p => {
+  if (p.direct) {  // GPUs/EP/TP outside the list the page offers: the check itself
+    const hw = {}; for (const h of D.hardware) hw[h.id] = h.value;
+    return {error: check(Object.assign({combo: 0, overlap: D.start.overlap, a2a: D.start.a2a,
+                                        hw: hw}, p.state)), shown: ""};
+  }
+  const lengths = SERVE ? {isl: D.serve.isl, osl: D.serve.osl} : {context: D.start.context};
+  const set = Object.assign({work: D.start.work, overlap: D.start.overlap, a2a: D.start.a2a,
+                             mb: D.start.mb}, lengths, p.set);
+  set.combo = D.combos.findIndex(c => c.join() === (p.combo || [D.start.gpus, D.start.ep,
+                                                                 D.start.tp]).join());
+  for (const h of D.hardware) document.getElementById(h.id).value = String(h.value);
+  for (const [k, v] of Object.entries(set)) document.getElementById(k).value = String(v);
+  redraw();
+  const shown = Object.values(ELS).map(e => e.textContent + " " + e.innerHTML + " " +
+                                       Object.values(e.dataset).join(" ")).join("\\n");
+  return {error: document.getElementById("error").textContent, shown: shown,
+          tokens: document.getElementById("tokens_per_gpu_s").textContent};
+});
+console.log(JSON.stringify(out));
+"""
+
+
+def _node_inputs(tmp_path, html: str, cases) -> list:
+    """The page's script run by Node with a stand-in DOM: each case's inputs set as the boxes
+    hold them and the page redrawn (a case with ``direct``: :js:`check` of a state)."""
+    js = tmp_path / "inputs.js"
+    js.write_text(_NODE_DOM + _script(html) + _NODE_INPUTS)
+    run = subprocess.run([NODE, str(js), json.dumps(cases)], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr[-800:]
+    return json.loads(run.stdout)
+
+
+def _cli_error(capsys, argv) -> str:
+    """What ``moesym predict argv`` prints after ``moesym: error:`` (exit 2)."""
+    capsys.readouterr()
+    assert main(["predict", *argv]) == 2
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("moesym: error: ")]
+    assert len(lines) == 1, lines
+    return lines[0][len("moesym: error: "):]
+
+
+@pytest.mark.skipif(NODE is None, reason="Node.js is not installed (apt-get install nodejs)")
+def test_the_page_refuses_what_the_cli_refuses_with_its_message(tmp_path, capsys):
+    """Batch 0, context 0, a context beyond the model's positions, a schedule at a micro-batch
+    count it does not run, TP not dividing the GPUs: the page shows the message ``moesym
+    predict`` prints for the same flags, and no number (no NaN, no Infinity) in its place; a
+    good point afterwards shows numbers again."""
+    html = _page(tmp_path, DECODE).read_text()
+    base = ["qwen3-30b-a3b", "--hardware", "h20", "--phase", "decode"]
+    point = dict(work=64, context=4096, gpus=4, ep=4, tp=1, mb=1)
+    cases = [({"work": 0}, {}), ({"context": 0}, {}), ({"context": 100000}, {}),
+             ({"work": 1, "mb": 2, "overlap": "tbo-sglang"}, {"overlap": "tbo-sglang"}),
+             ({"work": "1.5"}, {})]
+    runs = [{"set": set_} for set_, _ in cases]
+    runs.append({"direct": True, "state": dict(work=64, context=4096, mb=1, gpus=4, ep=4, tp=3)})
+    runs.append({"set": {"work": 64, "context": 4096}})  # good again
+    got = _node_inputs(tmp_path, html, runs)
+    for (set_, extra), g in zip(cases, got):
+        p = {**point, **{k: v for k, v in set_.items() if k in point}}
+        argv = [*_flags(base, "--batch", p), *_structure(extra)]
+        want = _cli_error(capsys, argv)
+        assert g["error"] == want, (set_, g["error"], want)
+        assert "NaN" not in g["shown"] and "Infinity" not in g["shown"], set_
+        assert g["tokens"] == "-", set_
+    want = _cli_error(capsys, _flags(base, "--batch", {**point, "tp": 3}))
+    assert got[-2]["error"] == want == "--tp 3 does not divide --gpus 4"
+    assert got[-1]["error"] == "" and float(got[-1]["tokens"]) > 0
+    assert "NaN" not in got[-1]["shown"] and "Infinity" not in got[-1]["shown"]
+
+
+@pytest.mark.skipif(NODE is None, reason="Node.js is not installed (apt-get install nodejs)")
+def test_the_serve_page_refuses_isl_0_and_lengths_beyond_the_model(tmp_path, capsys):
+    """Serve: ISL 0 (the page once showed -183.7 tokens/GPU/s), OSL 0, ISL + OSL beyond the
+    model's positions, batch 0: the CLI's message for the same flags, no number."""
+    html = _page(tmp_path, SERVE).read_text()
+    base = ["qwen3-30b-a3b", "--hardware", "h20", "--phase", "serve"]
+    point = dict(work=64, isl=1024, osl=1024, gpus=4, ep=4, tp=1, mb=1)
+    cases = [{"isl": 0}, {"osl": 0}, {"isl": 40000, "osl": 2000}, {"work": 0}]
+    got = _node_inputs(tmp_path, html, [{"set": c} for c in cases])
+    for c, g in zip(cases, got):
+        want = _cli_error(capsys, _flags(base, "--batch", {**point, **c}))
+        assert g["error"] == want, (c, g["error"], want)
+        assert "NaN" not in g["shown"] and "Infinity" not in g["shown"], c
+        assert g["tokens"] == "-", c
+
+
+@pytest.mark.skipif(NODE is None, reason="Node.js is not installed (apt-get install nodejs)")
+def test_the_page_refuses_weights_that_do_not_fit_with_the_memory_numbers(tmp_path):
+    """qwen3-30b-a3b in BF16 over 2 RTX 4090s (30 GB of weights per 24 GB GPU): the message of
+    derive's feasibility check (``does_not_fit``, one request), with its memory numbers."""
+    from moesym import Deployment, Workload, load_hardware, load_model
+    from moesym.derive.decode_point import does_not_fit
+
+    argv = ["qwen3-30b-a3b", "--hardware", "rtx-4090", "--phase", "decode", "--batch", "8",
+            "--context", "4096", "--gpus", "4", "--ep", "4"]
+    html = _page(tmp_path, argv).read_text()
+    got = _node_inputs(tmp_path, html, [{"set": {"work": 8, "context": 4096}, "combo": [2, 2, 1]},
+                                        {"set": {"work": 8, "context": 4096}}])
+    want = does_not_fit(load_model("qwen3-30b-a3b"), load_hardware("rtx-4090"),
+                        Deployment(gpus=2, ep=2), Workload("decode", batch=8, context=4096))
+    assert want and got[0]["error"] == want, (got[0]["error"], want)
+    assert "NaN" not in got[0]["shown"] and "Infinity" not in got[0]["shown"]
+    assert got[1]["error"] == ""  # 4 GPUs hold it
+
+
+def test_the_rules_the_page_embeds_are_the_clis():
+    """Every rule of the deployment's TOPOLOGY and VALIDITY has its predicate in the page's
+    runtime, and the page's templates filled with an input give the CLI's own message for it
+    (without Node)."""
+    from pathlib import Path
+
+    from moesym import Deployment, Workload, load_hardware, load_model
+    from moesym.errors import SpecError
+    from moesym.report import interactive
+    from moesym.specs.checks import check_inputs
+    from moesym.specs.deployment import TOPOLOGY, VALIDITY
+
+    js = Path(interactive.__file__).with_name("interactive.js").read_text()
+    for name, _, _ in (*TOPOLOGY, *VALIDITY):
+        assert f"  {name}: " in js, name
+    model, hw = load_model("qwen3-30b-a3b"), load_hardware("h20")
+    rules = interactive._rules(model, hw, Deployment(gpus=4, ep=4),
+                               Workload("decode", batch=64, context=4096))
+    def fill(t, **v):  # the page's fill(), in Python
+        return re.sub(r"\{(\w+)(?::\.(\d+)f)?\}",
+                      lambda m: (f"{v[m[1]]:.{m[2]}f}" if m[2] else str(v[m[1]])), t)
+    with pytest.raises(SpecError) as e:
+        Deployment(gpus=4, ep=4, tp=3)
+    assert fill(dict(rules["topology"])["tp_divides_gpus"], tp=3, gpus=4) == \
+        interactive._cli_message(e.value)
+    with pytest.raises(SpecError) as e:
+        check_inputs(model, hw, Deployment(gpus=6, ep=6), None)
+    assert fill(dict(rules["validity"])["ep_divides_experts"], ep=6, experts=128) == \
+        interactive._cli_message(e.value)
+    with pytest.raises(SpecError) as e:
+        check_inputs(model, hw, Deployment(gpus=4, ep=4), Workload("decode", context=50000))
+    assert fill(rules["positionsMessage"], context=50000) == interactive._cli_message(e.value)

@@ -23,6 +23,89 @@ function hwValues(state) {  // symbol -> SI number from the hardware inputs
   return out;
 }
 
+// ---- the CLI's checks of the inputs, in its order: D.rules holds each rule's numbers and the message
+// moesym predict prints for it, written by the CLI's own Python when the page was made
+// (interactive.py's _rules); the first that fails is shown in place of the numbers
+const WHOLE = x => Number.isInteger(x) && x > 0 && x <= 2 ** 53;  // cli.common.positive_int
+function fill(template, v) {  // {name} and {name:.Nf} of a template, as Python's format writes them
+  return template.replace(/\{(\w+)(?::\.(\d+)f)?\}/g,
+    (m, k, d) => d === undefined ? String(v[k]) : Number(v[k]).toFixed(Number(d)));
+}
+const RULES = {  // the predicates of moesym.specs.deployment's TOPOLOGY and VALIDITY, by name
+  tp_divides_gpus: (v, M) => v.stage % v.tp === 0,
+  ep_divides_gpus: (v, M) => v.stage % v.ep === 0,
+  whole_nodes: (v, M) => v.stage <= M.gpusPerNode || v.stage % M.gpusPerNode === 0,
+  tp_divides_heads: (v, M) => M.heads % v.tp === 0,
+  tp_divides_output_groups: (v, M) => !M.o_groups || M.o_groups % v.tp === 0,
+  ep_divides_experts: (v, M) => !M.moe || (M.experts + M.redundant) % v.ep === 0,
+  deepep_spans_every_gpu: (v, M) => !M.moe || !D.rules.deepep.includes(v.a2a) || v.ep === v.stage,
+  expert_tp_divides_intermediate: (v, M) => !M.moe || M.inter % v.expert_tp === 0,
+};
+
+function check(state) {  // the CLI's one-line message for the inputs, or null where it runs them
+  const R = D.rules, M = R.model, raw = state.raw || {};
+  const [gpus, ep, tp] = state.gpus !== undefined ? [state.gpus, state.ep, state.tp]
+    : D.combos[state.combo];
+  const given = [[FLAG, "work", state.work]].concat(SERVE ? [["--isl", "isl", state.isl],
+    ["--osl", "osl", state.osl]] : [["--context", "context", state.context]],
+    [["--gpus", "gpus", gpus], ["--ep", "ep", ep], ["--tp", "tp", tp], ["--micro-batches", "mb", state.mb]]);
+  for (const [flag, id, x] of given)  // argparse: each flag's value a positive whole number
+    if (!WHOLE(x)) return fill(R.positive[flag], {value: raw[id] !== undefined ? raw[id] : String(x)});
+  for (const h of D.hardware) {  // the hardware numbers: finite, positive (latencies: not negative)
+    const x = state.hw[h.id], lat = h.id.startsWith("lat");
+    if (!(Number.isFinite(x) && (lat ? x >= 0 : x > 0)))
+      return `${h.label} (${h.unit}) must be a ${lat ? "non-negative" : "positive"} number, got ` +
+        `'${raw[h.id] !== undefined ? raw[h.id] : String(x)}'`;
+  }
+  const v = {gpus: gpus, ep: ep, tp: tp, stage: Math.floor(gpus / M.pp),
+             expert_tp: Math.floor(Math.floor(gpus / M.pp) / ep), a2a: state.a2a, heads: M.heads,
+             o_groups: M.o_groups, experts: M.experts, inter: M.inter};
+  for (const [name, message] of R.topology.concat(R.validity)) {
+    const ok = RULES[name];
+    if (ok === undefined) return `this page has no check for the CLI's rule ${name}: generate it again`;
+    if (!ok(v, M)) return fill(message, v);
+  }
+  if (D.phase === "prefill" && D.chunk && D.chunk > state.context && R.chunkMessage)
+    return fill(R.chunkMessage, {chunk: D.chunk, context: state.context});
+  if (R.positions) {  // checks.check_lengths: the longest sequence against the model's positions
+    const longest = SERVE ? state.isl + state.osl : state.context;
+    if (longest > R.positions)
+      return fill(R.positionsMessage, {context: state.context, isl: state.isl, osl: state.osl, longest: longest});
+  }
+  const combo = D.combos.findIndex(c => c[0] === gpus && c[1] === ep && c[2] === tp);
+  if (combo < 0)
+    return `${gpus} GPUs, EP ${ep}, TP ${tp} runs (moesym predict answers it) but is not among this ` +
+      "page's pre-generated GPUs/EP/TP: generate a page of that deployment";
+  const at = Object.assign({}, state, {combo: combo});
+  const mb = SERVE ? state.mb : Math.min(state.mb, state.work);  // clamp_micro_batches
+  const key = `${mb}/${state.overlap}/${state.a2a}`;
+  if (D.refused[key] !== undefined) return D.refused[key];  // Deployment.check_overlap, as printed
+  const mem = memoryOfOne(at, variant(mb, at));
+  if (!(mem.memory_bytes <= D.capacity))  // derive's does_not_fit: one request does not fit
+    return fill(R.unfit, {weights: mem.weights / 1e9, used: mem.memory_bytes / 1e9});
+  return null;
+}
+
+function commonValues(state, mb) {  // the symbols of the deployment and the hardware inputs
+  const [gpus, ep, tp] = D.combos[state.combo];
+  const common = Object.assign({N_gpu: gpus, e_p: ep, t_p: tp, n_mb: Number(mb)}, hwValues(state));
+  if (D.rho[ep] !== undefined) common.rho_G = D.rho[ep];
+  return common;
+}
+
+function prefillValues(work, L) {  // (step values, memory values) of a prefill point
+  const chunk = D.chunk ? Math.min(D.chunk, L) : Math.min(work, L);
+  return [{T: work, L: L, C: chunk},
+          {T: work / D.cp, L: L, C: chunk, B: Math.max(1, Math.ceil(work / L)) / D.cp}];
+}
+
+function memoryOfOne(state, V) {  // memory per GPU with one request (prefill: the point's prompt)
+  const mb = SERVE ? state.mb : Math.min(state.mb, state.work);
+  const wlMem = SERVE ? {B: 1, L: state.isl + Math.floor(state.osl / 2), T_pf: D.serve.chunks[state.combo]}
+    : D.phase === "prefill" ? prefillValues(state.work, state.context)[1] : {B: 1, L: state.context};
+  return FN[V.fn.memory](Object.assign({}, V.memory, commonValues(state, mb), wlMem));
+}
+
 function evaluate(state, full = true) {  // predict's numbers at a point (metrics.report_from_numbers);
   if (SERVE) return evaluateServe(state, full);  // not full: the times alone (no memory, no bounds)
   const prefill = D.phase === "prefill";
@@ -30,14 +113,10 @@ function evaluate(state, full = true) {  // predict's numbers at a point (metric
   const work = state.work, L = state.context;
   const mb = String(Math.min(state.mb, work));  // clamp_micro_batches
   const V = variant(mb, state);
-  const common = Object.assign({N_gpu: gpus, e_p: ep, t_p: tp, n_mb: Number(mb)}, hwValues(state));
-  if (D.rho[ep] !== undefined) common.rho_G = D.rho[ep];
+  const common = commonValues(state, mb);
   let wl, wlMem;
-  if (prefill) {
-    const chunk = D.chunk ? Math.min(D.chunk, L) : Math.min(work, L);
-    wl = {T: work, L: L, C: chunk};
-    wlMem = {T: work / D.cp, L: L, C: chunk, B: Math.max(1, Math.ceil(work / L)) / D.cp};
-  } else { wl = {B: work, L: L}; wlMem = {B: work, L: L}; }
+  if (prefill) [wl, wlMem] = prefillValues(work, L);
+  else { wl = {B: work, L: L}; wlMem = {B: work, L: L}; }
   const sv = Object.assign({}, V.step, common, wl);
   const nums = FN[V.fn.step](sv), t = nums.step_time_s;
   const r = {step_time_s: t, nums: nums, mb: Number(mb), layout: V.timeline};
@@ -368,9 +447,10 @@ function readState() {
   const hw = {};
   for (const h of D.hardware) hw[h.id] = num(h.id);
   const lengths = SERVE ? {isl: num("isl"), osl: num("osl")} : {context: num("context")};
-  const text = id => document.getElementById(id).value;
+  const text = id => document.getElementById(id).value, raw = {};
+  for (const id of ["work", ...Object.keys(lengths), ...Object.keys(hw)]) raw[id] = text(id);
   return Object.assign({work: num("work"), combo: num("combo"), mb: num("mb"), hw: hw,
-    overlap: text("overlap"), a2a: text("a2a")}, lengths);
+    overlap: text("overlap"), a2a: text("a2a"), raw: raw}, lengths);
 }
 
 function redraw() {
@@ -378,13 +458,21 @@ function redraw() {
   const state = readState(), put = (id, v, text) => {
     const o = document.getElementById(id); o.dataset.value = String(v); o.textContent = text; };
   document.getElementById("cmd").textContent = command(state);
-  let r;
-  try { r = evaluate(state); } catch (e) {  // a structure predict refuses: say why, draw nothing
-    document.getElementById("error").textContent = e.message;
-    for (const id of ["step_time_s", "tokens_per_gpu_s", "latency_s", "bound", "memory_bytes"]) put(id, NaN, "-");
+  const refuse = message => {  // what the CLI says in place of the numbers; nothing drawn
+    document.getElementById("error").textContent = message;
+    for (const id of ["step_time_s", "tokens_per_gpu_s", "latency_s", "bound", "memory_bytes"]) put(id, "", "-");
     for (const id of ["breakdown", "sweep", "timeline", "memory", "sensitivity"]) document.getElementById(id).innerHTML = "";
-    return;
-  }
+    put("redraw_ms", performance.now() - t0, (performance.now() - t0).toFixed(1));
+  };
+  let r;
+  try {
+    const message = check(state);
+    if (message !== null) return refuse(message);
+    r = evaluate(state);
+  } catch (e) { return refuse(e.message); }  // a structure predict refuses: say why
+  if (![r.step_time_s, r.tokens_per_gpu_s, r.latency_s, r.memory_bytes].every(x => Number.isFinite(x) && x >= 0))
+    return refuse("the model gives no finite, non-negative prediction at these inputs; " +
+      "run the command below for the CLI's answer");
   document.getElementById("error").textContent = "";
   put("step_time_s", r.step_time_s, fmtS(r.step_time_s));
   put("tokens_per_gpu_s", r.tokens_per_gpu_s, r.tokens_per_gpu_s.toFixed(1));

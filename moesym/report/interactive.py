@@ -21,11 +21,18 @@ counts 1, 2 and the command's; where the layer has an all-to-all, the built-in s
 counts they run and the A2A modes the deployment accepts (:func:`_variants`; names resolving to
 one structure share one model, and a function two models share is written once); and only the
 (GPUs, EP, TP) combinations of the command's structure class.
+
+Inputs are checked as the CLI checks them before anything is computed (:func:`_rules`): whole
+positive numbers, the deployment's sharding rules, the model's positions, the micro-batch rule
+of the schedules, and weights that fit the GPU (derive's ``does_not_fit``); each rule's message
+is written into the page by the Python that prints it on the command line, so the page shows
+the CLI's one line in place of the numbers, never a NaN or an infinity.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import replace
 from html import escape
@@ -168,6 +175,138 @@ def _check(dep, wl) -> None:
                           "prefill or serve configuration (drop --interactive for the static page)")
 
 
+# ---------------------------------------------------------------- the CLI's checks, as data
+
+def _cli_message(exc) -> str:
+    """What ``moesym predict`` prints after ``moesym: error:`` for ``exc``: its fields named as
+    the command line names them."""
+    from ..cli.flags import flags
+
+    return MoesymError(str(exc)).named(flags("predict"))
+
+
+#: sentinels the templates are made with: the Python that writes the CLI's message is run on
+#: them, and each is then replaced by its ``{name}`` (numbers no real input reaches)
+_SENTINEL = 987650000
+
+
+def _template(make, *names, text=()) -> str:
+    """The message ``make(**values)`` gives (or raises) at a sentinel for each of ``names``
+    (numbers) and ``text`` (strings), with each sentinel replaced by ``{name}``."""
+    values = {n: _SENTINEL + 17 * i for i, n in enumerate(names)}
+    values.update({n: f"SENTINEL{n.upper()}X" for n in text})
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = make(**values)
+    except (MoesymError, ValueError) as exc:
+        out = exc
+    msg = _cli_message(out)
+    for n, v in sorted(values.items(), key=lambda kv: -len(str(kv[1]))):
+        msg = msg.replace(str(v), "{" + n + "}")
+    # a number the message writes with decimals: {name:.Nf} (the page writes it so)
+    return re.sub(r"\{(\w+)\}\.(0+)(?!\d)", lambda g: f"{{{g[1]}:.{len(g[2])}f}}", msg)
+
+
+def _positive_template(flag: str) -> str:
+    """argparse's message for a value of ``flag`` that is not a positive integer (the CLI's
+    :func:`moesym.cli.common.positive_int`), ``{value}`` for the text given."""
+    import argparse
+
+    from ..cli.common import positive_int
+
+    def make(value):
+        try:
+            positive_int(value)
+        except argparse.ArgumentTypeError as exc:
+            return "moesym predict: " + str(argparse.ArgumentError(
+                argparse.Action([flag], flag.lstrip("-")), str(exc)))
+        raise AssertionError("a sentinel is not a positive integer")
+
+    return _template(make, text=("value",))
+
+
+def _fake_deployment(dep, **values):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(gpus=values["gpus"], tp=values["tp"], ep=values["ep"], pp=dep.pp,
+                           stage_gpus=values["stage"], expert_tp=values["expert_tp"],
+                           gpus_per_node=dep.gpus_per_node, derived=frozenset(), mesh=None,
+                           redundant_experts=dep.redundant_experts,
+                           a2a=SimpleNamespace(value=values["a2a"]))
+
+
+def _rules(model, hw, dep, wl) -> dict:
+    """The checks the CLI runs on the page's inputs, each with the message it prints: templates
+    the CLI's own Python writes (at sentinels, :func:`_template`), and the numbers the page's
+    predicates take (``interactive.js`` holds one predicate per rule name of
+    :data:`moesym.specs.deployment.TOPOLOGY` and ``VALIDITY``, in their order)."""
+    from types import SimpleNamespace
+    from unittest import mock
+
+    from ..derive import decode_point
+    from ..memory.capacity import device_short
+    from ..specs.checks import check_lengths, position_limit
+    from ..specs.deployment import TOPOLOGY, VALIDITY, A2AMode
+
+    sizes = ("gpus", "tp", "ep", "stage", "expert_tp")
+    m = model
+
+    def fake(**v):
+        return _fake_deployment(dep, **v)
+
+    def fake_model(**v):
+        return SimpleNamespace(name=m.name, num_heads=v["heads"], o_groups=v["o_groups"],
+                               num_experts=v["experts"], moe_intermediate_size=v["inter"])
+
+    topology = [[name, _template(lambda message=message, **v: message(fake(**v)), *sizes,
+                                 text=("a2a",))]
+                for name, _, message in TOPOLOGY]
+    validity = [[name, _template(lambda message=message, **v: message(fake_model(**v), fake(**v)),
+                                 *sizes, "heads", "o_groups", "experts", "inter", text=("a2a",))]
+                for name, _, message in VALIDITY]
+    trained, scaled, _ = position_limit(model)
+    serve = wl.phase is Phase.SERVE
+    positions = None
+    if trained:
+        positions = _template(lambda isl, osl, longest: check_lengths(
+            model, wl.phase, context=isl, isl=isl, osl=osl), "isl", "osl", "longest")
+        if serve:  # the longest sequence: the sentinels' sum, written by check_lengths
+            positions = positions.replace(str(2 * _SENTINEL + 17), "{longest}")
+        else:
+            positions = positions.replace("{isl}", "{context}")
+
+    def unfit(weights, used):  # derive's does_not_fit on a report of sentinel numbers
+        r = {"fits": False, "weights_bytes": weights * 1e9,
+             "fits_reason": device_short(used * 1e9, hw)}
+        with mock.patch.object(decode_point, "memory_report", lambda *a, **k: r):
+            return decode_point.does_not_fit(model, hw, dep, wl)
+
+    chunk = None
+    if wl.phase is Phase.PREFILL:
+        chunk = _template(lambda context, chunk: Workload(Phase.PREFILL, tokens=chunk,
+                                                          context=context, chunk=chunk),
+                          "context", "chunk")
+    work_flag = "--tokens" if wl.phase is Phase.PREFILL else "--batch"
+    lengths = ("--isl", "--osl") if serve else ("--context",)
+    return {
+        "positive": {f: _positive_template(f) for f in
+                     (work_flag, *lengths, "--gpus", "--ep", "--tp", "--micro-batches")},
+        "topology": topology, "validity": validity,
+        "model": {"heads": m.num_heads, "o_groups": m.o_groups if m.is_compressed else 0,
+                  "moe": bool(m.is_moe), "experts": m.num_experts if m.is_moe else 0,
+                  "inter": m.moe_intermediate_size if m.is_moe else 0,
+                  "redundant": dep.redundant_experts, "pp": dep.pp,
+                  "gpusPerNode": dep.gpus_per_node},
+        "deepep": [a.value for a in A2AMode if a.is_deepep],
+        "positions": scaled if trained else 0, "positionsMessage": positions,
+        "chunkMessage": chunk,
+        "unfit": _template(unfit, "weights", "used"),
+    }
+
+
 class _Functions:
     """The page's generated functions, each written once: a function whose JavaScript another
     structure already wrote (the memory of two schedules, say) is that one, by name."""
@@ -229,12 +368,12 @@ def _step_exprs(step) -> tuple[dict, dict | None]:
                    "stages": [list(s) for s in lay.stages], "capped": "tlc/tr/dispatch" in exprs}
 
 
-def _variant(model, hw, d, wl, fns: _Functions) -> dict | None:
+def _variant(model, hw, d, wl, fns: _Functions) -> dict:
     """The step and memory models of deployment ``d`` (its micro-batch count, schedule and A2A
     mode), as generated functions: the step (serve: the decode step, and the mixed step as
     ``mix``) and the memory, as :func:`moesym.model.predictor.predict` and ``serve_models``
-    build them; None where ``d`` cannot run (a schedule of another micro-batch count; a dense
-    model: one micro-batch)."""
+    build them; ``{"refused": message}`` where ``d`` cannot run (a schedule of another
+    micro-batch count), the message the CLI prints for it (the page shows it)."""
     from ..memory import memory_model
     from ..numbers.metrics import serve_chunk
     from ..model.step import build_step
@@ -243,8 +382,8 @@ def _variant(model, hw, d, wl, fns: _Functions) -> dict | None:
         d.check_overlap(wl.phase)
         if wl.phase is Phase.SERVE:
             d.check_overlap(Phase.DECODE)
-    except MoesymError:
-        return None
+    except MoesymError as exc:  # the CLI's refusal, as it prints it
+        return {"refused": _cli_message(exc)}
     out: dict = {"fn": {}}
     if wl.phase is Phase.SERVE:
         chunk = serve_chunk(wl.chunk, hw.hbm_capacity_bytes, d.dp, d.engine)
@@ -292,7 +431,8 @@ def _structures(model, hw, dep, wl) -> tuple[list, list, list]:
 
 
 def _variants(model, hw, dep, wl, fns: _Functions) -> dict:
-    """``{"MB/SCHEDULE/A2A": variant}`` of every structure the page offers that can run. Two
+    """``{"MB/SCHEDULE/A2A": variant}`` of every structure the page offers (one that cannot
+    run: the CLI's refusal, :func:`_variant`). Two
     names of one structure (``auto`` and the schedule or mode it resolves to) share one
     variant, built once."""
     from ..schedules import resolve_name
@@ -310,8 +450,7 @@ def _variants(model, hw, dep, wl, fns: _Functions) -> dict:
                         tuple(d.resolved_a2a(p) for p in phases))
                 if same not in built:
                     built[same] = _variant(model, hw, d, wl, fns)
-                if built[same] is not None:
-                    out[f"{mb}/{ov}/{a2a}"] = built[same]
+                out[f"{mb}/{ov}/{a2a}"] = built[same]
     return out
 
 
@@ -383,6 +522,8 @@ def _data(model, hw, dep, wl, argv) -> dict:
     dep = clamp_micro_batches(dep, wl)
     fns = _Functions()
     variants = _variants(model, hw, dep, wl, fns)
+    refused = {k: v["refused"] for k, v in variants.items() if "refused" in v}
+    variants = {k: v for k, v in variants.items() if "refused" not in v}
     structures = list({id(v): v for v in variants.values()}.values())
     index = {id(v): i for i, v in enumerate(structures)}
     start = f"{dep.micro_batches}/{dep.overlap}/{dep.a2a.value}"
@@ -427,7 +568,7 @@ def _data(model, hw, dep, wl, argv) -> dict:
         "start": {"work": wl.tokens if prefill else wl.batch, "context": wl.context,
                   "gpus": dep.gpus, "ep": dep.ep, "tp": dep.tp, "mb": dep.micro_batches,
                   "overlap": dep.overlap, "a2a": dep.a2a.value},
-        "serve": serve,
+        "serve": serve, "refused": refused, "rules": _rules(model, hw, dep, wl),
     }, "\n".join(fns.js)
 
 
