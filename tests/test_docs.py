@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # command prefixes that take tens of seconds (searches, simulations, grids, solves, report pages)
 # and flags that draw a figure (matplotlib): run in the slow tier
 SLOW = ("moesym optimize", "moesym simulate", "moesym sweep", "moesym validate", "moesym derive",
-        "moesym report")
+        "moesym report", "moesym fleet")
 SLOW_FLAGS = ("--timeline", "--plot")
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.M | re.S)
 DIRECTIVES = ("toctree", "eval-rst", "include", "literalinclude")
