@@ -27,8 +27,8 @@ Two sources:
 >>> t = poisson_traffic(2.0, 100.0, "1024", "256", seed=1)
 >>> bool((np.diff(t.arrival_s) >= 0).all()), int(t.isl[0]), t.duration_s
 (True, 1024, 100.0)
->>> round(diurnal_rate(14 * 3600, 10.0, 3.0, 14), 3), round(diurnal_rate(2 * 3600, 10.0, 3.0, 14), 3)
-(15.0, 5.0)
+>>> [round(float(diurnal_rate(h * 3600, 10.0, 3.0, 14)), 3) for h in (14, 2)]
+[15.0, 5.0]
 """
 
 from __future__ import annotations
