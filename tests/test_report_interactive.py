@@ -500,19 +500,23 @@ def test_the_rules_the_page_embeds_are_the_clis():
     for name, _, _ in (*TOPOLOGY, *VALIDITY):
         assert f"  {name}: " in js, name
     model, hw = load_model("qwen3-30b-a3b"), load_hardware("h20")
+    from moesym.cli.common import positive_int
+    from moesym.cli.flags import flags
+
+    cli = interactive.CliText(flags("predict"), positive_int)
     rules = interactive._rules(model, hw, Deployment(gpus=4, ep=4),
-                               Workload("decode", batch=64, context=4096))
+                               Workload("decode", batch=64, context=4096), cli)
     def fill(t, **v):  # the page's fill(), in Python
         return re.sub(r"\{(\w+)(?::\.(\d+)f)?\}",
                       lambda m: (f"{v[m[1]]:.{m[2]}f}" if m[2] else str(v[m[1]])), t)
     with pytest.raises(SpecError) as e:
         Deployment(gpus=4, ep=4, tp=3)
     assert fill(dict(rules["topology"])["tp_divides_gpus"], tp=3, gpus=4) == \
-        interactive._cli_message(e.value)
+        cli.message(e.value)
     with pytest.raises(SpecError) as e:
         check_inputs(model, hw, Deployment(gpus=6, ep=6), None)
     assert fill(dict(rules["validity"])["ep_divides_experts"], ep=6, experts=128) == \
-        interactive._cli_message(e.value)
+        cli.message(e.value)
     with pytest.raises(SpecError) as e:
         check_inputs(model, hw, Deployment(gpus=4, ep=4), Workload("decode", context=50000))
-    assert fill(rules["positionsMessage"], context=50000) == interactive._cli_message(e.value)
+    assert fill(rules["positionsMessage"], context=50000) == cli.message(e.value)

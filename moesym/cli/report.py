@@ -39,10 +39,13 @@ def write_report(path: str, model, hw, dep, wl, argv, optimize_result=None,
                  interactive: bool = False) -> Path:
     out = Path(path).expanduser()
     if interactive:
-        from ..report.interactive import interactive_html
+        from ..report.interactive import CliText, interactive_html
+        from .common import positive_int
+        from .flags import flags
 
         _say("interactive page")
-        page = interactive_html(model, hw, dep, wl, argv)
+        page = interactive_html(model, hw, dep, wl, argv,
+                                cli=CliText(flags("predict"), positive_int))
     else:
         from ..report.html import report_html
 

@@ -56,10 +56,14 @@ def does_not_fit(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Worklo
     of ``wl`` (its batch set to 1) does not fit in GPU memory by ``predict``'s rule
     (:func:`moesym.memory.memory_report`'s ``fits``); None where it fits."""
     r = memory_report(model, hw, dep, replace(wl, batch=1))
-    if r["fits"]:
-        return None
-    return (f"the model does not fit: its weights take {r['weights_bytes'] / 1e9:.1f} GB per GPU; "
-            f"with one request, {r['fits_reason']}: more GPUs (--gpus, --ep) or lighter --weights")
+    return None if r["fits"] else unfit_message(r["weights_bytes"], r["fits_reason"])
+
+
+def unfit_message(weights_bytes: float, fits_reason: str) -> str:
+    """:func:`does_not_fit`'s message for a memory report's weights per GPU and ``fits_reason``
+    (the what-if page writes it from these two)."""
+    return (f"the model does not fit: its weights take {weights_bytes / 1e9:.1f} GB per GPU; "
+            f"with one request, {fits_reason}: more GPUs (--gpus, --ep) or lighter --weights")
 
 
 def unfit_answer(name: str, title: str, model: ModelSpec, hw: HardwareSpec, dep: Deployment,

@@ -34,7 +34,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from html import escape
 from pathlib import Path
 
@@ -43,7 +44,7 @@ import sympy as sp
 from ..errors import MoesymError
 from ..specs.deployment import Phase, Workload, prefill_chunk
 
-__all__ = ["interactive_html", "js_source", "predict_argv"]
+__all__ = ["CliText", "interactive_html", "js_source", "predict_argv"]
 
 # SymPy node -> JavaScript: n-ary folds and one-argument functions
 _JS_REDUCE = {sp.Max: "Math.max", sp.Min: "Math.min"}
@@ -177,12 +178,19 @@ def _check(dep, wl) -> None:
 
 # ---------------------------------------------------------------- the CLI's checks, as data
 
-def _cli_message(exc) -> str:
-    """What ``moesym predict`` prints after ``moesym: error:`` for ``exc``: its fields named as
-    the command line names them."""
-    from ..cli.flags import flags
+@dataclass(frozen=True)
+class CliText:
+    """What the page takes from the command line to write its messages as ``moesym predict``
+    does (given by :mod:`moesym.cli.report`, a later stage): each field's flag and the parser's
+    positive-integer type."""
 
-    return MoesymError(str(exc)).named(flags("predict"))
+    flag_names: Mapping[str, str]
+    positive_int: Callable[[str], int]
+
+    def message(self, exc) -> str:
+        """What ``moesym predict`` prints after ``moesym: error:`` for ``exc``: its fields
+        named as the command line names them."""
+        return MoesymError(str(exc)).named(self.flag_names)
 
 
 #: sentinels the templates are made with: the Python that writes the CLI's message is run on
@@ -190,7 +198,7 @@ def _cli_message(exc) -> str:
 _SENTINEL = 987650000
 
 
-def _template(make, *names, text=()) -> str:
+def _template(cli: CliText, make, *names, text=()) -> str:
     """The message ``make(**values)`` gives (or raises) at a sentinel for each of ``names``
     (numbers) and ``text`` (strings), with each sentinel replaced by ``{name}``."""
     values = {n: _SENTINEL + 17 * i for i, n in enumerate(names)}
@@ -203,29 +211,27 @@ def _template(make, *names, text=()) -> str:
             out = make(**values)
     except (MoesymError, ValueError) as exc:
         out = exc
-    msg = _cli_message(out)
+    msg = cli.message(out)
     for n, v in sorted(values.items(), key=lambda kv: -len(str(kv[1]))):
         msg = msg.replace(str(v), "{" + n + "}")
     # a number the message writes with decimals: {name:.Nf} (the page writes it so)
     return re.sub(r"\{(\w+)\}\.(0+)(?!\d)", lambda g: f"{{{g[1]}:.{len(g[2])}f}}", msg)
 
 
-def _positive_template(flag: str) -> str:
+def _positive_template(cli: CliText, flag: str) -> str:
     """argparse's message for a value of ``flag`` that is not a positive integer (the CLI's
-    :func:`moesym.cli.common.positive_int`), ``{value}`` for the text given."""
+    positive-integer type), ``{value}`` for the text given."""
     import argparse
-
-    from ..cli.common import positive_int
 
     def make(value):
         try:
-            positive_int(value)
+            cli.positive_int(value)
         except argparse.ArgumentTypeError as exc:
             return "moesym predict: " + str(argparse.ArgumentError(
                 argparse.Action([flag], flag.lstrip("-")), str(exc)))
         raise AssertionError("a sentinel is not a positive integer")
 
-    return _template(make, text=("value",))
+    return _template(cli, make, text=("value",))
 
 
 def _fake_deployment(dep, **values):
@@ -238,13 +244,12 @@ def _fake_deployment(dep, **values):
                            a2a=SimpleNamespace(value=values["a2a"]))
 
 
-def _rules(model, hw, dep, wl) -> dict:
+def _rules(model, hw, dep, wl, cli: CliText) -> dict:
     """The checks the CLI runs on the page's inputs, each with the message it prints: templates
     the CLI's own Python writes (at sentinels, :func:`_template`), and the numbers the page's
     predicates take (``interactive.js`` holds one predicate per rule name of
     :data:`moesym.specs.deployment.TOPOLOGY` and ``VALIDITY``, in their order)."""
     from types import SimpleNamespace
-    from unittest import mock
 
     from ..derive import decode_point
     from ..memory.capacity import device_short
@@ -261,38 +266,35 @@ def _rules(model, hw, dep, wl) -> dict:
         return SimpleNamespace(name=m.name, num_heads=v["heads"], o_groups=v["o_groups"],
                                num_experts=v["experts"], moe_intermediate_size=v["inter"])
 
-    topology = [[name, _template(lambda message=message, **v: message(fake(**v)), *sizes,
+    topology = [[name, _template(cli, lambda message=message, **v: message(fake(**v)), *sizes,
                                  text=("a2a",))]
                 for name, _, message in TOPOLOGY]
-    validity = [[name, _template(lambda message=message, **v: message(fake_model(**v), fake(**v)),
+    validity = [[name, _template(cli, lambda message=message, **v: message(fake_model(**v), fake(**v)),
                                  *sizes, "heads", "o_groups", "experts", "inter", text=("a2a",))]
                 for name, _, message in VALIDITY]
     trained, scaled, _ = position_limit(model)
     serve = wl.phase is Phase.SERVE
     positions = None
     if trained:
-        positions = _template(lambda isl, osl, longest: check_lengths(
+        positions = _template(cli, lambda isl, osl, longest: check_lengths(
             model, wl.phase, context=isl, isl=isl, osl=osl), "isl", "osl", "longest")
         if serve:  # the longest sequence: the sentinels' sum, written by check_lengths
             positions = positions.replace(str(2 * _SENTINEL + 17), "{longest}")
         else:
             positions = positions.replace("{isl}", "{context}")
 
-    def unfit(weights, used):  # derive's does_not_fit on a report of sentinel numbers
-        r = {"fits": False, "weights_bytes": weights * 1e9,
-             "fits_reason": device_short(used * 1e9, hw)}
-        with mock.patch.object(decode_point, "memory_report", lambda *a, **k: r):
-            return decode_point.does_not_fit(model, hw, dep, wl)
+    def unfit(weights, used):  # derive's does_not_fit message at sentinel numbers
+        return decode_point.unfit_message(weights * 1e9, device_short(used * 1e9, hw))
 
     chunk = None
     if wl.phase is Phase.PREFILL:
-        chunk = _template(lambda context, chunk: Workload(Phase.PREFILL, tokens=chunk,
+        chunk = _template(cli, lambda context, chunk: Workload(Phase.PREFILL, tokens=chunk,
                                                           context=context, chunk=chunk),
                           "context", "chunk")
     work_flag = "--tokens" if wl.phase is Phase.PREFILL else "--batch"
     lengths = ("--isl", "--osl") if serve else ("--context",)
     return {
-        "positive": {f: _positive_template(f) for f in
+        "positive": {f: _positive_template(cli, f) for f in
                      (work_flag, *lengths, "--gpus", "--ep", "--tp", "--micro-batches")},
         "topology": topology, "validity": validity,
         "model": {"heads": m.num_heads, "o_groups": m.o_groups if m.is_compressed else 0,
@@ -303,7 +305,7 @@ def _rules(model, hw, dep, wl) -> dict:
         "deepep": [a.value for a in A2AMode if a.is_deepep],
         "positions": scaled if trained else 0, "positionsMessage": positions,
         "chunkMessage": chunk,
-        "unfit": _template(unfit, "weights", "used"),
+        "unfit": _template(cli, unfit, "weights", "used"),
     }
 
 
@@ -368,7 +370,7 @@ def _step_exprs(step) -> tuple[dict, dict | None]:
                    "stages": [list(s) for s in lay.stages], "capped": "tlc/tr/dispatch" in exprs}
 
 
-def _variant(model, hw, d, wl, fns: _Functions) -> dict:
+def _variant(model, hw, d, wl, fns: _Functions, cli: CliText) -> dict:
     """The step and memory models of deployment ``d`` (its micro-batch count, schedule and A2A
     mode), as generated functions: the step (serve: the decode step, and the mixed step as
     ``mix``) and the memory, as :func:`moesym.model.predictor.predict` and ``serve_models``
@@ -383,7 +385,7 @@ def _variant(model, hw, d, wl, fns: _Functions) -> dict:
         if wl.phase is Phase.SERVE:
             d.check_overlap(Phase.DECODE)
     except MoesymError as exc:  # the CLI's refusal, as it prints it
-        return {"refused": _cli_message(exc)}
+        return {"refused": cli.message(exc)}
     out: dict = {"fn": {}}
     if wl.phase is Phase.SERVE:
         chunk = serve_chunk(wl.chunk, hw.hbm_capacity_bytes, d.dp, d.engine)
@@ -430,7 +432,7 @@ def _structures(model, hw, dep, wl) -> tuple[list, list, list]:
     return mbs, list(dict.fromkeys((dep.overlap, *_SCHEDULES))), modes
 
 
-def _variants(model, hw, dep, wl, fns: _Functions) -> dict:
+def _variants(model, hw, dep, wl, fns: _Functions, cli: CliText) -> dict:
     """``{"MB/SCHEDULE/A2A": variant}`` of every structure the page offers (one that cannot
     run: the CLI's refusal, :func:`_variant`). Two
     names of one structure (``auto`` and the schedule or mode it resolves to) share one
@@ -449,7 +451,7 @@ def _variants(model, hw, dep, wl, fns: _Functions) -> dict:
                 same = (mb, tuple(resolve_name(ov, mb, p.engine) for p in phases),
                         tuple(d.resolved_a2a(p) for p in phases))
                 if same not in built:
-                    built[same] = _variant(model, hw, d, wl, fns)
+                    built[same] = _variant(model, hw, d, wl, fns, cli)
                 out[f"{mb}/{ov}/{a2a}"] = built[same]
     return out
 
@@ -510,7 +512,7 @@ def _hardware_inputs(model, hw, dep, static: dict) -> list:
     return [h for h in out if all(s in static for s in h["symbols"])]
 
 
-def _data(model, hw, dep, wl, argv) -> dict:
+def _data(model, hw, dep, wl, argv, cli: CliText) -> dict:
     from .. import __version__
     from ..engines import host_overlapped
     from ..terms.routing import group_var_factor
@@ -521,7 +523,7 @@ def _data(model, hw, dep, wl, argv) -> dict:
 
     dep = clamp_micro_batches(dep, wl)
     fns = _Functions()
-    variants = _variants(model, hw, dep, wl, fns)
+    variants = _variants(model, hw, dep, wl, fns, cli)
     refused = {k: v["refused"] for k, v in variants.items() if "refused" in v}
     variants = {k: v for k, v in variants.items() if "refused" not in v}
     structures = list({id(v): v for v in variants.values()}.values())
@@ -568,14 +570,16 @@ def _data(model, hw, dep, wl, argv) -> dict:
         "start": {"work": wl.tokens if prefill else wl.batch, "context": wl.context,
                   "gpus": dep.gpus, "ep": dep.ep, "tp": dep.tp, "mb": dep.micro_batches,
                   "overlap": dep.overlap, "a2a": dep.a2a.value},
-        "serve": serve, "refused": refused, "rules": _rules(model, hw, dep, wl),
+        "serve": serve, "refused": refused, "rules": _rules(model, hw, dep, wl, cli),
     }, "\n".join(fns.js)
 
 
-def interactive_html(model, hw, dep, wl, argv=(), optimize_result=None) -> str:
+def interactive_html(model, hw, dep, wl, argv=(), optimize_result=None, *,
+                     cli: CliText) -> str:
     """The interactive page of ``model`` on ``hw`` under ``dep`` and ``wl`` (``argv``: the
-    command that made it, without ``moesym``)."""
-    data, js = _data(model, hw, dep, wl, list(argv))
+    command that made it, without ``moesym``; ``cli``: the command line's flag names and
+    number type, its messages written as the CLI writes them)."""
+    data, js = _data(model, hw, dep, wl, list(argv), cli)
     prefill, serve = wl.phase is Phase.PREFILL, wl.phase is Phase.SERVE
     work = ("prompt tokens per rank per step", "--tokens") if prefill else \
         ("requests in flight per rank (batch)" if serve else "requests per rank (batch)",
