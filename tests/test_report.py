@@ -82,3 +82,25 @@ def test_the_page_renders_in_headless_chromium(page, tmp_path):
     r = subprocess.run(base + ["--window-size=1100,3000", f"--screenshot={shot}", page.as_uri()],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and shot.stat().st_size > 20_000  # a rendered page, not a blank one
+
+
+def test_the_batch_chart_of_a_micro_batched_deployment_warns_nothing():
+    """The page charts batches from 1 up; a batch of 1 cannot be split into 2 micro-batches, and
+    an engine runs it as one (moesym.numbers.metrics.micro_batches_run). That is the chart's own
+    point, not a batch the user gave: no "--micro-batches ... has no effect" warning (the README's
+    report recipe printed one), and the point is timed as the single micro-batch it runs."""
+    import warnings
+
+    import moesym as ms
+    from moesym.report.html import _sweep
+
+    model, hw = ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h20")
+    dep = ms.Deployment(gpus=4, ep=4, micro_batches=2)
+    wl = ms.Workload("decode", batch=64, context=1024)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, (xs, thr, lat) = _sweep(model, hw, dep, wl)
+    assert not [w for w in caught if "--micro-batches" in str(w.message)]
+    one = ms.predict(model, hw, ms.Deployment(gpus=4, ep=4, micro_batches=1),
+                     ms.Workload("decode", batch=1, context=1024))
+    assert xs[0] == 1.0 and lat[0] == pytest.approx(one["tpot_s"] * 1e3, rel=1e-12)

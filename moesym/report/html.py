@@ -93,6 +93,7 @@ def _sweep(model, hw, dep, wl) -> tuple[str, list]:
     from dataclasses import replace
 
     from ..model.predictor import predict
+    from ..numbers.metrics import micro_batches_run
 
     if wl.phase is Phase.PREFILL:
         grid = np.unique(np.geomspace(max(wl.context, 256), max(16 * wl.tokens, 65536), 14).round())
@@ -102,8 +103,11 @@ def _sweep(model, hw, dep, wl) -> tuple[str, list]:
         field, label = "batch", "requests per attention-DP rank"
     xs, thr, lat = [], [], []
     for g in grid:
+        # a grid point too small to split runs the micro-batches an engine splits it into
+        # (the warning is for a batch the user gives, not for the chart's own points)
+        d = replace(dep, micro_batches=int(micro_batches_run(dep.micro_batches, int(g))))
         try:
-            p = predict(model, hw, dep, replace(wl, **{field: int(g)}), memory=False)
+            p = predict(model, hw, d, replace(wl, **{field: int(g)}), memory=False)
         except MoesymError:
             continue
         xs.append(float(g))
