@@ -213,9 +213,9 @@ def write_per_vendor(results: list, key: str, what: str, fitted_on: str, digits:
                           + note(r) + "\n" for r in mine)
         table = ", ".join(f"{r['vendor']} = {r['value']:.{digits}f}" for r in mine)
         line = f"# {what}\n" + comment + f"{key} = {{ {table} }}"
-        new = re.sub(rf"(# {re.escape(what)}\n(#[^\n]*\n)*)?{key} = [^\n]*",
-                     lambda m: line, block, count=1)
-        if new == block:
+        new, found = re.subn(rf"(# {re.escape(what)}\n(#[^\n]*\n)*)?{key} = [^\n]*",
+                             lambda m: line, block, count=1)
+        if not found:  # (a refit with the same values leaves the block as it was)
             new = block.rstrip("\n") + "\n" + line + "\n"
         text = text[:start] + new + text[start + len(block):]
     path.write_text(text, encoding="utf-8")
@@ -233,54 +233,9 @@ def write_host_launch(results: list) -> None:
 FIRST_WAVE = 0.1
 
 
-def cold_prefill_fits(rows: list) -> list:
-    """Each engine's one-time first prefill per device maker from simulated rows, each launch
-    configuration held out in turn (:func:`fit`'s result keys)."""
-    from moesym.report.inferencex import load_runs
-    from moesym.specs.hardware import load_hardware
-
-    runs = {r.id: r for r in load_runs()}
-    groups: dict = {}
-    for row in rows:
-        if "skipped" in row:
-            continue
-        run = runs[row["id"]]
-        gap = lambda side: row["ttft_mean_ms"][side] - row["ttft_median_ms"][side]  # noqa: E731
-        unexplained_ms = (gap("measured") - gap("predicted")) / FIRST_WAVE
-        groups.setdefault((run.engine, load_hardware(run.hardware).vendor), []).append(
-            (run.config, unexplained_ms, row["ttft_mean_ms"]))
-    out = []
-    for (engine, vendor), items in sorted(groups.items()):
-        value = lambda its: max(0.0, median(u for _, u, _ in its))  # noqa: E731
-
-        def err(its, ms):
-            return [(m["predicted"] + FIRST_WAVE * ms) / m["measured"] - 1 for _, _, m in its]
-
-        held, per_config = [], {}
-        for cfg in sorted({c for c, _, _ in items}):
-            inside = [it for it in items if it[0] != cfg]
-            if not inside:
-                continue
-            v = value(inside)
-            e = err([it for it in items if it[0] == cfg], v)
-            held += e
-            per_config[cfg] = {"fit": v, "runs": len(e),
-                               "median_abs_error": median(abs(x) for x in e)}
-        v = value(items)
-        base = [m["predicted"] / m["measured"] - 1 for _, _, m in items]
-        out.append({"label": f"{engine} on {vendor}", "engine": engine, "vendor": vendor,
-                    "value": v, "runs": len(items), "configs": len(per_config),
-                    "train_median_abs_error": median(abs(x) for x in err(items, v)),
-                    "heldout_median_abs_error": median(abs(x) for x in held) if held
-                    else float("nan"),
-                    "without_median_abs_error": median(abs(x) for x in base),
-                    "per_config": per_config})
-    return out
-
-
-def pd_handoff_fits(rows: list) -> list:
-    """Each engine's prefill-to-decode hand-off per device maker from simulated disaggregated
-    rows, each launch configuration held out in turn (:func:`fit`'s result keys)."""
+def _engine_groups(rows: list, keep, item) -> dict:
+    """The simulated rows ``keep`` accepts (not skipped), as ``item(row, run)`` grouped by
+    (engine, device maker)."""
     from moesym.report.inferencex import load_runs
     from moesym.specs.hardware import load_hardware
 
@@ -288,22 +243,20 @@ def pd_handoff_fits(rows: list) -> list:
     groups: dict = {}
     for row in rows:
         run = runs[row["id"]]
-        if "skipped" in row or not run.disagg:
-            continue
-        med = dict(row["ttft_median_ms"])
-        med["predicted"] -= row.get("pd_handoff_ms", 0.0)  # as simulated without a hand-off
-        low = row["ttft_components_ms"].get("queue", 0.0) < 0.1 * row["ttft_mean_ms"]["predicted"]
-        groups.setdefault((run.engine, load_hardware(run.hardware).vendor), []).append(
-            (run.config, low, med["measured"] - med["predicted"], med))
+        if "skipped" not in row and keep(run):
+            groups.setdefault((run.engine, load_hardware(run.hardware).vendor), []).append(
+                (run.config, *item(row, run)))
+    return groups
+
+
+def _held_out_fits(groups: dict, value, err) -> list:
+    """Per (engine, maker): ``value(items)`` fitted on every launch configuration but one and
+    tried on that one (``err(items, value)``: relative errors), each configuration in turn
+    (:func:`fit`'s result keys, plus the error without the value, ``err(items, 0)``)."""
     out = []
     for (engine, vendor), items in sorted(groups.items()):
-        value = lambda its: max(0.0, median([u for _, low, u, _ in its if low] or [0.0]))  # noqa: E731
-
-        def err(its, ms):
-            return [(m["predicted"] + ms) / m["measured"] - 1 for *_, m in its]
-
         held, per_config = [], {}
-        for cfg in sorted({c for c, *_ in items}):
+        for cfg in sorted({it[0] for it in items}):
             inside = [it for it in items if it[0] != cfg]
             if not inside:
                 continue
@@ -315,7 +268,6 @@ def pd_handoff_fits(rows: list) -> list:
         v = value(items)
         out.append({"label": f"{engine} on {vendor}", "engine": engine, "vendor": vendor,
                     "value": v, "runs": len(items), "configs": len(per_config),
-                    "low_load_runs": sum(low for _, low, *_ in items),
                     "train_median_abs_error": median(abs(x) for x in err(items, v)),
                     "heldout_median_abs_error": median(abs(x) for x in held) if held
                     else float("nan"),
@@ -324,40 +276,66 @@ def pd_handoff_fits(rows: list) -> list:
     return out
 
 
+def cold_prefill_fits(rows: list) -> list:
+    """Each engine's one-time first prefill per device maker from simulated rows, each launch
+    configuration held out in turn (:func:`fit`'s result keys)."""
+    def item(row, run):
+        gap = lambda side: row["ttft_mean_ms"][side] - row["ttft_median_ms"][side]  # noqa: E731
+        return (gap("measured") - gap("predicted")) / FIRST_WAVE, row["ttft_mean_ms"]
+
+    return _held_out_fits(
+        _engine_groups(rows, lambda run: True, item),
+        lambda its: max(0.0, median(u for _, u, _ in its)),
+        lambda its, ms: [(m["predicted"] + FIRST_WAVE * ms) / m["measured"] - 1
+                         for _, _, m in its])
+
+
+def pd_handoff_fits(rows: list) -> list:
+    """Each engine's prefill-to-decode hand-off per device maker from simulated disaggregated
+    rows, each launch configuration held out in turn (:func:`fit`'s result keys)."""
+    def item(row, run):
+        med = dict(row["ttft_median_ms"])
+        med["predicted"] -= row.get("pd_handoff_ms", 0.0)  # as simulated without a hand-off
+        low = row["ttft_components_ms"].get("queue", 0.0) < 0.1 * row["ttft_mean_ms"]["predicted"]
+        return low, med["measured"] - med["predicted"], med
+
+    return _held_out_fits(
+        _engine_groups(rows, lambda run: run.disagg, item),
+        lambda its: max(0.0, median([u for _, low, u, _ in its if low] or [0.0])),
+        lambda its, ms: [(m["predicted"] + ms) / m["measured"] - 1 for *_, m in its])
+
+
 def kept(r: dict) -> bool:
-    """A fit is kept where, held out by configuration, it predicts the mean TTFT better than
-    no one-time prefill at all (as the kernel fits keep a backend's own fit only where it
-    lowers the held-out error)."""
+    """A fit is kept where, held out by configuration, it predicts its TTFT better than none
+    at all (as the kernel fits keep a backend's own fit only where it lowers the held-out
+    error)."""
     return r["configs"] > 0 and r["heldout_median_abs_error"] < r["without_median_abs_error"]
 
 
-def write_cold_prefill(results: list) -> None:
-    """Each fit where kept, else 0 (so that a profile does not inherit its base's), with both
-    held-out errors said."""
+def write_ttft_fit(results: list, key: str, what: str, fitted_on: str, metric: str) -> None:
+    """Each fit where kept, else 0 (so that a profile does not inherit its base's), as the
+    profiles' ``key``, with both held-out errors of the ``metric`` TTFT said."""
     out = [{**r, "fitted": r["value"], "value": r["value"] if kept(r) else 0.0}
            for r in results if r["configs"]]
-    write_per_vendor(out, "cold_prefill_ms",
+    write_per_vendor(out, key, what, fitted_on, 0,
+                     lambda r: (f"; {metric} TTFT held out {r['heldout_median_abs_error']:.1%} "
+                                f"against {r['without_median_abs_error']:.1%} without it"
+                                + ("" if kept(r) else f": the fit ({r['fitted']:.0f} ms) is not "
+                                   "kept, 0")))
+
+
+#: the fits on simulated rows: what, the profile key, its comment, what it is fitted on and the
+#: TTFT statistic it is judged by
+TTFT_FITS = {
+    "cold-prefill": (cold_prefill_fits, "cold_prefill_ms",
                      "one-time first prefill (first use of the prefill kernels), per device maker",
-                     "mean-over-median TTFT gap of {whose} runs on {vendor} GPUs", 0,
-                     lambda r: (f"; mean TTFT held out {r['heldout_median_abs_error']:.1%} "
-                                f"against {r['without_median_abs_error']:.1%} without it"
-                                + ("" if kept(r) else f": the fit ({r['fitted']:.0f} ms) is not "
-                                   "kept, 0")))
-
-
-def write_pd_handoff(results: list) -> None:
-    """Each fit where kept, else 0, with both held-out errors said."""
-    out = [{**r, "fitted": r["value"], "value": r["value"] if kept(r) else 0.0}
-           for r in results if r["configs"]]
-    write_per_vendor(out, "pd_handoff_ms",
-                     "prefill-to-decode hand-off beyond the KV transfer (disaggregated), per "
-                     "device maker",
-                     "median TTFT of {whose} disaggregated runs on {vendor} GPUs (the value: "
-                     "those without queueing)", 0,
-                     lambda r: (f"; median TTFT held out {r['heldout_median_abs_error']:.1%} "
-                                f"against {r['without_median_abs_error']:.1%} without it"
-                                + ("" if kept(r) else f": the fit ({r['fitted']:.0f} ms) is not "
-                                   "kept, 0")))
+                     "mean-over-median TTFT gap of {whose} runs on {vendor} GPUs", "mean"),
+    "pd-handoff": (pd_handoff_fits, "pd_handoff_ms",
+                   "prefill-to-decode hand-off beyond the KV transfer (disaggregated), per "
+                   "device maker",
+                   "median TTFT of {whose} disaggregated runs on {vendor} GPUs (the value: "
+                   "those without queueing)", "median"),
+}
 
 
 def write_accept(r: dict) -> None:
@@ -383,7 +361,7 @@ def _print(r: dict, unit: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("host-launch", "accept", "cold-prefill", "pd-handoff"))
+    ap.add_argument("what", choices=("host-launch", "accept", *TTFT_FITS))
     ap.add_argument("rows", nargs="?", default=None,
                     help="cold-prefill, pd-handoff: the rows (comma-separated files) "
                          "benchmarks/serving_open_set.py --json wrote")
@@ -391,22 +369,22 @@ def main() -> int:
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
-    if args.what in ("cold-prefill", "pd-handoff"):
+    if args.what in TTFT_FITS:
         import json
 
         if not args.rows:
             raise SystemExit(f"{args.what} needs the ROWS.json of "
                              "benchmarks/serving_open_set.py")
         rows = [r for f in args.rows.split(",") for r in json.loads(Path(f).read_text())]
-        cold = args.what == "cold-prefill"
-        results = (cold_prefill_fits if cold else pd_handoff_fits)(rows)
+        fits, key, what, fitted_on, metric = TTFT_FITS[args.what]
+        results = fits(rows)
         for r in results:
             _print(r, " ms")
-            print(f"  {'mean' if cold else 'median'} TTFT median |error| without it: "
+            print(f"  {metric} TTFT median |error| without it: "
                   f"{r['without_median_abs_error']:.1%} -> "
                   f"{'kept' if kept(r) else 'not kept (0)'}")
         if args.write:
-            (write_cold_prefill if cold else write_pd_handoff)(results)
+            write_ttft_fit(results, key, what, fitted_on, metric)
         return 0
     if args.what == "accept":
         r = fit(ACCEPT, accept_runs(), "accept (random prompts)")
