@@ -103,7 +103,7 @@ import pandas as pd
 from moesym.engines import load_engine
 from moesym.io.resources import data_dir
 from moesym.kernels import aic
-from moesym.kernels.calib import DEFAULTS, ENGINES_KEY, MOE_KERNEL_KEYS, kernel_calib
+from moesym.specs.kernel_calib import DEFAULTS, ENGINES_KEY, MOE_KERNEL_KEYS, kernel_calib
 from moesym.kernels.fit import (fit_attention, fit_gemm, fit_moe, physical_floor_s,
                                 replace_toml_table, split_shapes, write_kernel_table)
 from moesym.specs.hardware import DeepEPKernel, load_hardware

@@ -43,7 +43,7 @@ fit and the FP8 block-scale fused MoE's (FORMATS), ``[kernel.dtypes.bf16]`` and
 ``[kernel.dtypes.fp4]`` the BF16 and MXFP4 ones; the other classes (FP8 per-token GEMM, MXFP8,
 FP8-activation / FP4-weight, BF16-activation / FP4 or INT4-weight MoE) are fitted and reported
 but time as their format's table. MI300X has no BF16 table in aiter's files but a 26-row batched
-one: its BF16 GEMMs take MI355X's BF16 fit per CU (:func:`moesym.kernels.calib.transferred`),
+one: its BF16 GEMMs take MI355X's BF16 fit per CU (:func:`moesym.specs.kernel_calib.transferred`),
 checked on those rows. Attention has no aiter table: ATTENTION_RULE sets it, written into the
 file's ``transferred`` record, which moesym names in a warning whenever the calibration is used.
 
@@ -82,7 +82,7 @@ from kernel_fit_aic import (
 
 from moesym.io.resources import data_dir
 from moesym.kernels import aiter
-from moesym.kernels.calib import (
+from moesym.specs.kernel_calib import (
     DEFAULTS,
     DTYPES_KEY,
     MOE_KERNEL_KEYS,
@@ -248,7 +248,7 @@ def _moe_terms(c: KernelCalib) -> KernelCalib:
 
 
 def _field(toml_key: str) -> str:
-    from moesym.kernels.calib import _KEYS
+    from moesym.specs.kernel_calib import _KEYS
 
     return _KEYS[toml_key][0]
 
@@ -545,7 +545,7 @@ def heldout_rows(root: Path, fit: dict, gpu: str) -> list[dict]:
 
 
 def _table_of(hw, fmt: str) -> str:
-    from moesym.kernels.calib import dtype_tables
+    from moesym.specs.kernel_calib import dtype_tables
 
     return f"[kernel.{DTYPES_KEY}.{fmt}]" if fmt in dtype_tables(hw) else "[kernel]"
 

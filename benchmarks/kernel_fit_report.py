@@ -16,7 +16,7 @@ import argparse
 from pathlib import Path
 
 from moesym.io.resources import data_dir
-from moesym.kernels.calib import DEFAULTS, transferred
+from moesym.specs.kernel_calib import DEFAULTS, transferred
 from moesym.kernels.fit import attention_rows, fit_attention, fit_gemm, write_kernel_table
 from moesym.kernels.tables import KernelTables
 from moesym.specs.hardware import load_hardware
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
                     transferred(calib, hw, load_hardware(other), src_o),
                     [f"NOT FITTED on {other}: transferred from hardware/{gpu}.toml's fit; the fit "
                      f"is per SM (the SM count and peaks come from this file; the per-SM load "
-                     f"rate scaled up with the per-SM tensor rate: moesym.kernels.calib.transferred)",
+                     f"rate scaled up with the per-SM tensor rate: moesym.specs.kernel_calib.transferred)",
                      f"refit with: python benchmarks/kernel_fit_report.py BENCH_DIR --gpu {other} "
                      f"--write"])
                 print(f"wrote transferred [kernel] to hardware/{other}.toml")

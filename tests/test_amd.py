@@ -19,7 +19,7 @@ from moesym.cli import main
 from moesym.errors import SpecError
 from moesym.kernels import aiter
 from moesym.kernels.analytical import gemm_time, split_k
-from moesym.kernels.calib import DEFAULTS, kernel_calib
+from moesym.specs.kernel_calib import DEFAULTS, kernel_calib
 from moesym.kernels.timing import KernelTiming
 from moesym.specs.hardware import load_hardware
 from moesym.symbolic.symbols import S

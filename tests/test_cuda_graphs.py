@@ -18,7 +18,7 @@ import pytest
 from moesym.cli import main
 from moesym.engines import load_engine
 from moesym.errors import SpecError
-from moesym.kernels.calib import kernel_calib
+from moesym.specs.kernel_calib import kernel_calib
 from moesym.model.predictor import predict
 from moesym.model.step import build_step
 from moesym.report.validation import single_device_cases

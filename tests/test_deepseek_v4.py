@@ -219,7 +219,7 @@ def test_mtp_draft_layer_attends_its_window_only():
     from moesym.model.draft import draft_s
     from moesym.symbolic.symbols import by_name
     from moesym.terms.dims import symbolic_dims
-    from moesym.kernels.time_model import time_model
+    from moesym.kernels.registry import time_model
 
     m, hw = load_model("deepseek-v4-flash"), load_hardware("b200")
     dep = Deployment(gpus=8, ep=8, weights="fp8", kv="fp8", mtp=1, accept=0.8)

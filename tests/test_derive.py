@@ -121,7 +121,7 @@ def test_roofline_crossover_without_lazy_loading_is_seed_000_r_over_2s():
     dep = ms.Deployment(gpus=128, ep=128, weights="fp8", timing="roofline", routing="balanced")
     cf = crossover(m, h, dep, lazy=False)
     # the achieved fractions are the [kernel] table's (one set per GPU, read by both time models)
-    from moesym.kernels.calib import kernel_calib
+    from moesym.specs.kernel_calib import kernel_calib
 
     k = kernel_calib(h)
     R = 1979e12 * k.grouped_contiguous_tensor_frac / (3.35e12 * k.gemm_hbm_frac) * (1 + 4 / 128**2)

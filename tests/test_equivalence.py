@@ -31,7 +31,7 @@ tests/test_schedules.py): step times fell by at most 0.5%, the optimize answers 
 deployments and batches. Entry #11's TTFT doubled when a prefill step began to advance each
 prompt by one ``--chunk`` (2048 of its 4096 tokens: two steps, tests/test_cli.py); its step
 time did not move. Entry #7 (B200) was re-captured when a transferred calibration began to
-feed a faster SM in proportion (moesym.kernels.calib.transferred; B200's large GEMMs had sat at
+feed a faster SM in proportion (moesym.specs.kernel_calib.transferred; B200's large GEMMs had sat at
 half their peak behind H800's per-SM load rate): its step time fell 2.1%.
 Entries #2, #3, #7, #8, #12, #13, #16, #17, #18 and #19 (H100, H200, B200, A100) were
 re-captured when those GPUs' ``[kernel]`` tables were fitted on their own measured kernels

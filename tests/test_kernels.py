@@ -27,7 +27,7 @@ from moesym.kernels.analytical import (
     gemm_tiles,
     gemm_time,
 )
-from moesym.kernels.calib import DEFAULTS, KernelCalib, kernel_calib, parse_kernel_calib
+from moesym.specs.kernel_calib import DEFAULTS, KernelCalib, kernel_calib, parse_kernel_calib
 from moesym.kernels.fit import fit_gemm, predict_rows, write_kernel_table
 from moesym.kernels.tables import KernelTables, interp_log, read_attention_table, read_gemm_table
 from moesym.kernels.timing import KernelTiming
@@ -269,10 +269,10 @@ def test_kernel_attention_dtype_reaches_the_kernel_model(cli_json):
 
 def test_transferred_calibration_keeps_the_fitted_gpus_share_of_peak():
     """A GPU that carries the H800 fit per SM has its faster SMs fed in proportion
-    (moesym.kernels.calib.transferred), so a large BF16 GEMM reaches the same share of its
+    (moesym.specs.kernel_calib.transferred), so a large BF16 GEMM reaches the same share of its
     own peak as on H800 (it sat at about half, behind H800's per-SM load rate). B200 and
     GB200 now have fits of their own; their datasheet figures serve as the faster GPUs here."""
-    from moesym.kernels.calib import transferred
+    from moesym.specs.kernel_calib import transferred
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         h800 = load_hardware("h800")

@@ -229,7 +229,7 @@ def test_capped_gemms_take_sms_over_sms_minus_comm_of_their_compute():
     from moesym.specs.deployment import A2AMode
     from moesym.symbolic.symbols import by_name
     from moesym.terms.dims import symbolic_dims
-    from moesym.kernels.time_model import time_model
+    from moesym.kernels.registry import time_model
 
     hw = load_hardware("h800")
     dep = Deployment(gpus=32, ep=32, weights="fp8", micro_batches=2, a2a=A2AMode.DEEPEP_NORMAL)

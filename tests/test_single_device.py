@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import moesym as ms
 from moesym.kernels.analytical import gemm_time
-from moesym.kernels.calib import DEFAULTS
+from moesym.specs.kernel_calib import DEFAULTS
 from moesym.specs.precision import bytes_per_element
 from moesym.report.validation import run_case, single_device_cases
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from moesym.kernels.aic import power_law_counts
-from moesym.kernels.calib import DEFAULTS
+from moesym.specs.kernel_calib import DEFAULTS
 from moesym.kernels.skew import (expected_m_tiles, padded_m_tiles, routing_tile_factor,
                                  tile_factor_table)
 from moesym.routing.zipf import zipf_inclusion_probabilities

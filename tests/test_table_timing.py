@@ -170,7 +170,7 @@ def test_a_folder_without_this_gpus_tables_is_refused(tmp_path, capsys):
 
 def test_the_roofline_reads_the_kernel_tables_fractions():
     # one efficiency set per GPU: the roofline's symbols are bound to the [kernel] fractions
-    from moesym.kernels.calib import kernel_calib
+    from moesym.specs.kernel_calib import kernel_calib
 
     hw = ms.load_hardware("h20")
     k = kernel_calib(hw)

@@ -17,7 +17,8 @@ from moesym.kernels.timing import KernelTiming
 from moesym.symbolic.symbols import S
 from moesym.terms.attention import gemm
 from moesym.specs.time_models import TIME_MODELS
-from moesym.kernels.time_model import RooflineTiming, TimeModel, time_model
+from moesym.kernels.registry import time_model
+from moesym.kernels.time_model import RooflineTiming, TimeModel
 
 
 @pytest.fixture
@@ -42,7 +43,7 @@ def test_the_command_line_and_the_deployment_refuse_the_same_names(tmp_path):
 
 def test_every_registered_name_builds_its_time_model(tables):
     hw = ms.load_hardware("h800")
-    built = {k: time_model(e.label(k).replace("DIR", str(tables)), hw)
+    built = {k: time_model(e.label().replace("DIR", str(tables)), hw)
              for k, e in TIME_MODELS.items()}
     assert {k: type(t) for k, t in built.items()} == {
         "kernel": KernelTiming, "roofline": RooflineTiming, "tables": TableTiming}

@@ -186,7 +186,7 @@ def test_validate_kernels_prints_the_held_out_table(capsys):
     outputs (bench_data/kernel_heldout.json), for every GPU fitted on AIConfigurator's tables;
     the fused-MoE backends it marks as used are exactly the fractions the hardware files hold."""
     from moesym.cli import main
-    from moesym.kernels.calib import MOE_KERNEL_KEYS, moe_kernel_fields
+    from moesym.specs.kernel_calib import MOE_KERNEL_KEYS, moe_kernel_fields
     from moesym.specs.hardware import load_hardware
     from moesym.report.validation import kernel_heldout
 

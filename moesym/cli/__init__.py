@@ -125,7 +125,7 @@ _QUIET, _VERBOSE = ("-q", "--quiet"), ("-v", "--verbose")
 
 
 def _provenance(text: str) -> bool:
-    """A warning about where the kernel calibration came from (moesym.kernels.calib)."""
+    """A warning about where the kernel calibration came from (moesym.specs.kernel_calib)."""
     return text.startswith("hardware ") and "kernel calibration" in text
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -10,6 +11,7 @@ import sys
 from ..errors import MoesymError
 from ..specs.deployment import LAYOUTS, A2AMode, Deployment, Phase, Routing, Workload
 from ..specs.hardware import HardwareSpec, load_hardware
+from ..specs.memory_options import MemoryOptions
 from ..specs.model import ModelSpec, load_model
 
 __all__ = ["add_model_hw", "add_deployment", "add_workload", "add_json", "deployment_from",
@@ -486,15 +488,47 @@ def _mesh_from(args, tp: int) -> tuple:
     return (r, c), gpus, tp
 
 
+def memory_options(items: list[str]) -> MemoryOptions:
+    """MemoryOptions from ``KEY=VALUE`` strings, each converted to its field's type.
+
+    >>> memory_options(["block_size=64", "kv_fragmentation=false"]).block_size
+    64
+    """
+    fields = {f.name: f for f in dataclasses.fields(MemoryOptions)}
+    values = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in fields:
+            raise MoesymError(f"--memory-option {item!r}: use KEY=VALUE with KEY one of "
+                              f"{', '.join(fields)}")
+        kind = type(getattr(MemoryOptions(), key))
+        try:
+            if kind is bool:
+                if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError
+                values[key] = text.lower() in ("true", "1", "yes")
+            elif kind is int:
+                x = float(text)
+                if not x.is_integer():  # 1.7 blocks is no block size: refuse, never truncate
+                    raise ValueError
+                values[key] = int(x)
+            else:
+                values[key] = kind(text)
+        except (ValueError, OverflowError):
+            what = {bool: "true or false", int: "an integer", float: "a number"}.get(kind, "text")
+            raise MoesymError(f"--memory-option {item!r}: {key} takes {what}") from None
+    try:
+        return MemoryOptions(**values)
+    except (TypeError, ValueError) as exc:
+        raise MoesymError(f"--memory-option: {exc}") from None
+
+
 def _memory_option_pairs(items: list[str]) -> tuple:
     """``KEY=VALUE`` flags as the deployment's (name, value) pairs, checked by building the
     options (a bad key or value is a one-line error)."""
     if not items:
         return ()
-    import dataclasses
-
-    from .memory import memory_options
-
     opts = memory_options(items)
     given = {item.partition("=")[0].strip().replace("-", "_") for item in items}
     return tuple((f.name, getattr(opts, f.name)) for f in dataclasses.fields(opts)

@@ -17,7 +17,7 @@ from ..kernels.analytical import (
     gemm_bytes,
     gemm_time,
 )
-from ..kernels.calib import kernel_calib
+from ..specs.kernel_calib import kernel_calib
 from ..kernels.tables import KernelTables
 from ..specs.hardware import load_hardware
 from . import COMMANDS

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
-
-from ..errors import MoesymError
-from ..memory import CONTRACT_KEYS, MemoryOptions, memory_report
+from ..memory import CONTRACT_KEYS, memory_report
 from ..specs.deployment import Phase, Workload
 from . import COMMANDS
 from .common import (
@@ -28,42 +25,6 @@ def register(sub) -> None:
     add_deployment(p)
     add_json(p)
     p.set_defaults(func=run)
-
-
-def memory_options(items: list[str]) -> MemoryOptions:
-    """MemoryOptions from ``KEY=VALUE`` strings, each converted to its field's type.
-
-    >>> memory_options(["block_size=64", "kv_fragmentation=false"]).block_size
-    64
-    """
-    fields = {f.name: f for f in dataclasses.fields(MemoryOptions)}
-    values = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or key not in fields:
-            raise MoesymError(f"--memory-option {item!r}: use KEY=VALUE with KEY one of "
-                              f"{', '.join(fields)}")
-        kind = type(getattr(MemoryOptions(), key))
-        try:
-            if kind is bool:
-                if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                    raise ValueError
-                values[key] = text.lower() in ("true", "1", "yes")
-            elif kind is int:
-                x = float(text)
-                if not x.is_integer():  # 1.7 blocks is no block size: refuse, never truncate
-                    raise ValueError
-                values[key] = int(x)
-            else:
-                values[key] = kind(text)
-        except (ValueError, OverflowError):
-            what = {bool: "true or false", int: "an integer", float: "a number"}.get(kind, "text")
-            raise MoesymError(f"--memory-option {item!r}: {key} takes {what}") from None
-    try:
-        return MemoryOptions(**values)
-    except (TypeError, ValueError) as exc:
-        raise MoesymError(f"--memory-option: {exc}") from None
 
 
 def _gb(x: float) -> str:

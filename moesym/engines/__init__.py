@@ -207,7 +207,7 @@ class EngineProfile:
     max_running_requests_speculative: int | None = None
     kernels: EngineKernels | None = None
     # [ENGINE.kernel]: kernel-model switches of this engine's kernels over the hardware file's
-    # [kernel] (moesym.kernels.calib keys; e.g. llama.cpp's per-expert matrix-vector kernels)
+    # [kernel] (moesym.specs.kernel_calib keys; e.g. llama.cpp's per-expert matrix-vector kernels)
     kernel: Mapping[str, object] = field(default_factory=dict)
     # the device makers (moesym.specs.hardware.VENDORS) whose devices it runs on; (): any
     runs_on: tuple[str, ...] = ()
@@ -220,7 +220,7 @@ class EngineProfile:
         on ``hw`` is refused (:func:`check_runs_on`)."""
         from dataclasses import replace
 
-        from ..kernels.calib import ENGINES_KEY
+        from ..specs.kernel_calib import ENGINES_KEY
 
         check_runs_on(self, hw)
 
@@ -592,7 +592,7 @@ def _runs_on(c: _Checker) -> tuple[str, ...]:
 
 def _kernel(c: _Checker) -> dict:
     """The ``[ENGINE.kernel]`` switches, checked as a hardware file's ``[kernel]`` keys."""
-    from ..kernels.calib import parse_kernel_calib
+    from ..specs.kernel_calib import parse_kernel_calib
 
     raw = c.raw["kernel"]
     if not isinstance(raw, Mapping):

@@ -50,7 +50,7 @@ import numpy as np
 import sympy as sp
 
 from ..symbolic.expr import smax, smin
-from .calib import DEFAULTS, KernelCalib
+from ..specs.kernel_calib import DEFAULTS, KernelCalib
 
 __all__ = [
     "KernelTime",

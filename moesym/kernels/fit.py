@@ -31,7 +31,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from .analytical import attention_decode_time, attention_prefill_time, elementwise_time, gemm_time
-from .calib import DEFAULTS, KernelCalib, calib_to_toml
+from ..specs.kernel_calib import DEFAULTS, KernelCalib, calib_to_toml
 from .tables import KernelTables
 
 __all__ = [

@@ -28,7 +28,7 @@ import functools
 import numpy as np
 
 from .analytical import _TILE_M_MIN, grouped_fixed_block, grouped_launch_block, tile_m_rows
-from .calib import KernelCalib
+from ..specs.kernel_calib import KernelCalib
 
 __all__ = ["expected_m_tiles", "grouped_tile_m", "padded_m_tiles", "routing_tile_factor",
            "skewed_rows", "tile_factor_table"]

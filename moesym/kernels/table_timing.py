@@ -40,12 +40,12 @@ import numpy as np
 import sympy as sp
 
 from ..errors import SpecError
-from ..symbolic.symbols import S
-from ..terms.cost import AttentionShape, Cost, GemmShape, KernelClass
 from ..symbolic.expr import smax
-from ..terms.cost import TermTime
-from .time_model import TimeModel
+from ..symbolic.symbols import S
+from ..terms.cost import AttentionShape, Cost, GemmShape, KernelClass, TermTime
 from .tables import KernelTables
+from .time_model import TimeModel
+from .timing import KernelTiming
 
 __all__ = ["TableTiming", "piecewise_log_interp", "tables_digest", "tables_folder"]
 
@@ -104,16 +104,19 @@ class TableTiming(TimeModel):
     Build with :meth:`for_hardware`, then :meth:`bind` to the numbers of one model, hardware and
     deployment (``build_step`` does both); ``used`` records (kernel name, source) per kernel."""
 
-    kernel: object  # KernelTiming: the fallback and the compute/memory/launch split
+    kernel: KernelTiming  # the fallback and the compute/memory/launch split
     tables: KernelTables
     values: dict = field(default_factory=dict)
     formats: dict = field(default_factory=dict)  # GEMM weight class -> compute dtype or None
     used: dict = field(default_factory=dict)
 
     @classmethod
-    def for_hardware(cls, hw, folder: Path) -> TableTiming:
-        from .timing import KernelTiming
+    def named(cls, hw, _moe_kernel, folder: str) -> TableTiming:
+        """``tables:DIR``: the measured kernel tables in ``folder`` over the kernel model."""
+        return cls.for_hardware(hw, Path(folder).expanduser())
 
+    @classmethod
+    def for_hardware(cls, hw, folder: Path) -> TableTiming:
         if not folder.is_dir():
             raise SpecError(f"--timing tables:{folder}: folder not found (give the folder that "
                             "holds gemm/, grouped_gemm/, mha/, mla/ in the layout of bench_data/README.md)")

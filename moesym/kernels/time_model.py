@@ -25,7 +25,7 @@ import sympy as sp
 from ..symbolic.symbols import S
 from ..terms.cost import Cost, KernelClass, TermTime, component_symbols
 
-__all__ = ["TimeModel", "RooflineTiming", "time_model"]
+__all__ = ["TimeModel", "RooflineTiming"]
 
 
 class TimeModel:
@@ -34,8 +34,14 @@ class TimeModel:
     nothing): bind it to one configuration's numbers, replay a decode step as a CUDA graph,
     and report what it did once the step is built. The models: :class:`RooflineTiming`,
     :class:`moesym.kernels.timing.KernelTiming`, :class:`moesym.kernels.table_timing.TableTiming`
-    and :class:`moesym.kernels.tile_step.TileStepTiming`; :data:`moesym.specs.time_models.TIME_MODELS`
-    names them."""
+    and :class:`moesym.kernels.tile_step.TileStepTiming`; :data:`moesym.kernels.registry.TIME_MODEL_CLASSES`
+    builds the ones a deployment names."""
+
+    @classmethod
+    def named(cls, hw, moe_kernel: str | None, argument: str | None) -> TimeModel:
+        """The model for GPU ``hw`` as a deployment names it (``--timing``): ``moe_kernel``, the
+        engine's fused-MoE backend or None; ``argument``, what follows ``name:`` or None."""
+        raise NotImplementedError
 
     def time(self, c: Cost) -> TermTime:
         """The time of one cost (SymPy expressions in seconds)."""
@@ -70,7 +76,12 @@ _MEM_EFF = {KernelClass.GEMM: S.eff_mem, KernelClass.GROUPED_GEMM: S.eff_mem,
 
 @dataclass(frozen=True)
 class RooflineTiming(TimeModel):
-    """Roofline timing with per-class efficiency symbols (the default time model)."""
+    """Roofline timing with per-class efficiency symbols (the teaching form)."""
+
+    @classmethod
+    def named(cls, _hw, _moe_kernel, _argument) -> RooflineTiming:
+        """``roofline``: peaks times named efficiency symbols, the same for every GPU."""
+        return cls()
 
     def peak(self, kind: KernelClass, component: str = "") -> sp.Expr:
         gemm = component_symbols(component)[0]
@@ -91,42 +102,3 @@ class RooflineTiming(TimeModel):
             comm = sp.Integer(0)
             overhead = c.launches * S.t_kernel + c.fixed_s
         return TermTime(c.name, compute, memory, comm, overhead)
-
-
-def time_model(name: str, hw, moe_kernel: str | None = None) -> TimeModel:
-    """The time model a deployment names (``Deployment.timing``), for GPU ``hw``, as the
-    registry :data:`moesym.specs.time_models.TIME_MODELS` builds it: ``kernel``, the analytical kernel
-    model with this GPU's calibration (what every command uses by default), ``roofline``, the
-    plain roofline with named efficiency symbols (the teaching form), or ``tables:DIR``,
-    measured kernel tables over the kernel model (bound to one configuration by
-    ``build_step``). ``moe_kernel``: the fused-MoE backend the engine runs
-    (:meth:`moesym.engines.EngineKernels.moe_kernel`), whose grouped-GEMM fields from the
-    GPU's ``[moe_kernels]`` replace ``[kernel]``'s in the kernel model."""
-    import importlib
-
-    from ..specs.time_models import lookup
-
-    entry, argument = lookup(name)
-    module, function = entry.build.split(":")
-    return getattr(importlib.import_module(module), function)(hw, moe_kernel, argument)
-
-
-def kernel_model(hw, moe_kernel, _argument) -> TimeModel:
-    """``kernel``: the analytical kernel model with ``hw``'s calibration."""
-    from .timing import KernelTiming
-
-    return KernelTiming.from_hardware(hw, moe_kernel)
-
-
-def roofline_model(_hw, _moe_kernel, _argument) -> TimeModel:
-    """``roofline``: peaks times named efficiency symbols."""
-    return RooflineTiming()
-
-
-def tables_model(hw, _moe_kernel, folder: str) -> TimeModel:
-    """``tables:DIR``: the measured kernel tables in ``folder`` over the kernel model."""
-    from pathlib import Path
-
-    from .table_timing import TableTiming
-
-    return TableTiming.for_hardware(hw, Path(folder).expanduser())

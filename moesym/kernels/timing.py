@@ -48,7 +48,7 @@ from .time_model import RooflineTiming, TimeModel
 from ..terms.cost import TermTime
 from .analytical import (_below, attention_decode_time, attention_prefill_time, attention_time_from_cost,
                          elementwise_time, gemm_time)
-from .calib import DEFAULTS, KernelCalib, dtype_tables, kernel_calib
+from ..specs.kernel_calib import DEFAULTS, KernelCalib, dtype_tables, kernel_calib
 
 __all__ = ["KernelTiming"]
 
@@ -82,6 +82,11 @@ class KernelTiming(TimeModel):
         formats = tuple((d, hw.peak_flops(d), replace(kernel_calib(hw, d), **own))
                         for d in dtype_tables(hw) if d in hw.peaks_flops)
         return cls(replace(kernel_calib(hw), **own), formats)
+
+    @classmethod
+    def named(cls, hw, moe_kernel: str | None, _argument) -> KernelTiming:
+        """``kernel``: the analytical kernel model with ``hw``'s calibration."""
+        return cls.from_hardware(hw, moe_kernel)
 
     def bind(self, numbers) -> KernelTiming:
         """Each GEMM weight class timed with the calibration of the tensor-core format its peak
@@ -220,7 +225,7 @@ def _unpack_s(c: Cost):
 
 def _dequant_pass(c: Cost, sh: GemmShape, k: KernelCalib):
     """A separate dequantization kernel before a 16-bit GEMM of more than ``dequant_pass_rows``
-    rows (the hardware's engine kernels, :mod:`moesym.kernels.calib`): the GEMM's N K groups
+    rows (the hardware's engine kernels, :mod:`moesym.specs.kernel_calib`): the GEMM's N K groups
     weight elements, each read packed and written as 16 bits (b_pass bytes, 0 where the format
     needs no pass) at the elementwise bandwidth, plus its launch; serial with the GEMM (a fixed
     time of the term). Only GEMMs of a weight class (their bytes hold b_w, or another term reads

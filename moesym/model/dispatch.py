@@ -26,7 +26,7 @@ GRANULARITIES = ("per-token", "grouped", "fused")
 def dispatch_parallelism(model, hw, dep, wl) -> dict:
     """``expert_dispatch`` of a ``predict`` report (see the module docstring)."""
     from ..kernels.analytical import gemm_tiles, tile_m_rows
-    from ..kernels.calib import kernel_calib
+    from ..specs.kernel_calib import kernel_calib
     from ..routing.stats import touched_share
     from ..specs.deployment import Phase
     from .layer_costs import weight_only

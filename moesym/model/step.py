@@ -13,6 +13,7 @@ True
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from functools import cache, cached_property, partial
 from types import MappingProxyType
@@ -31,7 +32,8 @@ from ..terms import ffn
 from ..symbolic.expr import smax, symbols_of
 from ..terms.dims import Dims, symbolic_dims
 from ..terms.cost import TermTime
-from ..kernels.time_model import TimeModel, time_model
+from ..kernels.registry import time_model
+from ..kernels.time_model import TimeModel
 from . import overlap
 from ..numbers.bindings import bindings, gemm_table_dtypes, workload_values
 from .draft import draft_s
@@ -40,7 +42,13 @@ from .layer_costs import (engine_moe_kernel, layer_costs, layer_work, tile_stepp
                           weight_only)
 from .layer_time import layer_time, operation_times, reserved_terms, timed
 from .pipeline_parallel import pipelined
-from .report import BREAKDOWN_KEYS
+from .report import BREAKDOWN_KEYS, report_expressions, serve_prediction, step_report
+from ..memory import memory_model
+from ..numbers.metrics import clamp_micro_batches
+from ..numeric.compiled import CompiledModel
+from ..symbolic.compile import compile_model
+from ..symbolic.symtab import N
+from ..terms.routing import group_var_factor
 from ..terms.tokens import context_parallel, queries, step_tokens
 
 __all__ = ["StepModel", "build_step", "BREAKDOWN_KEYS"]
@@ -151,9 +159,6 @@ class StepModel:
     def compiled(self):
         """Every report quantity of this model compiled into one function
         (:class:`moesym.numeric.compiled.CompiledModel`, built once per step model)."""
-        from ..symbolic.compile import compile_model
-        from .report import report_expressions
-
         return compile_model([(report_expressions(self), self.values)])
 
     def timeline(self) -> list[dict]:
@@ -195,12 +200,9 @@ class StepModel:
         than requests or prompt tokens, a length distribution averaged. A serve workload
         answers with ``moesym predict --phase serve``'s steady state of in-flight batching
         (:func:`moesym.model.predictor.predict_serve`), not this one mixed step."""
-        from ..numbers.metrics import clamp_micro_batches
-        from .predictor import predict_serve, step_report
-
         if self.workload.phase is Phase.SERVE:
-            return predict_serve(self.model, self.hardware, self.deployment, self.workload,
-                                 memory=False)
+            return serve_prediction(_compiled_now, self.model, self.hardware, self.deployment,
+                                    self.workload, memory=False)
         dep = clamp_micro_batches(self.deployment, self.workload)
         return step_report(self.compiled, self.model, self.hardware, dep, self.workload,
                            memory=False)
@@ -260,8 +262,6 @@ def _checked(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
 
     hardware = load_engine(deployment.engine).hardware(hardware)  # the engine's kernels
     if deployment.dequant == "separate" and not weight_only(model, deployment, hardware):
-        import warnings
-
         warnings.warn(f"--dequant separate has no effect: no weight class of --weights "
                       f"{deployment.weights} runs weight-only GEMMs on {hardware.name}",
                       stacklevel=3)
@@ -397,8 +397,6 @@ def _report(timing: TimeModel) -> None:
     which kernels they timed), as a warning."""
     message = timing.report()
     if message is not None:
-        import warnings
-
         warnings.warn(message, stacklevel=3)
 
 
@@ -411,3 +409,36 @@ def _bound(vals: Mapping, expr: sp.Expr, work: Mapping, wl: Workload) -> dict:
     vals = {s: v for s, v in vals.items() if s in used}
     check_bindings(exprs, vals, free=used & {by_name(k) for k in workload_values(wl)})
     return vals
+
+
+def compile_step(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload, memory: bool,
+                 outputs: tuple | None = None) -> CompiledModel:
+    """Build the step model (and with ``memory`` the memory model) and compile every report
+    quantity into one :class:`~moesym.numeric.compiled.CompiledModel`; the build's warnings
+    are kept in it (``warnings``: the compiled-model cache stores them), not given."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step = build_step(model, hw, dep, wl)
+        exprs = report_expressions(step)
+        if outputs is not None:
+            exprs = {k: exprs[k] for k in outputs}
+        parts = [(exprs, step.values)]
+        if memory:
+            mm = memory_model(model, hw, dep, wl)
+            parts.append(({"memory_bytes": mm.used_expr()}, mm.values))
+    cm = compile_model(parts)
+    cm.warnings = tuple(dict.fromkeys(str(w.message) for w in caught))
+    if N.group_var in cm.parts[0]["args"]:  # one model serves every EP: rho_G at each
+        total = model.num_experts + dep.redundant_experts
+        cm.per_ep = {e: {N.group_var: group_var_factor(model, e)}
+                     for e in range(1, total + 1) if total % e == 0}
+    return cm
+
+
+def _compiled_now(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload,
+                  memory: bool) -> CompiledModel:
+    """:func:`compile_step` without the cache, its build's warnings given."""
+    cm = compile_step(model, hw, dep, wl, memory)
+    for msg in cm.warnings:
+        warnings.warn(msg, stacklevel=2)
+    return cm

@@ -103,9 +103,10 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
     """``{symbol: number}`` for every symbol a step model of this configuration can contain."""
     from ..symbolic.symbols import S, by_name
 
-    from ..kernels.calib import kernel_calib
+    from ..specs.kernel_calib import kernel_calib
     from ..engines import load_engine
-    from ..specs.precision import FORMATS, bytes_per_element, file_type_bytes, storage_format
+    from ..specs.gguf import file_type_bytes
+    from ..specs.precision import FORMATS, bytes_per_element, storage_format
 
     capacity_bytes = hw.hbm_capacity_bytes
     engine = load_engine(dep.engine)

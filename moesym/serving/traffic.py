@@ -33,7 +33,6 @@ Two sources:
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from dataclasses import dataclass

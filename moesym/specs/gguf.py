@@ -49,17 +49,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..errors import SpecError
-from .precision import GGUF_TYPES, bytes_per_element
+from .precision import FILE_TYPES, GGUF_TYPES, WeightRecipe, bytes_per_element
 
-__all__ = ["FILE_TYPES", "RULES", "Tensor", "component_bytes", "file_type_of", "more_bits",
-           "tensor_types", "tensors"]
+__all__ = ["FILE_TYPES", "RULES", "Tensor", "component_bytes", "file_type_bytes", "file_type_of",
+           "more_bits", "tensor_types", "tensors"]
 
-#: llama.cpp file types moesym names, and their default block type (llama_ftype_get_default_type)
-FILE_TYPES = {
-    "q4_0": "q4_0", "q4_1": "q4_1", "q5_0": "q5_0", "q5_1": "q5_1", "q8_0": "q8_0",
-    "q2_k": "q2_k", "q4_k_s": "q4_k", "q4_k_m": "q4_k", "q5_k_s": "q5_k", "q5_k_m": "q5_k",
-    "q6_k": "q6_k", "iq4_nl": "iq4_nl", "iq4_xs": "iq4_xs", "f16": "f16",
-}
 _EXPERTS8_OUTPUT = ("q2_k", "iq4_nl", "q4_k_s", "q4_k_m", "iq4_xs")
 
 
@@ -215,3 +209,12 @@ def _component_bytes(m, file_type: str) -> tuple:
     base = bytes_per_element(file_type_of(file_type))
     return tuple((c, nbytes[c] / elems[c] if elems.get(c) else base)
                  for c in ("attn", "moe", "dense", "hp"))
+
+
+def file_type_bytes(recipe: WeightRecipe, model) -> dict | None:
+    """``{attn, moe, dense, hp: bytes per element}`` of a llama.cpp file type's tensors in
+    ``model`` (:func:`component_bytes`; ``hp``: embeddings and LM head), or None where the
+    recipe is not one."""
+    if not recipe.mix:
+        return None
+    return component_bytes(model, recipe.mix)

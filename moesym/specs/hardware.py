@@ -55,7 +55,7 @@ class Efficiency:
     """Achieved fractions of the network peaks and the end-to-end serving factor (0 < x <= 1).
 
     Compute and HBM efficiencies per kernel class are the ``[kernel]`` table's fractions
-    (:class:`moesym.kernels.calib.KernelCalib`): one set per GPU, read by both time models.
+    (:class:`moesym.specs.kernel_calib.KernelCalib`): one set per GPU, read by both time models.
     """
 
     scale_up: float
@@ -473,9 +473,9 @@ def _moe_kernels_dtype(raw, where: str) -> str:
 def _moe_kernels(raw, where: str) -> Mapping[str, Mapping[str, float]]:
     """``[moe_kernels]``: ``NAME = { grouped_tensor_frac = F, grouped_hbm_frac = ..., ... }``
     per fused-MoE backend (``heldout_median`` and ``source`` are records; ``dtype`` applies to
-    all), as the :class:`~moesym.kernels.calib.KernelCalib` fields (SI) that replace
+    all), as the :class:`~moesym.specs.kernel_calib.KernelCalib` fields (SI) that replace
     ``[kernel]``'s when an engine runs that backend."""
-    from ..kernels.calib import MOE_KERNEL_KEYS, moe_kernel_fields
+    from .kernel_calib import MOE_KERNEL_KEYS, moe_kernel_fields
 
     out = {}
     for name, t in dict(raw).items():

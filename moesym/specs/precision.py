@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from ..errors import SpecError
 
 __all__ = ["FORMATS", "GGUF_TYPES", "ALIASES", "COMPONENTS", "canonical", "WeightFormat", "WeightRecipe", "bytes_per_element",
-           "storage_format", "compute_format", "quantizes_activations", "file_type_bytes"]
+           "storage_format", "compute_format", "quantizes_activations", "FILE_TYPES"]
 
 
 @dataclass(frozen=True)
@@ -175,6 +175,14 @@ def quantizes_activations(compute: str) -> bool:
     return compute != "bf16"
 
 
+#: llama.cpp file types moesym names, and their default block type (llama_ftype_get_default_type)
+FILE_TYPES = {
+    "q4_0": "q4_0", "q4_1": "q4_1", "q5_0": "q5_0", "q5_1": "q5_1", "q8_0": "q8_0",
+    "q2_k": "q2_k", "q4_k_s": "q4_k", "q4_k_m": "q4_k", "q5_k_s": "q5_k", "q5_k_m": "q5_k",
+    "q6_k": "q6_k", "iq4_nl": "iq4_nl", "iq4_xs": "iq4_xs", "f16": "f16",
+}
+
+
 @dataclass(frozen=True)
 class WeightRecipe:
     """Weight format of each GEMM component (:data:`COMPONENTS`)."""
@@ -192,8 +200,6 @@ class WeightRecipe:
         """``fp8`` (every component) or ``moe=fp4,attn=fp8,dense=bf16`` (unnamed components
         BF16). A single 4-bit float format on an MoE model is an FP4 MoE checkpoint (gpt-oss,
         DeepSeek-R1-FP4): the routed experts in it, the other GEMMs FP8."""
-        from .gguf import FILE_TYPES
-
         text = str(text).strip().lower()
         if "=" not in text and text in FILE_TYPES:  # a GGUF file of llama-quantize's making
             base = FILE_TYPES[text]
@@ -222,14 +228,3 @@ class WeightRecipe:
 
     def formats(self) -> set[str]:
         return {self.attn, self.moe, self.dense}
-
-
-def file_type_bytes(recipe: WeightRecipe, model) -> dict | None:
-    """``{attn, moe, dense, hp: bytes per element}`` of a llama.cpp file type's tensors in
-    ``model`` (:func:`moesym.specs.gguf.component_bytes`; ``hp``: embeddings and LM head), or
-    None where the recipe is not one."""
-    if not recipe.mix:
-        return None
-    from .gguf import component_bytes
-
-    return component_bytes(model, recipe.mix)

@@ -1,7 +1,8 @@
 """The time models a deployment can name (``--timing``, ``Deployment.timing``), as data.
 
-Each entry says how to build the model for a GPU (:func:`moesym.kernels.time_model.time_model` reads it),
-what it is (the command line's help) and whether its name takes an argument (``tables:DIR``).
+Each entry, keyed by its :class:`TimeModelKind`, says what the model is (the command line's help)
+and whether its name takes an argument (``tables:DIR``); the class that builds each kind for a GPU
+is :data:`moesym.kernels.registry.TIME_MODEL_CLASSES`.
 This module imports no SymPy: the command line and :class:`moesym.specs.deployment.Deployment`
 check names against it on a cached run.
 
@@ -14,31 +15,40 @@ check names against it on a cached run.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["TIME_MODELS", "TimeModelEntry", "help_text", "lookup", "metavar", "name_problem",
+__all__ = ["TIME_MODELS", "TimeModelEntry", "TimeModelKind", "help_text", "lookup", "metavar", "name_problem",
            "usage"]
+
+
+class TimeModelKind(str, Enum):
+    """The time models by name (a ``str``: ``TIME_MODELS["kernel"]`` finds its entry)."""
+
+    KERNEL = "kernel"
+    ROOFLINE = "roofline"
+    TABLES = "tables"
 
 
 @dataclass(frozen=True)
 class TimeModelEntry:
-    """One named time model: ``build(hw, moe_kernel, argument)`` gives its
-    :class:`moesym.kernels.time_model.TimeModel` for GPU ``hw`` (``moe_kernel``: the engine's fused-MoE
-    backend, or None; ``argument``: what follows ``name:``, or None); ``help`` says what it
-    is; ``argument`` names the argument its name takes (None: none) and ``argument_problem``
+    """One named time model of kind ``kind`` (its class for a GPU:
+    :data:`moesym.kernels.registry.TIME_MODEL_CLASSES`); ``help`` says what it is; ``argument`` names the argument its name takes (None: none) and ``argument_problem``
     says what is wrong with one (None: nothing); ``tiles``: whether expert GEMMs may be timed in
     row tiles (:mod:`moesym.kernels.tile_step`; the roofline leaves tiles out); ``moe_kernels``:
     whether the engine's fused-MoE backend fit (a GPU's ``[moe_kernels]``) times the experts."""
 
-    build: str
+    kind: TimeModelKind
     help: str
     argument: str | None = None
     argument_problem: Callable[[str], str | None] = lambda arg: None
     tiles: bool = True
     moe_kernels: bool = False
 
-    def label(self, name: str) -> str:
+    def label(self) -> str:
+        """``kernel``, ``tables:DIR``: the name, with its argument's placeholder."""
+        name = self.kind.value
         return name if self.argument is None else f"{name}:{self.argument}"
 
 
@@ -50,14 +60,17 @@ def _missing_folder(folder: str) -> str | None:
 
 
 #: every time model by name, in the order the command line lists them
-TIME_MODELS = {
-    "kernel": TimeModelEntry("moesym.kernels.time_model:kernel_model", "the analytical kernel model calibrated per GPU, default",
-                             moe_kernels=True),
-    "roofline": TimeModelEntry("moesym.kernels.time_model:roofline_model", "peaks x the same fitted fractions; the teaching form",
-                               tiles=False),
-    "tables": TimeModelEntry("moesym.kernels.time_model:tables_model", "measured kernel tables in DIR where they cover a kernel, "
-                             "the kernel model elsewhere; bench_data/README.md",
-                             argument="DIR", argument_problem=_missing_folder),
+TIME_MODELS: dict[TimeModelKind, TimeModelEntry] = {
+    TimeModelKind.KERNEL: TimeModelEntry(
+        TimeModelKind.KERNEL, "the analytical kernel model calibrated per GPU, default",
+        moe_kernels=True),
+    TimeModelKind.ROOFLINE: TimeModelEntry(
+        TimeModelKind.ROOFLINE, "peaks x the same fitted fractions; the teaching form",
+        tiles=False),
+    TimeModelKind.TABLES: TimeModelEntry(
+        TimeModelKind.TABLES, "measured kernel tables in DIR where they cover a kernel, the "
+        "kernel model elsewhere; bench_data/README.md", argument="DIR",
+        argument_problem=_missing_folder),
 }
 
 
@@ -84,17 +97,17 @@ def _listed(items: list[str]) -> str:
 
 def usage() -> str:
     """The names a deployment may give: ``kernel, roofline or tables:DIR``."""
-    return _listed([e.label(k) for k, e in TIME_MODELS.items()])
+    return _listed([e.label() for e in TIME_MODELS.values()])
 
 
 def metavar() -> str:
     """The command line's ``--timing`` metavar: ``{kernel,roofline,tables:DIR}``."""
-    return "{" + ",".join(e.label(k) for k, e in TIME_MODELS.items()) + "}"
+    return "{" + ",".join(e.label() for e in TIME_MODELS.values()) + "}"
 
 
 def help_text() -> str:
     """The command line's ``--timing`` help: every model with what it is."""
-    return "time model: " + _listed([f"{e.label(k)} ({e.help})" for k, e in TIME_MODELS.items()])
+    return "time model: " + _listed([f"{e.label()} ({e.help})" for e in TIME_MODELS.values()])
 
 
 def name_problem(name: str) -> str | None:

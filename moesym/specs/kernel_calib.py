@@ -194,7 +194,7 @@ each fitted on its own table): :func:`kernel_calib` with ``dtype``, and the kern
 for each GEMM weight class by the format it computes in
 (:meth:`moesym.kernels.timing.KernelTiming.bind`).
 
->>> from moesym.kernels.calib import parse_kernel_calib
+>>> from moesym.specs.kernel_calib import parse_kernel_calib
 >>> c = parse_kernel_calib({"tile_m_rows": 64, "launch_us": 4.0}, "x.toml")
 >>> c.tile_m_rows, c.launch_s
 (64, 4e-06)
