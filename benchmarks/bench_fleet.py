@@ -45,7 +45,7 @@ def main() -> None:
     from moesym.serving.traffic import poisson_traffic
     from moesym.specs.deployment import Deployment
     from moesym.specs.hardware import load_hardware
-    from moesym.specs.model import load_model
+    from moesym.readers.model import load_model
 
     ref = _numpy_import(a.repeat)
     model, hw = load_model("qwen3-30b-a3b"), load_hardware("h200")

@@ -38,7 +38,7 @@ import numpy as np
 
 from moesym.model.predictor import predict
 from moesym.specs.hardware import load_hardware
-from moesym.specs.model import load_model
+from moesym.readers.model import load_model
 from moesym.report.validation import single_device_cases
 
 ENGINE = "llama.cpp"  # the fitted values are [kernel.engines."llama.cpp"] of each file

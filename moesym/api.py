@@ -14,7 +14,8 @@ from __future__ import annotations
 from .model.step import BREAKDOWN_KEYS, StepModel, build_step
 from .specs.deployment import A2AMode, Deployment, Phase, Routing, Workload
 from .specs.hardware import HardwareSpec, builtin_hardware, load_hardware
-from .specs.model import ModelSpec, builtin_models, from_hf_config, load_model
+from .readers.model import builtin_models, from_hf_config, load_model
+from .specs.model import ModelSpec
 from .symbolic.symbols import S
 
 __all__ = ["A2AMode", "BREAKDOWN_KEYS", "Deployment", "HardwareSpec", "ModelSpec", "Phase", "Routing",

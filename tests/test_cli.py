@@ -53,7 +53,7 @@ def test_list_shows_every_gpu_with_its_calibration_state(capsys):
     import json
 
     from moesym.specs.hardware import builtin_hardware
-    from moesym.specs.model import builtin_models
+    from moesym.readers.model import builtin_models
 
     assert main(["list", "hardware", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["hardware"]}

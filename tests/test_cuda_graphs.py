@@ -25,7 +25,7 @@ from moesym.report.validation import single_device_cases
 from moesym.serving.engine import scheduler_config
 from moesym.specs.deployment import Deployment, Phase, Workload
 from moesym.specs.hardware import load_hardware
-from moesym.specs.model import load_model
+from moesym.readers.model import load_model
 
 MODEL = "qwen3-30b-a3b"
 DECODE = Workload(Phase.DECODE, batch=1, context=512)

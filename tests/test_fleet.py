@@ -355,7 +355,7 @@ def _agreement(gpus: int, tp: int, ep: int, rate: float, duration: float) -> dic
     from moesym.serving.stats import per_request
     from moesym.specs.deployment import Deployment
     from moesym.specs.hardware import load_hardware
-    from moesym.specs.model import load_model
+    from moesym.readers.model import load_model
 
     model, hw = load_model("qwen3-30b-a3b"), load_hardware("h100")
     dep = Deployment(gpus=gpus, tp=tp, ep=ep, gpus_per_node=8, engine="sglang")

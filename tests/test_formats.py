@@ -108,7 +108,7 @@ def test_predict_with_a_gguf_type_holds_its_bytes(cli_json):
 
 
 # ------------------------------------------------------------------------------------------------
-# llama.cpp file types: per-tensor mixes (moesym.specs.gguf, rules of llama-quant.cpp)
+# llama.cpp file types: per-tensor mixes (moesym.readers.gguf, rules of llama-quant.cpp)
 # ------------------------------------------------------------------------------------------------
 
 Q4_K, Q6_K, Q5_K, Q8_0 = 144 / 256, 210 / 256, 176 / 256, 34 / 32  # bytes per weight
@@ -145,8 +145,8 @@ def test_qwen3_8b_q4_k_m_file_size(cli_json):
 def test_mixtral_q4_k_m_eight_expert_rules():
     """Mixtral (8 experts): llama.cpp puts attn_k and attn_v in Q8_0 and attn_output in Q5_K;
     per layer q and o are 4096 x 4096, k and v 4096 x 1024: (4 Q4_K + 2 Q8_0 + 4 Q5_K) / 10."""
-    from moesym.specs.gguf import component_bytes
-    from moesym.specs.model import load_model
+    from moesym.readers.gguf import component_bytes
+    from moesym.readers.model import load_model
 
     b = component_bytes(load_model("mixtral-8x7b"), "q4_k_m")
     assert b["attn"] == pytest.approx((4 * Q4_K + 2 * Q8_0 + 4 * Q5_K) / 10, rel=1e-12)
@@ -158,8 +158,8 @@ def test_rows_not_a_multiple_of_256_fall_back():
     """gpt-oss (d 2880 = 11.25 x 256, expert width 2880): every Q4_K tensor falls back to Q5_0
     (5.5 bits) and every Q6_K to Q8_0 (8.5); the output is Q8_0 (its rows are not a multiple of
     Q4_K's 256). Experts: gate, up Q5_0; down Q8_0 in the use_more_bits layers."""
-    from moesym.specs.gguf import component_bytes
-    from moesym.specs.model import load_model
+    from moesym.readers.gguf import component_bytes
+    from moesym.readers.model import load_model
 
     b = component_bytes(load_model("gpt-oss-120b"), "q4_k_m")
     more = len(_more_bits_layers(36)) / 36
@@ -195,13 +195,13 @@ _QWEN3 = {"model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 36,
         "targets": ["Linear"]}}}, "w4a16"),
 ])
 def test_quantization_config_names_the_format(q, fmt):
-    from moesym.specs.model import from_hf_config
+    from moesym.readers.model import from_hf_config
 
     assert from_hf_config({**_QWEN3, "quantization_config": q}).weight_dtype == fmt
 
 
 def test_gptq_of_other_bits_is_refused():
-    from moesym.specs.model import from_hf_config
+    from moesym.readers.model import from_hf_config
 
     with pytest.raises(SpecError, match="quantization_config gptq with bits 8"):
         from_hf_config({**_QWEN3, "quantization_config": {"quant_method": "gptq", "bits": 8}})

@@ -68,7 +68,7 @@ def test_gated_attention_output_by_hand():
     # weights d h d_h b_w and its output t h d_h b_a to q_proj, and 3 t h d_h b_a (read output
     # and gate, write) to the elementwise kernel; memory holds the gate's weights in every layer.
     import moesym as ms
-    from moesym.specs.model import from_hf_config
+    from moesym.readers.model import from_hf_config
 
     cfg = {"hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
            "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 1000, "intermediate_size": 4096}

@@ -7,8 +7,7 @@ an import of a module in a later stage fails, naming both modules and their stag
 finds cycles among files, counting every import (Tarjan's strongly connected components): none
 may exist, inside a stage either.
 
-Named exceptions (:data:`ALLOWED`, each with its reason) are the only imports against the
-pipeline. The other exception is the root package's facade: ``moesym/__init__.py`` resolves the public names
+There is no exception list. The one import against the pipeline is the root package's facade: ``moesym/__init__.py`` resolves the public names
 (``ms.predict``, ``ms.load_model``) from :mod:`moesym.api` on first use, so the root sits in the
 last stage as an importer; modules anywhere may read its ``__version__``.
 """
@@ -35,8 +34,10 @@ STAGES = (
     ("moesym.routing",),  # routing statistics: load imbalance, touched experts, caches
     ("moesym.terms",),  # cost terms: FLOPs, bytes, communication of each kernel
     ("moesym.attention",),  # attention variants as components (one file each)
+    ("moesym.readers",),  # reading models (catalog, spec TOML, HF config) and GGUF file types
     ("moesym.kernels",),  # time models: roofline, the calibrated kernel model, tables
     ("moesym.engines",),  # engine profiles and launch lines
+    ("moesym.plan",),  # what a deployment means against a model and a GPU: the validity rules
     ("moesym.numbers",),  # bindings (specs -> numbers) and the metrics layer (numbers -> metrics)
     ("moesym.memory",),  # per-rank memory
     ("moesym.model",),  # layer and step models, compiled predict
@@ -47,21 +48,6 @@ STAGES = (
     ("moesym.report",),  # HTML and interactive pages, derivation pages, validation
     ("moesym.api", "moesym.cli", "moesym.__main__", "moesym"),  # the public API and the CLI
 )
-
-
-#: (importer, imported) pairs against the pipeline, each on first use only and with its reason
-ALLOWED = {
-    # a model config's attention fields are parsed and checked by the attention variant that owns
-    # them (one file per variant, moesym/attention/): the specs ask the catalog for the model's
-    # variants; the variants' costs and memory come later in the pipeline
-    ("moesym.specs.model", "moesym.attention.catalog"): "attention fields parsed by their variant",
-    ("moesym.specs.model", "moesym.attention.base"): "attention fields parsed by their variant",
-    ("moesym.specs.checks", "moesym.attention.catalog"): "attention fields checked by their variant",
-    ("moesym.specs.gguf", "moesym.attention.catalog"): "a GGUF file's attention tensors by variant",
-    # a hardware file's [moe_kernels] entries are [kernel] keys of one fused-MoE backend: checked
-    # and converted to SI by the one [kernel] schema (moesym.specs.kernel_calib), on first use
-    ("moesym.specs.hardware", "moesym.specs.kernel_calib"): "[moe_kernels] entries are [kernel] keys",
-}
 
 
 def _modules() -> dict[str, Path]:
@@ -139,7 +125,7 @@ def test_no_module_imports_from_a_later_stage():
             if target == "moesym":
                 continue  # __version__
             t = stage_of(target)
-            if t > s and (m, target) not in ALLOWED:
+            if t > s:
                 wrong.append(f"{MODULES[m].relative_to(PACKAGE.parent)}:{line}: {m} (stage "
                              f"{STAGES[s][0]}) imports {target} (later stage {STAGES[t][0]})")
     assert not wrong, "imports against the pipeline:\n" + "\n".join(wrong)
@@ -209,11 +195,3 @@ def test_the_architecture_page_lists_the_stages_in_order():
     staged = [[n.split(".")[-1] for n in names if n not in ("moesym", "moesym.__main__")]
               for names in STAGES]
     assert drawn == staged
-
-
-def test_every_allowed_exception_is_still_needed():
-    # an exception nothing uses any more is removed, so the list stays the truth
-    used = {(m, t) for m, found in IMPORTS.items() for t, _, _ in found}
-    assert set(ALLOWED) <= used, sorted(set(ALLOWED) - used)
-    assert all(not top for m, found in IMPORTS.items() for t, _, top in found
-               if (m, t) in ALLOWED), "an allowed exception must be an import on first use"

@@ -991,7 +991,7 @@ def test_the_step_takes_the_backends_serial_share():
     from moesym.kernels.timing import KernelTiming
     from moesym.model.step import build_step
     from moesym.specs.deployment import Deployment, Phase, Workload
-    from moesym.specs.model import load_model
+    from moesym.readers.model import load_model
 
     hw = load_hardware("h200")
     tri = KernelTiming.from_hardware(hw, "triton")

@@ -9,6 +9,7 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from moesym.attention.counts import total_params
 from moesym.cli import main
 from moesym.memory import (
     MemoryOptions,
@@ -23,7 +24,7 @@ from moesym.memory import (
 from moesym.memory.capacity import CONTRACT_KEYS, max_batch, max_context
 from moesym.specs.deployment import Deployment, Workload
 from moesym.specs.hardware import load_hardware
-from moesym.specs.model import load_model
+from moesym.readers.model import load_model
 from moesym.symbolic.symbols import S
 from moesym.terms.dims import symbolic_dims
 
@@ -83,7 +84,7 @@ def test_unsharded_parameter_count_matches_model(name):
             D.dense_inter: m.dense_intermediate_size,
             S.n_moe_layers: m.moe_layers if m.is_moe else 0, S.n_dense_layers: m.dense_layers}
     total = sum(v.xreplace(ones) for v in w.values())
-    assert float(total) == pytest.approx(m.total_params(), rel=1e-12)
+    assert float(total) == pytest.approx(total_params(m), rel=1e-12)
 
 
 def test_kv_bytes_per_token_mla_and_gqa(v3, h800):

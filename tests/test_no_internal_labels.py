@@ -115,8 +115,8 @@ def _strings(path: Path):
 def test_no_label_in_strings_the_code_prints():
     """Help, output, errors and warnings are the package's string literals (comments and
     docstrings are the code's own notes). The old names a built-in model still loads by
-    (``moesym.specs.model.RENAMED``'s keys) are read, never printed."""
-    from moesym.specs.model import RENAMED
+    (``moesym.readers.model.RENAMED``'s keys) are read, never printed."""
+    from moesym.readers.model import RENAMED
 
     found = [f"{path.relative_to(ROOT)}:{line}: {kind} {m!r}"
              for path in sorted((ROOT / "moesym").rglob("*.py"))

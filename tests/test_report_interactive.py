@@ -493,7 +493,7 @@ def test_the_rules_the_page_embeds_are_the_clis():
     from moesym import Deployment, Workload, load_hardware, load_model
     from moesym.errors import SpecError
     from moesym.report import interactive
-    from moesym.specs.checks import check_inputs
+    from moesym.plan.rules import check_inputs
     from moesym.specs.deployment import TOPOLOGY, VALIDITY
 
     js = Path(interactive.__file__).with_name("interactive.js").read_text()

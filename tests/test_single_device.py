@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from moesym.attention.counts import active_params
 import moesym as ms
 from moesym.kernels.analytical import gemm_time
 from moesym.specs.kernel_calib import DEFAULTS
@@ -120,7 +121,7 @@ def test_batch1_decode_never_beats_its_bytes_plus_host_time(hw, name, fmt, engin
     m, h = ms.load_model(name), ms.load_hardware(hw)
     # weights one token reads: every active weight but the embedding table (one row of it) in
     # the format, the LM head in bf16 (>= the format's bytes); KV of every layer at 2 bytes
-    weights = (m.active_params() - m.vocab_size * m.hidden_size) * bytes_per_element(fmt)
+    weights = (active_params(m) - m.vocab_size * m.hidden_size) * bytes_per_element(fmt)
     kv = m.num_layers * context * 2 * m.num_kv_heads * m.head_dim * 2
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

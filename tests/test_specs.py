@@ -4,10 +4,12 @@ import json
 
 import pytest
 
+from moesym.attention.counts import (active_params, attention_params, kv_elements_per_token_layer,
+                                    total_params)
 from moesym import load_hardware, load_model
 from moesym.errors import SpecError
 from moesym.specs.deployment import Deployment
-from moesym.specs.model import from_hf_config
+from moesym.readers.model import from_hf_config
 
 # Published totals (source in each catalog file): (total, activated, total tol, active tol)
 PUBLISHED = {
@@ -26,8 +28,8 @@ PUBLISHED = {
 def test_parameter_counts_match_published(name):
     total, active = PUBLISHED[name]
     m = load_model(name)
-    assert m.total_params() == pytest.approx(total, rel=0.01)
-    assert m.active_params() == pytest.approx(active, rel=0.03)
+    assert total_params(m) == pytest.approx(total, rel=0.01)
+    assert active_params(m) == pytest.approx(active, rel=0.03)
 
 
 def test_deepseek_v3_counts_by_hand():
@@ -37,14 +39,14 @@ def test_deepseek_v3_counts_by_hand():
     # MLA attention per layer: q_a, q_b, kv_a, kv_b, o (+ two latent norms)
     attn = (7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 + 512 * 128 * 256
             + 128 * 128 * 7168)
-    assert m.attention_params() == attn
+    assert attention_params(m) == attn
 
 
 def test_kv_bytes_per_token():
     ds = load_model("deepseek-v3")
-    assert ds.num_layers * ds.kv_elements_per_token_layer() * 2 == 61 * 576 * 2
+    assert ds.num_layers * kv_elements_per_token_layer(ds) * 2 == 61 * 576 * 2
     q = load_model("qwen3-30b-a3b")
-    assert q.num_layers * q.kv_elements_per_token_layer() * 2 == 48 * 2 * 4 * 128 * 2
+    assert q.num_layers * kv_elements_per_token_layer(q) * 2 == 48 * 2 * 4 * 128 * 2
 
 
 HF_DEEPSEEK = {
@@ -66,7 +68,7 @@ def test_hf_deepseek_fields_and_spellings():
     alt = dict(HF_DEEPSEEK)
     alt["num_routed_experts"] = alt.pop("n_routed_experts")
     alt["num_shared_experts"] = alt.pop("n_shared_experts")
-    assert from_hf_config(alt).total_params() == m.total_params()
+    assert total_params(from_hf_config(alt)) == total_params(m)
     # moe_layer_freq 2: of layers 3..60 every second one is MoE -> 29 MoE layers
     assert from_hf_config({**HF_DEEPSEEK, "moe_layer_freq": 2}).moe_layers == 29
 
@@ -90,7 +92,7 @@ def test_hf_mixtral_and_nested_text_config():
                "num_local_experts": 8, "num_experts_per_tok": 2}
     m = from_hf_config(mixtral)
     assert (m.num_experts, m.moe_intermediate_size, m.head_dim) == (8, 14336, 128)
-    assert m.total_params() == pytest.approx(46.7e9, rel=0.01)
+    assert total_params(m) == pytest.approx(46.7e9, rel=0.01)
     nested = {"model_type": "llama4", "text_config": {**mixtral, "num_local_experts": 16,
                                                       "num_experts_per_tok": 1,
                                                       "interleave_moe_layer_step": 2}}
@@ -144,7 +146,7 @@ def test_every_builtin_config_shape_parses():
 
     for name in builtin_models():
         m = load_model(name)
-        assert m.source and m.total_params() > 0
+        assert m.source and total_params(m) > 0
 
 
 def test_hardware_files_load_and_units():

@@ -18,8 +18,8 @@ import pytest
 
 from moesym.cli import main
 from moesym.errors import SpecError
-from moesym.specs.checks import max_draft_tokens, position_limit
-from moesym.specs.model import from_hf_config
+from moesym.plan.rules import max_draft_tokens, position_limit
+from moesym.readers.model import from_hf_config
 from moesym.search.sweep import list_size, parse_list
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,7 +118,7 @@ def test_an_assumption_is_one_warning_line_beside_the_answer(tmp_path, argv, sai
 
 def test_rope_scaling_length_is_vllms_derivation(tmp_path):
     """yarn scales the original length (32768 x 4), as vLLM's _get_and_verify_max_len."""
-    from moesym.specs.model import load_model
+    from moesym.readers.model import load_model
 
     m = load_model(str(_yarn(tmp_path)))
     assert position_limit(m) == (40960, 131072, "yarn x4 of 32768")

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, Callable, Mapping, Optional
 
-__all__ = ["AttentionVariant", "Kernel", "StepSite", "MemorySite", "Memory", "layers", "Lazy",
-           "positive"]
+__all__ = ["AttentionVariant", "Kernel", "StepSite", "MemorySite", "Memory", "layers", "Lazy"]
 
 
 class Lazy:
@@ -136,7 +135,7 @@ class AttentionVariant:
     ``gemm_ks(model)``: the reduction lengths (K) of its GEMMs besides ``hidden_size``, by a
     name for errors (``--group-size`` must divide each).
     ``gguf_tensors(model)``: one of its layers' attention tensors as llama.cpp's converters
-    store them, ``[(rule class, rows K, columns)]`` (:mod:`moesym.specs.gguf`); None: its
+    store them, ``[(rule class, rows K, columns)]`` (:mod:`moesym.readers.gguf`); None: its
     layers hold the base's.
     ``validate(model, where)``: raise :class:`moesym.errors.SpecError` naming the field where
     the model's fields do not make this variant (a base variant's, on every ModelSpec).
@@ -169,17 +168,6 @@ class AttentionVariant:
 
     def __hash__(self) -> int:
         return hash(self.name)
-
-
-def positive(model, where: str, *names: str) -> None:
-    """Raise naming the first of the fields ``names`` of ``model`` that is not a positive
-    integer."""
-    from ..errors import SpecError
-
-    for f in names:
-        v = getattr(model, f)
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise SpecError(f"{where}: '{f}' must be a positive integer, got {v!r}")
 
 
 def layers(model, field: str):

@@ -10,7 +10,7 @@ Adding a variant: write ``moesym/attention/<name>.py`` defining ``VARIANT`` (one
 :class:`moesym.attention.base.AttentionVariant`) and add one line here, or call
 :func:`register` (tests, plugins): docs/how-to/add-attention-variant.md.
 
->>> from moesym.specs.model import load_model
+>>> from moesym.readers.model import load_model
 >>> [(v.name, str(s)) for v, s in kinds(load_model("gpt-oss-120b"))]
 [('gqa', '1/2'), ('sliding', '1/2')]
 >>> [v.name for v, _ in kinds(load_model("deepseek-v3.2"))]
@@ -22,11 +22,13 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Callable
 
+from ..errors import SpecError
+
 if TYPE_CHECKING:
     from .base import AttentionVariant
 
 __all__ = ["ENTRIES", "register", "unregister", "registered", "all_variants", "kinds", "base",
-           "load"]
+           "check", "load"]
 
 #: (name, applies(model), module under moesym.attention): base variants first, in order of
 #: precedence; then the variants that take a share of the layers
@@ -86,10 +88,18 @@ def base(model) -> AttentionVariant:
         v = load(mod)
         if v.base and applies(model):
             return v
-    from ..errors import SpecError
-
     raise SpecError(f"model {model.name}: no attention variant applies (attention = "
                     f"{model.attention!r}); see moesym.attention.catalog")
+
+
+def check(model) -> None:
+    """The model's attention, checked: a name the catalog knows and the fields its variant owns
+    (each reader runs it on the model it made; the plan's rules on every model they are given)."""
+    names = ("gqa", "mla", "compressed") + tuple(v.name for v in registered() if v.base)
+    if model.attention not in names:
+        raise SpecError(f"model {model.name}: 'attention' must be 'gqa', 'mla' or 'compressed', "
+                        f"got {model.attention!r}")
+    base(model).validate(model, f"model {model.name}")
 
 
 def kinds(model) -> list[tuple[AttentionVariant, object]]:

@@ -4,7 +4,7 @@ elementwise work of its own (``None``) runs the base's: its share goes to the ba
 the layers runs the whole batch's kernel, so its work and launches scale while the kernel's
 shape stays one layer's (the timing repeats it ``launches`` times).
 
->>> from moesym.specs.model import load_model
+>>> from moesym.readers.model import load_model
 >>> from moesym.terms.dims import symbolic_dims
 >>> from moesym.symbolic.symbols import S
 >>> from moesym.attention.base import Kernel

@@ -14,7 +14,8 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from ..errors import SpecError
-from .base import AttentionVariant, Kernel, Lazy, Memory, expr, positive
+from ..specs.model import positive
+from .base import AttentionVariant, Kernel, Lazy, Memory, expr
 
 __all__ = ["VARIANT"]
 
@@ -101,7 +102,7 @@ def _validate(m, where: str) -> None:
 
 def _gqa_width(m) -> int:
     """Columns of one layer's projections counted as a GQA layer's (rows of the hidden size):
-    2 n_h d_h + 2 n_kv d_h (the GGUF tensor list, :mod:`moesym.specs.gguf`)."""
+    2 n_h d_h + 2 n_kv d_h (the GGUF tensor list, :mod:`moesym.readers.gguf`)."""
     hd, kv = m.head_dim or m.hidden_size // m.num_heads, m.num_kv_heads or m.num_heads
     return 2 * m.num_heads * hd + 2 * kv * hd
 

@@ -8,7 +8,8 @@ docs/how-to/add-attention-variant.md) and add it to :data:`moesym.attention.cata
 
 from __future__ import annotations
 
-from .base import AttentionVariant, Kernel, Lazy, Memory, MemorySite, StepSite, expr, positive
+from ..specs.model import positive
+from .base import AttentionVariant, Kernel, Lazy, Memory, MemorySite, StepSite, expr
 
 att, ew = Lazy("moesym.terms.attention"), Lazy("moesym.terms.elementwise")
 kv, symbols = Lazy("moesym.terms.kv"), Lazy("moesym.symbolic.symbols")

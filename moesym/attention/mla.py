@@ -8,7 +8,7 @@ docs/how-to/add-attention-variant.md) and add it to :data:`moesym.attention.cata
 
 from __future__ import annotations
 
-from .base import positive
+from ..specs.model import positive
 from .gqa import dense_variant
 
 __all__ = ["VARIANT"]

@@ -12,7 +12,8 @@ from ..errors import MoesymError
 from ..specs.deployment import LAYOUTS, A2AMode, Deployment, Phase, Routing, Workload
 from ..specs.hardware import HardwareSpec, load_hardware
 from ..specs.memory_options import MemoryOptions
-from ..specs.model import ModelSpec, load_model
+from ..readers.model import load_model
+from ..specs.model import ModelSpec
 
 __all__ = ["add_model_hw", "add_deployment", "add_workload", "add_json", "deployment_from",
            "workload_from", "model_hw_from", "inputs_from", "emit_json", "positive_int", "positive_float",
@@ -372,9 +373,9 @@ def model_hw_from(args) -> tuple[ModelSpec, HardwareSpec]:
 
 def inputs_from(args, phase: str | None = None, sharding: bool = True) -> tuple:
     """(model, hardware, deployment, workload) the flags name, through the validation stage
-    (:func:`moesym.specs.checks.check_inputs`) before any model is built; ``sharding`` False
+    (:func:`moesym.plan.rules.check_inputs`) before any model is built; ``sharding`` False
     for a searched deployment (optimize, sweep), whose sharding is checked per candidate."""
-    from ..specs.checks import check_inputs
+    from ..plan.rules import check_inputs
 
     from ..specs.deployment import eplb_slots
 

@@ -20,7 +20,7 @@ from ..errors import MoesymError
 from ..io.progress import status
 from ..model.predictor import files_of
 from ..numeric import cache
-from ..specs.checks import check_inputs, check_lengths
+from ..plan.rules import check_inputs, check_lengths
 from ..specs.deployment import Phase, Workload
 from . import COMMANDS
 from .common import (add_deployment, add_json, add_model_hw, add_serve_lengths, add_workload,
@@ -162,7 +162,7 @@ def _step_question(args, a: Answer) -> tuple:
 
 
 def _check(args, dep, model, hw) -> None:
-    """The validation stage (:func:`moesym.specs.checks.check_inputs`) on the deployment and
+    """The validation stage (:func:`moesym.plan.rules.check_inputs`) on the deployment and
     the lengths given (derive's questions search batch and EP themselves)."""
     check_inputs(model, hw, dep, sharding=False)
     context = getattr(args, "context", None)

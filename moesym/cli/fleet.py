@@ -178,7 +178,7 @@ def _pricing(args, names):
 
 
 def _tasks(args, model, traffic, limits):
-    from ..specs.checks import check_inputs
+    from ..plan.rules import check_inputs
     from .simulate import launch_from
 
     names = [n.strip() for n in args.hardware.split(",") if n.strip()]
@@ -218,7 +218,7 @@ def _with_launch_defaults(args):
 
 def run(args) -> int:
     from ..serving.sizing import Limits
-    from ..specs.model import load_model
+    from ..readers.model import load_model
 
     if args.scheduler is not None and args.backend != "dask":
         raise MoesymError("--scheduler needs --backend dask")
@@ -228,7 +228,7 @@ def run(args) -> int:
         _pricing(args, [n.strip() for n in args.hardware.split(",")])
     model = load_model(args.model)
     traffic = _traffic(args)
-    from ..specs.checks import check_lengths
+    from ..plan.rules import check_lengths
 
     check_lengths(model, "serve", isl=int(traffic.isl.max()), osl=int(traffic.osl.max()))
     tasks = _tasks(args, model, traffic, limits)

@@ -3,6 +3,7 @@ each GPU is calibrated, and which engines run where."""
 
 from __future__ import annotations
 
+from ..attention.counts import active_params, total_params
 from . import COMMANDS
 from .common import add_json, emit_json
 
@@ -72,15 +73,15 @@ def _heldout(name: str, kernel: dict, table: list[dict]) -> dict | None:
 
 
 def _model_rows() -> list[dict]:
-    from ..specs.model import builtin_models, load_model
+    from ..readers.model import builtin_models, load_model
 
     rows = []
     for name in builtin_models():
         m = load_model(name)
         rows.append({"name": name, "source": m.source, "attention": m.attention,
                      "experts": m.num_experts, "experts_per_token": m.experts_per_token,
-                     "total_params_B": m.total_params() / 1e9,
-                     "active_params_B": m.active_params() / 1e9})
+                     "total_params_B": total_params(m) / 1e9,
+                     "active_params_B": active_params(m) / 1e9})
     return rows
 
 

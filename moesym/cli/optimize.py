@@ -93,7 +93,7 @@ def _bound(args, model) -> None:
 def _check(args, model, base) -> None:
     """The validation stage on the search's fixed parts: the base deployment (its sharding is
     checked per candidate), the deepest pipeline listed and the lengths."""
-    from ..specs.checks import check_inputs, check_lengths, check_pipeline
+    from ..plan.rules import check_inputs, check_lengths, check_pipeline
     from ..specs.deployment import Phase
 
     check_inputs(model, None, base, sharding=False)

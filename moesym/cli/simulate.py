@@ -159,7 +159,7 @@ def run(args) -> int:
                           "use predict --phase serve")
     client = Client(args.concurrency, args.request_rate, args.num_prompts, args.duration)
     isl, osl = _lengths_args(args)
-    from ..specs.checks import check_inputs, check_lengths
+    from ..plan.rules import check_inputs, check_lengths
 
     check_inputs(model, hw, dep)
     if args.isl is not None and args.osl is not None:  # fixed lengths (a distribution: sampled)

@@ -6,7 +6,7 @@ import math
 from dataclasses import replace
 
 from ..errors import MoesymError
-from ..specs.model import load_model
+from ..readers.model import load_model
 from ..search.sweep import (dask_client, list_size, parse_list, sweep_columns, sweep_dask,
                             write_sweep, write_sweep_dask)
 from . import COMMANDS
@@ -149,7 +149,7 @@ def _bound(args, given: dict) -> None:
 def _check_axes(model, axes: dict, phase: str, base, dist) -> None:
     """The validation stage over the grid: the base deployment, the deepest pipeline and the
     longest lengths of the axes (each point's sharding is masked by the sweep itself)."""
-    from ..specs.checks import check_inputs, check_lengths, check_pipeline
+    from ..plan.rules import check_inputs, check_lengths, check_pipeline
     from ..specs.lengths import representative
 
     check_inputs(model, None, base, sharding=False)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from ..errors import MoesymError
 from ..specs.deployment import Deployment, Workload
 from ..specs.hardware import HardwareSpec, load_hardware
-from ..specs.model import ModelSpec, load_model
+from ..readers.model import load_model
+from ..specs.model import ModelSpec
 from ..symbolic.compile import evaluate
 from ..symbolic.expr import restrict, smax
 from ..symbolic.symbols import S

@@ -14,7 +14,8 @@ from ..errors import MoesymError
 from ..model.report import routed_expert_roofline_expr
 from ..specs.deployment import Deployment, Workload
 from ..specs.hardware import HardwareSpec, load_hardware
-from ..specs.model import ModelSpec, load_model
+from ..readers.model import load_model
+from ..specs.model import ModelSpec
 from ..symbolic.compile import evaluate
 from ..symbolic.expr import restrict
 from ..symbolic.symbols import S

@@ -8,7 +8,8 @@ import sympy as sp
 from ..errors import MoesymError
 from ..specs.deployment import Deployment, Workload
 from ..specs.hardware import HardwareSpec, load_hardware
-from ..specs.model import ModelSpec, load_model
+from ..readers.model import load_model
+from ..specs.model import ModelSpec
 from ..symbolic.expr import substitute
 from ..symbolic.symbols import S
 from ..solve.regimes import branch_at, solve_smooth

@@ -11,7 +11,8 @@ from ..model.predictor import predict
 from ..numbers.bindings import bindings
 from ..specs.deployment import Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec, load_hardware
-from ..specs.model import ModelSpec, expert_weights, load_model
+from ..readers.model import load_model
+from ..specs.model import ModelSpec, expert_weights
 from ..symbolic.expr import restrict, smax
 from ..symbolic.symbols import S
 from .closed_form import ClosedForm, root_sensitivity

@@ -9,7 +9,8 @@ from ..errors import MoesymError
 from ..numbers.metrics import accepted_tokens, step_rates
 from ..specs.deployment import Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec, load_hardware
-from ..specs.model import ModelSpec, load_model
+from ..readers.model import load_model
+from ..specs.model import ModelSpec
 from ..symbolic.compile import evaluate
 from ..symbolic.symbols import S
 from ..solve.model_root import model_root

@@ -11,7 +11,8 @@ from ..model.report import routed_expert_roofline_expr
 from ..model.step import build_step
 from ..specs.deployment import Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec, load_hardware
-from ..specs.model import ModelSpec, load_model
+from ..readers.model import load_model
+from ..specs.model import ModelSpec
 from ..symbolic.expr import restrict, substitute
 from ..symbolic.symbols import S
 from ..solve.model_root import model_root

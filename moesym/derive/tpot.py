@@ -11,7 +11,8 @@ import sympy as sp
 from ..errors import MoesymError
 from ..specs.deployment import Deployment, Workload
 from ..specs.hardware import HardwareSpec, load_hardware
-from ..specs.model import ModelSpec, load_model
+from ..readers.model import load_model
+from ..specs.model import ModelSpec
 from ..symbolic.symbols import S
 from ..solve.model_root import closed_form_at
 from .closed_form import B_MAX, ClosedForm, answer, regime_at

@@ -22,7 +22,7 @@ engines' sources by ``benchmarks/engine_flags.py``; llama.cpp's from ``common/ar
 mlx-lm 0.32.2's ``server.py`` and ``generate.py``.
 
 >>> from moesym.specs.deployment import Deployment, Workload
->>> from moesym.specs.model import load_model
+>>> from moesym.readers.model import load_model
 >>> c = launch_command("sglang", load_model("deepseek-v3"), Deployment(gpus=8, weights="fp8",
 ...                    micro_batches=2), Workload("decode", batch=64, context=4096))
 >>> c["command"]  # doctest: +NORMALIZE_WHITESPACE

@@ -15,7 +15,7 @@ Weights summed over GPUs are the model's bytes times each component's replicatio
 
 >>> from moesym.memory.capacity import memory_report
 >>> from moesym.specs import deployment as d
->>> from moesym.specs.model import load_model
+>>> from moesym.readers.model import load_model
 >>> from moesym.specs.hardware import load_hardware
 >>> r = memory_report(load_model("qwen3-30b-a3b"), load_hardware("h100"), d.Deployment(),
 ...                   d.Workload("decode", batch=8, context=4096))
@@ -38,7 +38,7 @@ from ..numbers.bindings import bindings, memory_workload_values
 from ..specs.deployment import A2AMode, Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.memory_options import MemoryOptions
-from ..specs.gguf import file_type_bytes
+from ..readers.gguf import file_type_bytes
 from ..specs.model import ModelSpec, expert_weights
 from ..symbolic.symbols import S, by_name
 from ..symbolic.expr import smax, substitute
@@ -158,7 +158,7 @@ def memory_bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Wor
     fmts = weight_formats(dep.weights, hw, model.is_moe)
     g = dep.group_size
     mix = file_type_bytes(dep.weight_recipe(model.is_moe), model)
-    if mix:  # a llama.cpp file type: each class's tensors' average (moesym.specs.gguf)
+    if mix:  # a llama.cpp file type: each class's tensors' average (moesym.readers.gguf)
         for symbol, c in ((S.w_bytes, "attn"), (S.w_bytes_expert, "moe"),
                           (S.w_bytes_dense, "dense"), (S.w_bytes_hp, "hp")):
             v[symbol] = mix[c]
@@ -348,7 +348,7 @@ def host_expert_bytes(model: ModelSpec, hw: HardwareSpec, dep: Deployment,
         return 0.0
     if expert_bytes_per_param is None:
         mix = file_type_bytes(dep.weight_recipe(model.is_moe), model)
-        if mix:  # a llama.cpp file type: its expert tensors' average (moesym.specs.gguf)
+        if mix:  # a llama.cpp file type: its expert tensors' average (moesym.readers.gguf)
             expert_bytes_per_param = mix["moe"]
         else:
             opts = MemoryOptions(**dict(dep.memory_options))

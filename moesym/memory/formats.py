@@ -66,7 +66,7 @@ def weight_formats(weights: str, hw: HardwareSpec, is_moe: bool = True) -> Weigh
     WeightFormats(routed='fp8', gemm='fp8', dense='fp8', high_precision='bf16')
     """
     r = precision.WeightRecipe.parse(weights, is_moe)
-    if r.mix:  # a llama.cpp file type: its tensors' types vary (moesym.specs.gguf)
+    if r.mix:  # a llama.cpp file type: its tensors' types vary (moesym.readers.gguf)
         return WeightFormats(routed=r.mix, gemm=r.mix, dense=r.mix, high_precision=r.mix)
     return WeightFormats(routed=storage_format(r.moe, hw), gemm=storage_format(r.attn, hw),
                          dense=storage_format(r.dense, hw))

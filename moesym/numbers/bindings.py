@@ -105,7 +105,7 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
 
     from ..specs.kernel_calib import kernel_calib
     from ..engines import load_engine
-    from ..specs.gguf import file_type_bytes
+    from ..readers.gguf import file_type_bytes
     from ..specs.precision import FORMATS, bytes_per_element, storage_format
 
     capacity_bytes = hw.hbm_capacity_bytes

@@ -204,7 +204,7 @@ def setup(run: ServingRun, accept: float = RANDOM_PROMPT_ACCEPT):
     run as the benchmark ran it; ``accept``: a draft token's acceptance (MTP runs)."""
     from ..serving.engine import Launch
     from ..specs.hardware import load_hardware
-    from ..specs.model import load_model
+    from ..readers.model import load_model
 
     model = load_model("deepseek-v3")
     hw = load_hardware(run.hardware)

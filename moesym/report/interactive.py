@@ -253,7 +253,7 @@ def _rules(model, hw, dep, wl, cli: CliText) -> dict:
 
     from ..derive import decode_point
     from ..memory.capacity import device_short
-    from ..specs.checks import check_lengths, position_limit
+    from ..plan.rules import check_lengths, position_limit
     from ..specs.deployment import TOPOLOGY, VALIDITY, A2AMode
 
     sizes = ("gpus", "tp", "ep", "stage", "expert_tp")
@@ -416,7 +416,7 @@ def _structures(model, hw, dep, wl) -> tuple[list, list, list]:
     """(micro-batch counts, schedules, A2A modes) the page offers: micro-batches 1, 2 and the
     command's; where the layer has an all-to-all (MoE, EP > 1), the command's schedule and A2A
     mode and the built-in others this deployment accepts."""
-    from ..specs.checks import check_inputs
+    from ..plan.rules import check_inputs
     from ..specs.deployment import A2AMode
 
     mbs = sorted({1, 2, dep.micro_batches})
@@ -460,7 +460,7 @@ def _combos(model, hw, dep, wl) -> list:
     """(GPUs, EP, TP) a page of this structure class offers: GPUs the command's times a power of
     two (1/8 to 8), every EP and TP that shards the model and keeps the class."""
     from ..model.predictor import ep_class
-    from ..specs.checks import check_inputs
+    from ..plan.rules import check_inputs
 
     out = []
     for k in range(-3, 4):

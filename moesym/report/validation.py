@@ -35,7 +35,7 @@ from ..errors import SpecError
 from ..model.predictor import predict
 from ..specs.deployment import A2AMode, Deployment, Phase, Workload
 from ..specs.hardware import load_hardware
-from ..specs.model import load_model
+from ..readers.model import load_model
 
 __all__ = ["Case", "CASES", "LLAMA_BENCH_TABLE", "SERVING_CASES", "ServingCase", "fit_serving",
            "kernel_heldout", "load_cases", "run_case", "serving_fits", "single_device_cases",

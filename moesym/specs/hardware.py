@@ -22,6 +22,7 @@ from typing import Mapping
 from ..io.resources import data_dir
 from ..io.toml import load_toml
 from ..errors import SpecError
+from .kernel_calib import MOE_KERNEL_KEYS, moe_kernel_fields
 
 __all__ = ["HardwareSpec", "CustomAllReduce", "Efficiency", "Latency", "PowerSpec", "PriceSpec",
            "VENDORS", "load_hardware", "builtin_hardware"]
@@ -475,8 +476,6 @@ def _moe_kernels(raw, where: str) -> Mapping[str, Mapping[str, float]]:
     per fused-MoE backend (``heldout_median`` and ``source`` are records; ``dtype`` applies to
     all), as the :class:`~moesym.specs.kernel_calib.KernelCalib` fields (SI) that replace
     ``[kernel]``'s when an engine runs that backend."""
-    from .kernel_calib import MOE_KERNEL_KEYS, moe_kernel_fields
-
     out = {}
     for name, t in dict(raw).items():
         if name == "dtype":

@@ -33,7 +33,7 @@ Formats by their users' names (case-insensitive: ``Q4_K_M`` and ``q4_k_m`` alike
   (MMVQ at small batches, MMQ's int8 tensor-core tiles above): ``int8`` where the GPU has INT8
   tensor cores; Metal (Apple) dequantizes each block to half in the kernel and multiplies in
   16-bit floats: the ``bf16`` rate there. GGUF's MXFP4 (17 B per 32) is ``mxfp4`` below. The
-  _S/_M file types (``q4_k_m`` ...) are per-tensor mixes of these: :mod:`moesym.specs.gguf`.
+  _S/_M file types (``q4_k_m`` ...) are per-tensor mixes of these: :mod:`moesym.readers.gguf`.
 * MLX affine quantization (``mlx.core.quantize``; mlx-lm 0.32.2's ``convert`` defaults to 4 bits,
   group 64): ``mlx-4bit`` and ``mlx-8bit``, one scale and one bias in 16-bit floats per group
   (4 B per 64 weights: 4.5 and 8.5 bits), ``--group-size 32`` or ``128`` for the other groups.
@@ -191,7 +191,7 @@ class WeightRecipe:
     moe: str
     dense: str
     #: a llama.cpp file type (``q4_k_m``; a GGUF type given alone, ``q8_0``): each class's
-    #: tensors follow llama-quantize's per-tensor rules (:mod:`moesym.specs.gguf`); the three
+    #: tensors follow llama-quantize's per-tensor rules (:mod:`moesym.readers.gguf`); the three
     #: components above then name its default block type
     mix: str = ""
 

@@ -32,7 +32,7 @@ The compressors' and the indexer's head-weight projections are BF16 in the check
 Every function returns the work of one *average* layer: each layer kind's cost weighted by its
 share of the layers.
 
->>> from moesym.specs.model import load_model
+>>> from moesym.readers.model import load_model
 >>> m = load_model("deepseek-v4-flash")
 >>> (m.csa_layers, m.hca_layers, m.num_layers - m.csa_layers - m.hca_layers)
 (20, 23, 0)

@@ -1,9 +1,9 @@
-"""The validation stage: a deployment and a workload checked against the model and the hardware
-before any model is built (issue 33). Every check ends in a one-line error naming the flag as the
+"""The validity rules: a model, a deployment and a workload checked against each other and the
+hardware before any model is built. Every check ends in a one-line error naming the flag as the
 user gave it (a derived size named as derived), or in a one-line warning naming what is assumed;
 never in a number no real system could produce.
 
->>> from moesym.specs.model import load_model
+>>> from moesym.readers.model import load_model
 >>> from moesym.specs.hardware import load_hardware
 >>> from moesym.specs.deployment import Deployment, Workload, Phase
 >>> m, h = load_model("deepseek-v3"), load_hardware("h800")
@@ -18,8 +18,11 @@ from __future__ import annotations
 import math
 import warnings
 
+from ..attention.catalog import base, check
 from ..errors import SpecError
-from .deployment import Phase
+from ..specs.deployment import Phase
+from ..specs.mesh import check_mesh
+from ..specs.precision import FORMATS
 
 __all__ = ["check_inputs", "check_lengths", "check_pipeline", "position_limit", "max_draft_tokens", "SUPPORTED_GROUPS"]
 
@@ -41,9 +44,9 @@ def check_inputs(model, hw, dep, wl=None, sharding: bool = True) -> None:
     ``hw``: the mesh, the sharding rules, pipeline stages against layers, draft tokens,
     redundant experts, the weight-scale group against the kernels and the GEMMs' K, and the
     workload's lengths against the model's positions. ``sharding`` False skips the mesh and
-    sharding rules (a searched deployment is checked per candidate)."""
-    from .mesh import check_mesh
-
+    sharding rules (a searched deployment is checked per candidate). The model's attention
+    fields are checked by their variant first (a model built in Python, not read)."""
+    check(model)
     if sharding:
         check_mesh(hw, dep)
         dep.check_model(model)
@@ -127,8 +130,6 @@ def _gemm_ks(model, fmt_of) -> dict:
     """The reduction length (K) of each GEMM whose weights are in a grouped format, by name."""
     ks = {}
     if fmt_of("attn"):
-        from ..attention.catalog import base
-
         ks["hidden_size"] = model.hidden_size
         ks.update(base(model).gemm_ks(model))  # the model's own attention's other GEMMs
     if fmt_of("moe") and model.is_moe:
@@ -146,8 +147,6 @@ def _group_size(model, dep) -> None:
     g = dep.group_size
     if not g:
         return
-    from .precision import FORMATS
-
     recipe = dep.weight_recipe(model.is_moe)
     grouped = {c: getattr(recipe, c) for c in ("attn", "moe", "dense")
                if FORMATS[getattr(recipe, c)].grouped}

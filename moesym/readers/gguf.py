@@ -34,7 +34,7 @@ at the embeddings' bytes, as moesym's memory model holds them with the embedding
 A plain block type given alone (``--weights q4_k``, which has no file type of its own) gets the
 rules every file type has (the output tensor, the 8-expert bumps).
 
->>> from moesym.specs.model import load_model
+>>> from moesym.readers.model import load_model
 >>> m = load_model("qwen3-30b-a3b")
 >>> [more_bits(i, 48) for i in range(10)]
 [True, True, True, True, True, True, False, False, True, False]
@@ -49,7 +49,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..errors import SpecError
-from .precision import FILE_TYPES, GGUF_TYPES, WeightRecipe, bytes_per_element
+from ..attention.catalog import base, kinds
+from ..specs.precision import FILE_TYPES, GGUF_TYPES, WeightRecipe, bytes_per_element
 
 __all__ = ["FILE_TYPES", "RULES", "Tensor", "component_bytes", "file_type_bytes", "file_type_of",
            "more_bits", "tensor_types", "tensors"]
@@ -121,8 +122,6 @@ def tensors(m) -> list[Tensor]:
     """The GEMM weights, token embeddings and output of model ``m`` as llama.cpp stores them,
     one :class:`Tensor` per tensor (stacked experts as one, as in a GGUF file)."""
     n, d = m.num_layers, m.hidden_size
-    from ..attention.catalog import base, kinds
-
     # layers of a variant with projections of its own (gated DeltaNet) interleave with the
     # base's: every round(n / n_base)-th layer is the base's, counted among the base's layers
     own = [v for v, _ in kinds(m)[1:] if v.gguf_tensors is not None]
