@@ -25,7 +25,7 @@ import warnings
 from dataclasses import replace
 
 from moesym.kernels.analytical import gemm_time
-from moesym.kernels.calib import kernel_calib
+from moesym.specs.kernel_calib import kernel_calib
 from moesym.specs.hardware import load_hardware
 
 # DeepSeek-V3 / R1 (hf config: hidden 7168, q_lora 1536, kv_lora 512 + rope 64, 128 heads x
