@@ -255,3 +255,25 @@ def test_serve_step_built_directly_runs_the_engines_chunk():
         warnings.simplefilter("ignore")
         step = ms.build_step(QWEN, H20, dep, wl)
     assert step.values[S.chunk] == 8192 // 8
+
+
+# ---------------------------------------------------------------- one all-to-all, on its own
+@pytest.mark.parametrize("hw,a2a,mode,ep", [("h200", "deepep-ll", "low-latency", 8),
+                                            ("b200", "deepep-normal", "normal", 16),
+                                            ("mi355x", "deepep-normal", "normal", 8),
+                                            ("h800", "deepep-normal", "normal", 8)])
+def test_comm_times_the_dispatch_and_combine_predict_times(cli_json, hw, a2a, mode, ep):
+    # `moesym comm` (CONTRACT 5) and predict's per_layer_s time one all-to-all through the same
+    # cost, links and fitted DeepEP kernels: DeepSeek-V3 decode, one micro-batch, attention
+    # data-parallel, so the per-rank batch is the dispatch's --tokens (before, comm used the
+    # link table without the DeepEP fits: 10.63 us against predict's 13.10 us)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = cli_json(["predict", "deepseek-v3", "--hardware", hw, "--phase", "decode",
+                      "--gpus", str(ep), "--ep", str(ep), "--weights", "fp8", "--batch", "64",
+                      "--context", "2048", "--a2a", a2a])["per_layer_s"]
+        for op in ("dispatch", "combine"):
+            c = cli_json(["comm", op, "--tokens", "64", "--hidden", "7168", "--topk", "8",
+                          "--experts", "256", "--ep", str(ep), "--groups", "8",
+                          "--topk-groups", "4", "--mode", mode, "--hardware", hw])
+            _same(c["time_s"], p[op], f"{hw} {a2a} ep{ep} {op}")

@@ -7,7 +7,8 @@ from dataclasses import replace
 import sympy as sp
 
 from ..errors import MoesymError
-from ..numbers.bindings import scale_up_domain
+from ..model.layer_costs import expert_all_to_all
+from ..numbers.bindings import fabric_values
 from ..routing.stats import GroupRouting
 from ..specs.deployment import DTYPE_BYTES, A2AMode, Deployment, activation_dispatch_bytes
 from ..specs.hardware import load_hardware
@@ -96,27 +97,26 @@ def comm_report(args) -> dict:
     """Numbers of one dispatch / combine for parsed CLI ``args``."""
     _check(args)
     hw = load_hardware(args.hardware)
-    domain = scale_up_domain(hw, Deployment(gpus=args.ep, ep=args.ep,
-                                            gpus_per_node=args.gpus_per_node or hw.gpus_per_node))
     # the EP group is the instance, attention data-parallel (the all-gather runs over its
-    # ep data-parallel ranks)
+    # ep data-parallel ranks); links, latencies and DeepEP's fitted kernels as predict binds them
+    dep = Deployment(gpus=args.ep, ep=args.ep,
+                     gpus_per_node=args.gpus_per_node or hw.gpus_per_node)
+    vals = {k: sp.sympify(v) for k, v in fabric_values(hw, dep).items()}
+    domain = int(vals[S.gpus_per_node])
     D = replace(symbolic_dims(), hidden=args.hidden, experts=args.experts, topk=args.topk,
-                ep=args.ep, gpus=args.ep, tp=1, dispatch_bytes=activation_dispatch_bytes("fp8"),
+                ep=args.ep, gpus=args.ep, tp=1, redundant=0, gpus_per_node=domain,
+                dispatch_bytes=activation_dispatch_bytes("fp8"),
                 combine_bytes=DTYPE_BYTES["bf16"])
     mode = _MODES[args.mode]
     groups = (GroupRouting(args.experts, args.topk, args.groups, args.topk_groups)
               if args.groups is not None and args.topk_groups < args.groups else None)
     elem = D.dispatch_bytes if args.op == "dispatch" else D.combine_bytes
     vol = comm.a2a_volume(D, args.tokens, elem, mode, domain, groups)
-    fn = comm.dispatch if args.op == "dispatch" else comm.combine
-    cost = fn(D, args.tokens, hw.scale_up_Bps * hw.efficiency.scale_up,
-              hw.scale_out_Bps * hw.efficiency.scale_out, hw.latency.scale_up_s,
-              hw.latency.scale_out_s, domain, mode, groups)
-    tt = RooflineTiming().time(cost)
-    val = {S.t_kernel: sp.Float(hw.latency.kernel_s)}
+    cost = expert_all_to_all(hw, dep, mode, D, args.tokens, groups)[args.op]
+    tt = RooflineTiming().time(cost)  # every time model times a COMM cost alike
 
     def num(e) -> float:
-        return float(sp.sympify(e).xreplace(val).evalf())
+        return float(sp.sympify(e).xreplace(vals).evalf())
 
     intra, inter = num(vol.intra_bytes), num(vol.inter_bytes)
     return {"time_s": num(tt.total_s), "bytes": intra + inter, "intra_bytes": intra,

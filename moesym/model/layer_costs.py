@@ -102,17 +102,8 @@ def moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
         if a2a is A2AMode.RING_MCAST:  # a mesh column: multicast out, locally reduced p2p back
             costs["dispatch"], costs["combine"] = _mesh_a2a(model, dep, hw, D, t)
         else:
-            ops = _deepep_one_node(hw, dep, a2a)
-            # a switchless domain's direct links (AMD Instinct's Infinity Fabric); DeepEP's
-            # fitted rate already is what the node's links give
-            links = 0 if ops or hw is None else hw.scale_up_links
-            for name, term in (("dispatch", comm.dispatch), ("combine", comm.combine)):
-                up, lat = (ops[name].rate_Bps, _deepep_fixed_s(ops[name], D, t_gpu)) if ops \
-                    else (bw_up, S.lat_up)
-                c = term(D, t_gpu, up, bw_out, lat, S.lat_out, D.gpus_per_node, a2a, groups,
-                         links)
-                # the fitted fixed time is the measured kernel's, launch included
-                costs[name] = [replace(c, launches=sp.Integer(0)) if ops else c]
+            costs.update({k: [c] for k, c in
+                          expert_all_to_all(hw, dep, a2a, D, t_gpu, groups).items()})
     # attention output all-reduce + seed 004's all-gather before / reduce-scatter after the MoE
     # (on a mesh: ring hops along its TP axis)
     tp_bw, tp_lat = _tp_link(dep, D, bw_up, bw_out, _links(hw))
@@ -298,6 +289,29 @@ def _mesh_a2a(model: ModelSpec, dep: Deployment, hw: HardwareSpec | None, D: Dim
                                 S.mc_device, S.mc_expert)],
             [mesh.mesh_combine(col, t, D.hidden, D.combine_bytes, bw, S.mc_base, S.mc_hop,
                                S.mc_device)])
+
+
+def expert_all_to_all(hw: HardwareSpec | None, dep: Deployment, a2a: A2AMode, D: Dims,
+                      tokens_per_gpu, groups=None) -> dict:
+    """``{"dispatch": Cost, "combine": Cost}`` of the expert-parallel all-to-all ``a2a`` of
+    ``tokens_per_gpu`` tokens: a GPU's fitted DeepEP kernels inside one node
+    (:func:`_deepep_one_node`), else the ``[interconnect]`` rates and ``[latency_us]``, over a
+    switchless domain's direct links where it has them. ``predict`` and ``moesym comm`` both
+    time it."""
+    bw_up, bw_out = S.bw_up * S.eff_up, S.bw_out * S.eff_out
+    ops = _deepep_one_node(hw, dep, a2a)
+    # a switchless domain's direct links (AMD Instinct's Infinity Fabric); DeepEP's fitted rate
+    # already is what the node's links give
+    links = 0 if ops or hw is None else hw.scale_up_links
+    out = {}
+    for name, term in (("dispatch", comm.dispatch), ("combine", comm.combine)):
+        up, lat = (ops[name].rate_Bps, _deepep_fixed_s(ops[name], D, tokens_per_gpu)) if ops \
+            else (bw_up, S.lat_up)
+        c = term(D, tokens_per_gpu, up, bw_out, lat, S.lat_out, D.gpus_per_node, a2a, groups,
+                 links)
+        # the fitted fixed time is the measured kernel's, launch included
+        out[name] = replace(c, launches=sp.Integer(0)) if ops else c
+    return out
 
 
 def _deepep_one_node(hw: HardwareSpec | None, dep: Deployment, a2a: A2AMode) -> dict | None:

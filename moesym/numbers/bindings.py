@@ -15,7 +15,7 @@ from .metrics import prefill_memory_values, serve_chunk, serve_point
 #: communication (DeepSeek-V3 technical report, section 3.2.2)
 COMM_SMS = 20
 
-__all__ = ["bindings", "scale_up_domain", "workload_values",
+__all__ = ["bindings", "fabric_values", "scale_up_domain", "workload_values",
            "memory_workload_values"]
 
 
@@ -99,6 +99,18 @@ def _pass_bytes(stored: str, w_bytes: float, calib) -> float:
     return w_bytes + 2.0 if (calib.dequant_pass_rows and FORMATS[stored].bits < 16) else 0.0
 
 
+def fabric_values(hw: HardwareSpec, dep: Deployment) -> dict:
+    """``{symbol: number}`` of the links between GPUs (rates, their efficiencies, latencies, the
+    scale-up domain) and the kernel launch: what a collective or an all-to-all is timed with,
+    in :func:`bindings` and in ``moesym comm`` alike."""
+    from ..symbolic.symbols import S
+
+    return {S.bw_up: hw.scale_up_Bps, S.bw_out: hw.scale_out_Bps,
+            S.eff_up: hw.efficiency.scale_up, S.eff_out: hw.efficiency.scale_out,
+            S.lat_up: hw.latency.scale_up_s, S.lat_out: hw.latency.scale_out_s,
+            S.t_kernel: hw.latency.kernel_s, S.gpus_per_node: scale_up_domain(hw, dep)}
+
+
 def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) -> dict:
     """``{symbol: number}`` for every symbol a step model of this configuration can contain."""
     from ..symbolic.symbols import S, by_name
@@ -125,6 +137,7 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
     w_bytes.update(file_type_bytes(recipe, model) or {})  # a GGUF file's per-tensor mix
     m = model
     v = {
+        **fabric_values(hw, dep),
         S.hidden: m.hidden_size, S.vocab: m.vocab_size, S.heads: m.num_heads,
         S.kv_heads: m.num_kv_heads or m.num_heads, S.head_dim: m.head_dim or m.qk_head_dim,
         S.q_lora: m.q_lora_rank, S.kv_lora: m.kv_lora_rank, S.qk_nope: m.qk_nope_head_dim,
@@ -136,7 +149,7 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
         # one pipeline stage's layers (the model's / pp: every stage alike)
         S.n_moe_layers: (m.moe_layers if m.is_moe else 0) / dep.pp,
         S.n_dense_layers: m.dense_layers / dep.pp,
-        S.gpus: dep.stage_gpus, S.pp: dep.pp, S.cp: dep.cp, S.gpus_per_node: scale_up_domain(hw, dep), S.tp: dep.tp, S.ep: dep.ep,
+        S.gpus: dep.stage_gpus, S.pp: dep.pp, S.cp: dep.cp, S.tp: dep.tp, S.ep: dep.ep,
         S.micro_batches: dep.micro_batches, S.redundant: dep.redundant_experts, S.mtp: dep.mtp,
         S.w_bytes: w_bytes["attn"], S.w_bytes_expert: w_bytes["moe"],
         S.w_bytes_dense: w_bytes["dense"],
@@ -146,15 +159,13 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
         S.flops_gemm: hw.peak_flops(compute["attn"]), S.flops_moe: hw.peak_flops(compute["moe"]),
         S.flops_dense: hw.peak_flops(compute["dense"]), S.flops_attn: hw.peak_flops("bf16"),
         S.hbm_bw: hw.hbm_bw_Bps, S.hbm_capacity: hw.hbm_capacity_bytes,
-        S.bw_up: hw.scale_up_Bps, S.bw_out: hw.scale_out_Bps, S.sms: hw.sms,
+        S.sms: hw.sms,
         # the roofline's efficiencies are the kernel model's fractions: one set per GPU
         S.eff_gemm: calib.gemm_tensor_frac, S.eff_grouped: calib.grouped_contiguous_tensor_frac,
         S.eff_attn: calib.attention_tensor_frac, S.eff_mem: calib.gemm_hbm_frac,
         S.eff_mem_attn: calib.attention_hbm_frac, S.eff_mem_ew: calib.elementwise_hbm_frac,
-        S.eff_up: hw.efficiency.scale_up, S.eff_out: hw.efficiency.scale_out,
         S.eff_serve: hw.efficiency.serving,
-        S.lat_up: hw.latency.scale_up_s, S.lat_out: hw.latency.scale_out_s,
-        S.t_kernel: hw.latency.kernel_s, S.t_layer: hw.latency.layer_s,
+        S.t_layer: hw.latency.layer_s,
         S.t_step: hw.latency.step_s if engine.host_step_s is None else engine.host_step_s,
         S.t_host_launch: engine.host_launch(hw.vendor),
         S.zipf_s: dep.routing.s, S.host_bw: hw.host_link_Bps,
