@@ -9,10 +9,11 @@ import math
 import sys
 
 from ..errors import MoesymError
-from ..specs.deployment import LAYOUTS, A2AMode, Deployment, Phase, Routing, Workload
+from ..plan.rules import check_inputs
+from ..readers.model import load_model
+from ..specs.deployment import LAYOUTS, A2AMode, Deployment, Phase, Routing, Workload, eplb_slots
 from ..specs.hardware import HardwareSpec, load_hardware
 from ..specs.memory_options import MemoryOptions
-from ..readers.model import load_model
 from ..specs.model import ModelSpec
 
 __all__ = ["add_model_hw", "add_deployment", "add_workload", "add_json", "deployment_from",
@@ -375,10 +376,6 @@ def inputs_from(args, phase: str | None = None, sharding: bool = True) -> tuple:
     """(model, hardware, deployment, workload) the flags name, through the validation stage
     (:func:`moesym.plan.rules.check_inputs`) before any model is built; ``sharding`` False
     for a searched deployment (optimize, sweep), whose sharding is checked per candidate."""
-    from ..plan.rules import check_inputs
-
-    from ..specs.deployment import eplb_slots
-
     model, hw = model_hw_from(args)
     dep, wl = deployment_from(args), workload_from(args, phase)
     if sharding:

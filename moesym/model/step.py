@@ -215,8 +215,8 @@ def build_step(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     """Compose the step model of ``model`` on ``hardware`` under ``deployment`` for ``workload``.
 
     ``timing`` turns each cost into time (a :class:`moesym.kernels.time_model.TimeModel`); by default the
-    deployment's time model (``deployment.timing``, built by the registry
-    :data:`moesym.specs.time_models.TIME_MODELS`: the analytical kernel model calibrated for this GPU,
+    deployment's time model (``deployment.timing``, built by
+    :func:`moesym.kernels.registry.time_model`: the analytical kernel model calibrated for this GPU,
     :class:`moesym.kernels.timing.KernelTiming`, the plain roofline with named efficiency
     symbols, :class:`moesym.kernels.time_model.RooflineTiming`, or measured tables). The stages: checks,
     time model, layer costs, their times, the layer under its overlap schedule, expert tiers,
