@@ -15,9 +15,12 @@ on the other configurations predicts its runs, and those held-out errors are wha
   launches its kernels one by one from Python; at a short prompt the host's launches, not the
   GPU, set the step's time (moesym.model.step._host_s: ``t_step`` + kernels x
   ``t_host_launch``, the longer of that and the GPU time under an overlap scheduler). Fitted per
-  engine profile and device maker on the median time to first token of the aggregated runs with
-  eager prefill (at the profile's version where it names one); ``--write`` stores it as the
-  profile's ``host_launch_us`` in moesym/engines/builtin.toml.
+  engine profile and device maker on the aggregated runs with eager prefill (at the profile's
+  version where it names one), on both numbers such a step moves: the median time to first
+  token (the prompt's own prefill) and the mean TPOT (every prefill a request's decode waits
+  through in a mixed step); fitted on the TTFT alone, the value also took in whatever else a
+  first token waits for and slowed every decode step that shares a batch with a prompt.
+  ``--write`` stores it as the profile's ``host_launch_us`` in moesym/engines/builtin.toml.
 * ``accept``: the acceptance of a draft token in these benchmarks. Their prompts are random
   tokens, on which DeepSeek's MTP module accepts far less than its published 85% on text;
   fitted on the mean TPOT of every aggregated MTP run (one value for all engines: the
@@ -34,7 +37,8 @@ on the other configurations predicts its runs, and those held-out errors are wha
   without it leaves unexplained of each run's mean-over-median TTFT gap,
   10 x ((measured mean - measured median) - (simulated mean - simulated median)), the median
   over the runs (robust to the high-concurrency runs where the first wave also queues), from
-  the rows ``benchmarks/serving_open_set.py --json`` wrote with the one-time time at 0;
+  the rows ``benchmarks/serving_open_set.py --json`` wrote (the simulated mean taken without
+  the one-time time the rows ran with: their ``first_use`` TTFT component);
   ``--write`` stores it as the profile's ``cold_prefill_ms`` where, held out by configuration,
   the mean TTFT it predicts (simulated mean + a tenth of the value) is closer than without it
   (elsewhere the engine keeps 0).
@@ -81,15 +85,15 @@ TRANSFERS = {"sglang-0.5.9": ("sglang",)}
 class Parameter:
     name: str
     grid: tuple
-    metric: str
+    metrics: tuple
 
     def fine(self) -> np.ndarray:
         return np.linspace(self.grid[0], self.grid[-1], 2001)
 
 
 HOST_LAUNCH = Parameter("host_launch_us", (0.0, 20.0, 40.0, 60.0, 80.0, 100.0, 130.0),
-                        "ttft_median_ms")
-ACCEPT = Parameter("accept", (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9), "tpot_mean_ms")
+                        ("ttft_median_ms", "tpot_mean_ms"))
+ACCEPT = Parameter("accept", (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9), ("tpot_mean_ms",))
 
 
 def _known(name: str, vendor: str | None = None) -> bool:
@@ -122,28 +126,32 @@ def accept_runs() -> list:
     return [r for r in load_runs() if not r.disagg and r.spec == "mtp" and _known(r.hardware)]
 
 
-def simulated(run, param: Parameter, value: float) -> float:
-    """The run's simulated ``param.metric`` with the parameter at ``value``."""
+def simulated(run, param: Parameter, value: float) -> dict:
+    """The run's simulated ``param.metrics`` with the parameter at ``value``."""
     from moesym.report.inferencex import simulate_run
     from moesym.serving import timer
     from moesym.symbolic.symtab import N
 
     if param is ACCEPT:
-        return simulate_run(run, accept=value)[param.metric]
-    original = timer.ModelTimer._evaluate
+        out = simulate_run(run, accept=value)
+    else:
+        original = timer.ModelTimer._evaluate
 
-    def evaluate(self, *args):
-        self.overrides = {N.t_host_launch: value * 1e-6}
-        return original(self, *args)
+        def evaluate(self, *args):
+            self.overrides = {N.t_host_launch: value * 1e-6}
+            return original(self, *args)
 
-    timer.ModelTimer._evaluate = evaluate
-    try:
-        return simulate_run(run)[param.metric]
-    finally:
-        timer.ModelTimer._evaluate = original
+        timer.ModelTimer._evaluate = evaluate
+        try:
+            out = simulate_run(run)
+        finally:
+            timer.ModelTimer._evaluate = original
+    return {m: out[m] for m in param.metrics}
 
 
 def _fit(param: Parameter, curves: dict, measured: dict, keys) -> float:
+    """The grid value (interpolated) with the least sum of squared log errors over ``keys``
+    (run, metric)."""
     fine = param.fine()
     loss = np.zeros_like(fine)
     for k in keys:
@@ -151,34 +159,50 @@ def _fit(param: Parameter, curves: dict, measured: dict, keys) -> float:
     return float(fine[int(np.argmin(loss))])
 
 
+def _errors(param: Parameter, curves: dict, measured: dict, keys, value: float) -> dict:
+    """Relative errors at ``value`` per metric."""
+    out = {m: [] for m in param.metrics}
+    for k in keys:
+        out[k[1]].append(float(np.interp(value, param.grid, curves[k])) / measured[k] - 1)
+    return out
+
+
 def fit(param: Parameter, runs: list, label: str, progress: bool = True) -> dict | None:
-    """The value over ``runs``, each launch configuration held out in turn."""
+    """The value over ``runs`` (every metric of ``param`` at once), each launch configuration
+    held out in turn; errors reported per metric and over all."""
     if not runs:
         return None
     curves, measured, config = {}, {}, {}
     for i, run in enumerate(runs):
-        curves[run.id] = [simulated(run, param, v) for v in param.grid]
-        measured[run.id] = getattr(run, param.metric)
+        values = [simulated(run, param, v) for v in param.grid]
+        for m in param.metrics:
+            curves[run.id, m] = [v[m] for v in values]
+            measured[run.id, m] = getattr(run, m)
         config[run.id] = run.config
         if progress:
             print(f"  {label}: {i + 1}/{len(runs)} {run.config} c{run.conc}", file=sys.stderr)
-    ids = list(curves)
-    value = _fit(param, curves, measured, ids)
-    held, per_config = [], {}
+    keys = list(curves)
+    value = _fit(param, curves, measured, keys)
+    held = {m: [] for m in param.metrics}
+    per_config = {}
     for cfg in sorted(set(config.values())):
-        inside = [k for k in ids if config[k] != cfg]
+        inside = [k for k in keys if config[k[0]] != cfg]
         if not inside:
             continue
         v = _fit(param, curves, measured, inside)
-        errs = [float(np.interp(v, param.grid, curves[k])) / measured[k] - 1
-                for k in ids if config[k] == cfg]
-        held += errs
-        per_config[cfg] = {"fit": v, "runs": len(errs),
-                           "median_abs_error": median(abs(e) for e in errs)}
-    train = [float(np.interp(value, param.grid, curves[k])) / measured[k] - 1 for k in ids]
-    return {"label": label, "value": value, "runs": len(ids), "configs": len(per_config),
-            "train_median_abs_error": median(abs(e) for e in train),
-            "heldout_median_abs_error": median(abs(e) for e in held),
+        errs = _errors(param, curves, measured, [k for k in keys if config[k[0]] == cfg], v)
+        for m in param.metrics:
+            held[m] += errs[m]
+        flat = [e for m in param.metrics for e in errs[m]]
+        per_config[cfg] = {"fit": v, "runs": len(errs[param.metrics[0]]),
+                           "median_abs_error": median(abs(e) for e in flat)}
+    train = _errors(param, curves, measured, keys, value)
+    flat = lambda d: [abs(e) for m in param.metrics for e in d[m]]  # noqa: E731
+    return {"label": label, "value": value, "runs": len(config), "configs": len(per_config),
+            "train_median_abs_error": median(flat(train)),
+            "heldout_median_abs_error": median(flat(held)) if per_config else float("nan"),
+            "heldout_by_metric": {m: median(abs(e) for e in held[m]) for m in param.metrics
+                                  if held[m]},
             "per_config": per_config}
 
 
@@ -186,7 +210,10 @@ def _provenance(r: dict, what: str) -> str:
     return (f"written {datetime.date.today()} by benchmarks/fit_serving.py, fitted on the {what} "
             f"({r['runs']} InferenceX open runs, {r['configs']} launch configurations, each held "
             f"out in turn: held-out median |error| {r['heldout_median_abs_error']:.1%}, in fit "
-            f"{r['train_median_abs_error']:.1%})")
+            f"{r['train_median_abs_error']:.1%}"
+            + "".join(f"; {m} held out {e:.1%}" for m, e in r.get("heldout_by_metric",
+                                                                   {}).items()
+                      if len(r["heldout_by_metric"]) > 1) + ")")
 
 
 def write_per_vendor(results: list, key: str, what: str, fitted_on: str, digits: int,
@@ -225,7 +252,8 @@ def write_host_launch(results: list) -> None:
     """Each engine's fits (one per device maker) as its profile's ``host_launch_us`` table."""
     write_per_vendor(results, "host_launch_us",
                      "host time per kernel of an eagerly launched (prefill) step, per device maker",
-                     "median time to first token of {whose} aggregated runs on {vendor} GPUs", 1)
+                     "median time to first token and mean TPOT of {whose} aggregated runs on "
+                     "{vendor} GPUs", 1)
 
 
 #: a run's requests that wait through the one-time first prefill: the first wave, concurrency of
@@ -280,8 +308,12 @@ def cold_prefill_fits(rows: list) -> list:
     """Each engine's one-time first prefill per device maker from simulated rows, each launch
     configuration held out in turn (:func:`fit`'s result keys)."""
     def item(row, run):
-        gap = lambda side: row["ttft_mean_ms"][side] - row["ttft_median_ms"][side]  # noqa: E731
-        return (gap("measured") - gap("predicted")) / FIRST_WAVE, row["ttft_mean_ms"]
+        # the mean as simulated without the one-time time (the rows may carry one: its share
+        # of the mean is the first_use component, a tenth of it)
+        mean = dict(row["ttft_mean_ms"])
+        mean["predicted"] -= row.get("ttft_components_ms", {}).get("first_use", 0.0)
+        gap = lambda side: mean[side] - row["ttft_median_ms"][side]  # noqa: E731
+        return (gap("measured") - gap("predicted")) / FIRST_WAVE, mean
 
     return _held_out_fits(
         _engine_groups(rows, lambda run: True, item),
@@ -353,7 +385,8 @@ def write_accept(r: dict) -> None:
 def _print(r: dict, unit: str) -> None:
     print(f"{r['label']}: {r['value']:.3f}{unit} over {r['runs']} runs ({r['configs']} "
           f"configurations): median |error| {r['train_median_abs_error']:.1%} in fit, "
-          f"{r['heldout_median_abs_error']:.1%} held out by configuration")
+          f"{r['heldout_median_abs_error']:.1%} held out by configuration"
+          + "".join(f"; {m} {e:.1%}" for m, e in r.get("heldout_by_metric", {}).items()))
     for cfg, c in r["per_config"].items():
         print(f"  held out {cfg:<46} {c['runs']:>3} runs  fit on the rest {c['fit']:8.3f}  "
               f"median |error| {c['median_abs_error']:.1%}")

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from .model.step import BREAKDOWN_KEYS, StepModel, build_step
+from .plan.rules import check_inputs
 from .specs.deployment import A2AMode, Deployment, Phase, Routing, Workload
 from .specs.hardware import HardwareSpec, builtin_hardware, load_hardware
 from .readers.model import builtin_models, from_hf_config, load_model
@@ -32,4 +33,6 @@ def predict(model: str | ModelSpec, hardware: str | HardwareSpec, deployment: De
     m = model if isinstance(model, ModelSpec) else load_model(model)
     h = hardware if isinstance(hardware, HardwareSpec) else load_hardware(hardware)
     wl = workload or Workload(**workload_kw)
-    return report(m, h, deployment or Deployment(), wl)
+    dep = deployment or Deployment()
+    check_inputs(m, h, dep, wl)  # as the command line checks them, before any number
+    return report(m, h, dep, wl)

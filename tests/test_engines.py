@@ -340,3 +340,96 @@ def test_autotuned_engines_drop_the_untuned_fallback_tile():
             want = {k: v for k, v in hw.moe_kernels[name].items() if k not in UNTUNED_MOE_FIELDS}
             assert seen[name] == want
         assert seen["triton"] == hw.moe_kernels["triton"]
+
+
+def _projections(engine: str, tokens: int = 16) -> dict:
+    """DeepSeek-V3's attention GEMMs of one layer as ``engine`` runs them, by name, at
+    ``tokens`` tokens on one GPU, the sizes bound (BF16 weights and activations: 2 bytes)."""
+    import moesym as ms
+    from moesym.model.layer_costs import moe_layer_costs
+    from moesym.numbers.bindings import bindings
+    from moesym.terms.dims import symbolic_dims
+
+    model = ms.load_model("deepseek-v3")
+    dep = ms.Deployment(gpus=8, tp=8, ep=8, weights="bf16", engine=engine)
+    wl = ms.Workload("decode", batch=tokens, context=1024)
+    costs = moe_layer_costs(model, dep, wl, symbolic_dims())["attention_proj"]
+    values = bindings(model, ms.load_hardware("h200"), dep, wl)
+    return {c.name: (float(c.flops.subs(values)), float(c.hbm_bytes.subs(values)),
+                     int(c.launches)) for c in costs}
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "trtllm"])
+def test_mla_down_projections_run_as_one_gemm_where_the_engine_fuses_them(engine):
+    """SGLang (srt/models/deepseek_v2.py fused_qkv_a_proj_with_mqa), vLLM (deepseek_v2.py
+    fused_qkv_a_proj) and TensorRT-LLM (fused_a, as AIConfigurator models it) run MLA's q_a
+    (7168 -> 1536) and kv_a (7168 -> 512 + 64) as one GEMM of N = 2112 over the same input.
+    By hand, at t tokens with BF16 weights and activations (2 bytes): the same FLOPs
+    2 t 7168 2112; bytes 7168 x 2112 x 2 + t (7168 + 2112) x 2, i.e. the two GEMMs' bytes less
+    one read of the input (t x 7168 x 2); one launch instead of two."""
+    t = 16
+    fused = _projections(engine, t)
+    assert "q_a_proj" not in fused and "kv_a_proj" not in fused
+    flops, hbm, launches = fused["q_a_proj+kv_a_proj"]
+    assert flops == pytest.approx(2 * t * 7168 * 2112, rel=1e-12)
+    assert hbm == pytest.approx(7168 * 2112 * 2 + t * (7168 + 2112) * 2, rel=1e-12)
+    assert launches == 1
+
+
+def test_an_engine_without_the_fusion_runs_the_two_gemms(tmp_path):
+    """A profile whose [kernels] names no fused GEMMs (llama.cpp's attn_q_a and attn_kv_a_mqa
+    are two matmuls): q_a and kv_a stay two GEMMs, each with its own input read."""
+    path = tmp_path / "plain.toml"
+    path.write_text('[plain]\nbase = "sglang"\n[plain.kernels]\nmoe = ["triton"]\n'
+                    'fused_gemms = []\n', encoding="utf-8")
+    t = 16
+    plain = _projections(str(path), t)
+    assert plain["q_a_proj"][1] == pytest.approx(7168 * 1536 * 2 + t * (7168 + 1536) * 2,
+                                                 rel=1e-12)
+    assert plain["kv_a_proj"][1] == pytest.approx(7168 * 576 * 2 + t * (7168 + 576) * 2,
+                                                  rel=1e-12)
+    fused = _projections("sglang", t)
+    assert (plain["q_a_proj"][1] + plain["kv_a_proj"][1] - fused["q_a_proj+kv_a_proj"][1]
+            == pytest.approx(t * 7168 * 2, rel=1e-12))
+
+
+@pytest.mark.parametrize("value, problem", [
+    ('[["q_a_proj"]]', "two or more"),
+    ('[["q_a_proj", "o_proj"]]', "two or more"),
+    ('["q_a_proj", "kv_a_proj"]', "two or more"),
+])
+def test_fused_gemms_that_cannot_be_fused_are_refused(tmp_path, value, problem):
+    path = tmp_path / "bad.toml"
+    path.write_text(f'[bad]\nbase = "sglang"\n[bad.kernels]\nmoe = ["triton"]\n'
+                    f'fused_gemms = {value}\n', encoding="utf-8")
+    with pytest.raises(SpecError) as e:
+        load_engine(str(path))
+    msg = str(e.value)
+    assert "fused_gemms" in msg and problem in msg and "kv_a_proj" in msg and "\n" not in msg
+
+
+def test_sglang_disaggregated_prefill_joins_after_its_bootstrap_poll():
+    """SGLang's disaggregated prefill loop (0.5.9 disaggregation/prefill.py:362-384; 0.5.23
+    :684-700) moves a received request to its waiting queue only once pop_bootstrapped polls
+    its KV handshake complete: the SGLang-based profiles carry the lag, TensorRT-LLM's
+    disaggregation (a context-only request from the decode worker) and vLLM do not."""
+    for name in ("sglang", "sglang-0.5.9", "dynamo-sglang", "mori-sglang"):
+        assert load_engine(name).pd_bootstrap_lag, name
+    for name in ("trtllm", "dynamo-trt", "vllm"):
+        assert not load_engine(name).pd_bootstrap_lag, name
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "vllm", "sglang"])
+def test_python_api_refuses_a_format_the_engine_does_not_load(engine):
+    """What the command line refuses (issue 51: a GGUF type under a serving engine) the Python
+    API refuses too, in build_step and in predict, with the same one line."""
+    import moesym as ms
+
+    dep = ms.Deployment(gpus=1, weights="q4_k_m", engine=engine)
+    wl = ms.Workload("decode", batch=1, context=512)
+    model, hw = ms.load_model("qwen3-30b-a3b"), ms.load_hardware("h100")
+    for call in (lambda: ms.build_step(model, hw, dep, wl), lambda: ms.predict(model, hw, dep, wl)):
+        with pytest.raises(SpecError) as e:
+            call()
+        assert "GGUF" in str(e.value) and "llama.cpp" in str(e.value) and "\n" not in str(e.value)
+    ms.build_step(model, hw, ms.Deployment(gpus=1, weights="q4_k_m", engine="llama.cpp"), wl)

@@ -53,8 +53,14 @@ def reference(cfg, ranks, isl, osl, closed_c=None, arrivals=None):
     count = 0            # the receive counter (recv_interval > 1)
     was_prefill = False
     route = 0
+    booting = []         # received by a loop with a batch to run: they join at the next loop
     while any(f is None for f in fin):
         idle = not any(waiting[r] or pref[r] or dec[r] for r in range(ranks))
+        for i in booting:  # the bootstrap lag: polled again, their handshake is done
+            rank[i] = route % ranks
+            route += 1
+            waiting[rank[i]].append(i)
+        booting = []
         if not idle:  # the receive counter: a decode step adds 1, a step that prefills K
             count += cfg.recv_interval if was_prefill else 1
         if idle or count >= cfg.recv_interval:
@@ -64,9 +70,15 @@ def reference(cfg, ranks, isl, osl, closed_c=None, arrivals=None):
             # scheduler) when the one before it did, and a request sent at that very moment
             # is not there yet (the client's round trip)
             upto = t if idle else (t_prev if cfg.recv_lag else t)
+            # a loop that has a batch to run (queued, or just bootstrapped) leaves what it
+            # receives bootstrapping; one with nothing to run spins through the handshake
+            lag = cfg.bootstrap_lag and any(waiting[r] or pref[r] or dec[r] for r in range(ranks))
             for i in sorted(range(n), key=lambda i: arr[i]):
                 if not seen[i] and (arr[i] <= upto if idle else arr[i] < upto):
                     seen[i] = True
+                    if lag:
+                        booting.append(i)
+                        continue
                     rank[i] = route % ranks
                     route += 1
                     waiting[rank[i]].append(i)
@@ -170,7 +182,8 @@ def random_case(rng):
                           kv_capacity_tokens=rng.choice([math.inf, 2000.0]),
                           kv_reserve=1.0, graph_sizes=rng.choice([(), (1, 2, 4, 8)]),
                           recv_lag=rng.choice([0, 1]), recv_interval=rng.choice([1, 1, 3]),
-                          dp_balance_steps=rng.choice([0, 0, 2]))
+                          dp_balance_steps=rng.choice([0, 0, 2]),
+                          bootstrap_lag=rng.choice([0, 0, 1]))
     n = rng.randint(1, 25)
     isl = [rng.randint(1, 300) for _ in range(n)]
     osl = [rng.randint(1, 30) for _ in range(n)]
@@ -629,3 +642,17 @@ def test_lengths_file_pairs_are_sent_in_order(tmp_path, cli_json):
     # 4 requests: (100,5), (300,9), (100,5), (300,9) -> 800 prompt and 28 output tokens
     assert r["input_tokens_per_gpu_s"] * r["duration_s"] == pytest.approx(800)
     assert r["output_tokens_per_gpu_s"] * r["duration_s"] == pytest.approx(28)
+
+
+def test_progress_changes_nothing_and_stays_off_a_pipe(qwen_h20, capfd):
+    """The simulate bar (issue 51: a long simulation says how far it is) is drawn only on a
+    terminal: through a pipe nothing reaches stderr, and the numbers are the same with and
+    without it."""
+    from moesym.serving import simulate
+
+    model, hw, dep = qwen_h20
+    client = Client(concurrency=4, num_prompts=16)
+    quiet = simulate(model, hw, dep, client, "256", "16", timeline_points=1)
+    shown = simulate(model, hw, dep, client, "256", "16", timeline_points=1, progress=True)
+    assert shown["tpot_ms"] == quiet["tpot_ms"] and shown["ttft_ms"] == quiet["ttft_ms"]
+    assert "simulate" not in capfd.readouterr().err

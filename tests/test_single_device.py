@@ -16,11 +16,12 @@ import warnings
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from moesym.attention.counts import active_params
 import moesym as ms
+from moesym.engines.support import format_problem
 from moesym.kernels.analytical import gemm_time
 from moesym.specs.kernel_calib import DEFAULTS
 from moesym.specs.precision import bytes_per_element
@@ -94,13 +95,19 @@ def test_tensix_tiles_have_no_matrix_vector_kernel():
 
 def test_engines_select_their_kernels():
     """--engine llama.cpp takes the device's llama.cpp values ([kernel.engines."llama.cpp"]):
-    on the M2 Ultra a Q4_0 token unpacks its weights (slower than its bytes alone), and the
-    default engine keeps the generic [kernel] table."""
+    on the M2 Ultra a Q4_0 token unpacks its weights (slower than its bytes alone); the same
+    device without that section times it with the generic [kernel] table. (No other engine
+    loads a GGUF file: an engine given one is refused, tests/test_engines.py.)"""
+    from moesym.specs.kernel_calib import ENGINES_KEY
+
+    hw = ms.load_hardware("m2-ultra")
+    generic = replace(hw, kernel={k: v for k, v in hw.kernel.items() if k != ENGINES_KEY})
+    dep = ms.Deployment(weights="q4_0", engine="llama.cpp")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         wl = ms.Workload("decode", batch=1, context=64)
-        local = ms.predict("llama-7b", "m2-ultra", ms.Deployment(weights="q4_0", engine="llama.cpp"), wl)
-        other = ms.predict("llama-7b", "m2-ultra", ms.Deployment(weights="q4_0"), wl)
+        local = ms.predict("llama-7b", hw, dep, wl)
+        other = ms.predict("llama-7b", generic, dep, wl)
     assert local["step_time_s"] > 1.2 * other["step_time_s"]
 
 
@@ -109,16 +116,22 @@ def test_engines_select_their_kernels():
 LOCAL = ["m2-max", "m2-ultra", "m3-max", "m4-max", "rtx-4090", "rtx-5090", "dgx-spark",
          "ryzen-ai-max-395"]
 MODELS = ["llama-7b", "qwen3-8b", "qwen3-30b-a3b", "mixtral-8x7b"]  # full attention, GQA/MHA
+# (format, engine) pairs the engine loads (any other pair is refused: tests/test_engines.py)
+LOADED = [(f, e) for f in ("q4_0", "q4_k", "q8_0", "f16", "mlx-4bit")
+          for e in ("llama.cpp", "mlx", "sglang") if format_problem(e, f) is None]
 
 
 @pytest.mark.slow
 @settings(max_examples=16, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(hw=st.sampled_from(LOCAL), name=st.sampled_from(MODELS),
-       fmt=st.sampled_from(["q4_0", "q4_k", "q8_0", "f16", "mlx-4bit"]),
-       engine=st.sampled_from(["llama.cpp", "mlx", "sglang"]), context=st.integers(1, 16384))
-def test_batch1_decode_never_beats_its_bytes_plus_host_time(hw, name, fmt, engine, context):
+       pair=st.sampled_from(LOADED), context=st.integers(1, 16384))
+def test_batch1_decode_never_beats_its_bytes_plus_host_time(hw, name, pair, context):
+    from moesym.engines import load_engine, runs_on
+
+    fmt, engine = pair
     m, h = ms.load_model(name), ms.load_hardware(hw)
+    assume(runs_on(load_engine(engine), h))  # an engine on a device it does not run on: refused
     # weights one token reads: every active weight but the embedding table (one row of it) in
     # the format, the LM head in bf16 (>= the format's bytes); KV of every layer at 2 bytes
     weights = (active_params(m) - m.vocab_size * m.hidden_size) * bytes_per_element(fmt)

@@ -170,7 +170,8 @@ def run(args) -> int:
     kw = dict(engine=dep.engine, seed=args.seed, pairs=args.lengths_file,
               launch=launch_from(args),
               limits=limits if any(v is not None for v in limits.values()) else None,
-              timeline_points=args.timeline_points, warmup=args.warmup_requests)
+              timeline_points=args.timeline_points, warmup=args.warmup_requests,
+              progress=True)  # a bar of the requests finished, on a terminal only
     replicas = _replicas(args)
     if replicas is None:
         r = simulate(model, hw, dep, client, isl, osl, **kw)

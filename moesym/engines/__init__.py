@@ -30,6 +30,7 @@ from typing import Mapping
 from ..io.toml import load_toml
 from ..errors import SpecError
 from ..specs.hardware import VENDORS
+from ..terms.names import SAME_INPUT_GEMMS
 
 __all__ = ["EngineKernels", "EngineProfile", "KvMemoryRule", "RunningRequestsRule",
            "builtin_engines", "check_runs_on", "default_engine", "host_overlapped", "runs_on",
@@ -137,6 +138,9 @@ class EngineKernels:
     # fused-MoE backends the engine autotunes at warmup (their tactic timed and the fastest
     # kept): their fits' untuned-fallback fields (UNTUNED_MOE_FIELDS) do not apply to its steps
     moe_autotuned: tuple[str, ...] = ()
+    # groups of GEMMs reading the same input that the engine's model code runs as one GEMM
+    # (moesym.terms.attention.fuse_gemms; names from SAME_INPUT_GEMMS)
+    fused_gemms: tuple[tuple[str, ...], ...] = ()
 
     def moe_kernel(self, fitted: Mapping[str, float], *, ep: int, deepep: bool) -> str | None:
         """The fused-MoE fit that times the engine's kernel on a GPU whose ``[moe_kernels]`` is
@@ -195,6 +199,9 @@ class EngineProfile:
     # transfer queues, their polling, the router's second hop), per device maker (fitted per
     # engine on published disaggregated runs at low load; none: 0)
     pd_handoff_s: Mapping[str, float] = field(default_factory=dict)
+    # disaggregated prefill: a request its busy loop receives joins a prefill batch only at
+    # the next loop, once the KV handshake with the decode side is polled complete
+    pd_bootstrap_lag: bool = False
     # prefill and mixed steps replayed as (piecewise) CUDA graphs, not launched kernel by kernel
     prefill_graphs: bool = False
     # the scheduler receives new requests once its counter reaches this (decode step 1, a step
@@ -399,11 +406,12 @@ _REQUIRED = ("version", "description", "policy", "mixed_chunk", "chunk_tokens",
 _OPTIONAL = ("runs_on", "step_token_budget", "max_prefill_tokens", "running_requests_rule",
              "kv_memory_rule", *RETRACT_KEYS, "cuda_graph_max_batch_size_tp_below_4",
              "long_prefill_token_threshold", "host_step_us", "host_launch_us", "cold_prefill_ms",
-             "pd_handoff_ms",
+             "pd_handoff_ms", "pd_bootstrap_lag",
              "prefill_graphs",
              "recv_interval", "overlap_with_speculative", "max_running_requests_speculative",
              "base", "kernel", "kernels")
-_KERNEL_KEYS = ("moe", "moe_ep", "moe_deepep", "attention", "allreduce", "moe_autotuned")
+_KERNEL_KEYS = ("moe", "moe_ep", "moe_deepep", "attention", "allreduce", "moe_autotuned",
+                "fused_gemms")
 # [moe_kernels] fields that describe a backend's untuned fallback, as the kernel tables time it
 # (collected without the engines' warmup autotuning): FlashInfer-TRTLLM's M tile chosen from
 # the launch's assignments per local expert (moesym.kernels.analytical.grouped_launch_block);
@@ -442,10 +450,21 @@ def _kernels(c: _Checker) -> EngineKernels:
             s.fail(key, "expected a list of kernel names", 'write e.g. ["triton"]')
         return tuple(v)
 
+    def groups(key):
+        v = raw.get(key, [])
+        fix = (f'write e.g. {key} = [["q_a_proj", "kv_a_proj"]] (GEMMs: '
+               f'{", ".join(SAME_INPUT_GEMMS)})')
+        if (not isinstance(v, list) or any(
+                not isinstance(g, list) or len(g) < 2 or len(set(g)) != len(g)
+                or any(x not in SAME_INPUT_GEMMS for x in g) for g in v)):
+            s.fail(key, "expected a list of groups of two or more GEMMs that read the same input",
+                   fix)
+        return tuple(tuple(g) for g in v)
+
     return EngineKernels(names("moe"), names("moe_ep"), names("moe_deepep"),
                          s.text("attention") if "attention" in raw else "",
                          s.text("allreduce") if "allreduce" in raw else "",
-                         names("moe_autotuned") or ())
+                         names("moe_autotuned") or (), groups("fused_gemms"))
 
 
 def _running_rule(c: _Checker) -> RunningRequestsRule:
@@ -558,6 +577,7 @@ def _parse(name: str, raw: Mapping, where: str) -> EngineProfile:
         cold_prefill_s=_per_vendor(c, "cold_prefill_ms", 1e-3) if "cold_prefill_ms" in raw
         else {},
         pd_handoff_s=_per_vendor(c, "pd_handoff_ms", 1e-3) if "pd_handoff_ms" in raw else {},
+        pd_bootstrap_lag=bool(opt("pd_bootstrap_lag", c.flag)),
         prefill_graphs=bool(opt("prefill_graphs", c.flag)),
         recv_interval=opt("recv_interval", c.count) or 1,
         overlap_with_speculative=True if "overlap_with_speculative" not in raw

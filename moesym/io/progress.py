@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Iterable, TypeVar
 
-__all__ = ["progress_bar", "status"]
+__all__ = ["counter", "progress_bar", "status"]
 
 T = TypeVar("T")
 
@@ -28,6 +28,30 @@ def progress_bar(items: Iterable[T], desc: str, enabled: bool = True,
         total = len(items)
     return tqdm(items, desc=desc, total=total, file=sys.stderr, leave=False,
                 mininterval=0.5, delay=1.0)
+
+
+class _Quiet:
+    """A counter that shows nothing (no terminal, or not asked for)."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def counter(desc: str, total: int, enabled: bool = True, unit: str = "it"):
+    """A bar counted by hand (``update(n)``, then ``close()``) on the same terms as
+    :func:`progress_bar`: shown only when ``enabled``, stderr is a terminal and the work has
+    run a second."""
+    if not enabled or not sys.stderr.isatty():
+        return _Quiet()
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        return _Quiet()
+    return tqdm(desc=desc, total=total, file=sys.stderr, leave=False, mininterval=0.5,
+                delay=1.0, unit=unit)
 
 
 def status(message: str, enabled: bool = True) -> None:

@@ -13,7 +13,8 @@ from ..specs.hardware import DeepEPKernel, HardwareSpec
 from ..specs.model import ModelSpec
 from ..symbolic.symbols import S
 from ..attention import compose
-from ..terms import comm, elementwise as ew, ffn
+from ..engines import load_engine
+from ..terms import attention as att, comm, elementwise as ew, ffn
 from ..terms.cost import Cost, GemmShape, KernelClass, LoadShape, component_symbols
 from ..symbolic.expr import smax, sym
 from ..terms.dims import Dims
@@ -48,7 +49,7 @@ def moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     t = step_tokens(wl, dep) / D.micro_batches  # tokens of one micro-batch on one attention DP rank
     t_moe = ffn.moe_tokens_per_gpu(D, t)
     costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
-    costs["attention_proj"] = _tagged(compose.projections(model, D, t), "attn", wo, dq)
+    costs["attention_proj"] = _tagged(_projections(model, dep, D, t), "attn", wo, dq)
     costs["attention_core"] = compose.step_core(model, dep, wl, D, t)
     lam = imbalance_expr(model, dep, D, t)
     rows = t_moe * D.topk * lam * D.expert_tp
@@ -158,7 +159,7 @@ def dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     dq = dep.dequant
     t = step_tokens(wl, dep) / D.micro_batches
     costs: dict[str, list[Cost]] = {k: [] for k in BREAKDOWN_KEYS}
-    costs["attention_proj"] = _tagged(compose.projections(model, D, t), "attn", wo, dq)
+    costs["attention_proj"] = _tagged(_projections(model, dep, D, t), "attn", wo, dq)
     costs["attention_core"] = compose.step_core(model, dep, wl, D, t)
     # a dense FFN stands in for the MoE: its GEMMs are moe_routed, its weight read moe_weight_load
     g_up, g_down = ffn.dense_ffn(D, t)
@@ -340,6 +341,19 @@ def _deepep_fixed_s(k: DeepEPKernel, D: Dims, tokens_per_gpu) -> sp.Expr:
     return out
 
 
+def _engine_kernels(dep: Deployment):
+    """The deployment's engine's ``[ENGINE.kernels]`` (None: the engine names none)."""
+    return load_engine(dep.engine).kernels
+
+
+def _projections(model: ModelSpec, dep: Deployment, D: Dims, t) -> list:
+    """The attention GEMMs of one layer as the deployment's engine runs them: the GEMMs its
+    model code runs as one (``fused_gemms``) merged (:func:`moesym.terms.attention.fuse_gemms`)."""
+    costs = compose.projections(model, D, t)
+    kernels = _engine_kernels(dep)
+    return att.fuse_gemms(costs, kernels.fused_gemms, D) if kernels is not None else costs
+
+
 def engine_moe_kernel(model: ModelSpec, hw: HardwareSpec, dep: Deployment,
                       wl: Workload) -> str | None:
     """The fused-MoE backend the deployment's engine runs on ``hw`` where the GPU has it fitted
@@ -349,9 +363,7 @@ def engine_moe_kernel(model: ModelSpec, hw: HardwareSpec, dep: Deployment,
         return None
     if hw.compute_format(dep.weight_recipe(True).moe) != hw.moe_kernels_dtype:
         return None  # fitted on another format's kernels
-    from ..engines import load_engine
-
-    kernels = load_engine(dep.engine).kernels
+    kernels = _engine_kernels(dep)
     if kernels is None:
         return None
     return kernels.moe_kernel(hw.moe_kernels, ep=dep.ep,

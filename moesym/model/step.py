@@ -44,6 +44,7 @@ from .layer_time import layer_time, operation_times, reserved_terms, timed
 from .pipeline_parallel import pipelined
 from .report import BREAKDOWN_KEYS, report_expressions, serve_prediction, step_report
 from ..memory import memory_model
+from ..plan.rules import check_engine_format
 from ..numbers.metrics import clamp_micro_batches
 from ..numeric.compiled import CompiledModel
 from ..symbolic.compile import compile_model
@@ -258,6 +259,7 @@ def _checked(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     the model and workload (a combination not modelled is an error; one with no effect, a
     warning)."""
     deployment.check_model(model)
+    check_engine_format(deployment)
     from ..engines import load_engine
 
     hardware = load_engine(deployment.engine).hardware(hardware)  # the engine's kernels

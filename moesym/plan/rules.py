@@ -19,12 +19,15 @@ import math
 import warnings
 
 from ..attention.catalog import base, check
+from ..engines import load_engine
+from ..engines.support import check_format
 from ..errors import SpecError
 from ..specs.deployment import Phase
 from ..specs.mesh import check_mesh
 from ..specs.precision import FORMATS
 
-__all__ = ["check_inputs", "check_lengths", "check_pipeline", "position_limit", "max_draft_tokens", "SUPPORTED_GROUPS"]
+__all__ = ["check_inputs", "check_engine_format", "check_lengths", "check_pipeline",
+           "position_limit", "max_draft_tokens", "SUPPORTED_GROUPS"]
 
 #: scale groups the weight-only and 4-bit kernels run (besides the per-channel default):
 #: w4a16: vLLM's Marlin kernels, MARLIN_SUPPORTED_GROUP_SIZES = [-1, 32, 64, 128]
@@ -41,12 +44,14 @@ _DRAFT_CAP = 64  # with acceptance 1 the rule above gives no bound
 
 def check_inputs(model, hw, dep, wl=None, sharding: bool = True) -> None:
     """Raise :class:`SpecError` (or warn) where ``dep`` and ``wl`` cannot run ``model`` on
-    ``hw``: the mesh, the sharding rules, pipeline stages against layers, draft tokens,
+    ``hw``: the weight format against the engine, the mesh, the sharding rules, pipeline
+    stages against layers, draft tokens,
     redundant experts, the weight-scale group against the kernels and the GEMMs' K, and the
     workload's lengths against the model's positions. ``sharding`` False skips the mesh and
     sharding rules (a searched deployment is checked per candidate). The model's attention
     fields are checked by their variant first (a model built in Python, not read)."""
     check(model)
+    check_engine_format(dep)
     if sharding:
         check_mesh(hw, dep)
         dep.check_model(model)
@@ -64,6 +69,13 @@ def check_inputs(model, hw, dep, wl=None, sharding: bool = True) -> None:
     _group_size(model, dep)
     if wl is not None:
         _positions(model, wl)
+
+
+def check_engine_format(dep) -> None:
+    """The deployment's weight format is one its engine loads (a GGUF file is llama.cpp's, an
+    MLX quantization MLX's): else the one-line error naming the engine and the fix."""
+    if isinstance(dep.weights, str):
+        check_format(load_engine(dep.engine).name, dep.weights, "`engine`")
 
 
 def check_pipeline(model, pp: int) -> None:

@@ -12,6 +12,8 @@ each step timed by moesym's compiled step model (``moesym simulate``).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 __all__ = ["DisaggregatedSimulation", "Simulation", "kv_transfer_s", "simulate",
@@ -71,14 +73,12 @@ class Simulation:
         return cfg, timer
 
     def run(self, client, isl="1024", osl="1024", *, seed: int = 0, pairs: str | None = None,
-            fold: bool = True, itl: bool = True):
+            fold: bool = True, itl: bool = True, progress: bool = False):
         """The :class:`moesym.serving.simulator.Run` of ``client`` sending requests of lengths
         ``isl`` / ``osl`` (as :func:`.clients.lengths`). ``fold``: where every attention DP
         rank runs the same load (a closed loop whose concurrency and prompts split evenly over
         the ranks, every request of the same lengths) one rank is simulated and stands for all
         (:func:`.simulator.replicate`; a test checks it against the unfolded run)."""
-        from dataclasses import replace
-
         from .simulator import replicate, run
 
         isl_a, osl_a, arrivals = self.requests(client, isl, osl, seed, pairs)
@@ -89,8 +89,8 @@ class Simulation:
                 and (isl_a == isl_a[0]).all() and (osl_a == osl_a[0]).all()):
             one = replace(client, concurrency=client.concurrency // dp, num_prompts=n // dp)
             return replicate(run(cfg, 1, one, isl_a[:n // dp], osl_a[:n // dp], times,
-                                 itl=itl), dp)
-        return run(cfg, dp, client, isl_a, osl_a, times, arrivals, itl)
+                                 itl=itl, progress=progress), dp)
+        return run(cfg, dp, client, isl_a, osl_a, times, arrivals, itl, progress)
 
     def engine_summary(self) -> dict:
         """The engine's numbers as the last run resolved them."""
@@ -167,8 +167,6 @@ class DisaggregatedSimulation:
 
     def __init__(self, model, hw, dep_prefill, dep_decode, replicas: tuple, engine=None, *,
                  launch=None, launch_prefill=None):
-        from dataclasses import replace
-
         from .engine import Launch
 
         launch = launch or Launch()
@@ -183,13 +181,14 @@ class DisaggregatedSimulation:
         self.gpus = replicas[0] * dep_prefill.gpus + replicas[1] * dep_decode.gpus
 
     def run(self, client, isl="1024", osl="1024", *, seed: int = 0, pairs: str | None = None,
-            itl: bool = True):
+            itl: bool = True, progress: bool = False):
         from ..specs.deployment import Phase
         from .disagg import run_disaggregated
 
         pre, dec = self.pre, self.dec
         isl_a, osl_a, arrivals = pre.requests(client, isl, osl, seed, pairs)
         cfg_p, timer_p = pre.configure(isl_a, osl_a, (Phase.PREFILL,))
+        cfg_p = replace(cfg_p, bootstrap_lag=int(pre.profile.pd_bootstrap_lag))
         cfg_d, timer_d = dec.configure(isl_a, osl_a, (Phase.DECODE,))
         handoff = pre.launch.pd_handoff_s if pre.launch.pd_handoff_s is not None \
             else pre.profile.pd_handoff(self.hw.vendor)
@@ -197,7 +196,7 @@ class DisaggregatedSimulation:
         r, info = run_disaggregated((cfg_p, cfg_d), (pre.dep.dp, dec.dep.dp), self.replicas,
                                     client, isl_a, osl_a,
                                     (step_times(cfg_p, timer_p), step_times(cfg_d, timer_d)),
-                                    xfer, arrivals, itl)
+                                    xfer, arrivals, itl, progress)
         return r, {"prefill_replicas": self.replicas[0], "decode_replicas": self.replicas[1],
                    "prefill_gpus": pre.dep.gpus, "decode_gpus": dec.dep.gpus, "gpus": self.gpus,
                    "prefill_chunk_tokens": cfg_p.chunk_tokens, "pd_handoff_ms": handoff * 1e3,
@@ -209,7 +208,7 @@ def simulate_disaggregated(model, hw, dep_prefill, dep_decode, replicas: tuple, 
                            pairs: str | None = None, launch=None, launch_prefill=None,
                            limits: dict | None = None,
                            timeline_points: int = 500, warmup: int = 0,
-                           itl: bool = True) -> dict:
+                           itl: bool = True, progress: bool = False) -> dict:
     """``replicas = (P, D)`` prefill replicas of ``dep_prefill`` and decode replicas of
     ``dep_decode`` (:class:`DisaggregatedSimulation`); the report as :func:`simulate`'s, per
     GPU of all P + D replicas, plus ``disaggregation``."""
@@ -217,7 +216,7 @@ def simulate_disaggregated(model, hw, dep_prefill, dep_decode, replicas: tuple, 
 
     sim = DisaggregatedSimulation(model, hw, dep_prefill, dep_decode, replicas, engine,
                                   launch=launch, launch_prefill=launch_prefill)
-    r, info = sim.run(client, isl, osl, seed=seed, pairs=pairs, itl=itl)
+    r, info = sim.run(client, isl, osl, seed=seed, pairs=pairs, itl=itl, progress=progress)
     out = report(r, sim.gpus, limits, warmup)
     out["timeline"] = timeline(r, timeline_points)
     out["engine"] = sim.dec.engine_summary()
@@ -251,15 +250,16 @@ def _disaggregated_busy_share(sim, r, info, t0: float, t1: float) -> float:
 def simulate(model, hw, dep, client, isl="1024", osl="1024", *, engine=None, seed: int = 0,
              pairs: str | None = None, launch=None,
              limits: dict | None = None, timeline_points: int = 500, warmup: int = 0,
-             itl: bool = True) -> dict:
+             itl: bool = True, progress: bool = False) -> dict:
     """Simulate ``client`` (:class:`moesym.serving.clients.Client`) against one replica of
     ``dep`` running ``engine``; lengths as :func:`.clients.lengths`. Returns the benchmark
     report of :func:`.stats.report` (the first ``warmup`` requests not measured) plus
-    ``timeline`` and ``engine``; ``itl`` False keeps no per-token times (no ITL)."""
+    ``timeline`` and ``engine``; ``itl`` False keeps no per-token times (no ITL); ``progress``:
+    a bar of the requests finished on a terminal."""
     from .stats import report, timeline
 
     sim = Simulation(model, hw, dep, engine, launch=launch)
-    r = sim.run(client, isl, osl, seed=seed, pairs=pairs, itl=itl)
+    r = sim.run(client, isl, osl, seed=seed, pairs=pairs, itl=itl, progress=progress)
     out = report(r, dep.gpus, limits, warmup)
     out["timeline"] = timeline(r, timeline_points)
     out["engine"] = sim.engine_summary()

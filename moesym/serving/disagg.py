@@ -25,6 +25,7 @@ import math
 
 import numpy as np
 
+from ..io.progress import counter
 from .scheduler import DECODE, PREFILL, EngineState
 from .simulator import Side, _result, _token_times
 
@@ -47,11 +48,13 @@ def _next_finish_steps(st: EngineState) -> float:
 
 
 def run_disaggregated(cfgs: tuple, ranks: tuple, replicas: tuple, client, isl, osl,
-                      times_fns: tuple, transfer_s, arrivals_s=None, itl: bool = True) -> tuple:
+                      times_fns: tuple, transfer_s, arrivals_s=None, itl: bool = True,
+                      progress: bool = False) -> tuple:
     """``cfgs``, ``ranks``, ``replicas``, ``times_fns``: (prefill, decode) pairs;
     ``transfer_s``: each request's KV transfer time. Returns (the :class:`Run` as the client
     sees it, with the decode replicas' steps concatenated; per-replica prefill and decode
-    step counts; arrivals that came late, 0 by construction)."""
+    step counts; arrivals that came late, 0 by construction). ``progress``: a bar of the
+    requests finished on a terminal."""
     n = len(isl)
     (cfg_p, cfg_d), (rp, rd), (np_, nd), (t_p, t_d) = cfgs, ranks, replicas, times_fns
     P = [Side(EngineState(cfg_p, rp, isl, [1] * n), t_p) for _ in range(np_)]
@@ -106,6 +109,7 @@ def run_disaggregated(cfgs: tuple, ranks: tuple, replicas: tuple, client, isl, o
 
     import heapq
 
+    bar = counter("simulate", n, progress, unit="req")
     # finished prompts and requests, released in time order once no replica can still finish
     # one earlier (routing is round robin in time order, the client's next request too)
     prompts_done: list = []
@@ -121,6 +125,7 @@ def run_disaggregated(cfgs: tuple, ranks: tuple, replicas: tuple, client, isl, o
             D[j].push(float(at_decode[rid]), rid)
         while requests_done and requests_done[0][0] < requests_upto:
             end, rid = heapq.heappop(requests_done)
+            bar.update(1)
             if client.closed and sent < n:  # a finished request is replaced
                 send_to_prefill(sent, float(end))
                 sent += 1
@@ -171,6 +176,7 @@ def run_disaggregated(cfgs: tuple, ranks: tuple, replicas: tuple, client, isl, o
             release(math.nextafter(pd, math.inf) if pd <= rd else -math.inf,
                     math.nextafter(rd, math.inf) if rd < pd else -math.inf)
 
+    bar.close()
     first = np.zeros(n)
     finish = np.zeros(n)
     token_times = [None] * n

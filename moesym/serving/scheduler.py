@@ -81,12 +81,16 @@ class SchedulerConfig:
     recv_interval: int = 1                 # the engine receives once its counter reaches this
     dp_balance_steps: int = 0              # attention-DP balance: hold new prompts up to this
     cold_prefill_s: float = 0.0            # one-time extra of the first step that prefills
+    bootstrap_lag: int = 0                 # 1: a busy loop's received request joins a queue
+    # only at the next loop (a disaggregated prefill's KV handshake, polled once per loop)
 
     def __post_init__(self):
         if self.policy not in ("prefill-first", "decode-first"):
             raise ValueError(f"policy {self.policy!r}: prefill-first or decode-first")
         if self.recv_lag not in (0, 1) or self.recv_interval < 1:
             raise ValueError("recv_lag is 0 or 1 and recv_interval at least 1")
+        if self.bootstrap_lag not in (0, 1):
+            raise ValueError("bootstrap_lag is 0 or 1")
 
 
 #: the fields of one rank's step, in the order :meth:`EngineState.step` gives them: its kind
@@ -136,6 +140,7 @@ class EngineState:
         self.step_index = 0
         self.on_finish = None    # callback(request id, step index): a closed-loop client
         self.inbox: list = []    # (first step it can join, sequence, request): sent, not received
+        self.bootstrapping: list = []  # received by a busy loop, joining at the next one
         self._seq = 0
         self._recv_count = 0     # the receive counter (recv_interval > 1)
         self._held = 0           # steps new prompts have been held for the DP balance
@@ -162,8 +167,16 @@ class EngineState:
     def _receive(self, s: int) -> None:
         """The engine's receive before forming step ``s``: every request it can see joins a
         rank's queue in arrival order. An idle engine receives every request that has
-        arrived at once (its loop spins); a busy one only when its counter allows."""
+        arrived at once (its loop spins); a busy one only when its counter allows. Under a
+        bootstrap lag (a disaggregated prefill: SGLang 0.5.9 disaggregation/prefill.py:362-384
+        polls each received request's KV handshake once per loop, :269-309) a request received
+        by a loop that has a batch to run (earlier requests queued or just bootstrapped) joins
+        a queue at the next loop's poll, before that loop's receive; a loop with nothing to
+        run spins through the handshake and it joins at once."""
         idle = not any(rk.waiting or rk.prefilling or rk.decoding for rk in self.ranks)
+        for rid in self.bootstrapping:  # polled again: the handshake has completed
+            self.admit(rid)
+        self.bootstrapping = []
         if not idle and self.cfg.recv_interval > 1:
             if self._recv_count < self.cfg.recv_interval:
                 return
@@ -171,9 +184,16 @@ class EngineState:
         ready = []
         while self.inbox and (idle or self.inbox[0][0] <= s):
             ready.append(heapq.heappop(self.inbox))
+        # a loop with a batch to run (of requests already queued or bootstrapped just now)
+        # runs it first; one without spins through the handshake
+        lag = self.cfg.bootstrap_lag and any(rk.waiting or rk.prefilling or rk.decoding
+                                             for rk in self.ranks)
         for _, _, rid in sorted(ready, key=lambda x: x[1]):
             self.received_step[rid] = s
-            self.admit(rid)
+            if lag:
+                self.bootstrapping.append(rid)
+            else:
+                self.admit(rid)
 
     def admit(self, rid: int) -> None:
         """Request ``rid`` is received: route it to a rank's queue."""
@@ -190,8 +210,8 @@ class EngineState:
         return len(rk.waiting) + len(rk.prefilling) + len(rk.decoding)
 
     def busy(self) -> bool:
-        return bool(self.inbox) or any(rk.waiting or rk.prefilling or rk.decoding
-                                       for rk in self.ranks)
+        return bool(self.inbox or self.bootstrapping) or any(
+            rk.waiting or rk.prefilling or rk.decoding for rk in self.ranks)
 
     # -- KV --------------------------------------------------------------------------------
     def _kv_decoding(self, rk: _Rank) -> float:
@@ -398,15 +418,17 @@ class EngineState:
                   rk.A, rk.rem, len(rk.decode_steps), rk.prefill_kv) for rk in self.ranks]
         live = {rid for rk in self.ranks for rid in (*rk.waiting, *rk.prefilling, *rk.decoding)}
         live.update(rid for _, _, rid in self.inbox)
+        live.update(self.bootstrapping)
         per_req = {rid: (tuple(getattr(self, a)[rid] for a in self._PER_REQUEST),
                          len(self.segments[rid]), len(self.extra_emits[rid])) for rid in live}
         return (ranks, per_req, self.preemptions, self.step_index, self._rr, list(self.inbox),
-                self._seq, self._recv_count, self._held)
+                self._seq, self._recv_count, self._held, list(self.bootstrapping))
 
     def restore(self, snap) -> None:
         (ranks, per_req, self.preemptions, self.step_index, self._rr, inbox, self._seq,
-         self._recv_count, self._held) = snap
+         self._recv_count, self._held, booting) = snap
         self.inbox = list(inbox)
+        self.bootstrapping = list(booting)
         del self.finished_at[self.step_index:]
         for rk, (w, p, h, d, D, A, rem, nsteps, pkv) in zip(self.ranks, ranks):
             rk.waiting, rk.prefilling, rk.heap, rk.decoding = deque(w), list(p), list(h), dict(d)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..io.progress import counter
 from .clients import Client
 from .scheduler import STEP_FIELDS, EngineState, SchedulerConfig
 
@@ -202,12 +203,13 @@ class Side:
 
 
 def run(cfg: SchedulerConfig, ranks: int, client: Client, isl, osl, times_fn,
-        arrivals_s=None, itl: bool = True) -> Run:
+        arrivals_s=None, itl: bool = True, progress: bool = False) -> Run:
     """Simulate ``client`` sending requests of lengths ``isl``/``osl`` (arrays, one entry
     per request in sending order) to an engine of ``ranks`` attention DP ranks scheduled by
     ``cfg``; ``times_fn(kind, batch, kv_mean, tokens, prompt_len)`` times rank steps (arrays,
     steps x ranks). ``arrivals_s``: an open-loop client's arrival times. ``itl`` False: no
-    per-token times kept (no ITL; a long run's memory)."""
+    per-token times kept (no ITL; a long run's memory). ``progress``: a bar of the requests
+    finished on a terminal (:func:`moesym.io.progress.counter`)."""
     n = len(isl)
     st = EngineState(cfg, ranks, isl, osl)
     side = Side(st, times_fn)
@@ -230,8 +232,12 @@ def run(cfg: SchedulerConfig, ranks: int, client: Client, isl, osl, times_fn,
         arrival[:] = arrivals_s
         for rid, t in enumerate(arrivals_s):
             side.push(float(t), rid)
+    bar = counter("simulate", n, progress, unit="req")
     while side.busy() or side.pending:
-        side.advance()
+        done = side.advance()
+        if progress:
+            bar.update(sum(len(st.finished_at[s]) for s in done))
+    bar.close()
     start, dur, allsteps = side.steps()
     end = start + dur
     if client.closed:

@@ -39,6 +39,30 @@ def gemm(name: str, m, n, k, w_bytes, act_bytes, kind: KernelClass = KernelClass
                 launches=1, shape=GemmShape(m, n, k, g, layout))
 
 
+def fuse_gemms(costs: list[Cost], groups, D: Dims) -> list[Cost]:
+    """``costs`` with each group of GEMMs that read the same input run as one GEMM (an engine
+    that concatenates their weights: SGLang's ``fused_qkv_a_proj_with_mqa``, vLLM's
+    ``fused_qkv_a_proj``, TensorRT-LLM's ``fused_a``): N is the sum of theirs, M and K theirs.
+    FLOPs are the same; bytes lose the input's second read (m k b_a) and the launches one
+    each. A group the layer does not have whole (a GQA model has no ``q_a_proj``) is left as
+    it is; the merged GEMM takes the first one's place and the names joined by ``+``."""
+    out = list(costs)
+    for group in groups:
+        found = [c for c in out if c.name in group]
+        if len(found) != len(group) or any(c.shape is None for c in found):
+            continue
+        m, k = found[0].shape.m, found[0].shape.k
+        if any(sp.simplify(c.shape.m - m) != 0 or sp.simplify(c.shape.k - k) != 0
+               or c.shape.groups != 1 or c.kind != found[0].kind for c in found):
+            continue
+        merged = gemm("+".join(c.name for c in found), m, sum(c.shape.n for c in found), k,
+                      D.w_bytes, D.act_bytes, kind=found[0].kind)
+        at = next(i for i, c in enumerate(out) if c is found[0])
+        out = [c for c in out if all(c is not f for f in found)]
+        out.insert(at, merged)
+    return out
+
+
 def attention_projections(D: Dims, tokens, mla: bool, gate: bool = False) -> list[Cost]:
     """Q/K/V/O projection GEMMs for ``tokens`` tokens on one GPU.
 
