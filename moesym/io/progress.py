@@ -12,6 +12,9 @@ from typing import Iterable, TypeVar
 __all__ = ["counter", "progress_bar", "status"]
 
 T = TypeVar("T")
+# every bar (on stderr as it is when the bar starts): gone when done, redrawn at most twice a
+# second, shown after a second
+_BAR = {"leave": False, "mininterval": 0.5, "delay": 1.0}
 
 
 def progress_bar(items: Iterable[T], desc: str, enabled: bool = True,
@@ -26,8 +29,7 @@ def progress_bar(items: Iterable[T], desc: str, enabled: bool = True,
         return items
     if total is None and hasattr(items, "__len__"):
         total = len(items)
-    return tqdm(items, desc=desc, total=total, file=sys.stderr, leave=False,
-                mininterval=0.5, delay=1.0)
+    return tqdm(items, **_BAR, file=sys.stderr, desc=desc, total=total)
 
 
 class _Quiet:
@@ -50,8 +52,7 @@ def counter(desc: str, total: int, enabled: bool = True, unit: str = "it"):
         from tqdm import tqdm
     except ImportError:  # pragma: no cover - tqdm is a dependency
         return _Quiet()
-    return tqdm(desc=desc, total=total, file=sys.stderr, leave=False, mininterval=0.5,
-                delay=1.0, unit=unit)
+    return tqdm(**_BAR, file=sys.stderr, desc=desc, total=total, unit=unit)
 
 
 def status(message: str, enabled: bool = True) -> None:

@@ -43,6 +43,7 @@ from .layer_costs import (engine_moe_kernel, layer_costs, layer_work, tile_stepp
 from .layer_time import layer_time, operation_times, reserved_terms, timed
 from .pipeline_parallel import pipelined
 from .report import BREAKDOWN_KEYS, report_expressions, serve_prediction, step_report
+from ..engines import load_engine
 from ..memory import memory_model
 from ..plan.rules import check_engine_format
 from ..numbers.metrics import clamp_micro_batches
@@ -260,8 +261,6 @@ def _checked(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
     warning)."""
     deployment.check_model(model)
     check_engine_format(deployment)
-    from ..engines import load_engine
-
     hardware = load_engine(deployment.engine).hardware(hardware)  # the engine's kernels
     if deployment.dequant == "separate" and not weight_only(model, deployment, hardware):
         warnings.warn(f"--dequant separate has no effect: no weight class of --weights "
@@ -313,8 +312,6 @@ def _graph_kernel_s(hardware: HardwareSpec, deployment: Deployment, workload: Wo
     false), engines without graphs and hardware without the measurement."""
     if workload.phase is not Phase.DECODE or not deployment.cuda_graphs:
         return None
-    from ..engines import load_engine
-
     floor = hardware.latency.graph_kernel_s
     if floor is None or not load_engine(deployment.engine).cuda_graph_batch_sizes:
         return None
@@ -377,7 +374,6 @@ def _host_s(model: ModelSpec, dep: Deployment, wl: Workload, main_costs, dense_c
     every computing kernel of the step's layers (its costs' launches; collectives not
     counted), per micro-batch. The per-kernel time is the engine profile's ``host_launch_us``,
     fitted on the time to first token of published serving runs (moesym.engines)."""
-    from ..engines import load_engine
     from ..terms.cost import KernelClass
 
     engine = load_engine(dep.engine)

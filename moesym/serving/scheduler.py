@@ -173,7 +173,7 @@ class EngineState:
         by a loop that has a batch to run (earlier requests queued or just bootstrapped) joins
         a queue at the next loop's poll, before that loop's receive; a loop with nothing to
         run spins through the handshake and it joins at once."""
-        idle = not any(rk.waiting or rk.prefilling or rk.decoding for rk in self.ranks)
+        idle = not self._holding()
         for rid in self.bootstrapping:  # polled again: the handshake has completed
             self.admit(rid)
         self.bootstrapping = []
@@ -186,8 +186,7 @@ class EngineState:
             ready.append(heapq.heappop(self.inbox))
         # a loop with a batch to run (of requests already queued or bootstrapped just now)
         # runs it first; one without spins through the handshake
-        lag = self.cfg.bootstrap_lag and any(rk.waiting or rk.prefilling or rk.decoding
-                                             for rk in self.ranks)
+        lag = self.cfg.bootstrap_lag and self._holding()
         for _, _, rid in sorted(ready, key=lambda x: x[1]):
             self.received_step[rid] = s
             if lag:
@@ -209,9 +208,12 @@ class EngineState:
     def _load(rk: _Rank) -> int:
         return len(rk.waiting) + len(rk.prefilling) + len(rk.decoding)
 
+    def _holding(self) -> bool:
+        """Some rank holds a request (queued, prefilling or decoding)."""
+        return any(rk.waiting or rk.prefilling or rk.decoding for rk in self.ranks)
+
     def busy(self) -> bool:
-        return bool(self.inbox or self.bootstrapping) or any(
-            rk.waiting or rk.prefilling or rk.decoding for rk in self.ranks)
+        return bool(self.inbox or self.bootstrapping) or self._holding()
 
     # -- KV --------------------------------------------------------------------------------
     def _kv_decoding(self, rk: _Rank) -> float:
