@@ -311,15 +311,16 @@ def test_engine_changes_moe_time_where_the_tables_differ(cli_json):
     (hidden 7168, 256 experts of 2048 / 8, top-8, balanced) with SGLang 0.5.14's Triton kernel
     at 250 us for 32 tokens and 393 us for 1024, with TensorRT-LLM 1.3.0rc20's CUTLASS kernel at
     489 us and 1086 us: SGLang must come out faster. On H800, which has no per-kernel fits, the
-    engine changes nothing."""
+    engine's kernel changes nothing (vLLM against TensorRT-LLM: SGLang adds the shared expert's
+    rows to its kernel, test_sglang_runs_the_shared_expert_inside_the_moe_kernel)."""
     argv = ["predict", "deepseek-v3", "--phase", "prefill", "--batch", "1", "--context", "1024",
             "--gpus", "8", "--tp", "8", "--ep", "1", "--weights", "fp8", "--hardware"]
     t = {e: cli_json(argv + ["h200", "--engine", e])["per_layer_s"]["moe_routed"]
          for e in ("sglang", "trtllm")}
     assert t["sglang"] < 0.9 * t["trtllm"]
     h800 = {e: cli_json(argv + ["h800", "--engine", e])["per_layer_s"]["moe_routed"]
-            for e in ("sglang", "trtllm")}
-    assert h800["sglang"] == h800["trtllm"]
+            for e in ("vllm", "trtllm")}
+    assert h800["vllm"] == h800["trtllm"]
 
 
 def test_autotuned_engines_drop_the_untuned_fallback_tile():
@@ -399,13 +400,18 @@ def test_an_engine_without_the_fusion_runs_the_two_gemms(tmp_path):
     ('["q_a_proj", "kv_a_proj"]', "two or more"),
 ])
 def test_fused_gemms_that_cannot_be_fused_are_refused(tmp_path, value, problem):
+    msg = _bad_kernels_line(tmp_path, f"fused_gemms = {value}")
+    assert "fused_gemms" in msg and problem in msg and "kv_a_proj" in msg and "\n" not in msg
+
+
+def _bad_kernels_line(tmp_path, line: str) -> str:
+    """The one-line error of an SGLang-based profile whose [NAME.kernels] has ``line``."""
     path = tmp_path / "bad.toml"
-    path.write_text(f'[bad]\nbase = "sglang"\n[bad.kernels]\nmoe = ["triton"]\n'
-                    f'fused_gemms = {value}\n', encoding="utf-8")
+    path.write_text(f'[bad]\nbase = "sglang"\n[bad.kernels]\nmoe = ["triton"]\n{line}\n',
+                    encoding="utf-8")
     with pytest.raises(SpecError) as e:
         load_engine(str(path))
-    msg = str(e.value)
-    assert "fused_gemms" in msg and problem in msg and "kv_a_proj" in msg and "\n" not in msg
+    return str(e.value)
 
 
 def test_sglang_disaggregated_prefill_joins_after_its_bootstrap_poll():
@@ -433,3 +439,103 @@ def test_python_api_refuses_a_format_the_engine_does_not_load(engine):
             call()
         assert "GGUF" in str(e.value) and "llama.cpp" in str(e.value) and "\n" not in str(e.value)
     ms.build_step(model, hw, ms.Deployment(gpus=1, weights="q4_k_m", engine="llama.cpp"), wl)
+
+
+# -- the shared expert inside the fused MoE (SGLang) ---------------------------------------------
+D_MODEL, D_EXPERT = 7168, 2048  # DeepSeek-V3 hidden size and expert width (config.json)
+
+
+def _moe_work(cli_json, hardware, engine, ep, batch, model="deepseek-v3", weights="fp8", extra=()):
+    argv = ["predict", model, "--phase", "decode", "--batch", str(batch), "--context", "1024",
+            "--gpus", "8", "--tp", "8", "--ep", str(ep), "--weights", weights, "--hardware",
+            hardware, "--engine", engine, *extra]
+    w = cli_json(argv)["work_per_layer"]
+    return w["moe_routed"]["flop"], w["shared_expert"]["flop"]
+
+
+def test_sglang_runs_the_shared_expert_inside_the_moe_kernel(cli_json):
+    """DeepSeek-V3 FP8 decode, 16 requests on 8 H200 at TP 8, EP 1. SGLang runs the shared
+    expert as a 257th expert of the fused MoE (sglang 0.5.9 deepseek_v2.py:2853-2895): per GPU
+    the kernel computes the 16 x 8 routed rows of every expert's 2048 / 8 columns (TP-sharded,
+    16 / 8 tokens a GPU x 8 experts x 8 expert-TP ranks = 128 rows) plus the shared expert's 16,
+    6 FLOPs per row x d x d_e / 8 (gate, up, down), and no dense shared GEMM is left. vLLM
+    keeps the shared expert's own GEMMs: the same FLOPs, split the other way."""
+    routed, shared = _moe_work(cli_json, "h200", "sglang", 1, 16)
+    assert shared == 0
+    assert routed == pytest.approx(6 * (128 + 16) * D_MODEL * D_EXPERT / 8, rel=1e-12)
+    routed_v, shared_v = _moe_work(cli_json, "h200", "vllm", 1, 16)
+    assert routed_v == pytest.approx(6 * 128 * D_MODEL * D_EXPERT / 8, rel=1e-12)
+    assert shared_v == pytest.approx(6 * 16 * D_MODEL * D_EXPERT / 8, rel=1e-12)
+
+
+def test_sglang_on_amd_fuses_the_shared_expert_under_expert_parallelism(cli_json):
+    """On AMD SGLang fuses it under EP as well, each rank computing the whole shared expert for
+    every token it holds (the top-k scales it by 1 / EP, deepseek_v2.py:412-418): TP 8 x EP 8 on
+    8 MI300X, 16 requests: beside the busiest rank's routed rows (vLLM's, the same kernel
+    without the shared expert) 16 shared rows at the full width 2048, where vLLM's TP-sharded
+    shared GEMMs compute 16 rows of 2048 / 8."""
+    args = (cli_json, "mi300x")
+    routed, shared = _moe_work(*args, "sglang", 8, 16, extra=["--a2a", "allgather"])
+    routed_v, shared_v = _moe_work(*args, "vllm", 8, 16, extra=["--a2a", "allgather"])
+    assert shared == 0
+    assert routed - routed_v == pytest.approx(6 * 16 * D_MODEL * D_EXPERT, rel=1e-9)
+    assert shared_v == pytest.approx(6 * 16 * D_MODEL * D_EXPERT / 8, rel=1e-12)
+
+
+@pytest.mark.parametrize("hardware,engine,ep,model,extra,why", [
+    ("h200", "sglang", 8, "deepseek-v3", ["--a2a", "allgather"], "EP > 1 on NVIDIA (:2875-2880)"),
+    ("b200", "sglang", 1, "deepseek-v3", [], "SM100 runs flashinfer_trtllm (server_args.py:2147)"),
+    ("h200", "sglang", 1, "deepseek-v3.2", [], "DeepseekV32ForCausalLM is another architecture"),
+    ("h200", "sglang", 1, "kimi-k2", [], "384 routed experts, not 256"),
+    ("h200", "sglang", 8, "deepseek-v3", ["--a2a", "deepep-ll"], "DeepEP (:2882-2886)"),
+    ("mi355x", "mori-sglang", 8, "deepseek-v3", ["--a2a", "deepep-normal"], "MoRI (:2882-2886)"),
+    ("h200", "vllm", 1, "deepseek-v3", [], "vLLM runs its own shared-expert GEMMs"),
+])
+def test_where_sglang_keeps_the_shared_expert_apart(cli_json, hardware, engine, ep, model, extra,
+                                                     why):
+    """Each condition of SGLang's determine_num_fused_shared_experts (0.5.9) that turns the
+    fusion off: the shared expert keeps its own dense GEMMs."""
+    _routed, shared = _moe_work(cli_json, hardware, engine, ep, 8, model=model, extra=extra)
+    assert shared > 0, why
+
+
+def test_sglang_fp8_linear_on_gfx942_runs_one_128_by_128_tile(cli_json):
+    """SGLang's FP8 block-scale linear layers on MI300X run aiter's Triton kernel with its one
+    gfx942 configuration, a 128 x 128 block, no split K (hardware/mi300x.toml
+    [kernel.engines.sglang.dtypes.fp8]). q_b_proj at TP 8 is N = 128 x 192 / 8 = 3072, K = 1536:
+    24 blocks, one wave on 304 CUs, each 2 x 128 x 128 x 1536 FLOPs at the per-CU rate of
+    [kernel] (peak / CUs x gemm_tensor_frac) plus its tile overhead, then the launch; at 4 rows
+    and at 64 alike. The per-CU load of a block ((128 + 128) x 1536 + 128 x 128 x 2 bytes at
+    sm_bandwidth) is shorter, the weights' HBM read shorter still. vLLM keeps the CK fit."""
+    import tomllib
+    from pathlib import Path
+
+    hw = tomllib.loads((Path(__file__).parents[1] / "hardware" / "mi300x.toml").read_text())
+    k = hw["kernel"]
+    per_cu = hw["peak_TFLOPs"]["fp8"] * 1e12 / hw["sms"] * k["gemm_tensor_frac"]
+    compute = 2 * 128 * 128 * 1536 / per_cu + k["tile_overhead_us"] * 1e-6
+    assert ((128 + 128) * 1536 + 128 * 128 * 2) / (k["sm_bandwidth_GBps"] * 1e9) < compute
+    expect = compute + k["launch_us"] * 1e-6
+    for batch in (4, 64):
+        argv = ["predict", "deepseek-v3", "--phase", "decode", "--batch", str(batch),
+                "--context", "1024", "--gpus", "8", "--tp", "8", "--weights", "fp8",
+                "--hardware", "mi300x", "--engine"]
+        t = cli_json(argv + ["sglang-0.5.9"])["per_kernel_s"]
+        assert t["q_b_proj"] == pytest.approx(expect, rel=1e-9)
+        v = cli_json(argv + ["vllm"])["per_kernel_s"]
+        assert v["q_b_proj"] < 0.6 * t["q_b_proj"]
+        # the router's gate stays BF16: the BF16 table times it under both engines
+        assert t["router"] == pytest.approx(v["router"], rel=1e-12)
+
+
+@pytest.mark.parametrize("value,problem", [
+    ('{ routed_experts = 256, shared_experts = 1 }', "missing key 'architectures'"),
+    ('{ architectures = ["X"], routed_experts = 256, shared_experts = 1, ep = 2 }',
+     "unknown key 'ep'"),
+    ('{ architectures = ["X"], routed_experts = 0, shared_experts = 1 }', "positive whole number"),
+    ('{ architectures = "X", routed_experts = 256, shared_experts = 1 }', "list of names"),
+    ('"yes"', "expected a table"),
+])
+def test_a_shared_expert_fusion_rule_that_cannot_be_read_is_refused(tmp_path, value, problem):
+    msg = _bad_kernels_line(tmp_path, f"shared_expert_fusion = {value}")
+    assert "shared_expert_fusion" in msg and problem in msg and "\n" not in msg

@@ -115,6 +115,13 @@ input (SGLang's fused_qkv_a_proj_with_mqa, vLLM's fused_qkv_a_proj, TensorRT-LLM
 a layer launches one GEMM fewer and reads its input once. Decode steps fell 0.6-5.1% (#21, GB200
 at EP 72 with 2 micro-batches: -5.1%), the prefill #1 by 0.04%; the optimize answers kept their
 deployments and batches.
+Entry #20 (DeepSeek-V3 FP8 on 8 MI300X under SGLang, the default engine) was re-captured when
+SGLang's FP8 block-scale linear layers on gfx942 began to run aiter's Triton kernel with its one
+gfx942 launch configuration, a 128 x 128 block without split K (hardware/mi300x.toml
+[kernel.engines.sglang.dtypes.fp8]; benchmarks/amd_gfx942_dense_gemm.md), and the MoE router's
+BF16 gate began to be timed with the GPU's BF16 calibration: at 32 tokens a rank the attention
+projections (full width under attention DP) 85.6 -> 317.2 us a layer, the shared expert's GEMMs
+(kept apart under DeepEP) 32.0 -> 122.0 us, the router 3.4 us less; the step 79.34 -> 98.93 ms.
 """
 
 from __future__ import annotations

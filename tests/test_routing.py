@@ -408,7 +408,9 @@ def test_skewed_step_reads_fewer_experts(cli_json, ep):
     """DeepSeek-V3 decode on 8 H200s at batch 64 (T = 64 tokens routed; a table knot):
     under zipf:1.2 the routed expert weights read per layer are the busiest rank's touched
     experts, 129 at EP 1 (uniform: 256 (1 - (1 - 8/256)^64) = 222), so the bytes fall in the
-    ratio of the two counts (the same bytes per expert)."""
+    ratio of the two counts (the same bytes per expert). SGLang (the default engine) reads
+    the shared expert as one more expert of the kernel at EP 1 on Hopper (sglang 0.5.9
+    deepseek_v2.py:2853-2895; not under EP on NVIDIA): one more on both sides there."""
     argv = ["predict", "deepseek-v3", "--phase", "decode", "--batch", str(64 // ep),
             "--context", "1024", "--gpus", "8", "--tp", str(8 // ep), "--ep", str(ep),
             "--weights", "fp8", "--hardware", "h200"]
@@ -416,7 +418,8 @@ def test_skewed_step_reads_fewer_experts(cli_json, ep):
           for r in (["--routing", "zipf:1.2"], [])]
     skew = R.busiest_touched_slots(256, 8, ep, 0, 1.2, 64)
     uniform = float(R.busiest_touched_local_experts(256, 8, 64, ep))
-    assert wl[0] / wl[1] == pytest.approx(skew / uniform, rel=1e-9)
+    shared = 1 if ep == 1 else 0
+    assert wl[0] / wl[1] == pytest.approx((skew + shared) / (uniform + shared), rel=1e-9)
     assert wl[0] / wl[1] < 0.9
 
 

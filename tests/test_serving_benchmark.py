@@ -277,7 +277,8 @@ def test_sglang_059_is_0523_where_its_source_agrees():
     old, new = load_engine("sglang-0.5.9"), load_engine("sglang")
     differ = {f.name for f in fields(old) if getattr(old, f.name) != getattr(new, f.name)}
     assert differ == {"name", "version", "description", "prefill_graphs",
-                      "overlap_with_speculative", "kv_memory_rule"}
+                      "overlap_with_speculative", "kv_memory_rule", "lineage"}
+    assert old.lineage == ("sglang-0.5.9", "sglang")
     assert old.prefill_graphs is False and new.prefill_graphs is True
     assert old.kv_memory_rule.prefill_graph_mla_bytes == 0
     assert old.kv_memory_rule.base_bytes == new.kv_memory_rule.base_bytes

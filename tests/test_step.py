@@ -142,14 +142,16 @@ def test_contract_keys_and_bound():
 
 def test_weight_load_floor_at_small_batch():
     # one decode request on one GPU: the MoE layer reads the experts it touches; with top-8 of 256
-    # that is 8 experts (the expected count 256 (1 - (1 - 8/256)^1) = 8 exactly)
+    # that is 8 experts (the expected count 256 (1 - (1 - 8/256)^1) = 8 exactly), and SGLang (the
+    # default engine) runs DeepSeek-V3's shared expert on Hopper as a ninth expert of the same
+    # kernel (sglang 0.5.9 deepseek_v2.py:2853-2895), whose weights that read takes too
     m = ms.load_model("deepseek-v3")
     step = ms.build_step(m, ms.load_hardware("h200"), ms.Deployment(weights="fp8"),
                          ms.Workload("decode", batch=1, context=1024), timing=RooflineTiming())
     r = step.predict()
     per_expert_bytes = 3 * 7168 * 2048 * (1 + 4 / 128**2)
     bw = step.values[S.hbm_bw] * step.values[S.eff_mem]
-    assert r["per_layer_s"]["moe_weight_load"] == pytest.approx(8 * per_expert_bytes / bw, rel=1e-9)
+    assert r["per_layer_s"]["moe_weight_load"] == pytest.approx((8 + 1) * per_expert_bytes / bw, rel=1e-9)
     assert r["per_layer_s"]["moe_weight_load"] > r["per_layer_s"]["moe_routed"]
 
 

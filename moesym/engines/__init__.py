@@ -23,16 +23,19 @@ is :func:`moesym.numbers.metrics.default_chunk_tokens`; ``max_running_requests =
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
 from ..io.toml import load_toml
 from ..errors import SpecError
 from ..specs.hardware import VENDORS
+from ..specs.deployment import ENGINE_ALIASES, Phase
+from ..specs.kernel_calib import DTYPES_KEY, ENGINES_KEY, parse_kernel_calib
 from ..terms.names import SAME_INPUT_GEMMS
 
-__all__ = ["EngineKernels", "EngineProfile", "KvMemoryRule", "RunningRequestsRule",
+__all__ = ["EngineKernels", "EngineProfile", "KvMemoryRule", "RunningRequestsRule", "SharedExpertFusion",
            "builtin_engines", "check_runs_on", "default_engine", "host_overlapped", "runs_on",
            "load_engine", "POLICIES", "KV_FULL", "KV_BASES", "DP_ROUTING", "PREFILL_ORDERS"]
 
@@ -120,6 +123,47 @@ class KvMemoryRule:
 
 
 @dataclass(frozen=True)
+class SharedExpertFusion:
+    """Where an engine runs a model's shared experts as more experts of its fused-MoE kernel
+    (every token routed to them beside its top-k; no dense GEMMs of their own):
+    ``[ENGINE.kernels] shared_expert_fusion``. It applies to a model of one of
+    ``architectures`` with ``routed_experts`` routed and ``shared_experts`` shared experts; under
+    expert parallelism only on the device makers in ``expert_parallel_vendors``; never with an
+    all-to-all in ``off_with_a2a`` ("deepep": the DeepEP modes); and not on the architectures in
+    ``off_arch`` (a hardware file's ``arch``) where the experts compute in one of
+    ``off_arch_formats`` (the engine runs a MoE kernel there that does not fuse them); nor with
+    expert weights in one of ``off_formats`` (a recipe's format name)."""
+
+    architectures: tuple[str, ...]
+    routed_experts: int
+    shared_experts: int
+    expert_parallel_vendors: tuple[str, ...] = ()
+    off_with_a2a: tuple[str, ...] = ()
+    off_arch: tuple[str, ...] = ()
+    off_arch_formats: tuple[str, ...] = ()
+    off_formats: tuple[str, ...] = ()
+
+    def applies(self, *, architecture: str, routed: int, shared: int, vendor: str, arch: str,
+                ep: int, deepep: bool, expert_format: str, expert_compute: str) -> bool:
+        """Whether the engine fuses the shared experts of this model on this deployment
+        (``expert_format``: the experts' weight format; ``expert_compute``: the tensor-core
+        format they compute in)."""
+        if (architecture not in self.architectures or routed != self.routed_experts
+                or shared != self.shared_experts or expert_format in self.off_formats):
+            return False
+        if ep > 1 and vendor not in self.expert_parallel_vendors:
+            return False
+        if deepep and "deepep" in self.off_with_a2a:
+            return False
+        return not (arch in self.off_arch and expert_compute in self.off_arch_formats)
+
+
+_FUSION_KEYS = {"architectures": "names", "routed_experts": "count", "shared_experts": "count",
+                "expert_parallel_vendors": "names", "off_with_a2a": "names", "off_arch": "names",
+                "off_arch_formats": "names", "off_formats": "names"}
+
+
+@dataclass(frozen=True)
 class EngineKernels:
     """Which kernels an engine runs (``[ENGINE.kernels]``): fused-MoE backends in the engine's
     order of preference (the first one a GPU's ``[moe_kernels]`` has fitted runs, fitted apart
@@ -141,6 +185,8 @@ class EngineKernels:
     # groups of GEMMs reading the same input that the engine's model code runs as one GEMM
     # (moesym.terms.attention.fuse_gemms; names from SAME_INPUT_GEMMS)
     fused_gemms: tuple[tuple[str, ...], ...] = ()
+    # where the engine runs the shared experts inside the fused-MoE kernel (None: never)
+    shared_expert_fusion: SharedExpertFusion | None = None
 
     def moe_kernel(self, fitted: Mapping[str, float], *, ep: int, deepep: bool) -> str | None:
         """The fused-MoE fit that times the engine's kernel on a GPU whose ``[moe_kernels]`` is
@@ -218,6 +264,9 @@ class EngineProfile:
     kernel: Mapping[str, object] = field(default_factory=dict)
     # the device makers (moesym.specs.hardware.VENDORS) whose devices it runs on; (): any
     runs_on: tuple[str, ...] = ()
+    # this profile's name and the profiles it is based on, nearest first ("base" keys): the
+    # names a hardware file's [kernel.engines.NAME] may give this engine's kernels under
+    lineage: tuple[str, ...] = ()
 
     def hardware(self, hw):
         """``hw`` with its ``[kernel.engines.<this engine>]`` values (this engine's kernels
@@ -225,10 +274,6 @@ class EngineProfile:
         the custom all-reduce this engine runs (``[allreduce.NAME]`` for the name in
         ``[ENGINE.kernels] allreduce``, where the GPU has that fit). An engine that does not run
         on ``hw`` is refused (:func:`check_runs_on`)."""
-        from dataclasses import replace
-
-        from ..specs.kernel_calib import ENGINES_KEY
-
         check_runs_on(self, hw)
 
         name = self.kernels.allreduce if self.kernels is not None else ""
@@ -240,10 +285,16 @@ class EngineProfile:
                 k: ({f: v for f, v in fit.items() if f not in UNTUNED_MOE_FIELDS}
                     if k.removesuffix("_ep") in tuned else fit)
                 for k, fit in hw.moe_kernels.items()})
-        own = dict(hw.kernel.get(ENGINES_KEY, {}) or {}).get(self.name, {})
+        fits = dict(hw.kernel.get(ENGINES_KEY, {}) or {})
+        own = next((dict(fits[n]) for n in (self.lineage or (self.name,)) if n in fits), {})
         if not own and not self.kernel:
             return hw
         base = {k: v for k, v in hw.kernel.items() if k != ENGINES_KEY}
+        if DTYPES_KEY in own:  # per-format values over the device's own, format by format
+            formats = dict(base.get(DTYPES_KEY, {}) or {})
+            for fmt, values in dict(own.pop(DTYPES_KEY)).items():
+                formats[fmt] = {**dict(formats.get(fmt, {}) or {}), **dict(values)}
+            base[DTYPES_KEY] = formats
         return replace(hw, kernel={**base, **own, **self.kernel})
 
     def eager(self, phase, dep) -> bool:
@@ -251,8 +302,6 @@ class EngineProfile:
         (no CUDA graph replay) on deployment ``dep``: a prefill or mixed step unless the engine
         captures those (its profile's default, or the deployment's ``prefill_graphs``), a
         decode step when the engine captures none or the deployment runs without graphs."""
-        from ..specs.deployment import Phase
-
         if Phase(phase) is Phase.DECODE:
             return not (dep.cuda_graphs and self.cuda_graph_batch_sizes)
         graphs = self.prefill_graphs if dep.prefill_graphs is None else dep.prefill_graphs
@@ -280,8 +329,6 @@ class EngineProfile:
         if vendor in table or not table:
             return table.get(vendor, 0.0)
         other, value = next(iter(table.items()))
-        import warnings
-
         warnings.warn(f"{self.name}: no {what} fitted on {vendor or 'this'} devices; "
                       f"{other}'s {value * scale:.3g} {unit} used", stacklevel=3)
         return value
@@ -411,7 +458,7 @@ _OPTIONAL = ("runs_on", "step_token_budget", "max_prefill_tokens", "running_requ
              "recv_interval", "overlap_with_speculative", "max_running_requests_speculative",
              "base", "kernel", "kernels")
 _KERNEL_KEYS = ("moe", "moe_ep", "moe_deepep", "attention", "allreduce", "moe_autotuned",
-                "fused_gemms")
+                "fused_gemms", "shared_expert_fusion")
 # [moe_kernels] fields that describe a backend's untuned fallback, as the kernel tables time it
 # (collected without the engines' warmup autotuning): FlashInfer-TRTLLM's M tile chosen from
 # the launch's assignments per local expert (moesym.kernels.analytical.grouped_launch_block);
@@ -464,7 +511,37 @@ def _kernels(c: _Checker) -> EngineKernels:
     return EngineKernels(names("moe"), names("moe_ep"), names("moe_deepep"),
                          s.text("attention") if "attention" in raw else "",
                          s.text("allreduce") if "allreduce" in raw else "",
-                         names("moe_autotuned") or (), groups("fused_gemms"))
+                         names("moe_autotuned") or (), groups("fused_gemms"),
+                         _fusion(s) if "shared_expert_fusion" in raw else None)
+
+
+def _fusion(s: _Checker) -> SharedExpertFusion:
+    """``[ENGINE.kernels] shared_expert_fusion`` (:class:`SharedExpertFusion`)."""
+    raw = s.raw["shared_expert_fusion"]
+    fix = ('write e.g. shared_expert_fusion = { architectures = ["DeepseekV3ForCausalLM"], '
+           'routed_experts = 256, shared_experts = 1 }')
+    if not isinstance(raw, Mapping):
+        s.fail("shared_expert_fusion", "expected a table", fix)
+    where = "shared_expert_fusion"
+    unknown = sorted(set(raw) - set(_FUSION_KEYS))
+    missing = [k for k in ("architectures", "routed_experts", "shared_experts") if k not in raw]
+    if unknown or missing:
+        s.fail(where, f"unknown key {unknown[0]!r}" if unknown else f"missing key {missing[0]!r}",
+               f"keys: {', '.join(_FUSION_KEYS)}")
+    out = {}
+    for k, kind in _FUSION_KEYS.items():
+        if k not in raw:
+            continue
+        v = raw[k]
+        if kind == "count":
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                s.fail(f"{where}.{k}", f"expected a positive whole number, got {v!r}", fix)
+            out[k] = v
+        else:
+            if not isinstance(v, list) or any(not isinstance(x, str) or not x.strip() for x in v):
+                s.fail(f"{where}.{k}", f"expected a list of names, got {v!r}", fix)
+            out[k] = tuple(x.strip().lower() if k != "architectures" else x.strip() for x in v)
+    return SharedExpertFusion(**out)
 
 
 def _running_rule(c: _Checker) -> RunningRequestsRule:
@@ -612,8 +689,6 @@ def _runs_on(c: _Checker) -> tuple[str, ...]:
 
 def _kernel(c: _Checker) -> dict:
     """The ``[ENGINE.kernel]`` switches, checked as a hardware file's ``[kernel]`` keys."""
-    from ..specs.kernel_calib import parse_kernel_calib
-
     raw = c.raw["kernel"]
     if not isinstance(raw, Mapping):
         c.fail("kernel", "expected a table", f"write it as [{c.table}.kernel]")
@@ -642,11 +717,20 @@ def _based(name: str, table: Mapping, tables: Mapping, where: str) -> dict:
     return out
 
 
+def _lineage(name: str, tables: Mapping) -> tuple[str, ...]:
+    """``name`` and the engine tables its ``base`` keys lead to, nearest first (checked by
+    :func:`_based`)."""
+    out = [name]
+    while isinstance(tables.get(out[-1]), Mapping) and "base" in tables[out[-1]]:
+        out.append(tables[out[-1]]["base"])
+    return tuple(out)
+
+
 def _builtin() -> dict[str, EngineProfile]:
     if not _BUILTIN:
         raw = load_toml(Path(__file__).with_name("builtin.toml"))
-        _BUILTIN.update({n: _parse(n, _based(n, t, raw, "builtin.toml"), "builtin.toml")
-                         for n, t in raw.items()})
+        _BUILTIN.update({n: replace(_parse(n, _based(n, t, raw, "builtin.toml"), "builtin.toml"),
+                                    lineage=_lineage(n, raw)) for n, t in raw.items()})
     return _BUILTIN
 
 
@@ -699,8 +783,6 @@ def host_overlapped(dep) -> bool:
 
 def load_engine(name_or_path: str) -> EngineProfile:
     """A built-in engine profile by name, or the one profile table in a TOML file."""
-    from ..specs.deployment import ENGINE_ALIASES
-
     shipped = _builtin()
     name_or_path = ENGINE_ALIASES.get(name_or_path, name_or_path)
     if name_or_path in shipped:
@@ -718,4 +800,5 @@ def load_engine(name_or_path: str) -> EngineProfile:
                         "entries; keep one [name] table")
     (name, table), = raw.items()
     tables = {**load_toml(Path(__file__).with_name("builtin.toml")), name: table}
-    return _parse(name, _based(name, table, tables, str(p)), str(p))
+    return replace(_parse(name, _based(name, table, tables, str(p)), str(p)),
+                   lineage=_lineage(name, tables))

@@ -414,6 +414,11 @@ def gemm_time(m, n, k, *, sms, peak_flops, hbm_bw_Bps, calib: KernelCalib = DEFA
     grouped = layout != "dense"
     if not grouped and calib.tile_m_min_rows:  # the GPU's dense kernels' smallest M block
         tile_m_min = min(tile_m_min, calib.tile_m_min_rows)
+    if not grouped and calib.tile_m_fixed_rows:  # one launch configuration at any M
+        tile_m_min = calib.tile_m_fixed_rows
+        n_block = calib.tile_n_fixed_cols or tile_m_min
+        calib = replace(calib, tile_m_rows=tile_m_min, tile_n_min_cols=n_block,
+                        tile_n_max_cols=n_block, split_k_max=0, mv_max_rows=0)
     if grouped and calib.grouped_tile_m_min_rows:
         tile_m_min = calib.grouped_tile_m_min_rows
     if grouped and calib.grouped_tile_m_rows:  # a fixed M block: the tile is that block

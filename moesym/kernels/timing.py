@@ -44,6 +44,7 @@ from ..symbolic.symbols import S
 from ..terms.cost import (AttentionShape, Cost, GemmShape, KernelClass, LoadShape,
                           component_symbols, component_pass_symbol, component_unpack_symbol)
 from ..symbolic.expr import smax
+from ..terms.names import BF16_GEMMS
 from .time_model import RooflineTiming, TimeModel
 from ..terms.cost import TermTime
 from .analytical import (_below, attention_decode_time, attention_prefill_time, attention_time_from_cost,
@@ -105,7 +106,13 @@ class KernelTiming(TimeModel):
         return replace(self, bound=tuple(bound))
 
     def calib_of(self, c: Cost) -> KernelCalib:
-        """The calibration that times cost ``c``: its weight class's format's where bound."""
+        """The calibration that times cost ``c``: its weight class's format's where bound; a
+        GEMM whose weights stay BF16 (:data:`moesym.terms.names.BF16_GEMMS`) the GPU's BF16
+        one where it has that table."""
+        if c.name in BF16_GEMMS:
+            own = next((k for d, _p, k in self.formats if d == "bf16"), None)
+            if own is not None:
+                return own
         return next((k for comp, k in self.bound if comp == c.component), self.calib)
 
     def grouped_serial_share(self) -> float:

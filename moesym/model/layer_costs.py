@@ -25,8 +25,9 @@ from ..terms.routing import (group_limited, group_tokens, imbalance_expr, tile_s
                              touched_local_experts_expr)
 from ..terms.tokens import step_tokens
 
-__all__ = ["dense_layer_costs", "engine_moe_fields", "engine_moe_kernel", "layer_costs",
-           "layer_work", "moe_layer_costs", "quantized", "tile_stepped_experts", "weight_only"]
+__all__ = ["dense_layer_costs", "engine_moe_fields", "engine_moe_kernel", "fused_shared_experts",
+           "layer_costs", "layer_work", "moe_layer_costs", "quantized", "tile_stepped_experts",
+           "weight_only"]
 
 
 def layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
@@ -62,9 +63,14 @@ def moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
         lam = lam * (1 - on_host["miss_share"])
     touched = touched_local_experts_expr(model, dep, D, t)
     active = None if layout == "batched" else touched  # a batched buffer computes every expert
+    shared_in_moe = fused_shared_experts(model, hw, dep, wl)
     routed = ffn.routed_expert_compute(D, t, imbalance=lam, padded_rows=padded, layout=layout,
                                        active_experts=active, tile_skew=tile_skew(model, dep),
-                                       routed_tokens=group_tokens(D, t))
+                                       routed_tokens=group_tokens(D, t),
+                                       fused_shared=shared_in_moe)
+    if shared_in_moe:  # the shared experts' rows go through the MoE's own kernels too
+        touched = touched + shared_in_moe
+        rows = rows + ffn.fused_shared_rows(D, t, shared_in_moe)
     if layout == "per-token":  # every GEMV reads its expert's weights itself (seed 003)
         touched = sp.Integer(0)
     if tile_stepped_experts(hw, dep) and layout != "per-token" and model.num_experts > 1:
@@ -91,7 +97,7 @@ def moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     if isinstance(routed[0].shape, GemmShape):  # the rows each loaded expert multiplies
         load = replace(load, shape=LoadShape(routed[0].shape.m))
     costs["moe_weight_load"] = _tagged([load], "moe", wo, dq)
-    if model.shared_intermediate_size:
+    if model.shared_intermediate_size and not shared_in_moe:
         costs["shared_expert"] = _tagged(ffn.shared_expert(D, t), "dense", wo, dq) + [
             ew.swiglu_activation("shared_act", t, D.shared_inter / D.tp, D.act_bytes)]
     bw_up, bw_out = S.bw_up * S.eff_up, S.bw_out * S.eff_out
@@ -145,7 +151,7 @@ def moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
         if fp8:  # as a dense FFN's block-FP8 linears: gate_up's and down's inputs are cast
             costs["other"] += [ew.fp8_input_cast("ffn_cast", t, D.hidden + D.moe_inter / D.expert_tp,
                                                  D.act_bytes)]
-    if q["dense"] and model.shared_intermediate_size:
+    if q["dense"] and model.shared_intermediate_size and not shared_in_moe:
         costs["other"] += [ew.fp8_input_cast("shared_cast", t, D.hidden + D.shared_inter / D.tp,
                                              D.act_bytes)]
     return costs
@@ -352,6 +358,26 @@ def _projections(model: ModelSpec, dep: Deployment, D: Dims, t) -> list:
     costs = compose.projections(model, D, t)
     kernels = _engine_kernels(dep)
     return att.fuse_gemms(costs, kernels.fused_gemms, D) if kernels is not None else costs
+
+
+def fused_shared_experts(model: ModelSpec, hw: HardwareSpec | None, dep: Deployment,
+                         wl: Workload) -> int:
+    """Shared experts the deployment's engine runs inside its fused-MoE kernel on ``hw``
+    (``[ENGINE.kernels] shared_expert_fusion``, :class:`moesym.engines.SharedExpertFusion`);
+    0: they run as dense GEMMs of their own (the engine names no fusion, no hardware is given,
+    or the rule does not hold)."""
+    kernels = _engine_kernels(dep)
+    rule = kernels.shared_expert_fusion if kernels is not None else None
+    if (rule is None or hw is None or not model.is_moe or not model.shared_intermediate_size
+            or model.shared_intermediate_size % model.moe_intermediate_size):
+        return 0
+    shared = model.shared_intermediate_size // model.moe_intermediate_size
+    fmt = dep.weight_recipe(True).moe
+    deepep = dep.ep > 1 and dep.resolved_a2a(wl.phase).is_deepep
+    ok = rule.applies(architecture=model.architecture, routed=model.num_experts, shared=shared,
+                      vendor=hw.vendor, arch=hw.arch, ep=dep.ep, deepep=deepep,
+                      expert_format=fmt, expert_compute=hw.compute_format(fmt))
+    return shared if ok else 0
 
 
 def engine_moe_kernel(model: ModelSpec, hw: HardwareSpec, dep: Deployment,

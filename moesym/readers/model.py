@@ -283,6 +283,9 @@ def from_hf_config(raw: Mapping[str, Any], name: str = "hf-model", source: str =
     kw.update(_positions(c, raw, top, where))
     kw["tie_embeddings"] = bool(top.get("tie_word_embeddings", raw.get("tie_word_embeddings", False)))
     kw["weight_dtype"] = _hf_weight_dtype(raw.get("quantization_config"), where)
+    archs = top.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str):
+        kw["architecture"] = archs[0]
     # the variants that take a share of the layers (gated DeltaNet, sliding window)
     for v in _attention_variants(base=False):
         kw.update(v.parse_hf(c, raw, top, family, kw, where))

@@ -30,7 +30,7 @@ __all__ = ["HardwareSpec", "CustomAllReduce", "Efficiency", "Latency", "PowerSpe
 #: device makers a hardware file's ``vendor`` names (an engine profile's ``runs_on`` lists them)
 VENDORS = {"nvidia": "NVIDIA", "amd": "AMD", "apple": "Apple silicon", "tenstorrent": "Tenstorrent"}
 
-_TOP_KEYS = {"name", "description", "source", "vendor", "default_engine", "sms", "gpus_per_node",
+_TOP_KEYS = {"name", "description", "source", "vendor", "arch", "default_engine", "sms", "gpus_per_node",
              "hbm_capacity_GB", "hbm_bandwidth_TBps", "peak_TFLOPs", "interconnect", "efficiency",
              "latency_us", "kernel", "compute_formats", "host", "mesh", "sram_MB", "usable_memory_frac", "allreduce",
              "moe_kernels", "deepep", "power", "price"}
@@ -178,6 +178,10 @@ class HardwareSpec:
     # the device's maker (VENDORS; "": not given): which engines run on it (an engine
     # profile's runs_on) and the launch lines moesym.engines.emit writes
     vendor: str = ""
+    # the compute architecture as the engines test it (CUDA compute capability sm90, sm100,
+    # sm103, ...; AMD gfx942, gfx950, ...; "": not given): an engine profile's kernel paths that
+    # depend on it (moesym.engines.SharedExpertFusion)
+    arch: str = ""
     # the engine timed when none is named ("": SGLang): llama.cpp on Apple silicon and AMD's
     # APUs, tt-metal on Tenstorrent (moesym.engines.default_engine)
     default_engine: str = ""
@@ -271,7 +275,7 @@ def _serving(eff: Mapping, where: str) -> float:
 
 def _parse(raw: dict, where: str) -> HardwareSpec:
     _check_keys(raw, _TOP_KEYS, where)
-    for k in ("name", "description", "source", "vendor", "default_engine"):
+    for k in ("name", "description", "source", "vendor", "arch", "default_engine"):
         if k in raw and not isinstance(raw[k], str):
             raise SpecError(f"{where} {k}: must be a string, got {raw[k]!r}")
     if raw.get("vendor", "").lower() not in ("", *VENDORS):
@@ -351,6 +355,7 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
         allreduce=_allreduce(raw.get("allreduce"), where),
         allreduce_kernels=_allreduce_kernels(raw.get("allreduce"), where),
         vendor=str(raw.get("vendor", "")).lower(),
+        arch=str(raw.get("arch", "")).lower(),
         default_engine=str(raw.get("default_engine", "")),
         host_capacity_bytes=(_positive(raw["hbm_capacity_GB"], f"{where} hbm_capacity_GB") * 1e9
                              if unified else

@@ -21,6 +21,13 @@ tile_m_min_rows                     0        smallest M block of dense GEMMs (0:
                                              Hopper warpgroup pair; AMD's CK and asm GEMMs
                                              tile M by 16 at few rows, aiter's tuned kernels
                                              e.g. a8w8_blockscale_..._256x16x64x256_...)
+tile_m_fixed_rows                   0        a dense GEMM kernel with one launch
+                                             configuration at every M: this M block, an N
+                                             block of tile_n_fixed_cols, no split K and no
+                                             matrix-vector path (0: the blocks follow the
+                                             shape as above; aiter's Triton FP8 block-scale
+                                             GEMM on gfx942 under SGLang: 128 x 128)
+tile_n_fixed_cols                   0        that configuration's N block (0: tile_m_fixed_rows)
 gemm_tensor_frac                    0.76     per-SM tensor-core rate achieved, dense GEMM
 grouped_contiguous_tensor_frac      0.66     same, grouped GEMM, contiguous layout
 grouped_masked_tensor_frac          0.56     same, grouped GEMM, masked layout
@@ -221,6 +228,8 @@ _KEYS: dict[str, tuple[str, float, str, float]] = {
     "tile_n_max_cols": ("tile_n_max_cols", 1, "int", 256),
     "tile_n_min_cols": ("tile_n_min_cols", 1, "int", 16),
     "tile_m_min_rows": ("tile_m_min_rows", 1, "flag", 0),
+    "tile_m_fixed_rows": ("tile_m_fixed_rows", 1, "flag", 0),
+    "tile_n_fixed_cols": ("tile_n_fixed_cols", 1, "flag", 0),
     "split_k_max": ("split_k_max", 1, "flag", 0),
     "gemm_tensor_frac": ("gemm_tensor_frac", 1, "frac", 0.76),
     "grouped_contiguous_tensor_frac": ("grouped_contiguous_tensor_frac", 1, "frac", 0.66),
@@ -300,7 +309,7 @@ MOE_KERNEL_KEYS = ("grouped_hbm_frac", "grouped_fixed_us", "grouped_expert_us",
                    "moe_elementwise_launches",
                    "grouped_unaligned_load_frac", "grouped_k_step_us",
                    "grouped_k_step_cols", "grouped_few_tokens_k_step_cols")
-_OPTIONAL_NONZERO = ("tile_m_min_rows", "split_k_max", "attention_unit_overhead_us", "attention_prefill_launch_us",
+_OPTIONAL_NONZERO = ("tile_m_min_rows", "tile_m_fixed_rows", "tile_n_fixed_cols", "split_k_max", "attention_unit_overhead_us", "attention_prefill_launch_us",
                      "attention_decode_unit_overhead_us", "attention_gqa_bf16_unit_us",
                      "attention_split_merge_us", "attention_mla_launch_us",
                      "attention_mla_hbm_frac", "attention_mha_decode_TFLOPs",
@@ -337,6 +346,8 @@ class KernelCalib:
     tile_n_max_cols: int = 256
     tile_n_min_cols: int = 16
     tile_m_min_rows: int = 0
+    tile_m_fixed_rows: int = 0
+    tile_n_fixed_cols: int = 0
     split_k_max: int = 0
     gemm_tensor_frac: float = 0.76
     grouped_contiguous_tensor_frac: float = 0.66

@@ -111,6 +111,9 @@ class ModelSpec:
     mtp_layers: int = 0
     tie_embeddings: bool = False
     weight_dtype: str = "bf16"  # checkpoint precision of the GEMM weights
+    # the HF config's architectures[0] (e.g. DeepseekV3ForCausalLM): the model class an engine
+    # loads, on which some of its kernel paths depend ("": not given)
+    architecture: str = ""
     sliding_window: int = 0  # tokens; 0 = none
     sliding_layers: int = 0  # layers that use the sliding window
     # DeepSeek sparse attention (V3.2): a lightning indexer keeps the top index_topk KV entries

@@ -24,8 +24,8 @@ from .cost import Cost, KernelClass
 from ..symbolic.expr import sym
 from .dims import Dims
 
-__all__ = ["dense_ffn", "routed_expert_compute", "routed_expert_weight_load", "shared_expert",
-           "router", "lm_head", "embedding", "moe_tokens_per_gpu"]
+__all__ = ["dense_ffn", "fused_shared_rows", "routed_expert_compute", "routed_expert_weight_load",
+           "shared_expert", "router", "lm_head", "embedding", "moe_tokens_per_gpu"]
 
 
 def dense_ffn(D: Dims, tokens) -> list[Cost]:
@@ -43,7 +43,8 @@ def moe_tokens_per_gpu(D: Dims, tokens) -> sp.Expr:
 
 def routed_expert_compute(D: Dims, tokens, imbalance=1, padded_rows=None,
                           layout: str = "contiguous", active_experts=None,
-                          tile_skew: tuple = (), routed_tokens=0) -> list[Cost]:
+                          tile_skew: tuple = (), routed_tokens=0,
+                          fused_shared: int = 0) -> list[Cost]:
     """Grouped GEMMs of the routed experts on the busiest GPU (weights excluded: see load term).
 
     Rows per GPU = (tokens / tp) x k x imbalance (expert-TP ranks see gpus/ep times the rows at
@@ -62,11 +63,15 @@ def routed_expert_compute(D: Dims, tokens, imbalance=1, padded_rows=None,
     ``tile_skew`` and ``routed_tokens``: skewed routing's per-expert inclusion probabilities
     (:func:`moesym.terms.routing.tile_skew`) and the tokens routed across the group, with which
     the kernel model pads each expert's rows to its M tile (:mod:`moesym.kernels.skew`).
+    ``fused_shared``: shared experts the engine runs as more experts of the same kernel
+    (:func:`fused_shared_rows` rows each, every token of the launch, at the experts' width).
     """
-    rows_real = moe_tokens_per_gpu(D, tokens) * D.topk * sym(imbalance) * D.expert_tp
-    rows = rows_real if padded_rows is None else sym(padded_rows)
+    routed_real = moe_tokens_per_gpu(D, tokens) * D.topk * sym(imbalance) * D.expert_tp
+    rows_real = routed_real + fused_shared_rows(D, tokens, fused_shared)
+    rows = rows_real if padded_rows is None else sym(padded_rows) + fused_shared_rows(
+        D, tokens, fused_shared)
     inter = D.moe_inter / D.expert_tp
-    g = D.local_experts if active_experts is None else sym(active_experts)
+    g = (D.local_experts if active_experts is None else sym(active_experts)) + fused_shared
     if layout in ("grouped", "per-token"):
         per_token = layout == "per-token"
         m, wb, n_kernels = (1, D.w_bytes, rows) if per_token else (rows / g, 0, g)
@@ -81,12 +86,28 @@ def routed_expert_compute(D: Dims, tokens, imbalance=1, padded_rows=None,
     # the mean rank's assignments times (EP - 1): those routed to other ranks' experts, which a
     # kernel launched over every token x top-k assignment still covers (timed only by a
     # backend that sets grouped_masked_passes: moesym.kernels.analytical.grouped_extra_s)
-    masked = rows_real / sym(imbalance) * (D.ep - 1)
+    masked = routed_real / sym(imbalance) * (D.ep - 1)
     # the tokens the fused kernel is launched with: the rank's assignments x EP / top-k
-    launched = rows_real / sym(imbalance) * D.ep / D.topk
+    launched = routed_real / sym(imbalance) * D.ep / D.topk
     return [replace(c, shape=replace(c.shape, masked_rows=masked, tile_skew=tile_skew,
                                      routed_tokens=sym(routed_tokens), kernel_tokens=launched,
                                      local_experts=D.local_experts)) for c in (up, down)]
+
+
+def fused_shared_rows(D: Dims, tokens, fused_shared: int = 0) -> sp.Expr:
+    """Rows of ``fused_shared`` shared experts run inside the fused-MoE kernel on one GPU: every
+    token the kernel is launched with, (tokens / tp) x EP x expert-TP (the DP rank's tokens
+    under TP; all EP ranks' under expert parallelism, where each computes the whole shared
+    expert for them: SGLang on AMD, :class:`moesym.engines.SharedExpertFusion`).
+
+    >>> from moesym.terms.dims import symbolic_dims
+    >>> from moesym.symbolic.symbols import S
+    >>> fused_shared_rows(symbolic_dims(), S.batch, 1)  # B tokens x N_gpu / t_p DP ranks
+    B*N_gpu/t_p
+    """
+    if not fused_shared:
+        return sp.Integer(0)
+    return moe_tokens_per_gpu(D, tokens) * D.ep * D.expert_tp * fused_shared
 
 
 def routed_expert_weight_load(D: Dims, touched_experts) -> Cost:
