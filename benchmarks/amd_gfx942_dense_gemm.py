@@ -38,8 +38,8 @@ LAYERS, DENSE_LAYERS = 61, 3
 ATTENTION = {"fused_qkv_a": (1536 + 512 + 64, 7168), "q_b": (128 * 192 // TP, 1536),
              "o_proj": (7168, 128 * 128 // TP)}
 DENSE_FFN = {"gate_up": (2 * 18432 // TP, 7168), "down": (7168, 18432 // TP)}
-# the same step as moesym times it now (moesym.terms.attention.attention_projections): q_a and
-# kv_a as two GEMMs, each with the tile its fit picks
+# the same step with aiter's tuned CK kernels' tiles (the [kernel] fit, what moesym timed before
+# SGLang's gfx942 tile: q_a and kv_a as two GEMMs, each with the tile its fit picks)
 MOESYM_ATTENTION = {"q_a": (1536, 7168), "kv_a": (512 + 64, 7168), "q_b": ATTENTION["q_b"],
                     "o_proj": ATTENTION["o_proj"]}
 # aiter's MI300X-GEMM-A8W8_BLOCKSCALE.json "any": BLOCK_SIZE_M = BLOCK_SIZE_N = 128,
@@ -75,13 +75,13 @@ def main() -> None:
         hw = load_hardware(gpu)
         c = kernel_calib(hw)
         print(f"{gpu}: FP8 block-scale linear layers of one decode step (61 layers), ms")
-        print("   M   moesym now   aiter Triton default tile   difference")
+        print("   M   CK-fitted tiles   aiter Triton default tile   difference")
         for m in BATCHES:
             now = LAYERS * step_time(c, MOESYM_ATTENTION, m, hw, False)
             now += DENSE_LAYERS * step_time(c, DENSE_FFN, m, hw, False)
             tri = LAYERS * step_time(c, ATTENTION, m, hw, True)
             tri += DENSE_LAYERS * step_time(c, DENSE_FFN, m, hw, True)
-            print(f"{m:4d} {now * 1e3:12.2f} {tri * 1e3:27.2f} {(tri - now) * 1e3:12.2f}")
+            print(f"{m:4d} {now * 1e3:17.2f} {tri * 1e3:27.2f} {(tri - now) * 1e3:12.2f}")
         dq = 2 * (ABSORBED_ELEMENTS * DEQUANT_BYTES_PER_ELEMENT
                   / (hw.hbm_bw_Bps * c.elementwise_hbm_frac) + DEQUANT_KERNELS * c.elementwise_launch_s)
         print(f"      + w_kc / w_vc cast and scale every step: {dq * 1e6:.1f} us a layer, "

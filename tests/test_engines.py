@@ -539,3 +539,22 @@ def test_sglang_fp8_linear_on_gfx942_runs_one_128_by_128_tile(cli_json):
 def test_a_shared_expert_fusion_rule_that_cannot_be_read_is_refused(tmp_path, value, problem):
     msg = _bad_kernels_line(tmp_path, f"shared_expert_fusion = {value}")
     assert "shared_expert_fusion" in msg and problem in msg and "\n" not in msg
+
+
+def test_sglang_casts_the_absorbed_mla_weights_on_gfx942_only(cli_json):
+    """SGLang 0.5.9 on ROCm without the gfx950 path casts MLA's absorbed FP8 weights w_kc, w_vc
+    to BF16 and scales them at every decode step (deepseek_v2.py:1700-1704, :1876-1880): at TP 8
+    16 heads x (128 + 128) x 512 elements a GPU, 8 B an element moved, in at least the time
+    those bytes take at the MI300X's HBM rate. MI355X (gfx950) runs an FP8 batched GEMM, vLLM
+    and prefill steps none."""
+    def kernels(hardware, engine, phase="decode"):
+        argv = ["predict", "deepseek-v3", "--phase", phase, "--batch", "8", "--context", "1024",
+                "--gpus", "8", "--tp", "8", "--weights", "fp8", "--hardware", hardware,
+                "--engine", engine]
+        return cli_json(argv)["per_kernel_s"]
+
+    t = kernels("mi300x", "sglang-0.5.9")["absorbed_weight_cast"]
+    assert t > 8 * 16 * (128 + 128) * 512 / 5.3e12
+    assert "absorbed_weight_cast" not in kernels("mi355x", "sglang-0.5.9")
+    assert "absorbed_weight_cast" not in kernels("mi300x", "vllm")
+    assert "absorbed_weight_cast" not in kernels("mi300x", "sglang-0.5.9", "prefill")

@@ -121,7 +121,10 @@ gfx942 launch configuration, a 128 x 128 block without split K (hardware/mi300x.
 [kernel.engines.sglang.dtypes.fp8]; benchmarks/amd_gfx942_dense_gemm.md), and the MoE router's
 BF16 gate began to be timed with the GPU's BF16 calibration: at 32 tokens a rank the attention
 projections (full width under attention DP) 85.6 -> 317.2 us a layer, the shared expert's GEMMs
-(kept apart under DeepEP) 32.0 -> 122.0 us, the router 3.4 us less; the step 79.34 -> 98.93 ms.
+(kept apart under DeepEP) 32.0 -> 122.0 us, the router 3.4 us less; the step 79.34 -> 98.93 ms;
+and again when SGLang's per-step BF16 cast and scale of MLA's absorbed FP8 weights on gfx942
+(deepseek_v2.py:1700-1704, :1876-1880; moesym.terms.elementwise.absorbed_weight_cast) began to
+be timed: 98.93 -> 101.60 ms.
 """
 
 from __future__ import annotations

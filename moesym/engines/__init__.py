@@ -187,6 +187,10 @@ class EngineKernels:
     fused_gemms: tuple[tuple[str, ...], ...] = ()
     # where the engine runs the shared experts inside the fused-MoE kernel (None: never)
     shared_expert_fusion: SharedExpertFusion | None = None
+    # device architectures (a hardware file's arch) on which the engine casts MLA's absorbed
+    # FP8 weights to BF16 and scales them at every decode step (moesym.terms.elementwise.
+    # absorbed_weight_cast)
+    absorbed_weight_cast_arch: tuple[str, ...] = ()
 
     def moe_kernel(self, fitted: Mapping[str, float], *, ep: int, deepep: bool) -> str | None:
         """The fused-MoE fit that times the engine's kernel on a GPU whose ``[moe_kernels]`` is
@@ -458,7 +462,7 @@ _OPTIONAL = ("runs_on", "step_token_budget", "max_prefill_tokens", "running_requ
              "recv_interval", "overlap_with_speculative", "max_running_requests_speculative",
              "base", "kernel", "kernels")
 _KERNEL_KEYS = ("moe", "moe_ep", "moe_deepep", "attention", "allreduce", "moe_autotuned",
-                "fused_gemms", "shared_expert_fusion")
+                "fused_gemms", "shared_expert_fusion", "absorbed_weight_cast_arch")
 # [moe_kernels] fields that describe a backend's untuned fallback, as the kernel tables time it
 # (collected without the engines' warmup autotuning): FlashInfer-TRTLLM's M tile chosen from
 # the launch's assignments per local expert (moesym.kernels.analytical.grouped_launch_block);
@@ -512,7 +516,8 @@ def _kernels(c: _Checker) -> EngineKernels:
                          s.text("attention") if "attention" in raw else "",
                          s.text("allreduce") if "allreduce" in raw else "",
                          names("moe_autotuned") or (), groups("fused_gemms"),
-                         _fusion(s) if "shared_expert_fusion" in raw else None)
+                         _fusion(s) if "shared_expert_fusion" in raw else None,
+                         tuple(x.lower() for x in names("absorbed_weight_cast_arch") or ()))
 
 
 def _fusion(s: _Checker) -> SharedExpertFusion:

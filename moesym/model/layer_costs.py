@@ -127,7 +127,8 @@ def moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
         tp = [ar] + comm.tp_moe_boundary(D, t, tp_bw, tp_lat)
     costs["tp_comm"] = tp + _cp_ring(model, dep, wl, D, t)
     costs["other"] = [ew.norm_residual(D, t).scaled(2), *compose.elementwise(model, D, t, q["attn"]),
-                      ew.swiglu_activation("experts_act", rows, D.moe_inter / D.expert_tp, D.act_bytes)]
+                      ew.swiglu_activation("experts_act", rows, D.moe_inter / D.expert_tp, D.act_bytes),
+                      *_absorbed_cast(model, hw, dep, wl, D, q["attn"])]
     if model.num_experts > 1:  # a single expert needs no routing: it is a dense FFN
         # DeepEP low-latency dispatch writes tokens straight into the experts' buffers and its
         # combine does the weighted reduce: no separate permute / unpermute kernels
@@ -184,7 +185,8 @@ def dense_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
           comm.tp_allreduce_custom(D, t, car, bw, S.lat_up))
     costs["tp_comm"] = [ar.scaled(2)] + _cp_ring(model, dep, wl, D, t)
     costs["other"] = [ew.norm_residual(D, t).scaled(2), *compose.elementwise(model, D, t, q["attn"]),
-                      ew.swiglu_activation("ffn_act", t, D.dense_inter / D.tp, D.act_bytes)]
+                      ew.swiglu_activation("ffn_act", t, D.dense_inter / D.tp, D.act_bytes),
+                      *_absorbed_cast(model, hw, dep, wl, D, q["attn"])]
     if q["dense"]:  # block-FP8 linears quantize their inputs: gate_up's (hidden) and down's (inter)
         costs["other"] += [ew.fp8_input_cast("ffn_cast", t, D.hidden + D.dense_inter / D.tp,
                                              D.act_bytes)]
@@ -350,6 +352,17 @@ def _deepep_fixed_s(k: DeepEPKernel, D: Dims, tokens_per_gpu) -> sp.Expr:
 def _engine_kernels(dep: Deployment):
     """The deployment's engine's ``[ENGINE.kernels]`` (None: the engine names none)."""
     return load_engine(dep.engine).kernels
+
+
+def _absorbed_cast(model: ModelSpec, hw: HardwareSpec | None, dep: Deployment, wl: Workload,
+                   D: Dims, attn_quantized: bool) -> list:
+    """The per-step BF16 cast of MLA's absorbed 8-bit weights where the deployment's engine runs
+    one on this architecture (``[ENGINE.kernels] absorbed_weight_cast_arch``), in a decode step."""
+    kernels = _engine_kernels(dep)
+    if (kernels is None or hw is None or not attn_quantized or model.attention != "mla"
+            or wl.phase is not Phase.DECODE or hw.arch not in kernels.absorbed_weight_cast_arch):
+        return []
+    return [ew.absorbed_weight_cast(D)]
 
 
 def _projections(model: ModelSpec, dep: Deployment, D: Dims, t) -> list:

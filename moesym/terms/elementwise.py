@@ -65,6 +65,20 @@ def swiglu_activation(name: str, rows, width, act_bytes) -> Cost:
     return Cost(name, _EW, hbm_bytes=3 * sym(rows) * sym(width) * sym(act_bytes), launches=1)
 
 
+def absorbed_weight_cast(D: Dims) -> Cost:
+    """MLA's absorbed kv_b weights (w_kc, w_vc: h (d_nope + d_v) r_kv elements a GPU, FP8 with a
+    per-tensor scale) cast to BF16 and scaled at every step before BF16 batched GEMMs (SGLang on
+    gfx942): a cast (read 1 B, write 2 B) and a scale (read and write 2 B) per weight, four
+    kernels a layer; the BMMs then read 2 B an element where FP8 ones read 1: 8 B an element.
+
+    >>> from moesym.terms.dims import symbolic_dims
+    >>> absorbed_weight_cast(symbolic_dims()).hbm_bytes
+    8*n_h*r_kv*(d_nope + d_v)/t_p
+    """
+    elems = D.local_heads * (D.qk_nope + D.v_head) * D.kv_lora
+    return Cost("absorbed_weight_cast", _EW, hbm_bytes=8 * elems, launches=4)
+
+
 def fp8_input_cast(name: str, rows, width, act_bytes) -> Cost:
     """Quantize a BF16 GEMM input to FP8 with per-128-element scales (SGLang's
     per_token_group_quant before each block-FP8 linear): read b_a, write 1 byte + 4/128 bytes
