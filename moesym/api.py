@@ -11,11 +11,12 @@
 
 from __future__ import annotations
 
+from .model.predictor import predict as report
 from .model.step import BREAKDOWN_KEYS, StepModel, build_step
 from .plan.rules import check_inputs
+from .readers.model import builtin_models, from_hf_config, load_model
 from .specs.deployment import A2AMode, Deployment, Phase, Routing, Workload
 from .specs.hardware import HardwareSpec, builtin_hardware, load_hardware
-from .readers.model import builtin_models, from_hf_config, load_model
 from .specs.model import ModelSpec
 from .symbolic.symbols import S
 
@@ -28,8 +29,6 @@ def predict(model: str | ModelSpec, hardware: str | HardwareSpec, deployment: De
             workload: Workload | None = None, **workload_kw) -> dict:
     """Shortcut: load by name and return ``moesym predict``'s report (memory per GPU and
     whether it fits included; a serve workload's steady state)."""
-    from .model.predictor import predict as report
-
     m = model if isinstance(model, ModelSpec) else load_model(model)
     h = hardware if isinstance(hardware, HardwareSpec) else load_hardware(hardware)
     wl = workload or Workload(**workload_kw)

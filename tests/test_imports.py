@@ -195,3 +195,27 @@ def test_the_architecture_page_lists_the_stages_in_order():
     staged = [[n.split(".")[-1] for n in names if n not in ("moesym", "moesym.__main__")]
               for names in STAGES]
     assert drawn == staged
+
+
+#: imports inside functions, at most: each one left is laziness that pays (SymPy, SciPy, pandas
+#: and the optional extras kept off a cached predict and a stored derive answer, which
+#: tests/test_cache.py checks load no SymPy; the figure and report modules kept off predict's
+#: start; imports an ImportError guards). Lower it when one goes; an import inside a function
+#: that does not pay belongs at the top of its module.
+MAX_FUNCTION_IMPORTS = 66
+
+
+def test_imports_sit_at_module_level_where_laziness_does_not_pay():
+    inside = []
+    for path in MODULES.values():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        seen = {}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for sub in ast.walk(node):
+                    if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                        seen[id(sub)] = f"{path.relative_to(PACKAGE.parent)}:{sub.lineno}"
+        inside.extend(seen.values())
+    assert len(inside) <= MAX_FUNCTION_IMPORTS, (
+        f"{len(inside)} imports inside functions (at most {MAX_FUNCTION_IMPORTS}); move the new "
+        f"ones to module level: {', '.join(sorted(inside)[:5])} ...")

@@ -81,7 +81,7 @@ def test_a_minute_long_run_is_said_up_front(monkeypatch):
     def stop(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("moesym.serving.simulate", stop)
+    monkeypatch.setattr(sim, "simulate", stop)
     out, err = io.StringIO(), io.StringIO()
     # 1 in flight, 5,000 requests x 1,000 tokens: 5e6 steps, over a minute
     sim_args = SIM[:4] + ["--isl", "100", "--osl", "1000", "--concurrency", "1",

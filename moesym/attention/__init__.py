@@ -8,13 +8,12 @@ models.
 A new variant touches one new file here and one catalog entry
 (docs/how-to/add-attention-variant.md).
 """
+from . import base
 
 __all__ = ["AttentionVariant", "Kernel", "Memory", "MemorySite", "StepSite"]
 
 
 def __getattr__(name: str):
     if name in __all__:
-        from . import base
-
         return getattr(base, name)
     raise AttributeError(f"module 'moesym.attention' has no attribute {name!r}")

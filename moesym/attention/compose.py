@@ -17,7 +17,11 @@ from __future__ import annotations
 
 import sympy as sp
 
+from ..specs.deployment import Phase
+from ..symbolic.symbols import S
 from ..terms.cost import Cost
+from ..terms.tokens import context_parallel as _cp
+from ..terms.tokens import queries as _queries
 from .base import Kernel, Memory, MemorySite, StepSite
 from .catalog import base, kinds
 
@@ -48,9 +52,6 @@ def step_core(model, dep, wl, D, t) -> list[Cost]:
     """Attention of ``t`` tokens (one micro-batch) of a step of ``wl`` under ``dep``. A mixed
     serving step runs two kernels: decode attention of its requests over their KV (L) and
     chunked prefill attention of its prefill tokens over their prompts (L_in)."""
-    from ..terms.tokens import context_parallel as _cp, queries as _queries
-    from ..specs.deployment import Phase
-    from ..symbolic.symbols import S
 
     n = D.micro_batches
     kernels = {Phase.DECODE: [Kernel("decode", S.batch / n, S.context)],

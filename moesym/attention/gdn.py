@@ -9,6 +9,7 @@ docs/how-to/add-attention-variant.md) and add it to :data:`moesym.attention.cata
 
 from __future__ import annotations
 
+from ..specs.model import _assumed
 from .base import AttentionVariant, Kernel, Lazy, Memory, layers
 
 __all__ = ["VARIANT", "state_bytes"]
@@ -32,8 +33,6 @@ def _core(m, D, k: Kernel, site):
 def _parse(c, raw, top, family, kw, where) -> dict:
     """``layer_types`` entries "linear_attention", else ``full_attention_interval`` (Qwen3-Next:
     one full-attention layer in four by default)."""
-    from ..specs.model import _assumed
-
     n_layers = kw["num_layers"]
     layer_types = raw.get("layer_types")
     interval = c.int("full_attention_interval", default=0)

@@ -8,7 +8,10 @@ docs/how-to/add-attention-variant.md) and add it to :data:`moesym.attention.cata
 
 from __future__ import annotations
 
-from ..specs.model import positive
+import warnings
+
+from ..errors import SpecError
+from ..specs.model import _assumed, positive
 from .base import AttentionVariant, Kernel, Lazy, Memory, MemorySite, StepSite, expr
 
 att, ew = Lazy("moesym.terms.attention"), Lazy("moesym.terms.elementwise")
@@ -56,16 +59,12 @@ def _params(m) -> int:
 
 def _validate(m, where: str) -> None:
     """Positive KV heads and head width; the query heads a multiple of the KV heads."""
-    from ..errors import SpecError
-
     positive(m, where, "num_kv_heads", "head_dim")
     if m.head_dim % 2 or m.head_dim > 1024:
         raise SpecError(f"{where}: head_dim {m.head_dim} is not a head size attention runs: "
                         "rotary embeddings rotate pairs of dimensions (an even size) and "
                         "attention kernels take sizes up to 256-1024 in multiples of 8")
     if m.head_dim % 8:
-        import warnings
-
         warnings.warn(f"{where}: head_dim {m.head_dim} is not a multiple of 8: attention "
                       "kernels (FlashAttention, FlashInfer) pad it to the next multiple; timed "
                       "at the size given", stacklevel=4)
@@ -87,8 +86,6 @@ def gguf_tensors(m) -> list:
 def _parse(c, raw, top, family, kw, where) -> dict:
     """KV heads (default: as many as query heads, MHA) and head_dim (the family's default, else
     hidden / heads), where no other base variant has parsed the config."""
-    from ..errors import SpecError
-    from ..specs.model import _assumed
 
     if "attention" in kw:
         return {}

@@ -8,7 +8,8 @@ docs/how-to/add-attention-variant.md) and add it to :data:`moesym.attention.cata
 
 from __future__ import annotations
 
-from ..specs.model import positive
+from ..errors import SpecError
+from ..specs.model import _MLA_FAMILIES, positive
 from .gqa import dense_variant
 
 __all__ = ["VARIANT"]
@@ -46,8 +47,6 @@ def _gguf_tensors(m) -> list:
 def _parse(c, raw, top, family, kw, where) -> dict:
     """The latent ranks and head widths, where the config has ``kv_lora_rank`` (an MLA family's
     config without it is an error) and no other base variant has parsed it."""
-    from ..errors import SpecError
-    from ..specs.model import _MLA_FAMILIES
 
     if "attention" in kw:
         return {}

@@ -9,7 +9,9 @@ docs/how-to/add-attention-variant.md) and add it to :data:`moesym.attention.cata
 
 from __future__ import annotations
 
+from ..specs.model import _assumed
 from .base import AttentionVariant, Kernel, Lazy, Memory, expr, layers
+from .catalog import base
 
 __all__ = ["VARIANT"]
 
@@ -20,8 +22,6 @@ WINDOW_FLAG_FAMILIES = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
 
 
 def _dense(m):
-    from .catalog import base
-
     return base(m)
 
 
@@ -45,8 +45,6 @@ def _parse(c, raw, top, family, kw, where) -> dict:
     """``layer_types`` entries "sliding_attention" (gpt-oss: alternating by default), else every
     layer where the family applies the window (Qwen2/3 only with ``use_sliding_window``;
     Mistral and Mixtral always)."""
-    from ..specs.model import _assumed
-
     sw = c.int("sliding_window", default=0)
     layer_types = raw.get("layer_types")
     n_layers = kw["num_layers"]

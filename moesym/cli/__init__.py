@@ -4,9 +4,13 @@ exposes ``register(subparsers)``; this module wires them and turns bad input int
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
+import os
+import re
 import sys
 import warnings
+from pathlib import Path
 
 from .. import __version__
 from ..errors import MoesymError
@@ -44,8 +48,6 @@ class _Parser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str):  # one line, exit 2, no usage dump
-        import re
-
         m = re.match(r"argument (--[\w-]+).*: expected one argument", message)
         given = getattr(self, "_given", [])
         if m and m.group(1) in given:  # a value that begins with '-' is read as a flag
@@ -87,8 +89,6 @@ _OUTPUT_FLAGS = ("out", "plot", "timeline", "report")  # argument names that are
 def _check_outputs(args) -> None:
     """Refuse an output path that cannot be written before any work is done (a one-line
     error, exit 2), rather than failing after the computation."""
-    import os
-    from pathlib import Path
 
     for name in _OUTPUT_FLAGS:
         value = getattr(args, name, None)
@@ -132,8 +132,6 @@ def _provenance(text: str) -> bool:
 def _short(text: str) -> str:
     """A calibration provenance warning without its detail (``-v`` gives the whole line): where
     the fit came from, up to its closing parenthesis."""
-    import re
-
     m = re.match(r"hardware \S+: kernel calibration transferred from [^;:(]*\([^)]*\)", text)
     return m.group(0) if m else text
 
@@ -145,8 +143,6 @@ def run() -> int:
     rather than every 700 (about a tenth of a symbolic solve's time went to it); at the end
     every object is frozen, so the interpreter's exit does not walk them again (a few tenths of
     a second after a derive). A library caller of :func:`main` keeps its own settings."""
-    import gc
-
     gc.set_threshold(100_000, 50, 100)
     try:
         return main()

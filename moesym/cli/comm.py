@@ -7,15 +7,16 @@ from dataclasses import replace
 import sympy as sp
 
 from ..errors import MoesymError
+from ..kernels.time_model import RooflineTiming
 from ..model.layer_costs import expert_all_to_all
 from ..numbers.bindings import fabric_values
 from ..routing.stats import GroupRouting
 from ..specs.deployment import DTYPE_BYTES, A2AMode, Deployment, activation_dispatch_bytes
 from ..specs.hardware import load_hardware
+from ..specs.mesh import mesh_values
 from ..symbolic.symbols import S
-from ..terms import comm
+from ..terms import comm, mesh
 from ..terms.dims import symbolic_dims
-from ..kernels.time_model import RooflineTiming
 from . import COMMANDS
 from .common import add_json, emit_json, fmt_s, positive_int
 
@@ -160,8 +161,6 @@ def mesh_report(args) -> dict:
     """One ring sparse-multicast dispatch (or locally reduced combine) of ``--tokens`` tokens per
     device along a column of ``--ring`` devices of a mesh hardware file
     (:mod:`moesym.terms.mesh`): the fabric and the rows axis's link from the file."""
-    from ..specs.mesh import mesh_values
-    from ..terms import mesh
 
     hw = load_hardware(args.hardware)
     cols = args.ep // args.ring

@@ -7,14 +7,21 @@ import dataclasses
 import json
 import math
 import sys
+import warnings
 
+from ..engines import load_engine
+from ..engines.support import check_format, engine_for_format
 from ..errors import MoesymError
+from ..numbers.economics import Pricing
 from ..plan.rules import check_inputs
 from ..readers.model import load_model
 from ..specs.deployment import LAYOUTS, A2AMode, Deployment, Phase, Routing, Workload, eplb_slots
 from ..specs.hardware import HardwareSpec, load_hardware
+from ..specs.lengths import representative
 from ..specs.memory_options import MemoryOptions
+from ..specs.mesh import parse_shape
 from ..specs.model import ModelSpec
+from ..specs.time_models import help_text, metavar, name_problem
 
 __all__ = ["add_model_hw", "add_deployment", "add_workload", "add_json", "deployment_from",
            "workload_from", "model_hw_from", "inputs_from", "emit_json", "positive_int", "positive_float",
@@ -95,8 +102,6 @@ def add_no_cache(p: argparse.ArgumentParser) -> None:
 def timing_name(text: str) -> str:
     """``--timing``: a time model of :data:`moesym.specs.time_models.TIME_MODELS` (tables:DIR: the
     folder must exist)."""
-    from ..specs.time_models import name_problem
-
     problem = name_problem(text)
     if problem is not None:
         raise argparse.ArgumentTypeError(problem)
@@ -104,8 +109,6 @@ def timing_name(text: str) -> str:
 
 
 def add_timing(p) -> None:
-    from ..specs.time_models import help_text, metavar
-
     p.add_argument("--timing", type=timing_name, default="kernel", metavar=metavar(),
                    help=help_text())
 
@@ -344,14 +347,10 @@ def add_cost(p: argparse.ArgumentParser) -> None:
 def pricing_from(args, applies: bool = True):
     """The :class:`moesym.numbers.economics.Pricing` the cost flags give; where the answer is
     not a serving one (``applies`` False) a given flag is said to have no effect."""
-    from ..numbers.economics import Pricing
-
     pricing = Pricing(getattr(args, "price", None), getattr(args, "capex", None),
                       getattr(args, "years", None), getattr(args, "power_price", None),
                       getattr(args, "pue", None))
     if pricing.given and not applies:
-        import warnings
-
         warnings.warn("--price, --capex, --years, --power-price and --pue cost a serving "
                       "answer and have no effect here (use --phase serve)", stacklevel=2)
     return pricing
@@ -394,8 +393,6 @@ def _cache_flags_need_a_cache(args) -> None:
     (every expert is resident): one warning line each."""
     if getattr(args, "expert_cache", None) is not None:
         return
-    import warnings
-
     for flag, dest, default in (("--prefetch", "prefetch", False),
                                 ("--cache-policy", "cache_policy", "static-top"),
                                 ("--expert-placement", "expert_placement", "stream")):
@@ -409,8 +406,6 @@ def engine_from(args, hardware: str | None = None) -> str:
     the first of --hardware)."""
     if getattr(args, "engine", None):
         return args.engine
-    from ..engines.support import engine_for_format
-
     return engine_for_format(load_hardware(hardware or args.hardware.split(",")[0].strip()),
                              getattr(args, "weights", None))
 
@@ -444,8 +439,6 @@ def deployment_from(args) -> Deployment:
                       cuda_graphs=not getattr(args, "eager", False),
                       prefill_graphs={"on": True, "off": False}.get(
                           getattr(args, "prefill_graphs", None)))
-    from ..engines import load_engine
-    from ..engines.support import check_format
 
     check_format(load_engine(dep.engine).name, dep.weights)  # what the engine loads
     return dep
@@ -471,14 +464,10 @@ def _mesh_from(args, tp: int) -> tuple:
     text = getattr(args, "mesh", None)
     if text is None:
         if getattr(args, "dispatch_axis", None) is not None:
-            import warnings
-
             warnings.warn(f"--dispatch-axis {args.dispatch_axis} has no effect without --mesh "
                           "(it names the axis of a 2D device mesh the experts are dispatched "
                           "along)", stacklevel=3)
         return None, args.gpus, tp
-    from ..specs.mesh import parse_shape
-
     r, c = parse_shape(text)
     gpus = r * c if args.gpus == 1 else args.gpus
     if tp == 1:
@@ -536,8 +525,6 @@ def _memory_option_pairs(items: list[str]) -> tuple:
 def workload_from(args, phase: str | None = None) -> Workload:
     """The workload the flags name; a flag of the other phase is said in a one-line warning
     (it has no effect there), never ignored in silence."""
-    import warnings
-
     ph = Phase(phase or args.phase)
     hit = getattr(args, "prefix_hit", 0.0) or 0.0
     lengths = _lengths_from(args, ph)
@@ -580,9 +567,6 @@ def workload_from(args, phase: str | None = None) -> Workload:
 def _lengths_from(args, ph: Phase) -> tuple:
     """The representative lengths of the phase's distribution flag (the other phase's flag
     is said to have no effect)."""
-    import warnings
-
-    from ..specs.lengths import representative
 
     own, other = ("context_dist", "isl_dist") if ph is Phase.DECODE else ("isl_dist", "context_dist")
     if getattr(args, other, None) is not None:

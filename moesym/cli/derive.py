@@ -21,11 +21,24 @@ from ..io.progress import status
 from ..model.predictor import files_of
 from ..numeric import cache
 from ..plan.rules import check_inputs, check_lengths
+from ..report.plots import term_roofline
 from ..specs.deployment import Phase, Workload
 from . import COMMANDS
-from .common import (add_deployment, add_json, add_model_hw, add_serve_lengths, add_workload,
-                     deployment_from, emit_json, model_hw_from, plain, positive_float,
-                     positive_int, probability, workload_from)
+from .common import (
+    add_deployment,
+    add_json,
+    add_model_hw,
+    add_serve_lengths,
+    add_workload,
+    deployment_from,
+    emit_json,
+    model_hw_from,
+    plain,
+    positive_float,
+    positive_int,
+    probability,
+    workload_from,
+)
 
 __all__ = ["register", "answered", "show"]
 
@@ -202,8 +215,6 @@ def _plot(a: Answer, rec: dict, args, m, h, dep) -> None:
     the plots (matplotlib) are imported on this path only: a stored answer is read back
     without them."""
     from ..model.step import build_step
-    from ..report.plots import term_roofline
-
     step = build_step(m, h, dep, Workload(Phase.DECODE, batch=1, context=args.context))
     value = rec["answer"]["value"]
     term_roofline(step, args.plot, marks={} if value is None else {a.command: value * dep.tp})

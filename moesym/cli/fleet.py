@@ -13,9 +13,27 @@ import copy
 import math
 
 from ..errors import MoesymError
+from ..io.progress import status
+from ..numbers.economics import Pricing
+from ..plan.rules import check_inputs, check_lengths
+from ..readers.model import load_model
+from ..report.fleet_plots import fleet_plot
+from ..serving.sizing import Limits, plan_candidate, plan_on_dask
+from ..serving.traffic import poisson_traffic, read_trace
+from ..specs.hardware import load_hardware
 from . import COMMANDS
-from .common import (add_cost, add_deployment, add_json, add_model_hw, deployment_from,
-                     emit_json, fmt_s, positive_float, positive_int)
+from .common import (
+    add_cost,
+    add_deployment,
+    add_json,
+    add_model_hw,
+    deployment_from,
+    emit_json,
+    fmt_s,
+    positive_float,
+    positive_int,
+)
+from .simulate import _LAUNCH_FLAGS, launch_from
 
 __all__ = ["register", "run", "price_map"]
 
@@ -47,8 +65,6 @@ def price_map(text: str) -> dict:
 
 
 def register(sub) -> None:
-    from .simulate import _LAUNCH_FLAGS
-
     p = sub.add_parser("fleet", help=COMMANDS["fleet"])
     add_model_hw(p)
     for a in p._actions:
@@ -119,8 +135,6 @@ def register(sub) -> None:
 
 
 def _traffic(args):
-    from ..serving.traffic import poisson_traffic, read_trace
-
     rate_flags = [f for f in ("rate", "duration", "isl", "osl", "diurnal")
                   if getattr(args, f) is not None]
     if args.trace is not None:
@@ -151,8 +165,6 @@ def _pinned(args) -> bool:
 
 def _candidate_args(args, name: str):
     """The flags as one candidate sees them: its hardware, its node's GPUs per replica."""
-    from ..specs.hardware import load_hardware
-
     hw = load_hardware(name)
     ns = copy.copy(args)
     ns.hardware = name
@@ -166,8 +178,6 @@ def _candidate_args(args, name: str):
 
 
 def _pricing(args, names):
-    from ..numbers.economics import Pricing
-
     prices = args.price or {}
     stray = [k for k in prices if k is not None and k not in names]
     if stray:
@@ -178,8 +188,6 @@ def _pricing(args, names):
 
 
 def _tasks(args, model, traffic, limits):
-    from ..plan.rules import check_inputs
-    from .simulate import launch_from
 
     names = [n.strip() for n in args.hardware.split(",") if n.strip()]
     if not names or len(set(names)) != len(names):
@@ -207,8 +215,6 @@ def _tasks(args, model, traffic, limits):
 
 def _with_launch_defaults(args):
     """simulate's launch flags this command does not take, at their defaults."""
-    from .simulate import _LAUNCH_FLAGS
-
     ns = copy.copy(args)
     for _, field, *_ in _LAUNCH_FLAGS:
         if not hasattr(ns, field):
@@ -217,8 +223,6 @@ def _with_launch_defaults(args):
 
 
 def run(args) -> int:
-    from ..serving.sizing import Limits
-    from ..readers.model import load_model
 
     if args.scheduler is not None and args.backend != "dask":
         raise MoesymError("--scheduler needs --backend dask")
@@ -228,15 +232,11 @@ def run(args) -> int:
         _pricing(args, [n.strip() for n in args.hardware.split(",")])
     model = load_model(args.model)
     traffic = _traffic(args)
-    from ..plan.rules import check_lengths
-
     check_lengths(model, "serve", isl=int(traffic.isl.max()), osl=int(traffic.osl.max()))
     tasks = _tasks(args, model, traffic, limits)
     results = _run_tasks(tasks, args)
     out = _answer(model, traffic, limits, args, results)
     if args.plot:
-        from ..report.fleet_plots import fleet_plot
-
         fleet_plot(out, args.plot)
     if out["best"] is None and not any(c["meets"] for c in results):
         raise MoesymError(_none_meets(limits, results))
@@ -248,13 +248,9 @@ def run(args) -> int:
 
 
 def _run_tasks(tasks, args) -> list[dict]:
-    from ..io.progress import status
-    from ..serving.sizing import plan_candidate
 
     progress = not args.json
     if args.backend == "dask":
-        from ..serving.sizing import plan_on_dask
-
         return plan_on_dask(tasks, args.scheduler, progress)
     out = []
     for t in tasks:

@@ -8,6 +8,7 @@ says which answered.
 
 from __future__ import annotations
 
+import argparse
 import warnings
 
 from ..errors import MoesymError
@@ -17,9 +18,11 @@ from ..kernels.analytical import (
     gemm_bytes,
     gemm_time,
 )
-from ..specs.kernel_calib import kernel_calib
+from ..kernels.table_timing import tables_folder
 from ..kernels.tables import KernelTables
+from ..kernels.tile_step import tile_step_time_s
 from ..specs.hardware import load_hardware
+from ..specs.kernel_calib import kernel_calib
 from . import COMMANDS
 from .common import add_json, add_timing, emit_json, fmt_s, positive_int
 
@@ -86,8 +89,6 @@ def _hw(args):
 
 
 def _tables(args, hw):
-    from ..kernels.table_timing import tables_folder
-
     folder = tables_folder(args.timing)
     return KernelTables.load(folder, hw.name) if folder is not None else None
 
@@ -100,8 +101,6 @@ def _roofline_s(args, calib, hw, flops: float, nbytes: float, tensor_frac: float
 
 
 def _token_counts(text: str) -> list:
-    import argparse
-
     try:
         vals = [int(x) for x in text.split(",")]
     except ValueError:
@@ -156,8 +155,6 @@ def _run_gemm(args) -> int:
 def _tile_step(args, calib, counts: list) -> int:
     """Tile-stepped expert GEMMs (the hardware's [kernel] tile_step_*; Tenstorrent's DeepSeek-V3
     mesh study): base + step x row tiles beyond each expert's first."""
-    from ..kernels.tile_step import tile_step_time_s
-
     # gate and up: N = 2 d_e, K = d; the measured shape's steps scale by d d_e (one tile's work)
     scale = args.n * args.k / 2 / (calib.tile_step_ref_hidden * calib.tile_step_ref_inter)
     time_s = scale * float(tile_step_time_s(counts, calib.tile_step_base_s, calib.tile_step_s,

@@ -3,7 +3,13 @@ each GPU is calibrated, and which engines run where."""
 
 from __future__ import annotations
 
+import warnings
+
 from ..attention.counts import active_params, total_params
+from ..engines import builtin_engines, default_engine, load_engine
+from ..readers.model import builtin_models, load_model
+from ..report.validation import kernel_heldout
+from ..specs.hardware import VENDORS, builtin_hardware, load_hardware
 from . import COMMANDS
 from .common import add_json, emit_json
 
@@ -28,11 +34,6 @@ def calibration_state(hw) -> str:
 
 
 def _hardware_rows() -> list[dict]:
-    import warnings
-
-    from ..engines import default_engine
-    from ..report.validation import kernel_heldout
-    from ..specs.hardware import builtin_hardware, load_hardware
 
     table = kernel_heldout()["rows"]  # the held-out medians validate --kernels prints
     rows = []
@@ -73,8 +74,6 @@ def _heldout(name: str, kernel: dict, table: list[dict]) -> dict | None:
 
 
 def _model_rows() -> list[dict]:
-    from ..readers.model import builtin_models, load_model
-
     rows = []
     for name in builtin_models():
         m = load_model(name)
@@ -88,10 +87,6 @@ def _model_rows() -> list[dict]:
 def _engine_rows() -> list[dict]:
     """Each built-in engine profile: version read, the device makers it runs on, and the
     built-in devices that time it when --engine is not given (their ``default_engine``)."""
-    import warnings
-
-    from ..engines import builtin_engines, default_engine, load_engine
-    from ..specs.hardware import VENDORS, builtin_hardware, load_hardware
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

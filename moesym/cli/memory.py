@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..memory import CONTRACT_KEYS, memory_report
+from ..numbers.metrics import serve_chunk
 from ..specs.deployment import Phase, Workload
 from . import COMMANDS
 from .common import (
@@ -34,9 +37,6 @@ def _gb(x: float) -> str:
 def run(args) -> int:
     model, hw, dep, wl = inputs_from(args)
     if wl.phase is Phase.SERVE:  # the in-flight requests at their mean KV beside one chunk
-        from dataclasses import replace
-
-        from ..numbers.metrics import serve_chunk
 
         opts = dict(dep.memory_options)
         opts.setdefault("prefill_tokens", serve_chunk(wl.chunk, hw.hbm_capacity_bytes, dep.dp, dep.engine))

@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
-from ..engines.emit import ENGINES
+import math
+from dataclasses import replace
+
+from ..engines.emit import ENGINES, check_engine, launch_command
+from ..errors import MoesymError
+from ..model.predictor import predict
+from ..numbers.economics import economics, serve_busy_share, text_line
+from ..plan.rules import check_inputs, check_lengths, check_pipeline
+from ..report.plots import pareto_plot
 from ..search.optimize import disaggregate, optimize
+from ..serving.sla import optimize_sla, optimize_sla_disaggregated
+from ..specs.deployment import A2AMode, Phase, Workload
+from ..specs.lengths import representative
 from . import COMMANDS
-from .common import (add_cost, add_deployment, add_json, add_model_hw, add_serve_lengths,
-                     deployment_from, emit_json, fmt_s, print_launch, pricing_from,
-                     model_hw_from, positive_float, positive_int, probability, stages)
+from .common import (
+    add_cost,
+    add_deployment,
+    add_json,
+    add_model_hw,
+    add_serve_lengths,
+    deployment_from,
+    emit_json,
+    fmt_s,
+    model_hw_from,
+    positive_float,
+    positive_int,
+    pricing_from,
+    print_launch,
+    probability,
+    stages,
+)
+from .report import write_report
 
 __all__ = ["register"]
 
@@ -63,10 +89,6 @@ def _bound(args, model) -> None:
     it starts: every TP (EP) a divisor of --gpus and of the heads (experts) unless listed, each
     micro-batch count, A2A mode, pipeline and context degree and expert-cache size, each over
     sizes up to --max-size."""
-    import math
-
-    from ..errors import MoesymError
-    from ..specs.deployment import A2AMode
 
     g = args.gpus
     divisors = {d for i in range(1, math.isqrt(g) + 1) if g % i == 0 for d in (i, g // i)}
@@ -93,8 +115,6 @@ def _bound(args, model) -> None:
 def _check(args, model, base) -> None:
     """The validation stage on the search's fixed parts: the base deployment (its sharding is
     checked per candidate), the deepest pipeline listed and the lengths."""
-    from ..plan.rules import check_inputs, check_lengths, check_pipeline
-    from ..specs.deployment import Phase
 
     check_inputs(model, None, base, sharding=False)
     check_pipeline(model, max(args.pp or (1,)))
@@ -106,8 +126,6 @@ def _check(args, model, base) -> None:
 
 
 def run(args) -> int:
-    from ..errors import MoesymError
-
     if args.mesh is not None or any(m.value == "ring-mcast" for m in args.a2a or ()):
         raise MoesymError("--mesh / --a2a ring-mcast: optimize does not search mesh deployments "
                           "yet; compare them with moesym predict --mesh RxC")
@@ -163,14 +181,10 @@ def run(args) -> int:
     base = deployment_from(args)
     _check(args, model, base)
     if args.emit:  # an engine that cannot run here is refused before the search
-        from ..engines.emit import check_engine
-
         check_engine(args.emit, hw, base, model)
     lengths = ()
     dist = args.context_dist if args.phase == "decode" else args.isl_dist
     if dist is not None:
-        from ..specs.lengths import representative
-
         lengths = representative(dist, "--context-dist" if args.phase == "decode" else
                                  "--isl-dist")
         mean = max(1, int(round(sum(lengths) / len(lengths))))  # reports and --emit: the mean
@@ -190,8 +204,6 @@ def run(args) -> int:
     if args.phase == "serve":
         _cost(out, args, model, hw, base, pricing)
     if args.plot:
-        from ..report.plots import pareto_plot
-
         pareto_plot(r.table, r.pareto, args.plot)
     if io is not None:
         i, o = io
@@ -202,8 +214,6 @@ def run(args) -> int:
     if args.emit:
         out["launch"] = _launch(args, model, hw, base, r.best)
     if args.report:
-        from .report import write_report
-
         dep, wl = _best_deployment(args, model, base, r.best)
         out["report"] = str(write_report(args.report, model, hw, dep, wl, args.argv, r,
                                          interactive=args.interactive))
@@ -221,8 +231,6 @@ def run(args) -> int:
         print(f"      input {b['input_tokens_per_gpu_s']:.1f} tokens/GPU/s  TPOT "
               f"{fmt_s(b['tpot_s'])}  TTFT {fmt_s(b['ttft_s'])} (queueing ignored)  chunk "
               f"{b['chunk_tokens']}")
-        from ..numbers.economics import text_line
-
         print(f"      {text_line(b)}")
     print("pareto front (tokens/GPU/s vs tokens/user/s):")
     for p in r.pareto:
@@ -255,14 +263,10 @@ def _cost(out: dict, args, model, hw, base, pricing, power: bool = True) -> None
     predict's steady state at its batch (``power`` False: cost only), into ``best`` and the
     answer's top level; each Pareto point's cost where the price per GPU-hour does not depend
     on its power (not --capex)."""
-    from ..numbers.economics import economics, serve_busy_share
-
     b = out["best"]
     rate = lambda p, k: p.get(k, p["tokens_per_gpu_s"] if k.startswith("output") else 0.0)  # noqa: E731
     u = None
     if power:
-        from ..model.predictor import predict
-
         dep, wl = _best_deployment(args, model, base, b)
         u = serve_busy_share(predict(model, hw, dep, wl, memory=False))
     b.update(economics(hw, rate(b, "output_tokens_per_gpu_s"), rate(b, "input_tokens_per_gpu_s"),
@@ -277,9 +281,6 @@ def _cost(out: dict, args, model, hw, base, pricing, power: bool = True) -> None
 
 def _best_deployment(args, model, base, best: dict):
     """(deployment, workload) of the optimizer's best answer at its batch (or tokens)."""
-    from dataclasses import replace
-
-    from ..specs.deployment import A2AMode, Phase, Workload
 
     dep = replace(base, gpus=args.gpus, tp=best["tp"], ep=best["ep"], pp=best.get("pp", base.pp),
                   cp=best.get("cp", base.cp), micro_batches=best["micro_batches"],
@@ -299,16 +300,12 @@ def _best_deployment(args, model, base, best: dict):
 
 def _launch(args, model, hw, base, best: dict) -> dict:
     """The launch command of the optimizer's best deployment at its batch (or tokens)."""
-    from ..engines.emit import launch_command
-
     dep, wl = _best_deployment(args, model, base, best)
     return launch_command(args.emit, model, dep, wl, hw)
 
 
 def _run_sla(args, pricing) -> int:
     """``--percentile``: the steady state's short list simulated (moesym.serving.sla)."""
-    from ..errors import MoesymError
-    from ..serving.sla import optimize_sla, optimize_sla_disaggregated
 
     if args.phase != "serve":
         raise MoesymError("--percentile holds serving latencies: use --phase serve with --isl "
@@ -365,8 +362,6 @@ def _print_sla(r: dict, describe) -> int:
     print(f"      TTFT {q} {fmt_s(b[f'ttft_{q}_s'])} (mean {fmt_s(b['ttft_mean_s'])}{xfer})  TPOT "
           f"{q} {fmt_s(b[f'tpot_{q}_s'])} (mean {fmt_s(b['tpot_mean_s'])})  binding: "
           f"{', '.join(b['binding'])}")
-    from ..numbers.economics import text_line
-
     print(f"      {text_line(b)}")
     print("short list (steady state, then simulated):")
     for c in r["candidates"]:

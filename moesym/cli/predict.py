@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
-from ..engines.emit import ENGINES
+from dataclasses import replace
+
+from ..engines.emit import ENGINES, check_engine, launch_command
+from ..errors import MoesymError
+from ..model.predictor import predict
 from ..model.report import BREAKDOWN_KEYS
+from ..numbers.economics import economics, serve_busy_share, text_line
 from . import COMMANDS
-from .common import (add_cost, add_deployment, add_json, add_model_hw, add_workload, emit_json,
-                     fmt_s, inputs_from, pricing_from, print_launch, stages)
+from .common import (
+    add_cost,
+    add_deployment,
+    add_json,
+    add_model_hw,
+    add_workload,
+    emit_json,
+    fmt_s,
+    inputs_from,
+    pricing_from,
+    print_launch,
+    stages,
+)
 
 __all__ = ["register"]
 
@@ -30,23 +46,15 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..model.predictor import predict
-
     model, hw, dep, wl = inputs_from(args)
     if args.emit and dep.mesh is not None:
-        from ..errors import MoesymError
-
         raise MoesymError(f"--emit {args.emit}: a GPU serving engine's launch line; a --mesh "
                           "deployment runs on Tenstorrent's stack, which moesym does not emit")
     if args.emit:  # an engine that cannot run here is refused before any work
-        from ..engines.emit import check_engine
-
         check_engine(args.emit, hw, dep, model)
     pricing = pricing_from(args, applies="serve" == wl.phase.value)
     r = predict(model, hw, dep, wl)
     if "serve" in r:  # cost and power of the steady state (moesym.numbers.economics)
-        from ..numbers.economics import economics, serve_busy_share
-
         r.update(economics(hw, r["output_tokens_per_gpu_s"], r["input_tokens_per_gpu_s"],
                            serve_busy_share(r), pricing))
     if dep.layout in ("per-token", "grouped", "fused") and model.is_moe:  # seed 003's granularity
@@ -72,9 +80,6 @@ def run(args) -> int:
                            f"micro-batch(es), schedule "
                            f"{resolve_name(dep.overlap, dep.micro_batches, wl.phase.value)}")
     if args.emit:
-        from ..engines.emit import launch_command
-
-        from dataclasses import replace
 
         if "serve" in r:  # the chunk the prediction used (the engine's default when not given)
             wl = replace(wl, chunk=r["serve"]["chunk_tokens"])
@@ -104,8 +109,6 @@ def run(args) -> int:
         print(f"  mixed steps      {sv['mixed_step_share']:.1%} of steps, "
               f"{sv['mixed_step_tokens']:.0f} prefill tokens each, "
               f"{fmt_s(r['mixed_step']['step_time_s'])}")
-        from ..numbers.economics import text_line
-
         print(f"  cost, power      {text_line(r)}")
     else:
         print(f"  step time        {fmt_s(r['step_time_s'])}")

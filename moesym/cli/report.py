@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..io.progress import status
+from ..report.html import report_html
+from ..report.interactive import CliText, interactive_html
 from . import COMMANDS
-from .common import add_deployment, add_model_hw, add_workload, inputs_from
+from .common import add_deployment, add_model_hw, add_workload, inputs_from, positive_int
+from .flags import flags
 
 __all__ = ["add_interactive", "register", "write_report"]
 
@@ -30,8 +34,6 @@ def add_interactive(p) -> None:
 
 def _say(name: str) -> None:
     """Progress on stderr, a terminal only (the page takes a few seconds: models, derive)."""
-    from ..io.progress import status
-
     status(f"report: {name}")
 
 
@@ -39,16 +41,11 @@ def write_report(path: str, model, hw, dep, wl, argv, optimize_result=None,
                  interactive: bool = False) -> Path:
     out = Path(path).expanduser()
     if interactive:
-        from ..report.interactive import CliText, interactive_html
-        from .common import positive_int
-        from .flags import flags
 
         _say("interactive page")
         page = interactive_html(model, hw, dep, wl, argv,
                                 cli=CliText(flags("predict"), positive_int))
     else:
-        from ..report.html import report_html
-
         page = report_html(model, hw, dep, wl, argv, optimize_result, progress=_say)
     out.write_text(page, encoding="utf-8")
     return out

@@ -4,12 +4,36 @@ compiled step model: TTFT, TPOT, ITL and E2E percentiles, throughput per GPU, go
 
 from __future__ import annotations
 
+import math
+import warnings
+from dataclasses import replace
+
 from ..errors import MoesymError
+from ..numbers.economics import economics, text_line
+from ..plan.rules import check_inputs, check_lengths
+from ..report.plots import serving_timeline
+from ..serving import simulate, simulate_disaggregated
+from ..serving.clients import Client, lengths, range_ratio
+from ..serving.engine import Launch
+from ..specs.deployment import eplb_slots
 from . import COMMANDS
-from .common import (add_cost, add_deployment, add_json, add_model_hw, deployment_from,
-                     emit_json, engine_from, fmt_s, model_hw_from, ms_as_s, nonneg_int,
-                     positive_float,
-                     positive_int, pricing_from, probability)
+from .common import (
+    add_cost,
+    add_deployment,
+    add_json,
+    add_model_hw,
+    deployment_from,
+    emit_json,
+    engine_from,
+    fmt_s,
+    model_hw_from,
+    ms_as_s,
+    nonneg_int,
+    positive_float,
+    positive_int,
+    pricing_from,
+    probability,
+)
 
 __all__ = ["register", "run"]
 
@@ -58,8 +82,6 @@ _LAUNCH_FLAGS = (
 
 def launch_from(args):
     """The :class:`moesym.serving.engine.Launch` the flags give."""
-    from ..serving.engine import Launch
-
     given = {field: getattr(args, field) for _, field, *_ in _LAUNCH_FLAGS
              if getattr(args, field) is not None}
     return Launch(**given)
@@ -134,8 +156,6 @@ def _lengths_args(args) -> tuple[str, str]:
         if n is None and dist is None:
             raise MoesymError(f"simulate needs --{name} N (or --{name}-dist, or --lengths-file)")
         if dist is None and args.random_range_ratio is not None:
-            from ..serving.clients import range_ratio
-
             tool = "vllm" if engine_from(args) == "vllm" else "sglang"
             dist = range_ratio(n, args.random_range_ratio, tool)
         out.append(dist or str(n))
@@ -143,10 +163,7 @@ def _lengths_args(args) -> tuple[str, str]:
 
 
 def run(args) -> int:
-    from ..serving import simulate
-    from ..serving.clients import Client
 
-    from ..specs.deployment import eplb_slots
 
     pricing = pricing_from(args)
     model, hw = model_hw_from(args)
@@ -159,8 +176,6 @@ def run(args) -> int:
                           "use predict --phase serve")
     client = Client(args.concurrency, args.request_rate, args.num_prompts, args.duration)
     isl, osl = _lengths_args(args)
-    from ..plan.rules import check_inputs, check_lengths
-
     check_inputs(model, hw, dep)
     if args.isl is not None and args.osl is not None:  # fixed lengths (a distribution: sampled)
         check_lengths(model, "serve", isl=args.isl, osl=args.osl)
@@ -176,17 +191,11 @@ def run(args) -> int:
     if replicas is None:
         r = simulate(model, hw, dep, client, isl, osl, **kw)
     else:
-        from ..serving import simulate_disaggregated
-
         r = simulate_disaggregated(model, hw, _prefill_deployment(args, model, dep), dep,
                                    replicas, client, isl, osl, **kw)
-    from ..numbers.economics import economics
-
     r.update(economics(hw, r["output_tokens_per_gpu_s"], r["input_tokens_per_gpu_s"],
                        r["gpu_utilization"], pricing))
     if args.plot:
-        from ..report.plots import serving_timeline
-
         serving_timeline(r["timeline"], args.plot, f"{model.name} on {dep.gpus} x {hw.name}, "
                                                    f"{r['engine']['name']}")
     if args.json:
@@ -217,9 +226,6 @@ def _replicas(args):
 
 def _prefill_deployment(args, model, dep):
     """A prefill replica's deployment: the decode replica's with --prefill-* applied."""
-    from dataclasses import replace
-
-    from ..specs.deployment import eplb_slots
 
     gpus = args.prefill_gpus or dep.gpus
     try:
@@ -237,8 +243,6 @@ def _prefill_deployment(args, model, dep):
 
 def _mean_lengths(args, isl: str, osl: str) -> tuple[float, float]:
     """Mean prompt and output lengths of the run (a sample of 1,000 of a distribution)."""
-    from ..serving.clients import lengths
-
     a, b = lengths(1000, isl, osl, seed=args.seed, pairs=args.lengths_file)
     return float(a.mean()), float(b.mean())
 
@@ -269,8 +273,6 @@ def _check_work(args, client, dep, isl: str, osl: str) -> None:
     """Refuse, in one line with the estimate and the flag to change, a run that would not
     finish in :data:`_MAX_WALL_S` or fit in :data:`_MAX_BYTES` (or whose arrivals span more than
     :data:`_MAX_SPAN_S`); say up front one that takes over a minute."""
-    import warnings
-
     isl_mean, osl_mean = _mean_lengths(args, isl, osl)
     w = work_estimate(client, dep.dp, isl_mean, osl_mean)
     if client.closed:
@@ -301,8 +303,6 @@ def _check_work(args, client, dep, isl: str, osl: str) -> None:
 
 def _amount(x: float, unit: str) -> str:
     """``x`` with an SI prefix (2.1 GB); an infinite or NaN amount as 'unbounded'."""
-    import math
-
     if not math.isfinite(x):
         return "unbounded " + unit
     for p, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
@@ -312,8 +312,6 @@ def _amount(x: float, unit: str) -> str:
 
 
 def _duration(s: float) -> str:
-    import math
-
     if not math.isfinite(s):
         return "unbounded time"
     if s >= 3600:
@@ -341,8 +339,6 @@ def _print(r, model, hw, dep, client) -> None:
                                               for p in ("mean", "p50", "p90", "p99")))
     print(f"  output tok/GPU/s {r['output_tokens_per_gpu_s']:.1f}   input tok/GPU/s "
           f"{r['input_tokens_per_gpu_s']:.1f}   requests/s {r['requests_per_s']:.3g}")
-    from ..numbers.economics import text_line
-
     print(f"  cost, power      {text_line(r)}")
     parts = r.get("ttft_components_ms") or {}
     if parts:

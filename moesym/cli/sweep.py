@@ -6,12 +6,28 @@ import math
 from dataclasses import replace
 
 from ..errors import MoesymError
+from ..plan.rules import check_inputs, check_lengths, check_pipeline
 from ..readers.model import load_model
-from ..search.sweep import (dask_client, list_size, parse_list, sweep_columns, sweep_dask,
-                            write_sweep, write_sweep_dask)
+from ..search.sweep import (
+    dask_client,
+    list_size,
+    parse_list,
+    sweep_columns,
+    sweep_dask,
+    write_sweep,
+    write_sweep_dask,
+)
+from ..specs.lengths import representative
 from . import COMMANDS
-from .common import (add_deployment, add_no_cache, deployment_from, engine_from, node_gpus,
-                     positive_int, probability)
+from .common import (
+    add_deployment,
+    add_no_cache,
+    deployment_from,
+    engine_from,
+    node_gpus,
+    positive_int,
+    probability,
+)
 
 __all__ = ["register"]
 
@@ -149,8 +165,6 @@ def _bound(args, given: dict) -> None:
 def _check_axes(model, axes: dict, phase: str, base, dist) -> None:
     """The validation stage over the grid: the base deployment, the deepest pipeline and the
     longest lengths of the axes (each point's sharding is masked by the sweep itself)."""
-    from ..plan.rules import check_inputs, check_lengths, check_pipeline
-    from ..specs.lengths import representative
 
     check_inputs(model, None, base, sharding=False)
     for pp in sorted(set(axes.get("pp", ())), reverse=True)[:1]:

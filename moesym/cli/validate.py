@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+from statistics import median
+
 from ..errors import MoesymError
-from ..report.validation import CASES, load_cases, serving_fits, validate, validate_serving
+from ..report.inferencex import SOURCE, load_runs, serving_summary, validate_runs
+from ..report.validation import (
+    CASES,
+    kernel_heldout,
+    load_cases,
+    serving_fits,
+    validate,
+    validate_serving,
+)
 from . import COMMANDS
 from .common import add_json, add_no_cache, add_timing, emit_json
 
@@ -106,8 +116,6 @@ def _print_serving(rows: list[dict]) -> None:
     for kind in ("tpot", "ttft", "output"):
         errs = [abs(r["error"]) for r in rows if r["metric"].startswith(kind)]
         if errs:
-            from statistics import median
-
             print(f"{kind:<7} median |error| {median(errs):.1%} over {len(errs)}")
 
 
@@ -115,8 +123,6 @@ _CLASS_ORDER = {"gemm": 0, "moe": 1, "attention": 2, "allreduce": 3}
 
 
 def _kernels(args) -> int:
-    from ..report.validation import kernel_heldout
-
     doc = kernel_heldout()
     rows = sorted(doc["rows"] + doc.get("amd_rows", []),
                   key=lambda r: (r["gpu"], _CLASS_ORDER.get(r["class"], 9)))
@@ -152,8 +158,6 @@ def _kernels(args) -> int:
 
 def _open_serving(args) -> int:
     """``validate --serving``: the open serving runs simulated, a table per GPU and framework."""
-    from ..report.inferencex import SOURCE, load_runs, serving_summary, validate_runs
-
     runs = [r for r in load_runs()
             if (not args.gpu or r.hardware in args.gpu)
             and (not args.framework or r.framework in args.framework)

@@ -37,12 +37,13 @@ import shlex
 from functools import cache
 from pathlib import Path
 
-from ..io.toml import load_toml
 from ..errors import MoesymError
+from ..io.toml import load_toml
 from ..specs.deployment import A2AMode, Deployment, Phase, Workload
 from ..specs.model import ModelSpec
 from ..specs.precision import WeightRecipe
-from .support import is_gguf
+from . import check_runs_on, load_engine
+from .support import check_format, is_gguf
 
 __all__ = ["ENGINES", "GPU_ENGINES", "TOOLS", "check_engine", "checkpoint", "launch_command"]
 
@@ -135,8 +136,6 @@ def check_engine(engine: str, hw, dep: Deployment, model: ModelSpec | None = Non
     # launch differs from the CUDA/ROCm line written here: not emitted
     apple = getattr(hw, "vendor", "") == "apple"
     if hw is not None:
-        from . import check_runs_on, load_engine
-
         check_runs_on(load_engine(engine), hw, "--emit",
                       tuple(e for e in ENGINES if not (apple and e == "sglang")))
     if engine == "sglang" and apple:
@@ -148,8 +147,6 @@ def check_engine(engine: str, hw, dep: Deployment, model: ModelSpec | None = Non
         raise MoesymError(f"--emit {engine}: --expert-cache {dep.expert_cache} keeps experts in "
                           f"host memory, which {name} does not; use --emit llama.cpp "
                           "(--n-cpu-moe)")
-    from .support import check_format
-
     check_format(engine, dep.weights, "--emit")
     if engine in ("llama.cpp", "mlx") and dep.nodes > 1:
         raise MoesymError(f"--emit {engine}: {name} runs on one machine; this deployment spans "
@@ -176,8 +173,6 @@ def _engine_profile(engine: str, dep: Deployment, wl: Workload, notes: list) -> 
     """What the engine profile moesym timed with asks of the launch line: a decode batch per
     rank beyond the engine's largest captured CUDA graph gets the flag that captures it
     (moesym times decode steps as graph replays); a profile of another engine is said."""
-    from . import load_engine
-
     if dep.engine != engine and not str(dep.engine).endswith(".toml"):
         notes.append(f"timed with {dep.engine}'s scheduler and defaults (--engine {dep.engine}); "
                      f"add --engine {engine} to time {engine}'s")

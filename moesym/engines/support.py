@@ -21,8 +21,11 @@ A GGUF format given without ``--engine`` is timed as llama.cpp runs it, an MLX f
 
 from __future__ import annotations
 
+import warnings
+
 from ..errors import SpecError
 from ..specs.precision import GGUF_TYPES, WeightRecipe, canonical
+from . import default_engine, load_engine, runs_on
 
 __all__ = ["LOADS", "check_format", "engine_for_format", "engine_for_weights", "format_problem",
            "is_gguf", "is_mlx"]
@@ -62,9 +65,6 @@ def engine_for_format(hw, weights) -> str:
     (:func:`moesym.engines.default_engine`), else, where that one does not load the format, the
     first serving engine that runs on the device and does; each choice away from the device's
     default is said in one warning line."""
-    import warnings
-
-    from . import default_engine, load_engine, runs_on
 
     default = default_engine(hw)
     if not isinstance(weights, str):

@@ -51,6 +51,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import MoesymError
+from ..specs.precision import bytes_per_element
+from .fit import moe_gemm_rows, predict_rows
 
 __all__ = ["AITER_GPUS", "GEMM_CLASSES", "MOE_CLASSES", "active_experts", "gemm_rows", "gpu_of",
            "moe_rows", "predict_fused_moe", "read_tables"]
@@ -173,8 +175,6 @@ def gemm_rows(root: Path | str, gpu: str, cls: str,
 
 
 def _gemm_frame(df: pd.DataFrame, fmt: str, compute: str) -> pd.DataFrame:
-    from ..specs.precision import bytes_per_element
-
     if not len(df):
         return pd.DataFrame(columns=["m", "n", "k", "groups", "layout", "dtype", "table_dtype",
                                      "op_bytes", "latency_s", "variant", "libtype"])
@@ -254,8 +254,6 @@ def predict_fused_moe(rows: pd.DataFrame, calib, *, sms, hbm_bw_Bps) -> np.ndarr
     (:func:`moesym.kernels.fit.predict_rows`); a one-stage row is one fused kernel, so one
     launch. Token sorting and quantization run outside the timed kernels (the step model
     counts them as its own memory-bound kernels)."""
-    from .fit import moe_gemm_rows, predict_rows
-
     t = predict_rows(moe_gemm_rows(rows), calib, sms=sms, peak_flops=None,
                      hbm_bw_Bps=hbm_bw_Bps, infersim_masked=False)
     n = len(rows)

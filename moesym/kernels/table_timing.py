@@ -32,6 +32,7 @@ What is matched (values of every symbol but the workload's are known when the mo
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -62,8 +63,6 @@ def tables_folder(timing: str) -> Path | None:
 def tables_digest(folder: Path) -> str:
     """SHA-256 of every CSV under ``folder`` (relative path and bytes): what a compiled model
     built on these tables depends on, so an edited table is never answered from the cache."""
-    import hashlib
-
     h = hashlib.sha256()
     for p in sorted(folder.rglob("*.csv")):
         h.update(str(p.relative_to(folder)).encode())

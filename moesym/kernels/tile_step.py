@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from ..symbolic.special import PaddedRowsMean
-from ..terms.cost import Cost, KernelClass
 from ..symbolic.expr import smin, sym
-from ..terms.cost import TermTime
+from ..symbolic.special import PaddedRowsMean
+from ..symbolic.symbols import S
+from ..terms.cost import Cost, KernelClass, TermTime
 from .time_model import TimeModel
 
 __all__ = ["TileStepShape", "TileStepTiming", "expected_extra_tiles", "tile_step_time_s",
@@ -88,8 +88,6 @@ class TileStepTiming(TimeModel):
 
     def time(self, c: Cost) -> TermTime:
         if isinstance(c.shape, TileStepShape):
-            from ..symbolic.symbols import S
-
             z = sp.Integer(0)
             t = c.shape.scale * (S.t_gemm_base + S.t_gemm_tile * c.shape.extra_tiles)
             return TermTime(c.name, t, z, z, z)

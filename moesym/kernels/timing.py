@@ -40,16 +40,32 @@ from functools import lru_cache
 import numpy as np
 import sympy as sp
 
-from ..symbolic.symbols import S
-from ..terms.cost import (AttentionShape, Cost, GemmShape, KernelClass, LoadShape,
-                          component_symbols, component_pass_symbol, component_unpack_symbol)
-from ..symbolic.expr import smax
-from ..terms.names import BF16_GEMMS
-from .time_model import RooflineTiming, TimeModel
-from ..terms.cost import TermTime
-from .analytical import (_below, attention_decode_time, attention_prefill_time, attention_time_from_cost,
-                         elementwise_time, gemm_time)
 from ..specs.kernel_calib import DEFAULTS, KernelCalib, dtype_tables, kernel_calib
+from ..symbolic.expr import smax
+from ..symbolic.special import LogInterp
+from ..symbolic.symbols import S
+from ..terms.cost import (
+    AttentionShape,
+    Cost,
+    GemmShape,
+    KernelClass,
+    LoadShape,
+    TermTime,
+    component_pass_symbol,
+    component_symbols,
+    component_unpack_symbol,
+)
+from ..terms.names import BF16_GEMMS
+from .analytical import (
+    _below,
+    attention_decode_time,
+    attention_prefill_time,
+    attention_time_from_cost,
+    elementwise_time,
+    gemm_time,
+)
+from .skew import tile_factor_table
+from .time_model import RooflineTiming, TimeModel
 
 __all__ = ["KernelTiming"]
 
@@ -212,8 +228,6 @@ def _tile_factor(sh: GemmShape, k: KernelCalib):
     routed (as the rank imbalance, :func:`moesym.terms.routing.imbalance_expr`)."""
     if not sh.tile_skew:
         return 1
-    from ..symbolic.special import LogInterp
-    from .skew import tile_factor_table
 
     ts, ys = tile_factor_table(sh.tile_skew, k)
     knots = [sp.Float(v) for t, y in zip(ts, ys) for v in (float(np.log(t)), y)]

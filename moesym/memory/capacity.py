@@ -26,22 +26,23 @@ Weights summed over GPUs are the model's bytes times each component's replicatio
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 import sympy as sp
 
 from ..attention import compose
-from ..symbolic.compile import evaluate
 from ..errors import SpecError
 from ..numbers.bindings import bindings, memory_workload_values
+from ..readers.gguf import file_type_bytes
 from ..specs.deployment import A2AMode, Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.memory_options import MemoryOptions
-from ..readers.gguf import file_type_bytes
 from ..specs.model import ModelSpec, expert_weights
-from ..symbolic.symbols import S, by_name
+from ..symbolic.compile import evaluate
 from ..symbolic.expr import smax, substitute
+from ..symbolic.symbols import S, by_name
 from ..terms.dims import symbolic_dims
 from .formats import weight_bytes_per_param, weight_formats
 from .runtime import (
@@ -368,8 +369,6 @@ def host_fits(hw: HardwareSpec, dep: Deployment, device_bytes, host_bytes: float
         return device_bytes + host_bytes <= cap
     if not cap:
         if host_bytes:
-            import warnings
-
             warnings.warn(f"--expert-cache {dep.expert_cache}: {host_bytes / 1e9:.1f} GB of "
                           f"experts in host memory, not checked ({hw.name}'s file gives no [host] "
                           "capacity_GB)", stacklevel=3)

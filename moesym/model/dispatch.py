@@ -18,6 +18,9 @@ useful work: 1/8 for a GEMV in an 8-row Apple tile, 1/64 on Hopper), ``sm_fill``
 
 from __future__ import annotations
 
+from ..specs.deployment import Phase
+from ..specs.kernel_calib import kernel_calib
+
 __all__ = ["GRANULARITIES", "dispatch_parallelism"]
 
 GRANULARITIES = ("per-token", "grouped", "fused")
@@ -26,9 +29,7 @@ GRANULARITIES = ("per-token", "grouped", "fused")
 def dispatch_parallelism(model, hw, dep, wl) -> dict:
     """``expert_dispatch`` of a ``predict`` report (see the module docstring)."""
     from ..kernels.analytical import gemm_tiles, tile_m_rows
-    from ..specs.kernel_calib import kernel_calib
     from ..routing.stats import touched_share
-    from ..specs.deployment import Phase
     from .layer_costs import weight_only
 
     layout = dep.resolved_layout(wl.phase)

@@ -4,15 +4,17 @@ what a verify step emits)."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 
 import sympy as sp
 
+from ..attention import compose
 from ..specs.deployment import Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
+from ..symbolic.expr import substitute
 from ..symbolic.symbols import S
-from ..attention import compose
 from ..terms import attention as att
 from ..terms import ffn
 from ..terms.dims import Dims
@@ -34,8 +36,6 @@ def draft_s(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, timing,
     decoder layer of the model and the shared LM head; a model without MTP layers is drafted by
     an EAGLE-style head timed the same way (one of its own layers)."""
     if not model.mtp_layers:
-        import warnings
-
         warnings.warn(f"{model.name} has no MTP layers: --mtp {dep.mtp} drafts with an "
                       "EAGLE-style head timed as one of the model's own layers plus its LM head",
                       stacklevel=2)
@@ -61,7 +61,5 @@ def draft_s(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims, timing,
     if wl.phase is Phase.PREFILL:
         out += one_pass(Phase.PREFILL, S.tokens, S.tokens / S.context)
     elif wl.phase is Phase.SERVE:  # the chunk's prompts, at their own length
-        from ..symbolic.expr import substitute
-
         out += substitute(one_pass(Phase.PREFILL, S.tokens, S.tokens / S.isl), {S.context: S.isl})
     return out

@@ -8,14 +8,17 @@ from typing import Mapping
 import numpy as np
 import sympy as sp
 
+from ..errors import SpecError
+from ..routing.cache import cache_tables
 from ..specs.deployment import Deployment, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec, expert_weights
+from ..symbolic.expr import smax
+from ..symbolic.special import LogInterp
 from ..symbolic.symbols import S
 from ..terms import ffn
-from ..symbolic.expr import smax
-from ..terms.dims import Dims
 from ..terms.cost import TermTime
+from ..terms.dims import Dims
 from ..terms.routing import group_tokens
 from ..terms.tokens import step_tokens
 
@@ -26,8 +29,6 @@ def _cache_tables(model: ModelSpec, dep: Deployment, D: Dims, tokens_mb) -> dict
     """Cold experts a micro-batch activates per MoE layer and the share of its token-expert
     assignments they take (:mod:`moesym.routing.cache`), tabulated in the tokens routed and
     interpolated in log T (as the load imbalance is), for ``--expert-cache``."""
-    from ..routing.cache import cache_tables
-    from ..symbolic.special import LogInterp
 
     s = dep.routing.skew
     ts, cold, share = cache_tables(model.num_experts, model.experts_per_token, dep.expert_cache,
@@ -86,8 +87,6 @@ def with_expert_tiers(layer, terms: Mapping[str, TermTime], per_layer: dict, mod
     if offload is None:
         return layer, per_layer
     if dep.expert_placement == "host-compute" and not hw.host_dram_Bps:
-        from ..errors import SpecError
-
         raise SpecError(f"--expert-placement host-compute needs the host CPU's figures: "
                         f"hardware {hw.name} has no [host] section (dram_GBps, "
                         "peak_TFLOPs)")

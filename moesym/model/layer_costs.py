@@ -7,23 +7,33 @@ from dataclasses import replace
 
 import sympy as sp
 
+from ..attention import compose
+from ..engines import load_engine
+from ..kernels.tile_step import tile_stepped
 from ..routing.stats import GroupRouting
 from ..specs.deployment import A2AMode, Deployment, Phase, Workload
 from ..specs.hardware import DeepEPKernel, HardwareSpec
+from ..specs.mesh import check_mesh
 from ..specs.model import ModelSpec
-from ..symbolic.symbols import S
-from ..attention import compose
-from ..engines import load_engine
-from ..terms import attention as att, comm, elementwise as ew, ffn
-from ..terms.cost import Cost, GemmShape, KernelClass, LoadShape, component_symbols
-from ..symbolic.expr import smax, sym
-from ..terms.dims import Dims
+from ..specs.precision import COMPONENTS, FORMATS, quantizes_activations
 from ..specs.time_models import lookup
+from ..symbolic.expr import smax, sym
+from ..symbolic.symbols import S
+from ..terms import attention as att
+from ..terms import comm, ffn, mesh
+from ..terms import elementwise as ew
+from ..terms.cost import Cost, GemmShape, KernelClass, LoadShape, component_symbols
+from ..terms.dims import Dims
+from ..terms.routing import (
+    group_limited,
+    group_tokens,
+    imbalance_expr,
+    tile_skew,
+    touched_local_experts_expr,
+)
+from ..terms.tokens import step_tokens
 from .expert_tiers import host_computed
 from .report import BREAKDOWN_KEYS
-from ..terms.routing import (group_limited, group_tokens, imbalance_expr, tile_skew,
-                             touched_local_experts_expr)
-from ..terms.tokens import step_tokens
 
 __all__ = ["dense_layer_costs", "engine_moe_fields", "engine_moe_kernel", "fused_shared_experts",
            "layer_costs", "layer_work", "moe_layer_costs", "quantized", "tile_stepped_experts",
@@ -76,8 +86,6 @@ def moe_layer_costs(model: ModelSpec, dep: Deployment, wl: Workload, D: Dims,
     if tile_stepped_experts(hw, dep) and layout != "per-token" and model.num_experts > 1:
         # row-tiled matmul engines (seed 004); a single expert is a dense FFN's GEMMs, and
         # per-token GEMVs tile nothing
-        from ..kernels.tile_step import tile_stepped
-
         k = hw.kernel
         ref = int(k.get("tile_step_ref_hidden", 7168)) * int(k.get("tile_step_ref_inter", 2048))
         rows_t = int(k.get("tile_step_rows", 32))
@@ -219,8 +227,6 @@ def _tagged(costs: list, component: str, weight_only: frozenset = frozenset(),
 def quantized(model: ModelSpec, dep: Deployment) -> dict:
     """Per GEMM weight class, whether its GEMMs take 8- or 4-bit inputs (cast kernels before
     them): the recipe's formats on their own tensor cores (``--weights``, per component)."""
-    from ..specs.precision import COMPONENTS, FORMATS, quantizes_activations
-
     r = dep.weight_recipe(model.is_moe)
     return {c: quantizes_activations(FORMATS[getattr(r, c)].compute) for c in COMPONENTS}
 
@@ -230,8 +236,6 @@ def weight_only(model: ModelSpec, dep: Deployment, hw: HardwareSpec | None) -> f
     tensor cores (w4a16; mxfp4 / nvfp4 on a GPU without FP4 tensor cores)."""
     if hw is None:
         return frozenset()
-    from ..specs.precision import COMPONENTS, FORMATS
-
     r = dep.weight_recipe(model.is_moe)
     return frozenset(c for c in COMPONENTS
                      if FORMATS[getattr(r, c)].bits < 8 and hw.compute_format(getattr(r, c)) == "bf16")
@@ -285,8 +289,6 @@ def _mesh_a2a(model: ModelSpec, dep: Deployment, hw: HardwareSpec | None, D: Dim
     (:mod:`moesym.terms.mesh`): ``t`` tokens per device (a row's tokens after the TP
     all-gather) multicast round the column, the locally reduced outputs sent back point to
     point; the fabric and link numbers are the hardware file's ``[mesh]``."""
-    from ..specs.mesh import check_mesh
-    from ..terms import mesh
 
     check_mesh(hw, dep)
     ring, cols = dep.mesh_axes

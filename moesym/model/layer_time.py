@@ -7,12 +7,12 @@ from typing import Mapping
 
 import sympy as sp
 
+from ..schedules import load, resolve_name, steady_state
 from ..specs.deployment import Deployment, Workload
 from ..specs.model import ModelSpec
-from ..symbolic.symbols import S
-from ..terms.cost import Cost, KernelClass
 from ..symbolic.expr import smax, smin
-from ..terms.cost import TermTime
+from ..symbolic.symbols import S
+from ..terms.cost import Cost, KernelClass, TermTime
 from . import overlap
 from .layer_costs import quantized
 
@@ -114,8 +114,6 @@ def _scheduled(name: str, terms, compute, dep: Deployment, wl: Workload, n,
     ideal bound) of one MoE layer under the named schedule. ``reserved``: a function giving
     the terms with FP8 GEMMs on the SMs communication leaves (:func:`reserved_terms`), for layouts
     that cap them (``gemm_sms = "reserve_comm"``; they then compete with no transfer, phi = 0)."""
-    from ..schedules import load, steady_state
-
     d, c = terms["dispatch"].total_s, terms["combine"].total_s
     sched = load(name)
     if sched.ideal:
@@ -151,8 +149,6 @@ def layer_time(terms: Mapping[str, TermTime], dep: Deployment, wl: Workload, n,
             edges = sp.Piecewise((edges, sp.Eq(n, mb)), (sp.nan, True))
         return layer, n * compute, edges
     # auto: what the engine runs for the micro-batch count (moesym.schedules.resolve_name)
-    from ..schedules import resolve_name
-
     ph = wl.phase.engine
     built = [(_scheduled(resolve_name("auto", k, ph), terms, compute, dep, wl, n, reserved), k)
              for k in (1, 2)]

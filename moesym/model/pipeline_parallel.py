@@ -5,6 +5,7 @@ from __future__ import annotations
 import sympy as sp
 
 from ..specs.deployment import Deployment, Workload
+from ..symbolic.expr import substitute
 from ..symbolic.symbols import S
 from ..terms.dims import Dims
 from ..terms.tokens import step_tokens
@@ -21,8 +22,6 @@ def pipelined(stage, per_layer, work, layer, layer_compute, dep: Deployment, wl:
     TPOT, or the prefill step), in which every slot's ``B / pp`` requests advance. The send goes
     over RDMA when a stage fills whole nodes, else over the scale-up link. Busy times and work
     per layer cover all the rank's micro-batches (``pp`` slots)."""
-    from ..symbolic.expr import substitute
-
     slot = {S.batch: S.batch / S.pp, S.tokens: S.tokens / S.pp}
     tokens = step_tokens(wl, dep)
     on_fabric = sp.Ge(D.gpus, D.gpus_per_node)  # a stage fills whole nodes (a bound symbol in a sweep)

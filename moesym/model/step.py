@@ -23,35 +23,48 @@ import numpy as np
 import sympy as sp
 
 from ..attention import compose
-from ..symbolic.compile import evaluate
+from ..engines import host_overlapped, load_engine
+from ..errors import MoesymError, SpecError
+from ..kernels.registry import time_model
+from ..kernels.tile_step import TileStepTiming
+from ..kernels.time_model import TimeModel
+from ..memory import memory_model
+from ..numbers.bindings import bindings, gemm_table_dtypes, workload_values
+from ..numbers.metrics import (
+    at_lengths,
+    clamp_micro_batches,
+    length_symbol,
+    micro_batches_run,
+    warn_micro_batches,
+)
+from ..numeric.compiled import CompiledModel
+from ..plan.rules import check_engine_format
+from ..schedules import load, resolve_name, simulate
 from ..specs.deployment import Deployment, Phase, Workload
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
-from ..symbolic.symbols import S, by_name, check_bindings
-from ..terms import ffn
+from ..symbolic.compile import compile_model, evaluate
 from ..symbolic.expr import smax, symbols_of
+from ..symbolic.symbols import S, by_name, check_bindings
+from ..symbolic.symtab import N
+from ..terms import ffn
+from ..terms.cost import KernelClass, TermTime
 from ..terms.dims import Dims, symbolic_dims
-from ..terms.cost import TermTime
-from ..kernels.registry import time_model
-from ..kernels.time_model import TimeModel
+from ..terms.routing import group_var_factor
+from ..terms.tokens import context_parallel, queries, step_tokens
 from . import overlap
-from ..numbers.bindings import bindings, gemm_table_dtypes, workload_values
 from .draft import draft_s
 from .expert_tiers import with_expert_tiers
-from .layer_costs import (engine_moe_kernel, layer_costs, layer_work, tile_stepped_experts,
-                          weight_only)
+from .layer_costs import (
+    engine_moe_kernel,
+    layer_costs,
+    layer_work,
+    tile_stepped_experts,
+    weight_only,
+)
 from .layer_time import layer_time, operation_times, reserved_terms, timed
 from .pipeline_parallel import pipelined
 from .report import BREAKDOWN_KEYS, report_expressions, serve_prediction, step_report
-from ..engines import load_engine
-from ..memory import memory_model
-from ..plan.rules import check_engine_format
-from ..numbers.metrics import clamp_micro_batches
-from ..numeric.compiled import CompiledModel
-from ..symbolic.compile import compile_model
-from ..symbolic.symtab import N
-from ..terms.routing import group_var_factor
-from ..terms.tokens import context_parallel, queries, step_tokens
 
 __all__ = ["StepModel", "build_step", "BREAKDOWN_KEYS"]
 
@@ -102,8 +115,6 @@ class StepModel:
         tokens (prefill) (:func:`moesym.numbers.metrics.micro_batches_run`, with a warning), and
         a workload's length distribution is averaged over unless its length is a grid key.
         """
-        from ..numbers.metrics import at_lengths, length_symbol
-
         e = self.expr if expr is None else sp.sympify(expr)
         free = symbols_of(e)
         g = self._symbols(grid, free | self.free_symbols, "evaluate")
@@ -122,8 +133,6 @@ class StepModel:
     def _symbols(self, given: Mapping, free, where: str) -> dict:
         """``{symbol: value}`` of keyword arguments; a key that names no symbol, or one the
         expression does not contain, is an error naming it (never a silent constant)."""
-        from ..errors import MoesymError
-
         out = {}
         for k, v in given.items():
             try:
@@ -143,8 +152,6 @@ class StepModel:
     def _micro_batches(self, grid: dict, free) -> dict:
         """The micro-batch count to bind where the engine would split fewer than asked
         (:func:`moesym.numbers.metrics.micro_batches_run`); empty where it splits them all."""
-        from ..numbers.metrics import micro_batches_run, warn_micro_batches
-
         if S.micro_batches not in free or self.workload.phase is Phase.SERVE:
             return {}
         size = S.batch if self.workload.phase is Phase.DECODE else S.tokens
@@ -168,9 +175,6 @@ class StepModel:
         operation by operation (name, stream, micro_batch, layer relative to the period's,
         start_s, end_s; times from the period's start, the end of the previous layer), from
         :func:`moesym.schedules.simulate` with this model's numbers."""
-        from ..symbolic.compile import evaluate
-        from ..errors import MoesymError
-        from ..schedules import load, resolve_name, simulate
 
         dep, wl = self.deployment, self.workload
         name = resolve_name(dep.overlap, dep.micro_batches, wl.phase.engine)
@@ -267,12 +271,8 @@ def _checked(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment,
                       f"{deployment.weights} runs weight-only GEMMs on {hardware.name}",
                       stacklevel=3)
     if deployment.cp > 1 and compose.no_cp(model):  # the attention variant cannot split
-        from ..errors import SpecError
-
         raise SpecError(compose.no_cp(model))
     if deployment.cp > 1 and workload.phase is not Phase.PREFILL:
-        from ..errors import SpecError
-
         raise SpecError(f"--cp {deployment.cp} splits prompts across GPUs in prefill; a "
                         f"{workload.phase.value} step takes --cp 1")
     return hardware
@@ -298,8 +298,6 @@ def _time_model(timing: TimeModel | None, model: ModelSpec, hardware: HardwareSp
     if floor is not None:
         timing = timing.graph_replayed(floor)
     if tile_stepped_experts(hardware, deployment):  # expert GEMMs in row tiles (seed 004)
-        from ..kernels.tile_step import TileStepTiming
-
         timing = TileStepTiming(timing)
     return timing
 
@@ -358,8 +356,6 @@ def _served(gpu_s, dep: Deployment, fixed_s, launch_s) -> sp.Expr:
     i: in the steady state the step takes the longer of the GPU's and the host's whole time
     (the serving simulation times each step from the previous one's, moesym.serving.simulator);
     without it the fixed part comes first."""
-    from ..engines import host_overlapped
-
     if host_overlapped(dep):
         return smax(gpu_s, fixed_s + launch_s)
     if launch_s == 0:
@@ -374,8 +370,6 @@ def _host_s(model: ModelSpec, dep: Deployment, wl: Workload, main_costs, dense_c
     every computing kernel of the step's layers (its costs' launches; collectives not
     counted), per micro-batch. The per-kernel time is the engine profile's ``host_launch_us``,
     fitted on the time to first token of published serving runs (moesym.engines)."""
-    from ..terms.cost import KernelClass
-
     engine = load_engine(dep.engine)
     if not engine.eager(wl.phase, dep):
         return S.t_step, sp.Integer(0)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 
+from ..engines import load_engine
 from ..specs.deployment import DTYPE_BYTES, Deployment, Phase, Workload, activation_dispatch_bytes
 from ..specs.hardware import HardwareSpec
+from ..specs.kernel_calib import kernel_calib
+from ..specs.mesh import mesh_values
 from ..specs.model import ModelSpec
+from ..specs.precision import COMPONENTS, FORMATS, bytes_per_element, storage_format
 from ..symbolic.symtab import N
 from .metrics import prefill_memory_values, serve_chunk, serve_point
 
@@ -54,11 +59,7 @@ def scale_up_domain(hw: HardwareSpec, dep: Deployment) -> int:
 def _formats(model: ModelSpec, hw: HardwareSpec, dep: Deployment) -> tuple:
     """(recipe, {component: storage format}, {component: format its GEMMs compute in}) of the
     deployment's weights on this GPU."""
-    from ..specs.precision import COMPONENTS, storage_format
-
     if dep.weights == "bf16" and model.weight_dtype != "bf16":  # the checkpoint's own is not
-        import warnings
-
         warnings.warn(f"{model.name}: its checkpoint holds {model.weight_dtype} weights; "
                       f"modelled as bf16 (the --weights default): pass --weights "
                       f"{model.weight_dtype} to model it as shipped", stacklevel=2)
@@ -84,8 +85,6 @@ def _unpack(stored: str, compute: str, calib) -> float:
     that compute as ``compute``: sub-8-bit values, or a format its GPU has no tensor cores for
     (converted to 16-bit floats in the kernel); 0 for 16-bit floats and 8-bit formats on their
     own tensor cores (llama.cpp's Q8_0 dp4a/MMQ dot products, FP8, INT8)."""
-    from ..specs.precision import FORMATS
-
     f = FORMATS[stored]
     packed = f.bits < 8 or (f.bits < 16 and compute != f.compute)
     return calib.unpack_s_per_weight if packed else 0.0
@@ -94,8 +93,6 @@ def _unpack(stored: str, compute: str, calib) -> float:
 def _pass_bytes(stored: str, w_bytes: float, calib) -> float:
     """Bytes per weight element of a separate dequantization pass (``dequant_pass_rows``): any
     format below 16 bits is read as stored and written as 16-bit floats; 0 without a pass."""
-    from ..specs.precision import FORMATS
-
     return w_bytes + 2.0 if (calib.dequant_pass_rows and FORMATS[stored].bits < 16) else 0.0
 
 
@@ -113,13 +110,8 @@ def fabric_values(hw: HardwareSpec, dep: Deployment) -> dict:
 
 def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) -> dict:
     """``{symbol: number}`` for every symbol a step model of this configuration can contain."""
-    from ..symbolic.symbols import S, by_name
-
-    from ..specs.kernel_calib import kernel_calib
-    from ..engines import load_engine
     from ..readers.gguf import file_type_bytes
-    from ..specs.precision import FORMATS, bytes_per_element, storage_format
-
+    from ..symbolic.symbols import S, by_name
     capacity_bytes = hw.hbm_capacity_bytes
     engine = load_engine(dep.engine)
     hw = engine.hardware(hw)  # the engine's kernel switches
@@ -128,8 +120,6 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
     for fmt in sorted(recipe.formats()):  # say what runs: the answer is not the one for that format
         nominal, runs = FORMATS[fmt].compute, hw.compute_format(fmt)
         if runs != nominal:
-            import warnings
-
             warnings.warn(f"{hw.name} has no {nominal} tensor cores: --weights {fmt} GEMMs run in "
                           f"{runs} and the weights occupy {storage_format(fmt, hw.peaks_flops)} "
                           "bytes in memory", stacklevel=2)
@@ -193,8 +183,6 @@ def bindings(model: ModelSpec, hw: HardwareSpec, dep: Deployment, wl: Workload) 
     v[S.group_var] = group_var_factor(model, dep.ep)
     if calib.tile_stepped:  # tile-stepped expert GEMMs (moesym.kernels.tile_step)
         v[S.t_gemm_base], v[S.t_gemm_tile] = calib.tile_step_base_s, calib.tile_step_s
-    from ..specs.mesh import mesh_values
-
     v.update({getattr(S, k): x for k, x in mesh_values(hw, dep).items()})  # 2D meshes
     if wl.phase is Phase.SERVE and not wl.chunk:  # the engine's default chunk, as predict's
         wl = replace(wl, chunk=serve_chunk(0, capacity_bytes, dep.dp, dep.engine))

@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import replace
 
 import numpy as np
 
-from ..engines import host_overlapped
+from ..engines import host_overlapped, load_engine
 from ..specs.deployment import Phase, serve_kv_tokens
 from ..symbolic.symtab import N
+from .economics import busy_share
 
 __all__ = ["accepted_tokens", "micro_batches_run", "warn_micro_batches", "clamp_micro_batches",
            "step_rates",
@@ -100,8 +102,6 @@ def clamp_micro_batches(dep, wl, stacklevel: int = 4):
     work = wl.batch if wl.phase is Phase.DECODE else wl.tokens
     if not warn_micro_batches(dep.micro_batches, work, wl.phase, stacklevel):
         return dep
-    from dataclasses import replace
-
     return replace(dep, micro_batches=micro_batches_run(dep.micro_batches, work))
 
 
@@ -421,8 +421,6 @@ def engine_chunk(engine, hbm_capacity_bytes: float, dp: int) -> int:
     profile's chunk (:mod:`moesym.engines`), SGLang's by-memory rule
     (:func:`default_chunk_tokens`), or, for an engine that does not chunk, its step budget;
     never more than its cap on a prefill batch. ``engine``: a name, profile file or profile."""
-    from ..engines import load_engine
-
     p = load_engine(engine) if isinstance(engine, str) else engine
     c = p.chunk_tokens
     chunk = (default_chunk_tokens(hbm_capacity_bytes, dp) if c == "by-memory" else
@@ -512,8 +510,6 @@ def serve_report(point: dict, rates: dict, chunk, kv_tokens, mixed: dict, decode
     and the mixed and decode steps' reports (:func:`report_from_numbers`). ``per_layer_s`` and
     the bounds are the mixed step's; the bound is that of the step that takes most of the
     time."""
-    from .economics import busy_share
-
     mixed_busy = point["mixed_share"] * mixed["step_time_s"]
     main = mixed if mixed_busy >= rates["step_time_s"] - mixed_busy else decode
     return {**rates, "tokens_per_gpu_s": rates["output_tokens_per_gpu_s"],

@@ -18,6 +18,9 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from .cache import code
+from .special import DISTINCT_FUNCTIONS, NUMPY_FUNCTIONS
+
 __all__ = ["CompiledModel", "function_from_source", "lambertw_real"]
 
 
@@ -30,8 +33,6 @@ def lambertw_real(x):
 
 
 def _namespace(source: str) -> dict:
-    from .special import DISTINCT_FUNCTIONS, NUMPY_FUNCTIONS  # NumPy only, no SciPy
-
     ns = {"_np": np, "_nan": np.nan, "_inf": np.inf, "_lambertw_real": lambertw_real}
     ns.update(NUMPY_FUNCTIONS)
     ns.update({f"_d_{k}": f for k, f in DISTINCT_FUNCTIONS.items()})
@@ -54,8 +55,6 @@ def _functions(source: str, names, keep: bool = False) -> list[Callable]:
     process that loads it)."""
     ns = _namespace(source)
     if keep:
-        from .cache import code
-
         compiled = code(source, "<moesym generated>")
     else:
         compiled = compile(source, "<moesym generated>", "exec")

@@ -13,13 +13,23 @@ from __future__ import annotations
 
 import datetime as _dt
 import shlex
+from dataclasses import replace
 from html import escape
 
 import numpy as np
 
-from . import svg
+from ..derive.crossover import crossover
+from ..derive.sensitivity import sensitivity
 from ..errors import MoesymError
+from ..memory import memory_report
+from ..model.predictor import predict
+from ..model.step import build_step
+from ..numbers.metrics import micro_batches_run
+from ..serving import simulate
+from ..serving.clients import Client
 from ..specs.deployment import Phase
+from ..symbolic.symbols import INFO
+from . import svg
 
 __all__ = ["report_html"]
 
@@ -90,10 +100,6 @@ def _breakdown(r: dict) -> str:
 
 def _sweep(model, hw, dep, wl) -> tuple[str, list]:
     """Throughput and latency over a geometric grid of the batch (tokens for prefill)."""
-    from dataclasses import replace
-
-    from ..model.predictor import predict
-    from ..numbers.metrics import micro_batches_run
 
     if wl.phase is Phase.PREFILL:
         grid = np.unique(np.geomspace(max(wl.context, 256), max(16 * wl.tokens, 65536), 14).round())
@@ -118,8 +124,6 @@ def _sweep(model, hw, dep, wl) -> tuple[str, list]:
 
 def _closed_forms(model, hw, dep, wl) -> tuple[str, list]:
     """derive crossover on the kernel model and the roofline (decode, MoE); '' where none."""
-    from ..derive.crossover import crossover
-
     if wl.phase is not Phase.DECODE or not model.is_moe:
         return ("<p class='note'>The closed forms of <code>moesym derive</code> answer decode "
                 "questions on MoE models; this page is for another phase or a dense model.</p>"), []
@@ -162,8 +166,6 @@ def _layers(cf) -> str:
 
 def _sensitivity(model, hw, dep, wl) -> str:
     """Bar chart of the largest elasticities of TPOT (decode) or TTFT (prefill)."""
-    from ..derive.sensitivity import sensitivity
-    from ..symbolic.symbols import INFO
 
     of = "tpot" if wl.phase is Phase.DECODE else "ttft"
     try:
@@ -181,8 +183,6 @@ def _sensitivity(model, hw, dep, wl) -> str:
 
 
 def _memory(model, hw, dep, wl) -> str:
-    from ..memory import memory_report
-
     m = memory_report(model, hw, dep, wl)
     parts = [("weights", m["weights_bytes"]), ("KV cache", m["kv_bytes"]),
              ("activations", m["activation_bytes"]), ("workspaces", m["workspace_bytes"]),
@@ -235,8 +235,6 @@ def _simulate_argv(argv, concurrency: int, prompts: int) -> list:
 def _under_load(model, hw, dep, wl, argv=()) -> str:
     """A closed-loop benchmark at the workload's requests in flight (every DP rank), simulated
     through the engine's scheduler (``moesym simulate``): percentiles and the time series."""
-    from ..serving import simulate
-    from ..serving.clients import Client
 
     c = wl.batch * dep.dp
     n = min(10 * c, 4000)
@@ -275,8 +273,6 @@ def report_html(model, hw, dep, wl, argv=(), optimize_result=None, progress=None
     """The page for ``model`` on ``hw`` under ``dep`` and ``wl`` (``argv``: the command that
     made it, shown so the page can be reproduced; ``optimize_result``: adds the Pareto front;
     ``progress``: a callable told each section's name as it starts)."""
-    from ..model.predictor import predict
-
     say = progress or (lambda name: None)
     say("prediction")
     r = predict(model, hw, dep, wl)
@@ -299,8 +295,6 @@ def report_html(model, hw, dep, wl, argv=(), optimize_result=None, progress=None
              "<h2>Where the time goes</h2>", _breakdown(r)]
     if wl.phase is not Phase.SERVE:
         say("timeline")
-        from ..model.step import build_step
-
         html.append("<h2>One steady-state layer</h2>")
         try:
             events = build_step(model, hw, dep, wl).timeline()

@@ -27,8 +27,17 @@ import csv
 import math
 from dataclasses import dataclass, replace
 from functools import cache
+from statistics import median
 
 from ..errors import MoesymError
+from ..io.progress import progress_bar
+from ..io.resources import data_dir
+from ..readers.model import load_model
+from ..serving import simulate, simulate_disaggregated
+from ..serving.clients import Client, range_ratio
+from ..serving.engine import Launch
+from ..specs.deployment import A2AMode, Deployment, eplb_slots
+from ..specs.hardware import load_hardware
 
 __all__ = ["ENGINES", "METRICS", "RANDOM_PROMPT_ACCEPT", "SOURCE", "ServingRun", "load_runs",
            "serving_summary", "setup", "simulate_run", "validate_runs"]
@@ -156,8 +165,6 @@ def _typed(raw: dict) -> ServingRun:
 @cache
 def load_runs() -> tuple[ServingRun, ...]:
     """Every published run of the shipped table."""
-    from ..io.resources import data_dir
-
     path = data_dir("bench_data") / "serving" / "inferencex_dsr1_1k1k.csv"
     with path.open(newline="", encoding="utf-8") as f:
         return tuple(_typed(r) for r in csv.DictReader(f))
@@ -181,8 +188,6 @@ def _draft(run: ServingRun, dpa: bool) -> int:
 
 
 def _deployment(run: ServingRun, side: str, model, hw, engine: str, accept: float):
-    from ..specs.deployment import A2AMode, Deployment, eplb_slots
-
     g = getattr(run, f"{side}_gpus")
     dpa = getattr(run, f"{side}_dpa")
     ep = getattr(run, f"{side}_ep")
@@ -202,9 +207,6 @@ def _deployment(run: ServingRun, side: str, model, hw, engine: str, accept: floa
 def setup(run: ServingRun, accept: float = RANDOM_PROMPT_ACCEPT):
     """(model, hardware, engine, deployments (prefill, decode), replicas or None, launch) of a
     run as the benchmark ran it; ``accept``: a draft token's acceptance (MTP runs)."""
-    from ..serving.engine import Launch
-    from ..specs.hardware import load_hardware
-    from ..readers.model import load_model
 
     model = load_model("deepseek-v3")
     hw = load_hardware(run.hardware)
@@ -238,8 +240,6 @@ def _chunk(run: ServingRun, dep) -> int | None:
 def simulate_run(run: ServingRun, seed: int = 0, accept: float = RANDOM_PROMPT_ACCEPT) -> dict:
     """The run simulated: mean and median TTFT (ms), mean TPOT (ms), all tokens per second
     per GPU of the deployment, and the TTFT's components."""
-    from ..serving import simulate, simulate_disaggregated
-    from ..serving.clients import Client, range_ratio
 
     model, hw, engine, (dep_p, dep_d), replicas, launch = setup(run, accept)
     client = Client(concurrency=run.conc, num_prompts=10 * run.conc)
@@ -270,8 +270,6 @@ def validate_runs(runs=None, *, progress: bool = False, seed: int = 0) -> list[d
     """Each run simulated against what was measured: per run its keys, the measured and
     predicted value and the signed relative error of each of :data:`METRICS`, or ``skipped``
     with the one-line reason where moesym cannot run it."""
-    from ..io.progress import progress_bar
-
     rows = []
     for run in progress_bar(list(load_runs() if runs is None else runs),
                             "validate: serving runs", progress):
@@ -296,8 +294,6 @@ def validate_runs(runs=None, *, progress: bool = False, seed: int = 0) -> list[d
 def serving_summary(rows: list[dict]) -> dict:
     """Median |error| of each metric per GPU and framework and over every run, with the runs
     skipped and why."""
-    from statistics import median
-
     def stats(group: list[dict]) -> dict:
         done = [r for r in group if "skipped" not in r]
         return {"runs": len(done), "skipped": len(group) - len(done),

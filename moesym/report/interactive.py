@@ -31,18 +31,40 @@ the CLI's one line in place of the numbers, never a NaN or an infinity.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import shlex
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from html import escape
 from pathlib import Path
+from types import SimpleNamespace
 
 import sympy as sp
 
+from .. import __version__
+from ..derive import decode_point
+from ..engines import host_overlapped
 from ..errors import MoesymError
-from ..specs.deployment import Phase, Workload, prefill_chunk
+from ..io.resources import data_dir
+from ..memory import memory_model
+from ..memory.capacity import device_short
+from ..model import overlap
+from ..model.predictor import ep_class
+from ..model.report import report_expressions
+from ..model.step import build_step, operation_times
+from ..numbers.bindings import _formats
+from ..numbers.metrics import clamp_micro_batches, serve_chunk
+from ..plan.rules import check_inputs, check_lengths, position_limit
+from ..schedules import load, resolve_name
+from ..specs.deployment import TOPOLOGY, VALIDITY, A2AMode, Phase, Workload, prefill_chunk
+from ..symbolic.compile import _literal, graph_nodes
+from ..symbolic.symbols import S
+from ..symbolic.symtab import N
+from ..terms.routing import group_var_factor
+from .html import _CSS, edit_argv
 
 __all__ = ["CliText", "interactive_html", "js_source", "predict_argv"]
 
@@ -60,8 +82,6 @@ _JS_REL = {"==": "===", "!=": "!==", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
 
 def _js_literal(x: sp.Basic) -> str:
-    from ..symbolic.compile import _literal
-
     t = _literal(x)  # the NumPy printer's literal, in JavaScript's words
     return {"True": "true", "False": "false", "_nan": "NaN", "_inf": "Infinity",
             "(-_inf)": "(-Infinity)"}.get(t, t)
@@ -108,8 +128,6 @@ def js_source(exprs: dict, name: str) -> tuple[str, list[str]]:
     printed symbol name; the symbol names it reads). One ``const`` per unique node, children
     first, so every shared subexpression is computed once for all outputs (a Piecewise's
     branches are all computed and a conditional picks, as NumPy's ``where`` does)."""
-    from ..symbolic.compile import graph_nodes
-
     symbols: list[str] = []
 
     def symbol(e) -> str:
@@ -135,8 +153,6 @@ def predict_argv(argv, drop=()) -> list:
     """``argv`` (a report or optimize command, without ``moesym``) as ``moesym predict`` flags:
     the page's and the search's own flags dropped, and ``drop`` (flags the caller sets again)
     removed with their values."""
-    from .html import edit_argv
-
     return edit_argv(argv, "predict", {**_DROP, **{f: 1 for f in drop}})
 
 
@@ -152,8 +168,6 @@ def _hardware_arg(argv) -> str | None:
 
 def _hardware_file(argv) -> Path | None:
     """The hardware TOML the command names (a built-in one by name, or the given path)."""
-    from ..io.resources import data_dir
-
     text = _hardware_arg(argv)
     if text is None:
         return None
@@ -203,8 +217,6 @@ def _template(cli: CliText, make, *names, text=()) -> str:
     (numbers) and ``text`` (strings), with each sentinel replaced by ``{name}``."""
     values = {n: _SENTINEL + 17 * i for i, n in enumerate(names)}
     values.update({n: f"SENTINEL{n.upper()}X" for n in text})
-    import warnings
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -221,8 +233,6 @@ def _template(cli: CliText, make, *names, text=()) -> str:
 def _positive_template(cli: CliText, flag: str) -> str:
     """argparse's message for a value of ``flag`` that is not a positive integer (the CLI's
     positive-integer type), ``{value}`` for the text given."""
-    import argparse
-
     def make(value):
         try:
             cli.positive_int(value)
@@ -235,8 +245,6 @@ def _positive_template(cli: CliText, flag: str) -> str:
 
 
 def _fake_deployment(dep, **values):
-    from types import SimpleNamespace
-
     return SimpleNamespace(gpus=values["gpus"], tp=values["tp"], ep=values["ep"], pp=dep.pp,
                            stage_gpus=values["stage"], expert_tp=values["expert_tp"],
                            gpus_per_node=dep.gpus_per_node, derived=frozenset(), mesh=None,
@@ -249,12 +257,6 @@ def _rules(model, hw, dep, wl, cli: CliText) -> dict:
     the CLI's own Python writes (at sentinels, :func:`_template`), and the numbers the page's
     predicates take (``interactive.js`` holds one predicate per rule name of
     :data:`moesym.specs.deployment.TOPOLOGY` and ``VALIDITY``, in their order)."""
-    from types import SimpleNamespace
-
-    from ..derive import decode_point
-    from ..memory.capacity import device_short
-    from ..plan.rules import check_lengths, position_limit
-    from ..specs.deployment import TOPOLOGY, VALIDITY, A2AMode
 
     sizes = ("gpus", "tp", "ep", "stage", "expert_tp")
     m = model
@@ -336,11 +338,6 @@ def _step_exprs(step) -> tuple[dict, dict | None]:
     schedule (``tl/...``, and ``tlc/...`` with FP8 GEMMs capped where the layout caps them), and
     the schedule's layout as data; the layout is a note where there is no layer to draw (as
     :meth:`moesym.model.step.StepModel.timeline` refuses)."""
-    from ..model import overlap
-    from ..model.report import report_expressions
-    from ..model.step import operation_times
-    from ..schedules import load, resolve_name
-    from ..symbolic.symbols import S
 
     exprs = {k: v for k, v in report_expressions(step).items()
              if not k.startswith(("kernel/", "work/"))}
@@ -376,9 +373,6 @@ def _variant(model, hw, d, wl, fns: _Functions, cli: CliText) -> dict:
     ``mix``) and the memory, as :func:`moesym.model.predictor.predict` and ``serve_models``
     build them; ``{"refused": message}`` where ``d`` cannot run (a schedule of another
     micro-batch count), the message the CLI prints for it (the page shows it)."""
-    from ..memory import memory_model
-    from ..numbers.metrics import serve_chunk
-    from ..model.step import build_step
 
     try:
         d.check_overlap(wl.phase)
@@ -416,8 +410,6 @@ def _structures(model, hw, dep, wl) -> tuple[list, list, list]:
     """(micro-batch counts, schedules, A2A modes) the page offers: micro-batches 1, 2 and the
     command's; where the layer has an all-to-all (MoE, EP > 1), the command's schedule and A2A
     mode and the built-in others this deployment accepts."""
-    from ..plan.rules import check_inputs
-    from ..specs.deployment import A2AMode
 
     mbs = sorted({1, 2, dep.micro_batches})
     if not model.is_moe or dep.ep == 1:
@@ -437,8 +429,6 @@ def _variants(model, hw, dep, wl, fns: _Functions, cli: CliText) -> dict:
     run: the CLI's refusal, :func:`_variant`). Two
     names of one structure (``auto`` and the schedule or mode it resolves to) share one
     variant, built once."""
-    from ..schedules import resolve_name
-    from ..specs.deployment import A2AMode
 
     mbs, schedules, modes = _structures(model, hw, dep, wl)
     phases = [wl.phase, Phase.DECODE] if wl.phase is Phase.SERVE else [wl.phase]
@@ -459,8 +449,6 @@ def _variants(model, hw, dep, wl, fns: _Functions, cli: CliText) -> dict:
 def _combos(model, hw, dep, wl) -> list:
     """(GPUs, EP, TP) a page of this structure class offers: GPUs the command's times a power of
     two (1/8 to 8), every EP and TP that shards the model and keeps the class."""
-    from ..model.predictor import ep_class
-    from ..plan.rules import check_inputs
 
     out = []
     for k in range(-3, 4):
@@ -485,8 +473,6 @@ def _combos(model, hw, dep, wl) -> list:
 def _hardware_inputs(model, hw, dep, static: dict) -> list:
     """The hardware numbers the step model takes, each with the symbols it sets and where it
     sits in the hardware TOML (section, key, factor from the file's unit to SI)."""
-    from ..numbers.bindings import _formats
-    from ..symbolic.symtab import N
 
     _, _, compute = _formats(model, hw, dep)
     out = [{"id": "hbm", "label": "HBM bandwidth", "unit": "TB/s", "scale": 1e12,
@@ -513,14 +499,8 @@ def _hardware_inputs(model, hw, dep, static: dict) -> list:
 
 
 def _data(model, hw, dep, wl, argv, cli: CliText) -> dict:
-    from .. import __version__
-    from ..engines import host_overlapped
-    from ..terms.routing import group_var_factor
-    from ..symbolic.symtab import N
 
     _check(dep, wl)
-    from ..numbers.metrics import clamp_micro_batches
-
     dep = clamp_micro_batches(dep, wl)
     fns = _Functions()
     variants = _variants(model, hw, dep, wl, fns, cli)
@@ -546,8 +526,6 @@ def _data(model, hw, dep, wl, argv, cli: CliText) -> dict:
                                     "--overlap", "--pp", "--cp", "--isl", "--osl"))
     serve = {}
     if wl.phase is Phase.SERVE:  # the chunk each (GPUs, TP) runs: given, or the engine's
-        from ..numbers.metrics import serve_chunk
-
         serve = {"chunks": [serve_chunk(wl.chunk, hw.hbm_capacity_bytes, g // tp, dep.engine)
                             for g, _, tp in combos],
                  "chunkGiven": wl.chunk, "isl": wl.isl, "osl": wl.osl}
@@ -601,8 +579,6 @@ def interactive_html(model, hw, dep, wl, argv=(), optimize_result=None, *,
     calibration = data["calibration"] or "no [kernel] fit in the hardware file: the defaults"
     provenance = (f"moesym {escape(data['version'])}; made by <code>{escape(data['command'])}"
                   f"</code>; calibration: {escape(calibration)}")
-    from .html import _CSS
-
     return f"""<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>
 <title>moesym: {escape(title)}</title><style>{_CSS}{_EXTRA_CSS}</style></head><body>
 <h1>{escape(title)}</h1>

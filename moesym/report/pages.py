@@ -15,7 +15,10 @@ import sympy as sp
 from ..derive.closed_form import ClosedForm
 from ..derive.registry import ANSWERS
 from ..errors import MoesymError
+from ..io.progress import progress_bar
+from ..solve.regime_form import tidy
 from ..symbolic.symbols import INFO
+from .plots import equation_sides
 
 __all__ = ["write_all", "render"]
 
@@ -54,8 +57,6 @@ def _section(label: str, cf: ClosedForm) -> list[str]:
 def _smooth_section(cf: ClosedForm) -> list[str]:
     """The regime's smooth closed form with the target in it, what pins the exact answer and
     the answer's top sensitivities (moesym.solve.regime_form, moesym.solve.sensitivity)."""
-    from ..solve.regime_form import tidy
-
     f, lines = cf.smooth, []
     if f is not None and f.expr is not None:
         var = sp.latex(f.variable)
@@ -81,8 +82,6 @@ def _smooth_section(cf: ClosedForm) -> list[str]:
 def _figure(answers, path: Path) -> str | None:
     """Draw both sides of the equation (matplotlib, the plot extra); the file name, or None
     where there is nothing to draw or no matplotlib."""
-    from .plots import equation_sides
-
     try:
         drawn = equation_sides(answers, path)
     except MoesymError:  # no matplotlib: the page without its figure
@@ -135,8 +134,6 @@ def _pages() -> list:
 def write_all(folder: Path, progress: bool = False) -> list[Path]:
     """Write every page into ``folder``; return the paths written. ``progress``: a bar on
     stderr (a terminal only) over the pages, which take about half a minute."""
-    from ..io.progress import progress_bar
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = []

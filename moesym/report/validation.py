@@ -32,10 +32,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import SpecError
+from ..io.resources import data_dir
 from ..model.predictor import predict
+from ..readers.model import load_model
+from ..serving import simulate
+from ..serving.clients import Client, range_ratio
 from ..specs.deployment import A2AMode, Deployment, Phase, Workload
 from ..specs.hardware import load_hardware
-from ..readers.model import load_model
 
 __all__ = ["Case", "CASES", "LLAMA_BENCH_TABLE", "SERVING_CASES", "ServingCase", "fit_serving",
            "kernel_heldout", "load_cases", "run_case", "serving_fits", "single_device_cases",
@@ -321,8 +324,6 @@ def validate_serving(cases=SERVING_CASES, seed: int = 0) -> list[dict]:
     """Each serving case simulated (:func:`moesym.serving.simulate`, the case's engine
     profile); one row per published metric with the signed relative error. Nothing is
     fitted on these cases."""
-    from ..serving import simulate
-    from ..serving.clients import Client, range_ratio
 
     rows = []
     for c in cases:
@@ -344,8 +345,5 @@ def kernel_heldout() -> dict:
     """The kernel model's held-out error table (``bench_data/kernel_heldout.json``: per GPU and
     kernel class, median and 90th percentile of |model / measured - 1| on the measured shapes
     left out of each fit; written by ``benchmarks/kernel_fit_aic.py --heldout``)."""
-    import json
-
-    from ..io.resources import data_dir
 
     return json.loads((data_dir("bench_data") / "kernel_heldout.json").read_text())

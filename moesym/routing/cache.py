@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .zipf import TABLE_TOKENS, zipf_inclusion_probabilities
+
 __all__ = ["POLICIES", "inclusion", "residency", "hit_rate", "misses_per_step", "cache_tables"]
 
 POLICIES = ("static-top", "lfu", "lru")
@@ -37,8 +39,6 @@ def inclusion(E: int, k: int, s: float) -> np.ndarray:
     """Per-token inclusion probabilities, most popular first (uniform when ``s`` = 0)."""
     if not s:
         return np.full(int(E), k / E)
-    from .zipf import zipf_inclusion_probabilities
-
     return zipf_inclusion_probabilities(E, k, s)
 
 
@@ -92,8 +92,6 @@ def misses_per_step(E: int, k: int, C: int, s: float, policy: str, T: float) -> 
 def cache_tables(E: int, k: int, C: int, s: float, policy: str):
     """(T, cold experts per step, share of the assignments they take) at the routing tables'
     token counts, for the step model to interpolate in log T as it does the load imbalance."""
-    from .zipf import TABLE_TOKENS
-
     cold = [misses_per_step(E, k, C, s, policy, T) for T in TABLE_TOKENS]
     miss = [1.0 - hit_rate(E, k, C, s, policy, T) for T in TABLE_TOKENS]
     return TABLE_TOKENS, np.array(cold), np.array(miss)

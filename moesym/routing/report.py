@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from ..errors import MoesymError
+from ..specs.deployment import Routing
 from ..specs.model import check_experts
-from .stats import distinct_destinations, distinct_experts, max_expert_load_ratio, max_rank_load_ratio
-from .zipf import (distinct_experts_from_inclusion, zipf_distinct_ranks_per_token,
-                   zipf_inclusion_probabilities, zipf_max_expert_load_ratio,
-                   zipf_max_rank_load_ratio)
+from .stats import (
+    distinct_destinations,
+    distinct_experts,
+    max_expert_load_ratio,
+    max_rank_load_ratio,
+)
+from .zipf import (
+    distinct_experts_from_inclusion,
+    zipf_distinct_ranks_per_token,
+    zipf_inclusion_probabilities,
+    zipf_max_expert_load_ratio,
+    zipf_max_rank_load_ratio,
+)
 
 # ---------------------------------------------------------------------------------- report
 REPORT_KEYS = ("distinct_experts", "distinct_ranks_per_token", "max_rank_load_ratio",
@@ -28,8 +37,6 @@ def _positive_int(value, flag: str) -> int:
 def _parse_routing(routing: str) -> tuple[str, object]:
     """(kind, skew) of a ``--routing`` text, parsed as every command parses it
     (:meth:`moesym.specs.deployment.Routing.parse`)."""
-    from ..specs.deployment import Routing
-
     r = Routing.parse(str(routing))
     return ("zipf" if r.numeric else r.kind), r.skew
 

@@ -15,8 +15,10 @@ import numpy as np
 import sympy as sp
 
 from ..errors import MoesymError
+from ..numeric import cache
 from ..symbolic.special import load_cdf
 from .stats import _s, distinct_destinations, distinct_experts_from_inclusion
+
 
 def zipf_popularity(E: int, s: float) -> np.ndarray:
     """Routing popularity p_i proportional to i**-s, i = 1..E (sums to 1)."""
@@ -251,8 +253,6 @@ def rank_imbalance_table(E: int, k: int, ep: int, R: int, s: float,
 
 @functools.lru_cache(maxsize=64)
 def _imbalance_at_table(E, k, ep, R, s, placement) -> tuple[float, ...]:
-    from ..numeric import cache
-
     key = cache.key_for(f"rank_imbalance_table {E!r} {k!r} {ep!r} {R!r} {s!r} {placement!r} "
                         f"{TABLE_TOKENS.tolist()!r}")
     stored = cache.load(key)

@@ -30,10 +30,23 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..errors import MoesymError
-from ..numbers.metrics import (accepted_tokens, fits, micro_batches_run, prefill_memory_values,
-                               serve_chunk, serve_memory_values, serve_point, serve_rates,
-                               serve_step_times, step_rates, tokens_per_user_s)
 from ..io.progress import progress_bar
+from ..memory.capacity import host_expert_bytes, host_fits
+from ..model.predictor import compiled_predict_model, ep_class, serve_models
+from ..numbers.metrics import (
+    accepted_tokens,
+    fits,
+    micro_batches_run,
+    prefill_memory_values,
+    serve_chunk,
+    serve_memory_values,
+    serve_point,
+    serve_rates,
+    serve_step_times,
+    step_rates,
+    tokens_per_user_s,
+)
+from ..schedules import load
 from ..specs.deployment import A2AMode, Deployment, Phase, Workload, prefill_chunk, valid_mask
 from ..specs.hardware import HardwareSpec
 from ..specs.model import ModelSpec
@@ -209,8 +222,6 @@ def _workload(ph: Phase, context, isl, osl, chunk, prefix_hit) -> Workload:
 def _compiled(model: ModelSpec, hw: HardwareSpec, rep: Deployment, wl0: Workload) -> tuple:
     """The compiled models predict builds for this structure (TP, micro-batches, size, GPUs and
     EP bound per candidate): serve's mixed and decode steps, else the step with its memory."""
-    from ..model.predictor import compiled_predict_model, serve_models
-
     if wl0.phase is Phase.SERVE:
         return serve_models(model, hw, rep, replace(wl0, chunk=wl0.chunk or 1))[1:]
     return (compiled_predict_model(model, hw, rep, wl0),)
@@ -239,8 +250,6 @@ def measure(model: ModelSpec, hw: HardwareSpec, dep: Deployment, phase: str, siz
 def device_capacity(model: ModelSpec, hw: HardwareSpec, dep: Deployment) -> float:
     """Bytes a GPU of ``dep`` may fill: its memory, less what an ``--expert-cache`` host tier
     takes of a unified DRAM (one pool); 0 where the host tier does not fit its host memory."""
-    from ..memory.capacity import host_expert_bytes, host_fits
-
     host = host_expert_bytes(model, hw, dep)
     if not host:
         return hw.hbm_capacity_bytes
@@ -299,14 +308,10 @@ def optimize(model: ModelSpec, hw: HardwareSpec, gpus: int, phase: str, context:
     quarters of E and E); each is its own model, and a larger cache leaves less memory for the
     batch, so the search weighs the cache against the batch it displaces.
     """
-    from ..model.predictor import ep_class
-
     ph = Phase(phase)
     base = base or Deployment()
     serve = ph is Phase.SERVE
     if base.overlap not in ("auto", "ideal"):  # a pinned schedule runs its own micro-batches
-        from ..schedules import load
-
         runs = load(base.overlap).layout(ph.engine).micro_batches
         if runs not in micro_batches:
             raise MoesymError(f"--overlap {base.overlap} runs {runs} micro-batch(es) in {ph.value}; "

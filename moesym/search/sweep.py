@@ -33,6 +33,7 @@ import math
 import os
 import pickle
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -40,10 +41,28 @@ from typing import TYPE_CHECKING, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from .. import __version__
 from ..errors import MoesymError
-from ..numbers.metrics import accepted_tokens, fits, length_symbol, step_rates
+from ..io.progress import progress_bar, status
+from ..memory.capacity import host_expert_bytes, host_fits
+from ..model.predictor import compiled_predict_model, ep_class, serve_models
+from ..numbers.metrics import (
+    accepted_tokens,
+    evaluate_at_lengths,
+    fits,
+    length_symbol,
+    micro_batches_run,
+    prefill_memory_values,
+    serve_chunk,
+    serve_memory_values,
+    serve_point,
+    serve_rates,
+    serve_step_times,
+    step_rates,
+)
 from ..specs.deployment import Deployment, Phase, Workload, prefill_chunk, valid_mask
 from ..specs.hardware import HardwareSpec, load_hardware
+from ..specs.lengths import representative
 from ..specs.model import ModelSpec
 from ..symbolic.symtab import N
 
@@ -226,8 +245,6 @@ def _plan(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
                           f"{', '.join('--' + a for a in wanted)}")
     lengths = ()
     if dist is not None:
-        from ..specs.lengths import representative
-
         flag, single = (("--context-dist", "context") if ph is Phase.DECODE else
                         ("--isl-dist", "isl" if ph is Phase.SERVE else "context"))
         if single in ax:
@@ -286,8 +303,6 @@ def _compile(grid: _Grid, gpus: int, ep: int, pp: int = 1, cp: int = 1):
     """The compiled predict model (step and memory) of one (GPUs, EP, PP, CP): the one ``moesym
     predict`` uses, from the disk cache when present; for serve the mixed step's and the decode
     step's (:func:`moesym.model.predictor.serve_models`)."""
-    from ..model.predictor import compiled_predict_model, serve_models
-
     dep = replace(grid.rep, gpus=gpus, ep=ep, pp=pp, cp=cp)
     if grid.wl.phase is Phase.SERVE:
         return serve_models(grid.model, grid.hw, dep, replace(grid.wl, chunk=grid.wl.chunk or 1))[1:]
@@ -306,14 +321,10 @@ class _Models:
         self._lock = threading.Lock()
 
     def get(self, gpus: int, ep: int, pp: int = 1, cp: int = 1):
-        from ..model.predictor import ep_class
-
         dep = replace(self.grid.rep, gpus=int(gpus), ep=int(ep), pp=int(pp), cp=int(cp))
         key = (ep_class(dep), int(pp), int(cp))
         with self._lock:  # threads of one dask worker wait for the first compile
             if key not in self._cache:
-                from ..io.progress import status
-
                 status(f"sweep: building the model for {gpus} GPUs, EP {ep}"
                        + (f", PP {pp}" if pp > 1 else "") + (f", CP {cp}" if cp > 1 else ""))
                 self._cache[key] = _compile(self.grid, int(gpus), int(ep), int(pp), int(cp))
@@ -388,8 +399,6 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
     once for all EPs, the load-imbalance order statistic over batch x EP) and only the overlap
     schedule of that micro-batch count runs. A length distribution adds a last axis (its
     representative lengths) that is averaged over, as predict averages."""
-    from ..numbers.metrics import evaluate_at_lengths, micro_batches_run, prefill_memory_values
-
     ax = {grid.first: list(block), **{n: list(v) for n, v in grid.rest}}
     names = list(ax)
     shape = tuple(len(v) for v in ax.values())
@@ -481,8 +490,6 @@ def _block(grid: _Grid, models: _Models, block: Sequence) -> dict[str, np.ndarra
         out["memory_bytes"] = flat["memory_bytes"]
     out["fits"] = fits(out["memory_bytes"], grid.hw.hbm_capacity_bytes)
     if grid.base.expert_cache is not None and grid.model.is_moe:  # and the host tier's
-        from ..memory.capacity import host_expert_bytes, host_fits
-
         out["fits"] = out["fits"] & host_fits(grid.hw, grid.base, out["memory_bytes"],
                                               host_expert_bytes(grid.model, grid.hw, grid.base))
     for n in grid.hidden:  # pp, cp where the sweep does not vary them
@@ -497,9 +504,6 @@ def _serve_point(cms, env, hw: HardwareSpec, gpus: float, dep: Deployment, hit: 
     models: :func:`moesym.numbers.metrics.serve_point` and ``serve_rates`` on arrays. ``gpus``: one
     pipeline stage's, of ``pp``; ``lengths``: an ISL distribution's representative lengths (the
     mixed step's prompts; ``env``'s ISL is their mean), as predict's."""
-    from ..numbers.metrics import (serve_chunk, serve_memory_values, serve_point, serve_rates,
-                                   serve_step_times)
-
     cm_dec = cms[1]
     env = dict(env)
     isl, osl, tp, batch = env.pop(N.isl), env.pop("osl"), env[N.tp], env[N.batch]
@@ -530,8 +534,6 @@ def sweep_columns(model: ModelSpec, hardware: str | HardwareSpec, phase: str,
 
 
 def _blocks(model, hardware, phase, axes, deployment, chunk_points, prefix_hit=0.0, dist=None):
-    from ..io.progress import progress_bar
-
     grid, blocks = _plan(model, hardware, phase, axes, deployment, chunk_points, prefix_hit, dist)
     models = _Models(grid)
     for block in progress_bar(blocks, "sweep: blocks", len(blocks) > 1):
@@ -576,8 +578,6 @@ def write_sweep(path: str | Path, frames: Iterator) -> int:
         except ImportError:
             raise MoesymError("Parquet output needs the optional extra: pip install 'moesym[parquet]'") \
                 from None
-        from concurrent.futures import ThreadPoolExecutor
-
         writer = None
         pending = None
         # Arrow encodes and compresses with the GIL released: block k is written on a second
@@ -657,7 +657,6 @@ def _dask_block(block: tuple, spec: bytes) -> "pd.DataFrame":
 
 
 def _moesym_version() -> str:
-    from .. import __version__
     return __version__
 
 

@@ -16,6 +16,19 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..engines import load_engine
+from ..errors import MoesymError
+from ..memory import memory_model
+from ..numbers.economics import mix_busy_share
+from ..specs.deployment import Phase, Workload
+from .clients import lengths
+from .disagg import run_disaggregated
+from .engine import Launch, scheduler_config
+from .scheduler import DECODE, MIXED, PREFILL
+from .simulator import replicate, run
+from .stats import report, timeline
+from .timer import ModelTimer
+
 __all__ = ["DisaggregatedSimulation", "Simulation", "kv_transfer_s", "simulate",
            "simulate_disaggregated", "run_busy_share"]
 
@@ -27,12 +40,8 @@ class Simulation:
     (:class:`moesym.serving.engine.Launch`)."""
 
     def __init__(self, model, hw, dep, engine=None, *, launch=None):
-        from .engine import Launch
-
         engine = dep.engine if engine is None else engine
         if isinstance(engine, str):
-            from ..engines import load_engine
-
             engine = load_engine(engine)
         self.model, self.hw, self.dep, self.profile = model, hw, dep, engine
         self.launch = launch or Launch()
@@ -41,8 +50,6 @@ class Simulation:
 
     def requests(self, client, isl, osl, seed: int = 0, pairs: str | None = None) -> tuple:
         """(prompt lengths, output lengths, open-loop arrival times or None) of a run."""
-        from ..errors import MoesymError
-        from .clients import lengths
 
         rng = np.random.default_rng(seed)
         n = client.count(rng)
@@ -57,9 +64,6 @@ class Simulation:
 
     def configure(self, isl_a, osl_a, phases=None):
         """The scheduler numbers and the timer of a run of these lengths."""
-        from ..specs.deployment import Phase
-        from .engine import scheduler_config
-        from .timer import ModelTimer
 
         self.cfg = cfg = scheduler_config(
             self.profile, self.model, self.hw, self.dep,
@@ -79,8 +83,6 @@ class Simulation:
         rank runs the same load (a closed loop whose concurrency and prompts split evenly over
         the ranks, every request of the same lengths) one rank is simulated and stands for all
         (:func:`.simulator.replicate`; a test checks it against the unfolded run)."""
-        from .simulator import replicate, run
-
         isl_a, osl_a, arrivals = self.requests(client, isl, osl, seed, pairs)
         cfg, timer = self.configure(isl_a, osl_a)
         dp, n = self.dep.dp, len(isl_a)
@@ -110,8 +112,6 @@ def run_busy_share(run, timer, t0: float, t1: float, ranks: int | None = None) -
     prefill, mixed) at the busy share of its rank-steps' time-weighted mean contents, over
     ``ranks`` (default: the run's) x the window; idle rank-steps and the time between steps
     count as idle."""
-    from ..numbers.economics import mix_busy_share
-    from .scheduler import DECODE, MIXED, PREFILL
 
     keep = (run.step_start_s >= t0) & (run.step_start_s < t1)
     kinds = run.contents["kind"][keep]
@@ -148,8 +148,6 @@ def kv_transfer_s(model, hw, dep_prefill, isl, gpus: int | None = None) -> np.nd
     efficiency, after the link's latency: the scale-up link where all ``gpus`` of the
     disaggregated deployment fit in one scale-up domain (a GB200 NVL72 rack: NVLink, as NIXL
     moves it there), else the scale-out link."""
-    from ..memory import memory_model
-    from ..specs.deployment import Phase, Workload
 
     per_token = memory_model(model, hw, dep_prefill, Workload(Phase.DECODE, batch=1,
                                                                context=1)).parts()["kv_per_token"]
@@ -167,8 +165,6 @@ class DisaggregatedSimulation:
 
     def __init__(self, model, hw, dep_prefill, dep_decode, replicas: tuple, engine=None, *,
                  launch=None, launch_prefill=None):
-        from .engine import Launch
-
         launch = launch or Launch()
         # a prefill replica takes the prompt flags (chunk) and the hand-off, a decode replica
         # the rest
@@ -182,8 +178,6 @@ class DisaggregatedSimulation:
 
     def run(self, client, isl="1024", osl="1024", *, seed: int = 0, pairs: str | None = None,
             itl: bool = True, progress: bool = False):
-        from ..specs.deployment import Phase
-        from .disagg import run_disaggregated
 
         pre, dec = self.pre, self.dec
         isl_a, osl_a, arrivals = pre.requests(client, isl, osl, seed, pairs)
@@ -212,8 +206,6 @@ def simulate_disaggregated(model, hw, dep_prefill, dep_decode, replicas: tuple, 
     """``replicas = (P, D)`` prefill replicas of ``dep_prefill`` and decode replicas of
     ``dep_decode`` (:class:`DisaggregatedSimulation`); the report as :func:`simulate`'s, per
     GPU of all P + D replicas, plus ``disaggregation``."""
-    from .stats import report, timeline
-
     sim = DisaggregatedSimulation(model, hw, dep_prefill, dep_decode, replicas, engine,
                                   launch=launch, launch_prefill=launch_prefill)
     r, info = sim.run(client, isl, osl, seed=seed, pairs=pairs, itl=itl, progress=progress)
@@ -229,8 +221,6 @@ def _disaggregated_busy_share(sim, r, info, t0: float, t1: float) -> float:
     """The utilization of a disaggregated run's GPUs: the decode replicas' from their steps
     (:func:`run_busy_share`), the prefill replicas' from their step counts, each step taken as
     a whole chunk of the mean prompt (an upper bound: a step may hold less)."""
-    from .scheduler import PREFILL
-
     pre, dec = sim.pre, sim.dec
     p_reps, d_reps = sim.replicas
     span = max(t1 - t0, 1e-30)
@@ -256,8 +246,6 @@ def simulate(model, hw, dep, client, isl="1024", osl="1024", *, engine=None, see
     report of :func:`.stats.report` (the first ``warmup`` requests not measured) plus
     ``timeline`` and ``engine``; ``itl`` False keeps no per-token times (no ITL); ``progress``:
     a bar of the requests finished on a terminal."""
-    from .stats import report, timeline
-
     sim = Simulation(model, hw, dep, engine, launch=launch)
     r = sim.run(client, isl, osl, seed=seed, pairs=pairs, itl=itl, progress=progress)
     out = report(r, dep.gpus, limits, warmup)

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import MoesymError
+from ..io.text import read_text
 
 __all__ = ["Client", "lengths", "range_ratio", "pairs_file"]
 
@@ -130,8 +131,6 @@ def _sample(text: str, n: int, rng: np.random.Generator, flag: str) -> np.ndarra
 
 def _column(path: Path, col: int, flag: str) -> np.ndarray:
     vals = []
-    from ..io.text import read_text
-
     for i, line in enumerate(read_text(path).splitlines()):
         cells = [c.strip() for c in line.split(",")]
         if not cells[0]:

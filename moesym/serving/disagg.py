@@ -21,6 +21,7 @@ any that did not; a test holds it at 0).
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import numpy as np
@@ -107,7 +108,6 @@ def run_disaggregated(cfgs: tuple, ranks: tuple, replicas: tuple, client, isl, o
             out = min(out, max(side.t, t) + (tmin_d if st.left[rid] else 0.0))
         return out
 
-    import heapq
 
     bar = counter("simulate", n, progress, unit="req")
     # finished prompts and requests, released in time order once no replica can still finish

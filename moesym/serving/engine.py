@@ -19,9 +19,13 @@ simulation schedules by, for one model, GPU and deployment.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 from ..errors import MoesymError
+from ..memory import memory_model
+from ..numbers.metrics import accepted_tokens, engine_chunk
+from ..specs.deployment import Phase, Workload
 from .scheduler import SchedulerConfig
 
 __all__ = ["Launch", "scheduler_config", "kv_capacity_tokens"]
@@ -90,8 +94,6 @@ def kv_capacity_tokens(model, hw, dep, context: int, profile=None, chunk: int = 
     """KV tokens one attention DP rank holds (each GPU of the rank holding its share): the
     engine's own pool (its share of memory, less what that share must also hold) where an
     engine ``profile`` is given, else moesym's memory model's."""
-    from ..memory import memory_model
-    from ..specs.deployment import Phase, Workload
 
     p = memory_model(model, hw, dep, Workload(Phase.DECODE, batch=1, context=max(1, context))).parts()
     per_token = p["kv_per_token"]
@@ -115,8 +117,6 @@ def kv_capacity_tokens(model, hw, dep, context: int, profile=None, chunk: int = 
                 and pool >= per_token * max(1, context):
             # the engine's default share leaves no room for one request: a server that runs
             # this deployment was launched with a larger share than the default
-            import warnings
-
             warnings.warn(f"{profile.name}: its default memory share ({frac:.3f} of "
                           f"{hbm / 1e9:.0f} GB) leaves no KV room beside "
                           f"{weights / 1e9:.1f} GB of weights on {dep.gpus} x {hw.name}, so a "
@@ -134,8 +134,6 @@ def scheduler_config(profile, model, hw, dep, *, mean_len: float, max_len: int,
     the profile's defaults. ``mean_len``: the run's mean KV length of a request; ``max_len``:
     its longest prompt."""
     chunk, max_running, step_tokens = launch.chunk, launch.max_running, launch.step_tokens
-    from ..numbers.metrics import accepted_tokens, engine_chunk
-
     budget = step_tokens or profile.step_token_budget
     if chunk is None:
         chunk = engine_chunk(profile, hw.hbm_capacity_bytes, dep.dp)

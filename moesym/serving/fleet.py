@@ -68,6 +68,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import MoesymError
+from .scheduler import DECODE, PREFILL, _padded
 from .traffic import Traffic
 
 __all__ = ["ROUTERS", "ReplicaModel", "FleetRun", "replica_model", "simulate_fleet",
@@ -113,8 +114,6 @@ def replica_model(sim, isl, osl) -> tuple[ReplicaModel, object, object]:
     """The :class:`ReplicaModel` of a :class:`moesym.serving.Simulation` (model, hardware,
     deployment, engine, launch flags) serving requests of lengths like ``isl`` / ``osl``;
     also its scheduler config and timer (for the power model's busy shares)."""
-    from .scheduler import DECODE, PREFILL, _padded
-
     isl, osl = np.asarray(isl), np.asarray(osl)
     cfg, timer = sim.configure(isl, osl)
     dp = sim.dep.dp

@@ -52,6 +52,7 @@ token.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import deque
@@ -448,6 +449,4 @@ def _padded(b: int, sizes: tuple) -> int:
     larger than every captured size: run eagerly)."""
     if not sizes or b > sizes[-1]:
         return b
-    import bisect
-
     return sizes[bisect.bisect_left(sizes, b)]

@@ -13,6 +13,7 @@ per arrival at most.
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 
@@ -67,8 +68,6 @@ class Side:
     and keeps the steps that start before a horizon (and before the next pushed arrival)."""
 
     def __init__(self, st: EngineState, times_fn):
-        import heapq
-
         self.st, self.times_fn, self._heap = st, times_fn, heapq
         self.t = 0.0               # end of the last committed step (or idle until)
         self.last_end = -math.inf  # end of the last committed step

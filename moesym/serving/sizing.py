@@ -42,12 +42,21 @@ For each candidate (a hardware file, an engine):
 from __future__ import annotations
 
 import math
+import pickle
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import MoesymError
-from .fleet import HOUR_S, ReplicaModel, simulate_fleet
+from ..io.progress import progress_bar
+from ..numbers.economics import Pricing, economics, gpu_watts
+from ..search.sweep import _check_workers, _dumps, dask_client
+from . import Simulation
+from .fleet import HOUR_S, ReplicaModel, replica_model, simulate_fleet
+from .scheduler import DECODE, PREFILL
+from .sla import _deployment, optimize_sla
+from .stats import summary
 from .traffic import DAY_S, Traffic
 
 __all__ = ["Limits", "sustainable_rate", "hour_latencies", "size_fleet", "fleet_economics",
@@ -202,8 +211,6 @@ def size_fleet(m: ReplicaModel, traffic: Traffic, limits: Limits, router: str = 
     """The replica count per hour (module docstring, steps 2-4): ``schedule``, the verifying
     ``run``, its per-hour latencies (``hours``), ``meets`` and, when it does not,
     ``reason``."""
-    from ..io.progress import progress_bar
-
     hours = max(1, math.ceil(traffic.duration_s / HOUR_S - 1e-9))
     lone = _lone_latency(m, traffic, limits.percentile)
     if not _meets(lone, limits):
@@ -258,8 +265,6 @@ def size_fleet(m: ReplicaModel, traffic: Traffic, limits: Limits, router: str = 
 
 def _busy(timer, kind: int, mean: float, m: ReplicaModel, memo: dict) -> float:
     """The busy share of a replica step of mean batch (decode) or prompt tokens (prefill)."""
-    from .scheduler import DECODE
-
     key = (kind, round(mean, 1))
     if key not in memo:
         per_rank = max(mean / m.dp, 1.0)
@@ -276,8 +281,6 @@ def fleet_economics(hw, m: ReplicaModel, timer, traffic: Traffic, run, schedule,
     utilization, GPU watts and fleet megawatts; for the period the economics keys of
     :func:`moesym.numbers.economics.economics` (per GPU, at the period's mean utilization)
     and ``usd``, ``usd_per_day``, ``avg_mw``, ``peak_mw``, ``peak_it_mw``, ``mwh_per_day``."""
-    from ..numbers.economics import Pricing, economics, gpu_watts
-    from .scheduler import DECODE, PREFILL
 
     pricing = pricing or Pricing()
     hours = len(schedule)
@@ -323,8 +326,6 @@ def fleet_economics(hw, m: ReplicaModel, timer, traffic: Traffic, run, schedule,
 
 
 def _summary(x) -> dict:
-    from .stats import summary
-
     x = np.asarray(x, dtype=float)
     return summary(x[np.isfinite(x)], 1e3)
 
@@ -335,14 +336,10 @@ def plan_candidate(model, hw, dep, traffic: Traffic, limits: Limits, *, router="
     """One candidate's answer: its deployment (searched by
     :func:`moesym.serving.sla.optimize_sla` unless ``search`` is None, when ``dep`` is used as
     given), replica service, the sizing (:func:`size_fleet`), latencies, cost and power."""
-    from . import Simulation
-    from .fleet import replica_model
 
     name = hw.name
     dep_note = "as given"
     if search is not None:
-        from .sla import _deployment, optimize_sla
-
         try:
             r = optimize_sla(model, hw, dep.gpus, dep, int(round(np.mean(traffic.isl))),
                              max(1, int(round(np.mean(traffic.osl)))), ttft_s=limits.ttft_s,
@@ -369,8 +366,6 @@ def plan_candidate(model, hw, dep, traffic: Traffic, limits: Limits, *, router="
                        "engine_policy": cfg.policy, "fleet_policy": "prefill-first"},
            "meets": sized["meets"]}
     if cfg.policy != "prefill-first":
-        import warnings
-
         warnings.warn(f"{sim.profile.name} schedules {cfg.policy}; moesym fleet's replica model "
                       "is prefill-first (SGLang's default), so its latencies are that "
                       "policy's", stacklevel=2)
@@ -415,8 +410,6 @@ def plan_candidate(model, hw, dep, traffic: Traffic, limits: Limits, *, router="
 
 def _plan_blob(blob: bytes) -> dict:
     """:func:`plan_candidate` of a pickled task, on a dask worker."""
-    import pickle
-
     return plan_candidate(**pickle.loads(blob))
 
 
@@ -424,8 +417,6 @@ def plan_on_dask(tasks: list[dict], scheduler: str | None = None,
                  progress: bool = False) -> list[dict]:
     """:func:`plan_candidate` of each task as one task of a dask cluster (``scheduler``: its
     address; None: an in-process cluster), the answers in the tasks' order."""
-    from ..io.progress import progress_bar
-    from ..search.sweep import _check_workers, _dumps, dask_client
 
     client = dask_client(scheduler)
     try:

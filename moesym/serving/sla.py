@@ -21,9 +21,15 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..engines import load_engine
 from ..errors import MoesymError
-from ..specs.deployment import serve_kv_tokens
+from ..io.progress import progress_bar
+from ..search.optimize import optimize, pareto_front
+from ..specs.deployment import A2AMode, serve_kv_tokens
+from . import DisaggregatedSimulation, Simulation
+from .clients import Client
 from .engine import Launch
+from .stats import per_request, report
 
 __all__ = ["optimize_sla", "optimize_sla_disaggregated", "percentile_latencies"]
 
@@ -33,8 +39,6 @@ ROUNDS = 3
 
 def percentile_latencies(run, q: float, warmup: int = 0) -> dict:
     """TTFT and TPOT (s) at percentile ``q`` of a simulated run's requests after ``warmup``."""
-    from .stats import per_request
-
     pr = per_request(run, warmup)
     out = {"ttft_s": float(np.percentile(pr["ttft"], q))}
     out["tpot_s"] = float(np.percentile(pr["tpot"], q)) if len(pr["tpot"]) else 0.0
@@ -68,8 +72,6 @@ def _largest_meeting(trial, start: int, cap: int) -> tuple[int, int | None]:
 
 def _deployment(base, gpus: int, row: dict):
     """``base`` on ``gpus`` GPUs with the parallel layout of an optimizer row."""
-    from ..specs.deployment import A2AMode
-
     dep = replace(base, gpus=gpus, tp=row["tp"], ep=row["ep"],
                   micro_batches=row["micro_batches"], a2a=A2AMode(row["a2a"]),
                   pp=row.get("pp", base.pp))
@@ -93,12 +95,6 @@ def optimize_sla(model, hw, gpus: int, base, isl: int, osl: int, *, ttft_s=None,
     """Best deployment and concurrency under ``ttft_s`` / ``tpot_s`` at ``percentile``
     (module docstring). ``search``: more arguments of :func:`moesym.search.optimize.optimize`
     (``tps``, ``eps``, ``micro_batches``, ``a2a_modes``, ``chunk``, ``max_size``)."""
-    from ..engines import load_engine
-    from ..search.optimize import optimize, pareto_front
-    from ..io.progress import progress_bar
-    from . import Simulation
-    from .clients import Client
-    from .stats import report
 
     _check_limits(ttft_s, tpot_s, percentile)
     engine = base.engine if engine is None else engine
@@ -202,11 +198,6 @@ def optimize_sla_disaggregated(model, hw, gpus: int, base, isl: int, osl: int, *
     (:class:`moesym.serving.DisaggregatedSimulation`, KV sent over the scale-out link) at a
     growing, then bisected, concurrency as :func:`optimize_sla` does. The answer: the most
     output tokens per GPU of the pools."""
-    from ..search.optimize import optimize
-    from ..io.progress import progress_bar
-    from . import DisaggregatedSimulation
-    from .clients import Client
-    from .stats import report
 
     _check_limits(ttft_s, tpot_s, percentile)
     if gpus < 2:

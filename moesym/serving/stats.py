@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import MoesymError
+
 __all__ = ["summary", "report", "ttft_components", "PERCENTILES"]
 
 PERCENTILES = (50, 90, 99)
@@ -90,8 +92,6 @@ def report(run, gpus: int, limits: dict | None = None, warmup: int = 0) -> dict:
     requests after the first ``warmup``; the duration runs from the first of them to arrive to
     the last to finish. ``limits``: ``{"ttft_s": x, "tpot_s": y}`` for goodput."""
     if not 0 <= warmup < len(run.osl):
-        from ..errors import MoesymError
-
         raise MoesymError(f"--warmup-requests {warmup}: must be below the {len(run.osl)} "
                           "requests sent")
     pr = per_request(run, warmup)

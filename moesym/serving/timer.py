@@ -16,6 +16,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..model.predictor import compiled_predict_model
+from ..numbers.economics import busy_share
+from ..numbers.metrics import report_from_numbers
 from ..specs.deployment import Deployment, Phase, Workload
 from ..symbolic.symtab import N
 from .scheduler import DECODE, MIXED, PREFILL
@@ -45,8 +48,6 @@ class ModelTimer:
     def _cm(self, phase: Phase, mb: int, outputs=STEP_OUTPUTS):
         key = (phase, mb, outputs)
         if key not in self._cms:
-            from ..model.predictor import compiled_predict_model
-
             dep = replace(self.dep, micro_batches=mb)
             dep.check_overlap(phase)
             self._cms[key] = compiled_predict_model(self.model, self.hw, dep,
@@ -59,8 +60,6 @@ class ModelTimer:
         """The utilization (:func:`moesym.numbers.economics.busy_share`) of one rank step of
         these contents: the compute and memory seconds of its kernels, from the whole report
         model of its phase (built or loaded once), over its time."""
-        from ..numbers.economics import busy_share
-        from ..numbers.metrics import report_from_numbers
 
         phase = {DECODE: Phase.DECODE, PREFILL: Phase.PREFILL, MIXED: Phase.SERVE}[kind]
         mb = min(self.dep.micro_batches, max(1, int(batch if kind == DECODE else tokens)))

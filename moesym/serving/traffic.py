@@ -33,6 +33,7 @@ Two sources:
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import MoesymError
+from .clients import lengths
 
 __all__ = ["Traffic", "poisson_traffic", "read_trace", "diurnal_rate", "DAY_S"]
 
@@ -90,8 +92,6 @@ def poisson_traffic(rate: float, duration_s: float, isl: str, osl: str, *,
                     seed: int = 0) -> Traffic:
     """Poisson arrivals at ``rate`` per second for ``duration_s`` (a diurnal shape when
     ``diurnal``, the peak-to-trough ratio, is given), lengths as ``isl`` / ``osl`` describe."""
-    from .clients import lengths
-
     if not (0 < rate < math.inf and 0 < duration_s < math.inf):
         raise MoesymError(f"--rate {rate:g} and --duration {duration_s:g}: both must be positive "
                           "and finite")
@@ -152,8 +152,6 @@ def _pick(names, path: Path, where: str) -> dict:
 
 def _rows_csv(text: str, path: Path) -> tuple[dict, int]:
     """Columns of a CSV trace as arrays of strings, and the file row of the first data row."""
-    import csv
-
     lines = text.splitlines()
     first = next((i for i, ln in enumerate(lines) if ln.strip()), None)
     if first is None:

@@ -34,6 +34,7 @@ import numpy as np
 import sympy as sp
 
 from ..errors import MoesymError
+from ..symbolic.compile import evaluate, evaluate_many, evaluate_on
 from ..symbolic.expr import dependents, nodes, restrict, substitute, substituter, symbols_of
 from .regimes import branch_at, solve_smooth
 
@@ -82,8 +83,6 @@ def _bound(exprs, var: sp.Symbol, values: Mapping) -> dict:
 
 
 def _evaluator(eq: sp.Expr, var: sp.Symbol, values: Mapping):
-    from ..symbolic.compile import evaluate
-
     vals = _bound((eq,), var, values)
     return lambda x: evaluate(eq, vals, {var: np.asarray(x, dtype=float)})
 
@@ -97,8 +96,6 @@ def _brackets(eq, var, values, lo, hi, integer, scale, until=None) -> tuple:
     if scale is None:
         f = _evaluator(eq, var, values)
     else:  # the two in one function: the scale (compute time) is most of the equation's graph
-        from ..symbolic.compile import evaluate_on
-
         vals = _bound((eq, scale), var, values)
 
         def f(x):
@@ -217,8 +214,6 @@ def steps_of(expr: sp.Basic, var: sp.Symbol) -> list[sp.Basic]:
 
 def _step_values(steps: Sequence[sp.Basic], var, values, x: float) -> dict:
     """Each step node's value at ``var = x`` (as the compiled model computes it)."""
-    from ..symbolic.compile import evaluate_many
-
     ys = evaluate_many([n.args[0] for n in steps], values, var, x)
     return {n: float(np.ceil(y) if isinstance(n, sp.ceiling) else np.floor(y))
             for n, y in zip(steps, ys)}
@@ -242,8 +237,6 @@ def _number(expr: sp.Expr, values: Mapping) -> float:
     step). A complex root is an error."""
     v = substitute(expr, {k: sp.Float(x) for k, x in values.items()})
     if not v.is_Number and nodes(v, lambda e: isinstance(e, (sp.ceiling, sp.floor))):
-        from ..symbolic.compile import evaluate
-
         r = float(evaluate(v, {}, {}))
         if not np.isfinite(r):
             raise ValueError("complex root")

@@ -34,8 +34,11 @@ from typing import Mapping
 import numpy as np
 import sympy as sp
 
+from ..symbolic.compile import evaluate, evaluate_many
 from ..symbolic.expr import dependents, nodes, restrict, substitute, symbols_of
 from ..symbolic.printing import latex, session, text
+from ..symbolic.symbols import INFO, describe
+from .model_root import nearest_sign_change
 from .regimes import _collapse, branch_at, solve_smooth
 from .rewrite import RELAX_CEILING, apply_rules
 
@@ -84,8 +87,6 @@ def _relaxed_root(eq, var, values, near: float, span, scale=None) -> float:
     """The relaxed equation's root nearest ``near`` in ``span`` (the scan of
     :func:`~moesym.solve.model_root.sign_changes`, bisected to 1e-12 relative; with a
     ``scale``, where the equation passes 1e-9 ``|scale|``)."""
-    from .model_root import nearest_sign_change
-
     found = nearest_sign_change(eq, var, values, span[0], span[1], near,
                                 None if scale is None else relax(sp.sympify(scale)))
     if found is None:
@@ -146,8 +147,6 @@ def regime_form(lhs: sp.Expr, rhs: sp.Expr, var: sp.Symbol, values: Mapping, nea
         skel = skel - rhs
     names = {d: sp.Symbol(f"c{i}", real=True) for i, d in enumerate(back)}
     skel = substitute(skel, names)
-    from ..symbolic.compile import evaluate
-
     ph = {names[d]: (float(evaluate(x, restrict(vals, x), {})), x) for d, x in back.items()}
     num = {**vals, **{c: v for c, (v, _) in ph.items()}}
     try:
@@ -208,8 +207,6 @@ def pin(eq: sp.Expr, var: sp.Symbol, values: Mapping, a: float, b: float,
     for key, e in (where or {}).items():
         for n in nodes(e, lambda e: isinstance(e, (sp.ceiling, sp.floor))):
             owners.setdefault(n, key)
-    from ..symbolic.compile import evaluate_many
-
     exprs = [*counts, *(n.args[0] for n in counts)]
     at_a, at_b = evaluate_many(exprs, vals, var, a), evaluate_many(exprs, vals, var, b)
     out = []
@@ -229,8 +226,6 @@ def pin(eq: sp.Expr, var: sp.Symbol, values: Mapping, a: float, b: float,
 
 def legend(exprs) -> list[str]:
     """One line per moesym symbol in ``exprs``: ``name [unit]: meaning``."""
-    from ..symbolic.symbols import INFO, describe
-
     syms = set()
     for e in exprs:
         if e is not None:

@@ -19,8 +19,10 @@ from typing import Mapping
 
 import sympy as sp
 
-from ..symbolic.expr import (dependents, nodes, power, restrict, substitute, substituter,
-                            symbols_of)
+from ..numeric.compiled import function_from_source
+from ..symbolic.compile import evaluate, numpy_source
+from ..symbolic.expr import dependents, nodes, power, restrict, substitute, substituter, symbols_of
+from ..symbolic.special import NO_CLOSED_FORM
 from .rewrite import RELAX_CEILING, apply_rules
 
 __all__ = ["Root", "branch_at", "branches", "solve_regimes", "solve_smooth"]
@@ -150,8 +152,6 @@ def _active(node: sp.Basic, value, numbers: Mapping) -> int:
 def _argument_values(nodes_: list, env: Mapping) -> dict:
     """Every Max / Min argument of ``nodes_`` at the point ``env``, in one compiled NumPy
     function over their shared graph (each subexpression computed once)."""
-    from ..symbolic.compile import numpy_source
-    from ..numeric.compiled import function_from_source
 
     args = list(dict.fromkeys(a for n in nodes_ if isinstance(n, (sp.Max, sp.Min)) for a in n.args))
     if not args:
@@ -333,8 +333,6 @@ def _through_table(e: sp.Expr, var: sp.Symbol) -> bool:
     (:data:`moesym.symbolic.special.NO_CLOSED_FORM`): then none of :func:`solve_smooth`'s forms
     has a root (SymPy's ``Poly`` in ``var`` refuses such a node), and the expansions that would
     find that out are skipped."""
-    from ..symbolic.special import NO_CLOSED_FORM
-
     dep = dependents(e, var)
     return bool(nodes(e, lambda x: isinstance(x, NO_CLOSED_FORM) and x in dep))
 
@@ -360,8 +358,6 @@ def solve_smooth(e: sp.Expr, var: sp.Symbol, num: Mapping, x0: float,
     if not general and _through_table(e, var):  # what the forms below would conclude, at once
         raise ValueError(_NO_ROOT.format(var=var))
     if back:  # numbers for the placeholders (to pick the root nearest x0)
-        from ..symbolic.compile import evaluate
-
         num = {**num, **{d: float(evaluate(x, restrict(full_num, x), {}))
                          for d, x in back.items()}}
     q = _root_denominator(e, var)

@@ -13,6 +13,8 @@ from typing import Callable, Iterable
 
 import sympy as sp
 
+from ..symbolic.expr import transform
+
 __all__ = ["Rule", "RELAX_CEILING", "SMOOTH_MAX", "apply_rules", "smooth_max_rule"]
 
 
@@ -51,8 +53,6 @@ SMOOTH_MAX = smooth_max_rule()
 def apply_rules(expr: sp.Basic, rules: Iterable[Rule]) -> sp.Basic:
     """Apply each rule bottom-up over the whole expression (pure: returns a new expression;
     maxima are rebuilt without SymPy's re-simplification, see :func:`moesym.symbolic.expr.transform`)."""
-    from ..symbolic.expr import transform
-
     out = sp.sympify(expr)
     for r in rules:
         out = transform(out, lambda e, r=r: r.rewrite(e) if r.match(e) else e)

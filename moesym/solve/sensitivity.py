@@ -25,6 +25,7 @@ from typing import Mapping
 
 import sympy as sp
 
+from ..symbolic.compile import compile_expr
 from ..symbolic.expr import symbols_of
 
 __all__ = ["gradient", "elasticities", "root_elasticities"]
@@ -34,8 +35,6 @@ __all__ = ["gradient", "elasticities", "root_elasticities"]
 def _function(func, n: int, i: int | None):
     """Compiled value (i None) or i-th partial derivative of ``func`` of n arguments, or None
     where SymPy has no derivative for it."""
-    from ..symbolic.compile import compile_expr
-
     xs = sp.symbols(f"x0:{n}", real=True)
     e = func(*xs)
     if i is not None:

@@ -11,12 +11,14 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 
 from ..errors import SpecError
 from ..io.text import read_text
+from .precision import FORMATS, WeightRecipe
 from .time_models import name_problem
 
 __all__ = ["Phase", "A2AMode", "Routing", "Deployment", "Workload", "serve_kv_tokens", "eplb_slots",
@@ -287,8 +289,6 @@ class Deployment:
         for _, ok, message in TOPOLOGY:
             if not bool(ok(self.stage_gpus, self.ep, self.tp, self.gpus_per_node)):
                 raise SpecError(message(self))
-        from .precision import FORMATS, WeightRecipe
-
         recipe = WeightRecipe.parse(self.weights)  # a one-line error for a bad value
         if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) \
                 or self.group_size < 0:
@@ -448,8 +448,6 @@ class Deployment:
 
     def weight_recipe(self, is_moe: bool = True):
         """The weight format of each GEMM component (:class:`moesym.specs.precision.WeightRecipe`)."""
-        from .precision import WeightRecipe
-
         return WeightRecipe.parse(self.weights, is_moe)
 
     @property
@@ -471,8 +469,6 @@ class Deployment:
         if model.is_moe:
             self.routing.check_experts(model.num_experts, model.experts_per_token)
         if self.expert_cache is not None and model.is_moe and self.expert_cache > model.num_experts:
-            import warnings
-
             warnings.warn(f"--expert-cache {self.expert_cache} has no effect beyond the "
                           f"{model.num_experts} experts per layer of {model.name}: all of them are "
                           "resident, nothing is offloaded", stacklevel=2)
@@ -568,8 +564,6 @@ def eplb_slots(model, dep: Deployment) -> Deployment:
     r = -e % dep.ep
     if r >= e:  # more replicas than experts: not a load balancer's layout (refused as it is)
         return dep
-    import warnings
-
     warnings.warn(f"EP {dep.ep} does not divide the {e} experts of {model.name}: {r} redundant "
                   f"expert slots added ({e + r} = {(e + r) // dep.ep} per rank), as an engine's "
                   "expert-parallel load balancer places them; give the redundant experts "

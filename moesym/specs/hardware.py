@@ -12,17 +12,18 @@ fields. Built-in files are in the project's ``hardware/`` folder.
 from __future__ import annotations
 
 import math
-
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
+from ..errors import SpecError
 from ..io.resources import data_dir
 from ..io.toml import load_toml
-from ..errors import SpecError
 from .kernel_calib import MOE_KERNEL_KEYS, moe_kernel_fields
+from .mesh import parse_mesh
+from .precision import FORMATS, compute_format
 
 __all__ = ["HardwareSpec", "CustomAllReduce", "Efficiency", "Latency", "PowerSpec", "PriceSpec",
            "VENDORS", "load_hardware", "builtin_hardware"]
@@ -218,8 +219,6 @@ class HardwareSpec:
         (an FP4 checkpoint on Hopper runs as FP8; W4A16 on BF16 cores)."""
         if weight_dtype in self.compute_formats:
             return self.compute_formats[weight_dtype]
-        from .precision import compute_format
-
         return compute_format(weight_dtype, self.peaks_flops)
 
 
@@ -317,8 +316,6 @@ def _parse(raw: dict, where: str) -> HardwareSpec:
     if mem_frac > 1:
         raise SpecError(f"{where} usable_memory_frac: the share of hbm_capacity_GB the device may "
                         f"hold, in (0, 1], got {mem_frac!r}")
-    from .precision import FORMATS
-
     for k, v in formats.items():
         if k not in FORMATS or v not in peaks:
             raise SpecError(f"{where} [compute_formats]: {k} = {v!r} must map a weight dtype to a "
@@ -570,8 +567,6 @@ def _allreduce_kernels(raw, where: str) -> Mapping[str, CustomAllReduce]:
 
 
 def _mesh(raw, where: str):
-    from .mesh import parse_mesh
-
     return parse_mesh(raw, where)
 
 

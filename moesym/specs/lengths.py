@@ -23,6 +23,7 @@ from pathlib import Path
 from statistics import NormalDist
 
 from ..errors import SpecError
+from ..io.text import read_text
 
 __all__ = ["representative", "POINTS"]
 
@@ -66,8 +67,6 @@ def representative(text: str, flag: str = "--context-dist") -> tuple[int, ...]:
     p = Path(t)
     if p.is_file():
         vals = []
-        from ..io.text import read_text
-
         for i, line in enumerate(read_text(p).splitlines()):
             cell = line.split(",")[0].strip()
             if not cell:

@@ -22,6 +22,7 @@ A GPU cluster is the other topology moesym knows: fully connected scale-up domai
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -166,8 +167,6 @@ def mesh_values(hw, dep) -> dict:
     tp = hw.mesh.axis("cols" if dep.dispatch_axis == "rows" else "rows")
     mc = hw.mesh.multicast
     if mc is None:
-        import warnings
-
         f = RingFabric()
         warnings.warn(f"hardware {hw.name}: no [mesh.multicast]; using the ring multicast fit to "
                       "Tenstorrent's published dispatch table (moesym.specs.mesh.RingFabric)",

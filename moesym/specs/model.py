@@ -13,6 +13,7 @@ Reading one (the built-in catalog, the project's own ``.toml``, a HuggingFace ``
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
@@ -281,6 +282,4 @@ _MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
 
 def _assumed(where: str, field: str, value, source: str) -> None:
     """One warning line: a config field left out, the value used and where it came from."""
-    import warnings
-
     warnings.warn(f"{where}: field '{field}' missing: using {value} ({source})", stacklevel=3)

@@ -17,6 +17,7 @@ array([2., 6.])
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Callable, Mapping, Sequence
 
@@ -24,7 +25,8 @@ import numpy as np
 import sympy as sp
 
 from ..numeric.compiled import CompiledModel, function_from_source
-from .expr import symbols_of
+from ..numeric.special import NUMPY_FUNCTIONS
+from .expr import substitute, symbols_of
 from .symbols import INFO
 
 __all__ = ["compile_expr", "compile_model", "evaluate", "bind_and_compile", "numpy_source"]
@@ -115,8 +117,6 @@ def _node_source(e: sp.Basic, a: list[str]) -> str:
 
 
 def _special_functions() -> dict:  # moesym.symbolic.special's NumPy versions, by class name
-    from ..numeric.special import NUMPY_FUNCTIONS
-
     return NUMPY_FUNCTIONS
 
 
@@ -229,8 +229,6 @@ def _generate(exprs: Sequence[sp.Basic], args: Sequence[sp.Symbol] | None, name:
     if args is None:  # name the arguments in sorted order
         args = sorted(found, key=str)
         rename = {f"_s{found.index(s_)}": f"a{i}" for i, s_ in enumerate(args)}
-        import re
-
         pattern = re.compile(r"\b_s\d+\b")
         body = [pattern.sub(lambda m: rename[m.group(0)], line) for line in body]
         outs = [pattern.sub(lambda m: rename[m.group(0)], tok[r]) for r in roots]
@@ -305,8 +303,6 @@ def compile_expr(expr: sp.Expr, args: Sequence[sp.Symbol]) -> Callable:
 
 @lru_cache(maxsize=256)
 def _bound_cached(expr: sp.Expr, fixed: tuple, args: tuple) -> Callable:
-    from .expr import substitute
-
     bound = substitute(expr, {s: sp.Float(v) for s, v in fixed})
     free = symbols_of(bound)
     return compile_expr(bound, tuple(a for a in args if a in free)), \

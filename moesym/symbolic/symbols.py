@@ -19,6 +19,7 @@ from typing import Iterable, Mapping
 
 import sympy as sp
 
+from .expr import symbols_of
 from .symtab import TABLE
 
 __all__ = ["S", "SymbolInfo", "INFO", "describe", "by_name", "check_bindings", "BindingError"]
@@ -96,8 +97,6 @@ def check_bindings(expr: sp.Expr | Iterable[sp.Expr], values: Mapping[sp.Symbol,
     moesym.symbolic.symbols.BindingError: stray binding(s) not in the expression: B
     """
     exprs = [expr] if isinstance(expr, sp.Basic) else list(expr)
-    from .expr import symbols_of
-
     needed: set[sp.Symbol] = set()
     for e in exprs:
         needed |= symbols_of(sp.sympify(e))

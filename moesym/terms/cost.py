@@ -14,7 +14,9 @@ from enum import Enum
 from typing import Iterable
 
 import sympy as sp
+
 from ..symbolic.expr import smax, sym
+from ..symbolic.symbols import S
 
 __all__ = ["KernelClass", "GemmShape", "LoadShape", "AttentionShape", "component_unpack_symbol",
            "component_pass_symbol", "Cost", "total", "TermTime"]
@@ -137,8 +139,6 @@ class Cost:
         """This cost with the weights of ``component`` (its bytes per element and its tensor
         cores, :func:`component_symbols`): the weight bytes b_w in its HBM bytes become the
         component's."""
-        from ..symbolic.symbols import S
-
         w = component_symbols(component)[1]
         return replace(self, hbm_bytes=self.hbm_bytes.xreplace({S.w_bytes: w}),
                        component=component)
@@ -146,8 +146,6 @@ class Cost:
 
 def component_symbols(component: str) -> tuple:
     """(peak tensor FLOP/s, bytes per weight element) symbols of a GEMM weight class."""
-    from ..symbolic.symbols import S
-
     return {"": (S.flops_gemm, S.w_bytes), "moe": (S.flops_moe, S.w_bytes_expert),
             "dense": (S.flops_dense, S.w_bytes_dense)}[component]
 
@@ -155,16 +153,12 @@ def component_symbols(component: str) -> tuple:
 def component_unpack_symbol(component: str):
     """Symbol of the time a matrix-vector kernel spends unpacking one weight element of a GEMM
     weight class (0 where its format is held as it computes)."""
-    from ..symbolic.symbols import S
-
     return {"": S.t_unpack, "moe": S.t_unpack_expert, "dense": S.t_unpack_dense}[component]
 
 
 def component_pass_symbol(component: str):
     """Symbol of the bytes per weight element a separate dequantization pass moves for a GEMM
     weight class (0 where its GEMMs read the weights as stored)."""
-    from ..symbolic.symbols import S
-
     return {"": S.b_pass, "moe": S.b_pass_expert, "dense": S.b_pass_dense}[component]
 
 

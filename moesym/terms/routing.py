@@ -11,6 +11,8 @@ import numpy as np
 import sympy as sp
 
 from .. import routing as rt
+from ..routing.zipf import is_uniform, rank_imbalance_table, rank_slots, touched_table
+from ..symbolic.special import LogInterp
 from ..symbolic.symbols import S
 from .dims import Dims
 
@@ -27,8 +29,6 @@ def log_table(T, ts, ys) -> sp.Expr:
     """A routing statistic tabulated at token counts ``ts`` (values ``ys``) as the step model's
     function of the tokens routed ``T``: interpolated linearly in log T, constant beyond the
     ends (:class:`moesym.symbolic.special.LogInterp`)."""
-    from ..symbolic.special import LogInterp
-
     return LogInterp(T, *[sp.Float(float(v)) for pair in zip(np.log(ts), ys) for v in pair])
 
 
@@ -49,8 +49,6 @@ def imbalance_expr(model, deployment, D: Dims, tokens_mb) -> sp.Expr:
     if deployment.routing.numeric or deployment.redundant_experts:
         if deployment.ep == 1:
             return sp.Integer(1)
-        from ..routing.zipf import rank_imbalance_table
-
         s = deployment.routing.skew
         ts, ys = rank_imbalance_table(model.num_experts, model.experts_per_token, deployment.ep,
                                       deployment.redundant_experts, s)
@@ -70,8 +68,6 @@ def tile_skew(model, deployment) -> tuple:
     balanced, or redundant experts (EPLB) replace the placement. The kernel model pads each of
     these experts' binomial rows to its M tile
     (:func:`moesym.kernels.skew.routing_tile_factor`)."""
-    from ..routing.zipf import is_uniform, rank_slots
-
     if (not deployment.routing.numeric or is_uniform(deployment.routing.skew)
             or deployment.redundant_experts or not model.is_moe or model.num_experts == 1):
         return ()
@@ -114,8 +110,6 @@ def touched_local_experts_expr(model, deployment, D: Dims, tokens_mb) -> sp.Expr
     (:func:`moesym.routing.zipf.busiest_touched_slots`) is tabulated in T_group and
     interpolated in log T, as the imbalance is.
     """
-    from ..routing.zipf import is_uniform, touched_table
-
     T = group_tokens(D, tokens_mb)
     s = deployment.routing.skew
     if deployment.routing.numeric and not is_uniform(s) and model.is_moe and model.num_experts > 1:
