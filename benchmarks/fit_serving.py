@@ -242,8 +242,10 @@ def write_per_vendor(results: list, key: str, what: str, fitted_on: str, digits:
         line = f"# {what}\n" + comment + f"{key} = {{ {table} }}"
         new, found = re.subn(rf"(# {re.escape(what)}\n(#[^\n]*\n)*)?{key} = [^\n]*",
                              lambda m: line, block, count=1)
-        if not found:  # (a refit with the same values leaves the block as it was)
-            new = block.rstrip("\n") + "\n" + line + "\n"
+        if not found:  # after the table's last key, before the next table's leading comments
+            lines = block.split("\n")
+            last = max(i for i, x in enumerate(lines) if x.strip() and not x.startswith("#"))
+            new = "\n".join(lines[:last + 1] + line.split("\n") + lines[last + 1:])
         text = text[:start] + new + text[start + len(block):]
     path.write_text(text, encoding="utf-8")
 
