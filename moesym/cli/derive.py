@@ -24,21 +24,9 @@ from ..plan.rules import check_inputs, check_lengths
 from ..report.plots import term_roofline
 from ..specs.deployment import Phase, Workload
 from . import COMMANDS
-from .common import (
-    add_deployment,
-    add_json,
-    add_model_hw,
-    add_serve_lengths,
-    add_workload,
-    deployment_from,
-    emit_json,
-    model_hw_from,
-    plain,
-    positive_float,
-    positive_int,
-    probability,
-    workload_from,
-)
+from .common import (add_deployment, add_json, add_model_hw, add_serve_lengths, add_workload,
+                     deployment_from, emit_json, model_hw_from, plain, positive_float,
+                     positive_int, probability, workload_from)
 
 __all__ = ["register", "answered", "show"]
 

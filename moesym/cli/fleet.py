@@ -22,17 +22,8 @@ from ..serving.sizing import Limits, plan_candidate, plan_on_dask
 from ..serving.traffic import poisson_traffic, read_trace
 from ..specs.hardware import load_hardware
 from . import COMMANDS
-from .common import (
-    add_cost,
-    add_deployment,
-    add_json,
-    add_model_hw,
-    deployment_from,
-    emit_json,
-    fmt_s,
-    positive_float,
-    positive_int,
-)
+from .common import (add_cost, add_deployment, add_json, add_model_hw, deployment_from, emit_json,
+                     fmt_s, positive_float, positive_int)
 from .simulate import _LAUNCH_FLAGS, launch_from
 
 __all__ = ["register", "run", "price_map"]

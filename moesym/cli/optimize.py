@@ -16,23 +16,9 @@ from ..serving.sla import optimize_sla, optimize_sla_disaggregated
 from ..specs.deployment import A2AMode, Phase, Workload
 from ..specs.lengths import representative
 from . import COMMANDS
-from .common import (
-    add_cost,
-    add_deployment,
-    add_json,
-    add_model_hw,
-    add_serve_lengths,
-    deployment_from,
-    emit_json,
-    fmt_s,
-    model_hw_from,
-    positive_float,
-    positive_int,
-    pricing_from,
-    print_launch,
-    probability,
-    stages,
-)
+from .common import (add_cost, add_deployment, add_json, add_model_hw, add_serve_lengths,
+                     deployment_from, emit_json, fmt_s, model_hw_from, positive_float,
+                     positive_int, pricing_from, print_launch, probability, stages)
 from .report import write_report
 
 __all__ = ["register"]

@@ -10,19 +10,8 @@ from ..model.predictor import predict
 from ..model.report import BREAKDOWN_KEYS
 from ..numbers.economics import economics, serve_busy_share, text_line
 from . import COMMANDS
-from .common import (
-    add_cost,
-    add_deployment,
-    add_json,
-    add_model_hw,
-    add_workload,
-    emit_json,
-    fmt_s,
-    inputs_from,
-    pricing_from,
-    print_launch,
-    stages,
-)
+from .common import (add_cost, add_deployment, add_json, add_model_hw, add_workload, emit_json,
+                     fmt_s, inputs_from, pricing_from, print_launch, stages)
 
 __all__ = ["register"]
 

@@ -17,23 +17,9 @@ from ..serving.clients import Client, lengths, range_ratio
 from ..serving.engine import Launch
 from ..specs.deployment import eplb_slots
 from . import COMMANDS
-from .common import (
-    add_cost,
-    add_deployment,
-    add_json,
-    add_model_hw,
-    deployment_from,
-    emit_json,
-    engine_from,
-    fmt_s,
-    model_hw_from,
-    ms_as_s,
-    nonneg_int,
-    positive_float,
-    positive_int,
-    pricing_from,
-    probability,
-)
+from .common import (add_cost, add_deployment, add_json, add_model_hw, deployment_from, emit_json,
+                     engine_from, fmt_s, model_hw_from, ms_as_s, nonneg_int, positive_float,
+                     positive_int, pricing_from, probability)
 
 __all__ = ["register", "run"]
 

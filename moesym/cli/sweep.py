@@ -8,26 +8,12 @@ from dataclasses import replace
 from ..errors import MoesymError
 from ..plan.rules import check_inputs, check_lengths, check_pipeline
 from ..readers.model import load_model
-from ..search.sweep import (
-    dask_client,
-    list_size,
-    parse_list,
-    sweep_columns,
-    sweep_dask,
-    write_sweep,
-    write_sweep_dask,
-)
+from ..search.sweep import (dask_client, list_size, parse_list, sweep_columns, sweep_dask,
+                            write_sweep, write_sweep_dask)
 from ..specs.lengths import representative
 from . import COMMANDS
-from .common import (
-    add_deployment,
-    add_no_cache,
-    deployment_from,
-    engine_from,
-    node_gpus,
-    positive_int,
-    probability,
-)
+from .common import (add_deployment, add_no_cache, deployment_from, engine_from, node_gpus,
+                     positive_int, probability)
 
 __all__ = ["register"]
 

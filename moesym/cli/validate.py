@@ -6,14 +6,8 @@ from statistics import median
 
 from ..errors import MoesymError
 from ..report.inferencex import SOURCE, load_runs, serving_summary, validate_runs
-from ..report.validation import (
-    CASES,
-    kernel_heldout,
-    load_cases,
-    serving_fits,
-    validate,
-    validate_serving,
-)
+from ..report.validation import (CASES, kernel_heldout, load_cases, serving_fits, validate,
+                                 validate_serving)
 from . import COMMANDS
 from .common import add_json, add_no_cache, add_timing, emit_json
 

@@ -35,9 +35,10 @@ from ..specs.deployment import ENGINE_ALIASES, Phase
 from ..specs.kernel_calib import DTYPES_KEY, ENGINES_KEY, parse_kernel_calib
 from ..terms.names import SAME_INPUT_GEMMS
 
-__all__ = ["EngineKernels", "EngineProfile", "KvMemoryRule", "RunningRequestsRule", "SharedExpertFusion",
-           "builtin_engines", "check_runs_on", "default_engine", "host_overlapped", "runs_on",
-           "load_engine", "POLICIES", "KV_FULL", "KV_BASES", "DP_ROUTING", "PREFILL_ORDERS"]
+__all__ = ["EngineKernels", "EngineProfile", "KvMemoryRule", "RunningRequestsRule",
+           "SharedExpertFusion", "builtin_engines", "check_runs_on", "default_engine",
+           "host_overlapped", "runs_on", "load_engine", "POLICIES", "KV_FULL", "KV_BASES",
+           "DP_ROUTING", "PREFILL_ORDERS"]
 
 MIB = 2**20
 GIB = 2**30
@@ -722,20 +723,20 @@ def _based(name: str, table: Mapping, tables: Mapping, where: str) -> dict:
     return out
 
 
-def _lineage(name: str, tables: Mapping) -> tuple[str, ...]:
-    """``name`` and the engine tables its ``base`` keys lead to, nearest first (checked by
-    :func:`_based`)."""
-    out = [name]
-    while isinstance(tables.get(out[-1]), Mapping) and "base" in tables[out[-1]]:
-        out.append(tables[out[-1]]["base"])
-    return tuple(out)
+def _profile(name: str, tables: Mapping, where: str) -> EngineProfile:
+    """The profile of table ``name`` among ``tables``, over its bases (:func:`_based`), with its
+    lineage: its name and the tables its ``base`` keys lead to, nearest first."""
+    lineage = [name]
+    while isinstance(tables.get(lineage[-1]), Mapping) and "base" in tables[lineage[-1]]:
+        lineage.append(tables[lineage[-1]]["base"])
+    profile = _parse(name, _based(name, tables[name], tables, where), where)
+    return replace(profile, lineage=tuple(lineage))
 
 
 def _builtin() -> dict[str, EngineProfile]:
     if not _BUILTIN:
         raw = load_toml(Path(__file__).with_name("builtin.toml"))
-        _BUILTIN.update({n: replace(_parse(n, _based(n, t, raw, "builtin.toml"), "builtin.toml"),
-                                    lineage=_lineage(n, raw)) for n, t in raw.items()})
+        _BUILTIN.update({n: _profile(n, raw, "builtin.toml") for n in raw})
     return _BUILTIN
 
 
@@ -805,5 +806,4 @@ def load_engine(name_or_path: str) -> EngineProfile:
                         "entries; keep one [name] table")
     (name, table), = raw.items()
     tables = {**load_toml(Path(__file__).with_name("builtin.toml")), name: table}
-    return replace(_parse(name, _based(name, table, tables, str(p)), str(p)),
-                   lineage=_lineage(name, tables))
+    return _profile(name, tables, str(p))

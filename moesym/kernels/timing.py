@@ -44,26 +44,11 @@ from ..specs.kernel_calib import DEFAULTS, KernelCalib, dtype_tables, kernel_cal
 from ..symbolic.expr import smax
 from ..symbolic.special import LogInterp
 from ..symbolic.symbols import S
-from ..terms.cost import (
-    AttentionShape,
-    Cost,
-    GemmShape,
-    KernelClass,
-    LoadShape,
-    TermTime,
-    component_pass_symbol,
-    component_symbols,
-    component_unpack_symbol,
-)
+from ..terms.cost import (AttentionShape, Cost, GemmShape, KernelClass, LoadShape, TermTime,
+                          component_pass_symbol, component_symbols, component_unpack_symbol)
 from ..terms.names import BF16_GEMMS
-from .analytical import (
-    _below,
-    attention_decode_time,
-    attention_prefill_time,
-    attention_time_from_cost,
-    elementwise_time,
-    gemm_time,
-)
+from .analytical import (_below, attention_decode_time, attention_prefill_time,
+                         attention_time_from_cost, elementwise_time, gemm_time)
 from .skew import tile_factor_table
 from .time_model import RooflineTiming, TimeModel
 

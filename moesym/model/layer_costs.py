@@ -24,13 +24,8 @@ from ..terms import comm, ffn, mesh
 from ..terms import elementwise as ew
 from ..terms.cost import Cost, GemmShape, KernelClass, LoadShape, component_symbols
 from ..terms.dims import Dims
-from ..terms.routing import (
-    group_limited,
-    group_tokens,
-    imbalance_expr,
-    tile_skew,
-    touched_local_experts_expr,
-)
+from ..terms.routing import (group_limited, group_tokens, imbalance_expr, tile_skew,
+                             touched_local_experts_expr)
 from ..terms.tokens import step_tokens
 from .expert_tiers import host_computed
 from .report import BREAKDOWN_KEYS

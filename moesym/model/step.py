@@ -30,13 +30,8 @@ from ..kernels.tile_step import TileStepTiming
 from ..kernels.time_model import TimeModel
 from ..memory import memory_model
 from ..numbers.bindings import bindings, gemm_table_dtypes, workload_values
-from ..numbers.metrics import (
-    at_lengths,
-    clamp_micro_batches,
-    length_symbol,
-    micro_batches_run,
-    warn_micro_batches,
-)
+from ..numbers.metrics import (at_lengths, clamp_micro_batches, length_symbol, micro_batches_run,
+                               warn_micro_batches)
 from ..numeric.compiled import CompiledModel
 from ..plan.rules import check_engine_format
 from ..schedules import load, resolve_name, simulate
@@ -55,13 +50,8 @@ from ..terms.tokens import context_parallel, queries, step_tokens
 from . import overlap
 from .draft import draft_s
 from .expert_tiers import with_expert_tiers
-from .layer_costs import (
-    engine_moe_kernel,
-    layer_costs,
-    layer_work,
-    tile_stepped_experts,
-    weight_only,
-)
+from .layer_costs import (engine_moe_kernel, layer_costs, layer_work, tile_stepped_experts,
+                          weight_only)
 from .layer_time import layer_time, operation_times, reserved_terms, timed
 from .pipeline_parallel import pipelined
 from .report import BREAKDOWN_KEYS, report_expressions, serve_prediction, step_report

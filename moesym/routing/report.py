@@ -7,19 +7,11 @@ import numpy as np
 from ..errors import MoesymError
 from ..specs.deployment import Routing
 from ..specs.model import check_experts
-from .stats import (
-    distinct_destinations,
-    distinct_experts,
-    max_expert_load_ratio,
-    max_rank_load_ratio,
-)
-from .zipf import (
-    distinct_experts_from_inclusion,
-    zipf_distinct_ranks_per_token,
-    zipf_inclusion_probabilities,
-    zipf_max_expert_load_ratio,
-    zipf_max_rank_load_ratio,
-)
+from .stats import (distinct_destinations, distinct_experts, max_expert_load_ratio,
+                    max_rank_load_ratio)
+from .zipf import (distinct_experts_from_inclusion, zipf_distinct_ranks_per_token,
+                   zipf_inclusion_probabilities, zipf_max_expert_load_ratio,
+                   zipf_max_rank_load_ratio)
 
 # ---------------------------------------------------------------------------------- report
 REPORT_KEYS = ("distinct_experts", "distinct_ranks_per_token", "max_rank_load_ratio",

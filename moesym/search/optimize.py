@@ -33,19 +33,9 @@ from ..errors import MoesymError
 from ..io.progress import progress_bar
 from ..memory.capacity import host_expert_bytes, host_fits
 from ..model.predictor import compiled_predict_model, ep_class, serve_models
-from ..numbers.metrics import (
-    accepted_tokens,
-    fits,
-    micro_batches_run,
-    prefill_memory_values,
-    serve_chunk,
-    serve_memory_values,
-    serve_point,
-    serve_rates,
-    serve_step_times,
-    step_rates,
-    tokens_per_user_s,
-)
+from ..numbers.metrics import (accepted_tokens, fits, micro_batches_run, prefill_memory_values,
+                               serve_chunk, serve_memory_values, serve_point, serve_rates,
+                               serve_step_times, step_rates, tokens_per_user_s)
 from ..schedules import load
 from ..specs.deployment import A2AMode, Deployment, Phase, Workload, prefill_chunk, valid_mask
 from ..specs.hardware import HardwareSpec

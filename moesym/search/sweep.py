@@ -46,20 +46,10 @@ from ..errors import MoesymError
 from ..io.progress import progress_bar, status
 from ..memory.capacity import host_expert_bytes, host_fits
 from ..model.predictor import compiled_predict_model, ep_class, serve_models
-from ..numbers.metrics import (
-    accepted_tokens,
-    evaluate_at_lengths,
-    fits,
-    length_symbol,
-    micro_batches_run,
-    prefill_memory_values,
-    serve_chunk,
-    serve_memory_values,
-    serve_point,
-    serve_rates,
-    serve_step_times,
-    step_rates,
-)
+from ..numbers.metrics import (accepted_tokens, evaluate_at_lengths, fits, length_symbol,
+                               micro_batches_run, prefill_memory_values, serve_chunk,
+                               serve_memory_values, serve_point, serve_rates, serve_step_times,
+                               step_rates)
 from ..specs.deployment import Deployment, Phase, Workload, prefill_chunk, valid_mask
 from ..specs.hardware import HardwareSpec, load_hardware
 from ..specs.lengths import representative

@@ -31,7 +31,8 @@ __all__ = ["HardwareSpec", "CustomAllReduce", "Efficiency", "Latency", "PowerSpe
 #: device makers a hardware file's ``vendor`` names (an engine profile's ``runs_on`` lists them)
 VENDORS = {"nvidia": "NVIDIA", "amd": "AMD", "apple": "Apple silicon", "tenstorrent": "Tenstorrent"}
 
-_TOP_KEYS = {"name", "description", "source", "vendor", "arch", "default_engine", "sms", "gpus_per_node",
+_TOP_KEYS = {"name", "description", "source", "vendor", "arch", "default_engine", "sms",
+             "gpus_per_node",
              "hbm_capacity_GB", "hbm_bandwidth_TBps", "peak_TFLOPs", "interconnect", "efficiency",
              "latency_us", "kernel", "compute_formats", "host", "mesh", "sram_MB", "usable_memory_frac", "allreduce",
              "moe_kernels", "deepep", "power", "price"}

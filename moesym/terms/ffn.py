@@ -24,8 +24,9 @@ from .cost import Cost, KernelClass
 from ..symbolic.expr import sym
 from .dims import Dims
 
-__all__ = ["dense_ffn", "fused_shared_rows", "routed_expert_compute", "routed_expert_weight_load",
-           "shared_expert", "router", "lm_head", "embedding", "moe_tokens_per_gpu"]
+__all__ = ["dense_ffn", "fused_shared_rows", "launched_tokens", "routed_expert_compute",
+           "routed_expert_weight_load", "shared_expert", "router", "lm_head", "embedding",
+           "moe_tokens_per_gpu"]
 
 
 def dense_ffn(D: Dims, tokens) -> list[Cost]:
@@ -87,27 +88,33 @@ def routed_expert_compute(D: Dims, tokens, imbalance=1, padded_rows=None,
     # kernel launched over every token x top-k assignment still covers (timed only by a
     # backend that sets grouped_masked_passes: moesym.kernels.analytical.grouped_extra_s)
     masked = routed_real / sym(imbalance) * (D.ep - 1)
-    # the tokens the fused kernel is launched with: the rank's assignments x EP / top-k
-    launched = routed_real / sym(imbalance) * D.ep / D.topk
+    launched = launched_tokens(D, tokens)
     return [replace(c, shape=replace(c.shape, masked_rows=masked, tile_skew=tile_skew,
                                      routed_tokens=sym(routed_tokens), kernel_tokens=launched,
                                      local_experts=D.local_experts)) for c in (up, down)]
 
 
-def fused_shared_rows(D: Dims, tokens, fused_shared: int = 0) -> sp.Expr:
-    """Rows of ``fused_shared`` shared experts run inside the fused-MoE kernel on one GPU: every
-    token the kernel is launched with, (tokens / tp) x EP x expert-TP (the DP rank's tokens
-    under TP; all EP ranks' under expert parallelism, where each computes the whole shared
-    expert for them: SGLang on AMD, :class:`moesym.engines.SharedExpertFusion`).
+def launched_tokens(D: Dims, tokens) -> sp.Expr:
+    """The tokens a GPU's fused-MoE kernel is launched with: the rank's assignments x EP /
+    top-k, (tokens / tp) x EP x expert-TP (the DP rank's tokens under TP; every DP rank's under
+    expert parallelism, where the tokens are gathered before the experts).
 
     >>> from moesym.terms.dims import symbolic_dims
     >>> from moesym.symbolic.symbols import S
-    >>> fused_shared_rows(symbolic_dims(), S.batch, 1)  # B tokens x N_gpu / t_p DP ranks
+    >>> launched_tokens(symbolic_dims(), S.batch)  # B tokens x N_gpu / t_p DP ranks
     B*N_gpu/t_p
     """
+    return moe_tokens_per_gpu(D, tokens) * D.ep * D.expert_tp
+
+
+def fused_shared_rows(D: Dims, tokens, fused_shared: int = 0) -> sp.Expr:
+    """Rows of ``fused_shared`` shared experts run inside the fused-MoE kernel on one GPU: every
+    token it is launched with (:func:`launched_tokens`; under expert parallelism each rank
+    computes the whole shared expert for them: SGLang on AMD,
+    :class:`moesym.engines.SharedExpertFusion`)."""
     if not fused_shared:
         return sp.Integer(0)
-    return moe_tokens_per_gpu(D, tokens) * D.ep * D.expert_tp * fused_shared
+    return launched_tokens(D, tokens) * fused_shared
 
 
 def routed_expert_weight_load(D: Dims, touched_experts) -> Cost:
